@@ -1,0 +1,62 @@
+# Shared settings for infra/local/*.sh. Sourced, not run.
+#
+# Everything the local servers write lives under $SECKILL_DATA (default: the
+# repository's git-ignored .data/), and the Kafka jars are cached under
+# $SECKILL_CACHE (default: ~/.cache/seckill), outside git, so a fresh clone
+# on a warm machine does not fetch them again.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+DATA="${SECKILL_DATA:-$ROOT/.data}"
+CACHE="${SECKILL_CACHE:-$HOME/.cache/seckill}"
+LOGS="$DATA/logs"
+KAFKA_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$ROOT/infra/kafka/pom.xml")"
+KAFKA_LIBS="$CACHE/kafka-$KAFKA_VERSION/libs"
+PG_BIN="${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}"
+
+REDIS_PORT=6379
+PG_PORT=5432
+KAFKA_PORT=9092
+KAFKA_CONTROLLER_PORT=9093
+
+mkdir -p "$DATA" "$LOGS"
+
+log() { printf '[infra] %s\n' "$*" >&2; }
+die() { printf '[infra] error: %s\n' "$*" >&2; exit 1; }
+
+# wait_for NAME LOGFILE SECONDS CMD...: runs CMD until it succeeds, or fails
+# naming the log file to read.
+wait_for() {
+  local name="$1" logfile="$2" seconds="$3"; shift 3
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    if (( SECONDS >= deadline )); then
+      tail -n 20 "$logfile" >&2 2>/dev/null || true
+      die "$name did not answer within ${seconds}s; see $logfile"
+    fi
+    sleep 0.5
+  done
+}
+
+APT_UPDATED=0
+apt_install() {
+  if [[ $APT_UPDATED == 0 ]]; then
+    log "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >"$LOGS/apt.log" 2>&1 || die "apt-get update failed; see $LOGS/apt.log"
+    APT_UPDATED=1
+  fi
+  log "apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >>"$LOGS/apt.log" 2>&1 \
+    || die "apt-get install $* failed; see $LOGS/apt.log"
+}
+
+pid_alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+redis_ping() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; }
+pg_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; }
+kafka_ready() { python3 "$ROOT/infra/local/kafka_ready.py" 127.0.0.1 "$KAFKA_PORT"; }
+
+# The servers named on the command line, or all of them.
+selected() {
+  if (( $# == 0 )); then echo "redis postgres kafka"; else echo "$@"; fi
+}
