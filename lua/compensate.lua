@@ -1,0 +1,50 @@
+-- compensate.lua: settle one FAILED order in Redis, at most once per order id.
+--
+-- KEYS[1] stock, KEYS[2] buyers, KEYS[3] orders, KEYS[4] reserved,
+-- KEYS[5] compensated (set: order ids whose unit was restored),
+-- KEYS[6] written_off (set: order ids whose unit the database never had)
+-- ARGV[1] order id, ARGV[2] user id, ARGV[3] reason,
+-- ARGV[4] "1" to remove the buyer (the user may try again), "0" to keep it,
+-- ARGV[5] "restore" (stock + 1) or "writeoff" (no unit back: bring stock down
+--         to ARGV[6], never up: Redis counted a unit the database lacks)
+-- ARGV[6] the database's remaining stock (writeoff only)
+--
+-- Returns 1 settled now, 0 already settled by an earlier call, -1 Redis never
+-- minted this order (nothing to restore), -2 the order is CREATED (never
+-- restore), -3 it was rolled back by the edge already.
+--
+-- Invariant: a unit goes back to the sale at most once per order id, and only
+-- for an order Redis itself accepted.
+local id = ARGV[1]
+if redis.call('SISMEMBER', KEYS[5], id) == 1 or redis.call('SISMEMBER', KEYS[6], id) == 1 then
+  return 0
+end
+local value = redis.call('HGET', KEYS[3], id)
+if not value then
+  return -1
+end
+local status = string.match(value, '^([^|]*)')
+if status == 'CREATED' then
+  return -2
+end
+if status == 'FAILED' then
+  return -3
+end
+local accepted = string.match(value, '([^|]*)$')
+if ARGV[5] == 'restore' then
+  redis.call('SADD', KEYS[5], id)
+  redis.call('INCR', KEYS[1])
+else
+  redis.call('SADD', KEYS[6], id)
+  local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
+  local target = tonumber(ARGV[6])
+  if stock > target then
+    redis.call('SET', KEYS[1], target, 'KEEPTTL')
+  end
+end
+if ARGV[4] == '1' and redis.call('HGET', KEYS[2], ARGV[2]) == id then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+end
+redis.call('HSET', KEYS[3], id, 'FAILED|' .. ARGV[2] .. '|' .. ARGV[3] .. '|' .. accepted)
+redis.call('ZREM', KEYS[4], id)
+return 1

@@ -1,0 +1,246 @@
+//! Typed settings: defaults that work with the local infra, an optional TOML
+//! file (`SECKILL_CONFIG=path`) and environment overrides on top.
+//!
+//! The contract's variables (`SECKILL_REDIS_URL`, `SECKILL_DATABASE_URL`,
+//! `SECKILL_KAFKA_BROKERS`, `SECKILL_HTTP_ADDR`, `SECKILL_ADMIN_TOKEN`,
+//! `SECKILL_TOPIC_PREFIX`, `SECKILL_KEY_PREFIX`, `SECKILL_USER_JWT_SECRET`)
+//! map to their keys; any other key is reachable as
+//! `SECKILL__SECTION__KEY=value` (e.g. `SECKILL__ORDER__BATCH_SIZE=1000`).
+//! Only `main` calls [`load`]; tests build settings in code.
+
+use anyhow::{bail, Context};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Redis connection and key layout.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisSettings {
+    /// `redis://host:port/db`.
+    pub url: String,
+    /// Prefix of every key, so deployments (and tests) never share data.
+    pub key_prefix: String,
+    /// Bound on every Redis call.
+    pub timeout_ms: u64,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self { url: "redis://127.0.0.1:6379/0".into(), key_prefix: String::new(), timeout_ms: 2_000 }
+    }
+}
+
+/// Kafka brokers, topic names and client tuning.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaSettings {
+    /// `host:port[,host:port]`.
+    pub brokers: String,
+    /// Prefix of both topic names and both consumer group ids, so parallel
+    /// deployments and tests never share them.
+    pub topic_prefix: String,
+    /// Partitions of `seckill.orders` when the project creates it.
+    pub order_partitions: i32,
+    /// Partitions of `seckill.orders.dlq` when the project creates it.
+    pub dlq_partitions: i32,
+    /// Replication factor of created topics.
+    pub replication_factor: i32,
+    /// How long the producer tries before a delivery fails.
+    pub message_timeout_ms: u64,
+    /// How long the producer waits to batch records.
+    pub linger_ms: u64,
+    /// Consumer session timeout: how fast a dead member's partitions move.
+    pub session_timeout_ms: u64,
+}
+
+impl Default for KafkaSettings {
+    fn default() -> Self {
+        Self {
+            brokers: "127.0.0.1:9092".into(),
+            topic_prefix: String::new(),
+            order_partitions: 8,
+            dlq_partitions: 2,
+            replication_factor: 1,
+            message_timeout_ms: 5_000,
+            linger_ms: 2,
+            session_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// PostgreSQL connection pool.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DbSettings {
+    /// `postgres://user:password@host:port/db`.
+    pub url: String,
+    /// Pool size.
+    pub max_connections: u32,
+    /// Bound on waiting for a pooled connection.
+    pub acquire_timeout_ms: u64,
+}
+
+impl Default for DbSettings {
+    fn default() -> Self {
+        Self {
+            url: "postgres://seckill:seckill@127.0.0.1:5432/seckill".into(),
+            max_connections: 10,
+            acquire_timeout_ms: 3_000,
+        }
+    }
+}
+
+/// Logging.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetrySettings {
+    /// JSON log lines instead of text.
+    pub json: bool,
+    /// `EnvFilter` directives; `RUST_LOG` wins when set; default `info`.
+    pub filter: Option<String>,
+}
+
+/// Lease and wait of the distributed lock.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LockSettings {
+    /// How long a lock lives without renewal.
+    pub lease_ms: u64,
+    /// How long an acquire waits before giving up.
+    pub wait_ms: u64,
+}
+
+impl Default for LockSettings {
+    fn default() -> Self {
+        // The seed's values.
+        Self { lease_ms: 3_000, wait_ms: 200 }
+    }
+}
+
+impl LockSettings {
+    /// The lease.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+    /// The wait.
+    pub fn wait(&self) -> Duration {
+        Duration::from_millis(self.wait_ms)
+    }
+}
+
+/// Environment variables of the contract, and the key each one sets. Their
+/// values are always strings.
+const CONTRACT_VARS: &[(&str, &[&str])] = &[
+    ("SECKILL_REDIS_URL", &["redis", "url"]),
+    ("SECKILL_KEY_PREFIX", &["redis", "key_prefix"]),
+    ("SECKILL_DATABASE_URL", &["database", "url"]),
+    ("SECKILL_KAFKA_BROKERS", &["kafka", "brokers"]),
+    ("SECKILL_TOPIC_PREFIX", &["kafka", "topic_prefix"]),
+    ("SECKILL_HTTP_ADDR", &["http_addr"]),
+    ("SECKILL_ADMIN_TOKEN", &["admin_token"]),
+    ("SECKILL_USER_JWT_SECRET", &["user_jwt_secret"]),
+];
+
+/// Loads settings: defaults, then the TOML file named by `SECKILL_CONFIG`,
+/// then environment overrides. A bad key or value fails naming it.
+pub fn load<T: DeserializeOwned>() -> anyhow::Result<T> {
+    let vars: Vec<(String, String)> = std::env::vars().collect();
+    load_from(std::env::var("SECKILL_CONFIG").ok().as_deref(), &vars)
+}
+
+/// [`load`] with the file and the environment given, for tests.
+pub fn load_from<T: DeserializeOwned>(file: Option<&str>, vars: &[(String, String)]) -> anyhow::Result<T> {
+    let mut table = match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading SECKILL_CONFIG file {path}"))?;
+            text.parse::<toml::Table>().with_context(|| format!("parsing {path}"))?
+        }
+        None => toml::Table::new(),
+    };
+    for (name, value) in vars {
+        if let Some((_, path)) = CONTRACT_VARS.iter().find(|(var, _)| var == name) {
+            set_path(&mut table, path, toml::Value::String(value.clone()), name)?;
+        } else if let Some(rest) = name.strip_prefix("SECKILL__") {
+            let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+            if path.iter().any(String::is_empty) {
+                bail!("environment variable {name}: empty key segment");
+            }
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
+            set_path(&mut table, &path, infer_value(value), name)?;
+        }
+    }
+    T::deserialize(toml::Value::Table(table)).map_err(|e| anyhow::anyhow!("invalid settings: {e}"))
+}
+
+fn infer_value(raw: &str) -> toml::Value {
+    if let Ok(n) = raw.parse::<i64>() {
+        return toml::Value::Integer(n);
+    }
+    if let Ok(b) = raw.parse::<bool>() {
+        return toml::Value::Boolean(b);
+    }
+    if let Ok(f) = raw.parse::<f64>() {
+        return toml::Value::Float(f);
+    }
+    toml::Value::String(raw.to_owned())
+}
+
+fn set_path(table: &mut toml::Table, path: &[&str], value: toml::Value, var: &str) -> anyhow::Result<()> {
+    let (last, parents) = path.split_last().expect("paths are never empty");
+    let mut current = table;
+    for part in parents {
+        let entry = current.entry((*part).to_owned()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        current = match entry {
+            toml::Value::Table(t) => t,
+            _ => bail!("environment variable {var}: '{part}' is not a section"),
+        };
+    }
+    current.insert((*last).to_owned(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize, Default)]
+    #[serde(default, deny_unknown_fields)]
+    struct Sample {
+        http_addr: String,
+        admin_token: Option<String>,
+        redis: RedisSettings,
+        kafka: KafkaSettings,
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn contract_variables_set_their_keys_as_strings() {
+        let s: Sample = load_from(
+            None,
+            &vars(&[("SECKILL_ADMIN_TOKEN", "12345"), ("SECKILL_KEY_PREFIX", "t1:"), ("SECKILL_HTTP_ADDR", "0.0.0.0:1")]),
+        )
+        .unwrap();
+        assert_eq!(s.admin_token.as_deref(), Some("12345"), "a numeric-looking token stays a string");
+        assert_eq!(s.redis.key_prefix, "t1:");
+        assert_eq!(s.http_addr, "0.0.0.0:1");
+        assert_eq!(s.kafka.brokers, "127.0.0.1:9092", "untouched keys keep their defaults");
+    }
+
+    #[test]
+    fn nested_overrides_are_typed() {
+        let s: Sample = load_from(None, &vars(&[("SECKILL__KAFKA__ORDER_PARTITIONS", "3")])).unwrap();
+        assert_eq!(s.kafka.order_partitions, 3);
+    }
+
+    #[test]
+    fn a_bad_key_is_named() {
+        let err = load_from::<Sample>(None, &vars(&[("SECKILL__KAFKA__NO_SUCH_KEY", "1")])).unwrap_err();
+        assert!(err.to_string().contains("no_such_key"), "{err}");
+        let err = load_from::<Sample>(None, &vars(&[("SECKILL__KAFKA__ORDER_PARTITIONS", "many")])).unwrap_err();
+        assert!(err.to_string().contains("order_partitions") || err.to_string().contains("invalid type"), "{err}");
+    }
+}

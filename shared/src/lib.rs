@@ -1,0 +1,22 @@
+//! The library every seckill service shares: domain types and codes,
+//! typed settings, the Redis scripts and key layout, the distributed lock,
+//! Kafka client setup, database access, reconciliation and telemetry.
+//!
+//! Services (`services/*`) are thin: they wire these parts together. Anything
+//! two services need lives here, next to the concern it belongs to.
+
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod kafka;
+pub mod lock;
+pub mod reconcile;
+pub mod shutdown;
+pub mod stock;
+pub mod telemetry;
+pub mod warmup;
+
+/// Current time in milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

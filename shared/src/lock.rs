@@ -1,0 +1,179 @@
+//! A Redis lock with an owner check, an optional watchdog and a fencing token.
+//!
+//! - **Acquire**: `SET key token NX PX lease` (in `lua/lock.lua`, which also
+//!   increments the lock's fencing counter in the same step), retried with
+//!   small jittered sleeps until the wait time runs out. The token is unique
+//!   per holder.
+//! - **Release**: compare-and-delete (`lua/unlock.lua`): a holder whose lease
+//!   ran out deletes nothing, and is warned.
+//! - **Watchdog**: renews the lease every lease/3 (`lua/renew.lua`) while the
+//!   guard lives; stops at release, at drop, and at the first renewal that
+//!   finds the lock gone, cancelling [`LockGuard::lost`].
+//! - **Fencing token**: strictly increasing per lock. Holders pass it to the
+//!   writes the lock guards ([`crate::db::check_fence`]), which refuse a token
+//!   lower than one already seen.
+//!
+//! What it does **not** promise: mutual exclusion across a Redis failover that
+//! loses the lock key (a replica promoted before replication), or across a
+//! holder paused (GC, swap, SIGSTOP) longer than its lease — the holder
+//! believes it still owns the lock while another does. The fencing token is
+//! the answer to both: storage refuses the stale holder's writes.
+
+use crate::stock::StockError;
+use redis::aio::ConnectionManager;
+use redis::Script;
+use std::sync::LazyLock;
+use std::time::Duration;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+static LOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/lock.lua")));
+static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/unlock.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/renew.lua")));
+
+/// Takes locks.
+#[derive(Clone)]
+pub struct LockClient {
+    conn: ConnectionManager,
+}
+
+/// A held lock. Release it with [`LockGuard::release`]; dropping it stops the
+/// watchdog and lets the lease run out.
+pub struct LockGuard {
+    conn: ConnectionManager,
+    key: String,
+    token: String,
+    fence: i64,
+    lost: CancellationToken,
+    /// Stops the watchdog when the guard goes away.
+    _watchdog: Option<DropGuard>,
+}
+
+impl LockClient {
+    /// A lock client over a Redis connection.
+    pub fn new(conn: ConnectionManager) -> Self {
+        Self { conn }
+    }
+
+    /// Tries to take `key` for `lease`, waiting at most `wait`. `None` when
+    /// another holder kept it for the whole wait.
+    pub async fn acquire(&self, key: &str, lease: Duration, wait: Duration) -> Result<Option<LockGuard>, StockError> {
+        let token = uuid::Uuid::new_v4().to_string();
+        let fence_key = fence_key(key);
+        let deadline = tokio::time::Instant::now() + wait;
+        let lease_ms = lease.as_millis().max(1) as u64;
+        loop {
+            let mut conn = self.conn.clone();
+            let mut invocation = LOCK.prepare_invoke();
+            invocation.key(key).key(&fence_key).arg(&token).arg(lease_ms);
+            let fence: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+            if fence > 0 {
+                return Ok(Some(LockGuard {
+                    conn: self.conn.clone(),
+                    key: key.to_owned(),
+                    token,
+                    fence,
+                    lost: CancellationToken::new(),
+                    _watchdog: None,
+                }));
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let jitter = Duration::from_millis(rand::random::<u64>() % 10 + 2);
+            tokio::time::sleep(jitter.min(deadline - now)).await;
+        }
+    }
+
+    /// Like [`LockClient::acquire`], with a watchdog renewing the lease every
+    /// lease/3 until the guard is released or dropped.
+    pub async fn acquire_with_watchdog(
+        &self,
+        key: &str,
+        lease: Duration,
+        wait: Duration,
+    ) -> Result<Option<LockGuard>, StockError> {
+        let Some(mut guard) = self.acquire(key, lease, wait).await? else { return Ok(None) };
+        let stop = CancellationToken::new();
+        let watchdog_stop = stop.clone();
+        let lost = guard.lost.clone();
+        let (mut conn, key, token) = (guard.conn.clone(), guard.key.clone(), guard.token.clone());
+        let lease_ms = lease.as_millis().max(1) as u64;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(lease / 3);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    // The guard was released or dropped.
+                    _ = watchdog_stop.cancelled() => return,
+                    // Time to renew.
+                    _ = tick.tick() => {}
+                }
+                let mut invocation = RENEW.prepare_invoke();
+                invocation.key(&key).arg(&token).arg(lease_ms);
+                match bounded::<i64>(invocation.invoke_async(&mut conn)).await {
+                    Ok(1) => {}
+                    Ok(_) => {
+                        tracing::warn!(lock = %key, "lock lost: another holder has it, or it expired");
+                        lost.cancel();
+                        return;
+                    }
+                    // A failed renewal is not yet a loss: the lease may still
+                    // run; the next tick tries again.
+                    Err(error) => tracing::warn!(lock = %key, %error, "lock renewal failed"),
+                }
+            }
+        });
+        guard._watchdog = Some(stop.drop_guard());
+        Ok(Some(guard))
+    }
+}
+
+impl LockGuard {
+    /// The fencing token of this acquisition: greater than every earlier one.
+    pub fn fence(&self) -> i64 {
+        self.fence
+    }
+
+    /// The lock's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Cancelled when the watchdog finds the lock lost.
+    pub fn lost(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Releases the lock if this holder still owns it; returns whether it did.
+    /// A `false` means the lease ran out first — it was too short for the work.
+    pub async fn release(self) -> bool {
+        let mut conn = self.conn.clone();
+        let mut invocation = UNLOCK.prepare_invoke();
+        invocation.key(&self.key).arg(&self.token);
+        match bounded::<i64>(invocation.invoke_async(&mut conn)).await {
+            Ok(1) => true,
+            Ok(_) => {
+                tracing::warn!(lock = %self.key, "released a lock that was no longer ours: the lease was too short");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(lock = %self.key, %error, "lock release failed; the lease will expire");
+                false
+            }
+        }
+    }
+}
+
+fn fence_key(key: &str) -> String {
+    // Same hash tag as the lock when it has one, so the script touches one slot.
+    format!("{key}:fence")
+}
+
+async fn bounded<T>(f: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, StockError> {
+    const LIMIT: Duration = Duration::from_secs(2);
+    match tokio::time::timeout(LIMIT, f).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(StockError::Timeout(LIMIT)),
+    }
+}

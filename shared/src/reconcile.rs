@@ -1,0 +1,242 @@
+//! Reconciliation of one sale (design, section 6): reads Redis, PostgreSQL
+//! and the consumer groups' lag, and checks the invariant
+//!
+//! `total_stock = redis_remaining + orders_created + orders_in_flight`,
+//! `orders_created ≤ total_stock`, no user with two orders, compensated (or
+//! written-off) units equal to the FAILED orders Redis had accepted, and
+//! PostgreSQL's `remaining_stock = total_stock − orders_created`.
+//!
+//! `seckillctl reconcile` and `GET /admin/sales/{a}/{s}` both serve this.
+
+use crate::config::KafkaSettings;
+use crate::domain::SaleKey;
+use crate::kafka::{self, Lag, Topics};
+use crate::stock::{SaleSnapshot, Stock};
+use sqlx::{PgPool, Row};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Every term of the invariant, and the verdict.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The sale.
+    pub activity_id: i64,
+    /// The SKU.
+    pub sku_id: i64,
+    /// Warm-up round (PostgreSQL).
+    pub round: i32,
+    /// Units on sale (PostgreSQL).
+    pub total_stock: i64,
+    /// Units left in Redis.
+    pub redis_remaining: i64,
+    /// Units the database can still write (PostgreSQL).
+    pub db_remaining: i64,
+    /// CREATED orders this round.
+    pub orders_created: i64,
+    /// FAILED orders this round.
+    pub orders_failed: i64,
+    /// FAILED orders by reason.
+    pub failed_by_reason: BTreeMap<String, i64>,
+    /// Orders accepted but not yet settled (QUEUED in Redis).
+    pub orders_in_flight: i64,
+    /// Of those, reservations the order service has not seen yet.
+    pub reservations: i64,
+    /// Users holding an order in Redis.
+    pub buyers: i64,
+    /// Units restored for FAILED orders.
+    pub compensated: i64,
+    /// Units written off (the database never had them).
+    pub written_off: i64,
+    /// FAILED orders that Redis had accepted (each must be compensated or
+    /// written off).
+    pub failed_accepted: i64,
+    /// Users holding two CREATED orders (always 0 unless the schema is broken).
+    pub duplicate_users: i64,
+    /// The order service's lag on the orders topic (all sales).
+    pub order_lag: Option<i64>,
+    /// The compensator's lag on the dead-letter topic (all sales).
+    pub compensator_lag: Option<i64>,
+    /// Redis's own view of the sale.
+    pub redis: SaleSnapshot,
+    /// Whether every check holds.
+    pub consistent: bool,
+    /// Each failed check, in words, naming the terms that disagree.
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    /// Whether nothing is in flight anywhere.
+    pub fn drained(&self) -> bool {
+        self.orders_in_flight == 0 && self.order_lag.unwrap_or(0) == 0 && self.compensator_lag.unwrap_or(0) == 0
+    }
+}
+
+/// Why a reconciliation could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The sale is not in PostgreSQL.
+    #[error("sale {0} not found")]
+    SaleNotFound(SaleKey),
+    /// A source could not be read.
+    #[error("could not read {source_name}: {error}")]
+    Source { source_name: &'static str, error: String },
+}
+
+fn source(source_name: &'static str) -> impl Fn(String) -> ReconcileError {
+    move |error| ReconcileError::Source { source_name, error }
+}
+
+/// Reconciles one sale. `require_drained` makes orders still in flight a
+/// violation (use it after waiting for the pipeline to drain).
+pub async fn reconcile(
+    stock: &Stock,
+    pool: &PgPool,
+    kafka_settings: Option<&KafkaSettings>,
+    sale: SaleKey,
+    require_drained: bool,
+) -> Result<Report, ReconcileError> {
+    let row = crate::db::find_sale(pool, sale)
+        .await
+        .map_err(|e| source("postgresql")(e.to_string()))?
+        .ok_or(ReconcileError::SaleNotFound(sale))?;
+    let snapshot = stock.snapshot(sale).await.map_err(|e| source("redis")(e.to_string()))?;
+
+    let counts = sqlx::query(
+        "SELECT status, COALESCE(reason, ''), count(*) FROM orders
+          WHERE activity_id = $1 AND sku_id = $2 AND round = $3 GROUP BY 1, 2",
+    )
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .bind(row.round)
+    .fetch_all(pool)
+    .await
+    .map_err(|e| source("postgresql")(e.to_string()))?;
+    let (mut created, mut failed, mut failed_by_reason) = (0, 0, BTreeMap::new());
+    for r in &counts {
+        let (status, reason, n): (String, String, i64) = (r.get(0), r.get(1), r.get(2));
+        if status == "CREATED" {
+            created += n;
+        } else {
+            failed += n;
+            *failed_by_reason.entry(reason).or_insert(0) += n;
+        }
+    }
+    let duplicate_users: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT user_id FROM orders
+          WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'CREATED'
+          GROUP BY user_id HAVING count(*) > 1) d",
+    )
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .bind(row.round)
+    .fetch_one(pool)
+    .await
+    .map_err(|e| source("postgresql")(e.to_string()))?;
+    let failed_ids: Vec<String> = sqlx::query_scalar(
+        "SELECT order_id FROM orders WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED'",
+    )
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .bind(row.round)
+    .fetch_all(pool)
+    .await
+    .map_err(|e| source("postgresql")(e.to_string()))?;
+    let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(|e| source("redis")(e.to_string()))?;
+
+    let (order_lag, compensator_lag) = match kafka_settings {
+        Some(settings) => {
+            let settings = settings.clone();
+            tokio::task::spawn_blocking(move || -> Result<(Lag, Lag), String> {
+                let topics = Topics::new(&settings);
+                let timeout = Duration::from_secs(5);
+                let order = kafka::lag(&settings, &kafka::order_group(&settings), &topics.orders, timeout)
+                    .map_err(|e| e.to_string())?;
+                let comp = kafka::lag(&settings, &kafka::compensator_group(&settings), &topics.dlq, timeout)
+                    .map_err(|e| e.to_string())?;
+                Ok((order, comp))
+            })
+            .await
+            .map_err(|e| source("kafka")(e.to_string()))?
+            .map(|(o, c)| (Some(o.total), Some(c.total)))
+            .map_err(source("kafka"))?
+        }
+        None => (None, None),
+    };
+
+    let mut report = Report {
+        activity_id: sale.activity.get(),
+        sku_id: sale.sku.get(),
+        round: row.round,
+        total_stock: row.total_stock,
+        redis_remaining: snapshot.remaining,
+        db_remaining: row.remaining_stock,
+        orders_created: created,
+        orders_failed: failed,
+        failed_by_reason,
+        orders_in_flight: snapshot.queued,
+        reservations: snapshot.reservations,
+        buyers: snapshot.buyers,
+        compensated: snapshot.compensated,
+        written_off: snapshot.written_off,
+        failed_accepted,
+        duplicate_users,
+        order_lag,
+        compensator_lag,
+        redis: snapshot,
+        consistent: false,
+        violations: Vec::new(),
+    };
+    report.violations = check(&report, require_drained);
+    report.consistent = report.violations.is_empty();
+    Ok(report)
+}
+
+/// The invariant's checks, each violation naming its terms and figures.
+pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
+    let mut violations = Vec::new();
+    if !r.redis.exists {
+        violations.push("redis has no such sale (expired, never warmed, or Redis lost its data)".to_owned());
+    } else if r.redis.total != r.total_stock || i64::from(r.round) != r.redis.round {
+        violations.push(format!(
+            "redis total/round {}/{} != postgresql total/round {}/{}",
+            r.redis.total, r.redis.round, r.total_stock, r.round
+        ));
+    }
+    let balance = r.redis_remaining + r.orders_created + r.orders_in_flight;
+    if balance != r.total_stock {
+        violations.push(format!(
+            "total_stock {} != redis_remaining {} + orders_created {} + orders_in_flight {} (= {balance}; redis off by {})",
+            r.total_stock,
+            r.redis_remaining,
+            r.orders_created,
+            r.orders_in_flight,
+            balance - r.total_stock
+        ));
+    }
+    if r.orders_created > r.total_stock {
+        violations.push(format!("oversold: orders_created {} > total_stock {}", r.orders_created, r.total_stock));
+    }
+    if r.db_remaining != r.total_stock - r.orders_created {
+        violations.push(format!(
+            "db_remaining {} != total_stock {} - orders_created {}",
+            r.db_remaining, r.total_stock, r.orders_created
+        ));
+    }
+    if r.duplicate_users > 0 {
+        violations.push(format!("duplicate_users {} > 0", r.duplicate_users));
+    }
+    if r.compensated + r.written_off != r.failed_accepted {
+        violations.push(format!(
+            "compensated {} + written_off {} != failed orders redis had accepted {}",
+            r.compensated, r.written_off, r.failed_accepted
+        ));
+    }
+    if require_drained && !r.drained() {
+        violations.push(format!(
+            "not drained: orders_in_flight {}, order lag {:?}, compensator lag {:?}",
+            r.orders_in_flight, r.order_lag, r.compensator_lag
+        ));
+    }
+    violations
+}

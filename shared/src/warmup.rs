@@ -1,0 +1,84 @@
+//! Warm-up: the one operation behind `PUT /admin/sales/{a}/{s}` and
+//! `seckillctl warmup`. Writes the sale (a new round) to PostgreSQL, then
+//! loads it into Redis, under the sale's warm-up lock.
+
+use crate::db::{self, SaleRow};
+use crate::domain::SaleKey;
+use crate::lock::LockClient;
+use crate::stock::Stock;
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use std::time::Duration;
+
+/// How long a sale's keys outlive its end.
+pub const KEY_TTL_AFTER_END: Duration = Duration::from_secs(24 * 3600);
+
+/// What to warm up.
+#[derive(Debug, Clone)]
+pub struct WarmupRequest {
+    /// The sale.
+    pub sale: SaleKey,
+    /// Units on sale (set, never added).
+    pub stock: i64,
+    /// Window start; open when absent.
+    pub starts_at: Option<DateTime<Utc>>,
+    /// Window end; open when absent.
+    pub ends_at: Option<DateTime<Utc>>,
+    /// Warm up even if the previous round has orders in flight.
+    pub force: bool,
+}
+
+/// Why a warm-up was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WarmupError {
+    /// Bad stock or window.
+    #[error("{0}")]
+    Invalid(String),
+    /// Another warm-up of this sale is running.
+    #[error("another warm-up of sale {0} is running")]
+    Busy(SaleKey),
+    /// The previous round still has orders in flight.
+    #[error("sale {0} still has orders in flight; wait for them to settle or force the warm-up")]
+    InFlight(SaleKey),
+    /// Redis failed.
+    #[error(transparent)]
+    Redis(#[from] crate::stock::StockError),
+    /// PostgreSQL failed.
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// Runs a warm-up and returns the sale as PostgreSQL now holds it.
+pub async fn warmup(stock: &Stock, pool: &PgPool, request: &WarmupRequest) -> Result<SaleRow, WarmupError> {
+    if request.stock < 0 || request.stock > 1_000_000_000 {
+        return Err(WarmupError::Invalid(format!("stock must be between 0 and 1000000000, got {}", request.stock)));
+    }
+    if let (Some(starts), Some(ends)) = (request.starts_at, request.ends_at) {
+        if starts >= ends {
+            return Err(WarmupError::Invalid("startsAt must be before endsAt".into()));
+        }
+    }
+    let sale = request.sale;
+    let locks = LockClient::new(stock.connection());
+    let lock_name = format!("{}seckill:{{{}:{}}}:warmup", stock.prefix(), sale.activity, sale.sku);
+    let Some(guard) = locks.acquire_with_watchdog(&lock_name, Duration::from_secs(10), Duration::from_millis(500)).await?
+    else {
+        return Err(WarmupError::Busy(sale));
+    };
+    let result = async {
+        if !request.force && stock.has_orders_in_flight(sale).await? {
+            return Err(WarmupError::InFlight(sale));
+        }
+        let row = db::upsert_sale(pool, sale, request.stock, request.starts_at, request.ends_at).await?;
+        let ms = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis()).unwrap_or(0);
+        let expire_at = request.ends_at.map(|e| e.timestamp_millis() + KEY_TTL_AFTER_END.as_millis() as i64).unwrap_or(0);
+        // Force here: the in-flight check above ran under the same lock.
+        stock
+            .warmup(sale, request.stock, ms(request.starts_at), ms(request.ends_at), i64::from(row.round), expire_at, true)
+            .await?;
+        Ok(row)
+    }
+    .await;
+    guard.release().await;
+    result
+}
