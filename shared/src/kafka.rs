@@ -122,8 +122,8 @@ pub async fn ensure_topics(settings: &KafkaSettings) -> anyhow::Result<Topics> {
 }
 
 /// Builds dead-letter headers for a record that failed for `reason`.
-pub fn dlq_headers(
-    original: Option<&rdkafka::message::BorrowedHeaders>,
+pub fn dlq_headers<H: Headers>(
+    original: Option<&H>,
     reason: &str,
     error: &str,
     topic: &str,

@@ -1,1 +1,74 @@
-//! placeholder
+//! The flash-sale edge: the HTTP front door (design, section 3).
+//!
+//! A request to buy goes through, in order: a strict body parse, optional
+//! user auth, the global and per-user rate limits, the local sold-out flag,
+//! one atomic Redis deduction, and a publish to Kafka whose delivery report
+//! is awaited before answering. A publish that definitely failed is rolled
+//! back in one Lua call; an ambiguous one is left to the reservation sweeper.
+
+pub mod http;
+pub mod limit;
+pub mod publish;
+pub mod settings;
+pub mod sold_out;
+
+use anyhow::Context;
+use http::AppState;
+pub use settings::Settings;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// A built edge: bound to its port, connected, ready to serve.
+pub struct Application {
+    listener: tokio::net::TcpListener,
+    state: AppState,
+}
+
+impl Application {
+    /// Connects to Redis, Kafka and PostgreSQL and binds the HTTP port
+    /// (port 0 picks a free one, for tests).
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let stock = seckill_shared::stock::Stock::connect(&settings.redis).await.context("connecting to redis")?;
+        let db = seckill_shared::db::connect_lazy(&settings.database).context("configuring the database pool")?;
+        // The hot path does not need PostgreSQL; a database that is down at
+        // start only delays warm-ups and status fall-backs.
+        if let Err(error) = seckill_shared::db::migrate(&db).await {
+            tracing::warn!(%error, "could not apply migrations at start");
+        }
+        let topics = match seckill_shared::kafka::ensure_topics(&settings.kafka).await {
+            Ok(topics) => topics,
+            Err(error) => {
+                // Publishes answer 503 until Kafka is back; they never sell.
+                tracing::warn!(%error, "could not ensure topics at start");
+                seckill_shared::kafka::Topics::new(&settings.kafka)
+            }
+        };
+        let publisher = publish::Publisher::new(&settings.kafka, topics.orders.clone()).context("creating the producer")?;
+        let listener = tokio::net::TcpListener::bind(&settings.http_addr)
+            .await
+            .with_context(|| format!("binding {}", settings.http_addr))?;
+        let state = AppState::new(Arc::new(settings), stock, db, publisher);
+        Ok(Self { listener, state })
+    }
+
+    /// The address the edge listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// Serves until `shutdown`, then finishes in-flight requests (their
+    /// publishes complete or roll back) and flushes the producer.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let Self { listener, state } = self;
+        tracing::info!(addr = %listener.local_addr()?, deduction = ?state.settings.deduction, "edge listening");
+        let publisher = state.publisher.clone();
+        let router = http::router(state);
+        axum::serve(listener, router).with_graceful_shutdown(async move { shutdown.cancelled().await }).await?;
+        tokio::task::spawn_blocking(move || publisher.flush(std::time::Duration::from_secs(10)))
+            .await
+            .context("flushing the producer")?;
+        tracing::info!("edge stopped");
+        Ok(())
+    }
+}

@@ -1,0 +1,53 @@
+//! Credentials: the admin bearer token, and the optional user JWT (HS256)
+//! whose `sub` must be the user the request acts for.
+
+use super::{ApiError, AppState};
+use axum::http::{header, HeaderMap};
+use seckill_shared::domain::UserId;
+
+/// Refuses the request unless it carries `Authorization: Bearer <admin token>`.
+/// With no admin token configured, the admin API refuses everything.
+pub fn require_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(expected) = state.settings.admin_token.as_deref().filter(|t| !t.is_empty()) else {
+        return Err(ApiError::Unauthorized("the admin API is disabled (SECKILL_ADMIN_TOKEN is not set)".into()));
+    };
+    let given = bearer(headers).ok_or_else(|| ApiError::Unauthorized("missing bearer token".into()))?;
+    if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized("invalid admin token".into()))
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Claims {
+    sub: serde_json::Value,
+}
+
+/// When user auth is on, checks the JWT and that its `sub` is `user`.
+pub fn require_user(state: &AppState, headers: &HeaderMap, user: UserId) -> Result<(), ApiError> {
+    let Some(secret) = state.settings.user_jwt_secret.as_deref() else { return Ok(()) };
+    let token = bearer(headers).ok_or_else(|| ApiError::Unauthorized("missing bearer token".into()))?;
+    let key = jsonwebtoken::DecodingKey::from_secret(secret.as_bytes());
+    let validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
+    let data = jsonwebtoken::decode::<Claims>(token, &key, &validation)
+        .map_err(|e| ApiError::Unauthorized(format!("invalid token: {e}")))?;
+    let subject = match &data.claims.sub {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        _ => return Err(ApiError::Unauthorized("token subject is not a user id".into())),
+    };
+    if subject == user.to_string() {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden("the token is for another user".into()))
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ").map(str::trim)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,156 @@
+//! The edge's one error type: every 4xx/5xx of the contract, each with its
+//! status and `{"code","message"}` body. Internal details never reach the
+//! client; they are logged once, by the `log_errors` middleware.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything the edge can refuse a request with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Bad JSON, missing field, bad id, wrong type.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// Body over the limit.
+    #[error("request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    /// Missing or bad credentials.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Credentials for someone else.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Over a rate limit.
+    #[error("too many requests; retry after {}s", retry_after_secs(*.0))]
+    RateLimited(Duration),
+    /// Unknown or not warmed-up sale.
+    #[error("sale not found or not warmed up")]
+    SaleNotFound,
+    /// Before the start or after the end.
+    #[error("the sale is not active now")]
+    SaleNotActive,
+    /// One order per user per sale.
+    #[error("this user already has an order in this sale")]
+    AlreadyPurchased(Option<String>),
+    /// No stock left.
+    #[error("sold out")]
+    SoldOut,
+    /// Unknown order.
+    #[error("order not found")]
+    OrderNotFound,
+    /// A warm-up that would disturb orders in flight, or another warm-up.
+    #[error("{0}")]
+    SaleBusy(String),
+    /// Redis or Kafka unavailable; nothing was kept.
+    #[error("{0}")]
+    TryAgain(String),
+    /// A bug or an unexpected failure. The client sees a generic message.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+/// The logged detail of a 5xx, carried to the logging middleware.
+#[derive(Clone)]
+pub struct ErrorDetail(pub Arc<String>);
+
+fn retry_after_secs(wait: Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+}
+
+impl ApiError {
+    /// The contract's stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "INVALID_REQUEST",
+            Self::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
+            Self::Unauthorized(_) => "UNAUTHORIZED",
+            Self::Forbidden(_) => "FORBIDDEN",
+            Self::RateLimited(_) => "RATE_LIMITED",
+            Self::SaleNotFound => "SALE_NOT_FOUND",
+            Self::SaleNotActive => "SALE_NOT_ACTIVE",
+            Self::AlreadyPurchased(_) => "ALREADY_PURCHASED",
+            Self::SoldOut => "SOLD_OUT",
+            Self::OrderNotFound => "ORDER_NOT_FOUND",
+            Self::SaleBusy(_) => "SALE_BUSY",
+            Self::TryAgain(_) => "TRY_AGAIN",
+            Self::Internal(_) => "INTERNAL",
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) | Self::SaleNotActive => StatusCode::FORBIDDEN,
+            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::SaleNotFound | Self::OrderNotFound => StatusCode::NOT_FOUND,
+            Self::AlreadyPurchased(_) | Self::SaleBusy(_) => StatusCode::CONFLICT,
+            Self::SoldOut => StatusCode::GONE,
+            Self::TryAgain(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status_code();
+        let message = match &self {
+            Self::Internal(_) => "internal error".to_owned(),
+            other => other.to_string(),
+        };
+        let mut body = serde_json::json!({ "code": self.code(), "message": message });
+        if let Self::AlreadyPurchased(Some(order_id)) = &self {
+            body["orderId"] = serde_json::Value::String(order_id.clone());
+        }
+        let mut response = (status, Json(body)).into_response();
+        if let Self::RateLimited(wait) = &self {
+            let secs = retry_after_secs(*wait).max(1);
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if status.is_server_error() {
+            let detail = match &self {
+                Self::Internal(error) => format!("{error:#}"),
+                other => other.to_string(),
+            };
+            response.extensions_mut().insert(ErrorDetail(Arc::new(detail)));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_has_its_contract_status() {
+        for (error, status, code) in [
+            (ApiError::InvalidRequest("x".into()), 400, "INVALID_REQUEST"),
+            (ApiError::PayloadTooLarge(4096), 413, "PAYLOAD_TOO_LARGE"),
+            (ApiError::Unauthorized("x".into()), 401, "UNAUTHORIZED"),
+            (ApiError::Forbidden("x".into()), 403, "FORBIDDEN"),
+            (ApiError::RateLimited(Duration::from_millis(1)), 429, "RATE_LIMITED"),
+            (ApiError::SaleNotFound, 404, "SALE_NOT_FOUND"),
+            (ApiError::SaleNotActive, 403, "SALE_NOT_ACTIVE"),
+            (ApiError::AlreadyPurchased(None), 409, "ALREADY_PURCHASED"),
+            (ApiError::SoldOut, 410, "SOLD_OUT"),
+            (ApiError::OrderNotFound, 404, "ORDER_NOT_FOUND"),
+            (ApiError::TryAgain("x".into()), 503, "TRY_AGAIN"),
+        ] {
+            assert_eq!(error.status_code().as_u16(), status, "{code}");
+            assert_eq!(error.code(), code);
+        }
+    }
+
+    #[test]
+    fn retry_after_rounds_up() {
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
+    }
+}

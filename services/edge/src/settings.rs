@@ -1,0 +1,88 @@
+//! The edge's settings.
+
+use seckill_shared::config::{DbSettings, KafkaSettings, LockSettings, RedisSettings, TelemetrySettings};
+use serde::{Deserialize, Serialize};
+
+/// How the edge deducts stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeductionMode {
+    /// One atomic Lua script (the default, and the fast one).
+    #[default]
+    Lua,
+    /// The seed's approach: a per-sale distributed lock around separate
+    /// commands. Kept for comparison in the benchmark.
+    Lock,
+}
+
+/// Rate limits (GCRA, in process).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitSettings {
+    /// Requests per second across all users.
+    pub global_per_second: u32,
+    /// Burst across all users.
+    pub global_burst: u32,
+    /// Requests per second per user.
+    pub per_user_per_second: u32,
+    /// Burst per user.
+    pub per_user_burst: u32,
+}
+
+impl Default for RateLimitSettings {
+    fn default() -> Self {
+        // Generous globally (the seed's 200-way burst of distinct users must
+        // pass), strict per user (one buyer cannot hammer the sale).
+        Self { global_per_second: 200_000, global_burst: 50_000, per_user_per_second: 5, per_user_burst: 10 }
+    }
+}
+
+/// Settings of `seckill-edge`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Where to listen.
+    pub http_addr: String,
+    /// Bearer token of the admin API; the admin API refuses everything when unset.
+    pub admin_token: Option<String>,
+    /// HS256 secret; when set, `/api/*` requires a JWT whose `sub` is the user.
+    pub user_jwt_secret: Option<String>,
+    /// Largest accepted request body.
+    pub body_limit_bytes: usize,
+    /// Lua script or lock.
+    pub deduction: DeductionMode,
+    /// Lease and wait of the lock deduction.
+    pub lock: LockSettings,
+    /// Rate limits.
+    pub rate_limit: RateLimitSettings,
+    /// How long a sale's local sold-out flag is trusted before Redis is asked
+    /// again, so restored units sell within about this long.
+    pub sold_out_flag_ms: u64,
+    /// Redis.
+    pub redis: RedisSettings,
+    /// Kafka.
+    pub kafka: KafkaSettings,
+    /// PostgreSQL (warm-up, status fall-back, reconciliation).
+    pub database: DbSettings,
+    /// Logging.
+    pub telemetry: TelemetrySettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            http_addr: "127.0.0.1:8080".into(),
+            admin_token: None,
+            user_jwt_secret: None,
+            body_limit_bytes: 4096,
+            deduction: DeductionMode::Lua,
+            lock: LockSettings::default(),
+            rate_limit: RateLimitSettings::default(),
+            sold_out_flag_ms: 1_000,
+            redis: RedisSettings::default(),
+            kafka: KafkaSettings::default(),
+            database: DbSettings { max_connections: 8, ..DbSettings::default() },
+            telemetry: TelemetrySettings::default(),
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! The consume → write → settle → commit loop of one group member.
+
+use crate::dlq::{DeadLetters, Origin};
+use crate::store::{self, BatchOutcome, WriteError};
+use crate::Settings;
+use backon::BackoffBuilder;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::{Offset, TopicPartitionList};
+use seckill_shared::domain::{FailReason, OrderId, OrderRecord, OrderStatus, UserId};
+use seckill_shared::kafka::{self, Topics};
+use seckill_shared::stock::Stock;
+use sqlx::PgPool;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// What every worker shares.
+#[derive(Clone)]
+pub struct Dependencies {
+    /// Redis.
+    pub stock: Stock,
+    /// PostgreSQL.
+    pub db: PgPool,
+    /// The dead-letter producer.
+    pub dead_letters: DeadLetters,
+    /// Topic names.
+    pub topics: Topics,
+}
+
+fn backoff(settings: &Settings) -> backon::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(settings.retry_initial_ms))
+        .with_max_delay(Duration::from_millis(settings.retry_max_ms))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// Retries `attempt` with exponential backoff and jitter until it succeeds
+/// or `shutdown` is cancelled (then `None`).
+async fn retry_until<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+    settings: &Settings,
+    what: &str,
+    shutdown: &CancellationToken,
+    mut attempt: impl FnMut() -> F,
+) -> Option<T> {
+    let mut delays = backoff(settings);
+    loop {
+        match attempt().await {
+            Ok(value) => return Some(value),
+            Err(error) => {
+                let delay = delays.next().unwrap_or(Duration::from_millis(settings.retry_max_ms));
+                tracing::warn!(%error, retry_in = ?delay, "{what} failed; retrying");
+                metrics::counter!("seckill_order_retries_total").increment(1);
+                tokio::select! {
+                    // Stop retrying: nothing was committed, so nothing is lost.
+                    _ = shutdown.cancelled() => return None,
+                    // Try again.
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+impl Dependencies {
+    /// Connects to Redis, PostgreSQL (migrating it) and Kafka (creating the
+    /// topics), retrying each until it answers. `None` on shutdown.
+    pub async fn connect(settings: &Settings, shutdown: &CancellationToken) -> Option<Self> {
+        let stock = retry_until(settings, "connecting to redis", shutdown, || Stock::connect(&settings.redis)).await?;
+        let db = match seckill_shared::db::connect_lazy(&settings.database) {
+            Ok(db) => db,
+            Err(error) => {
+                tracing::error!(%error, "invalid database settings");
+                return None;
+            }
+        };
+        retry_until(settings, "migrating the database", shutdown, || seckill_shared::db::migrate(&db)).await?;
+        let topics =
+            retry_until(settings, "creating topics", shutdown, || kafka::ensure_topics(&settings.kafka)).await?;
+        let producer = match kafka::producer(&settings.kafka) {
+            Ok(producer) => producer,
+            Err(error) => {
+                tracing::error!(%error, "invalid kafka settings");
+                return None;
+            }
+        };
+        let dead_letters = DeadLetters::new(producer, topics.dlq.clone());
+        Some(Self { stock, db, dead_letters, topics })
+    }
+}
+
+/// One member of the `seckill-order` group.
+pub struct Worker {
+    index: usize,
+    settings: Arc<Settings>,
+    deps: Dependencies,
+    consumer: StreamConsumer,
+}
+
+impl Worker {
+    /// Creates the consumer and subscribes it.
+    pub fn new(index: usize, settings: Arc<Settings>, deps: Dependencies) -> anyhow::Result<Self> {
+        let consumer: StreamConsumer =
+            kafka::consumer_config(&settings.kafka, &kafka::order_group(&settings.kafka)).create()?;
+        consumer.subscribe(&[deps.topics.orders.as_str()])?;
+        Ok(Self { index, settings, deps, consumer })
+    }
+
+    /// Consumes until `shutdown`, a batch at a time.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        loop {
+            // Safe point: the previous batch is committed (or abandoned).
+            let Some(batch) = self.next_batch(&shutdown).await else { break };
+            let started = Instant::now();
+            let settings = self.settings.clone();
+            let processed =
+                retry_until(&settings, "processing a batch", &shutdown, || self.process(&batch)).await;
+            if processed.is_none() {
+                // Shutting down mid-retry: commit nothing; the batch is
+                // consumed again by whoever gets these partitions.
+                break;
+            }
+            metrics::histogram!("seckill_order_batch_seconds").record(started.elapsed().as_secs_f64());
+            self.commit(&batch);
+        }
+        self.consumer.unsubscribe();
+        tracing::info!(worker = self.index, "consumer left the group");
+        Ok(())
+    }
+
+    /// Waits for a first record, then gathers more for up to the batch wait.
+    async fn next_batch(&self, shutdown: &CancellationToken) -> Option<Vec<OwnedMessage>> {
+        let mut batch = Vec::with_capacity(self.settings.batch_size);
+        while batch.is_empty() {
+            tokio::select! {
+                // Stop between batches.
+                _ = shutdown.cancelled() => return None,
+                received = self.consumer.recv() => match received {
+                    Ok(message) => batch.push(message.detach()),
+                    Err(error) => {
+                        tracing::warn!(worker = self.index, %error, "consumer error");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                },
+            }
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.batch_wait_ms);
+        while batch.len() < self.settings.batch_size {
+            match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
+                Ok(Ok(message)) => batch.push(message.detach()),
+                Ok(Err(error)) => tracing::warn!(worker = self.index, %error, "consumer error"),
+                Err(_) => break,
+            }
+        }
+        metrics::counter!("seckill_order_records_consumed_total").increment(batch.len() as u64);
+        metrics::histogram!("seckill_order_batch_size").record(batch.len() as f64);
+        Some(batch)
+    }
+
+    /// Writes the batch, settles Redis and dead-letters the rejects. Any
+    /// error is transient: the whole batch is tried again, idempotently.
+    async fn process(&self, batch: &[OwnedMessage]) -> Result<(), String> {
+        let mut records = Vec::with_capacity(batch.len());
+        let mut by_order: HashMap<String, &OwnedMessage> = HashMap::new();
+        let mut malformed = Vec::new();
+        for message in batch {
+            match message.payload().map(OrderRecord::decode) {
+                Some(Ok(record)) => {
+                    by_order.entry(record.order_id.as_str().to_owned()).or_insert(message);
+                    records.push(record);
+                }
+                Some(Err(error)) => malformed.push((message, error)),
+                None => malformed.push((message, "empty record".to_owned())),
+            }
+        }
+
+        let started = Instant::now();
+        let outcome = match store::write_batch(&self.deps.db, &records).await {
+            Ok(outcome) => outcome,
+            Err(WriteError::Transient(error)) => return Err(format!("writing orders: {error}")),
+            // One bad row must not fail the good ones: write row by row.
+            Err(WriteError::Permanent(error)) => {
+                tracing::warn!(%error, "batch refused by the database; writing row by row");
+                self.write_row_by_row(&records).await?
+            }
+        };
+        metrics::histogram!("seckill_order_transaction_seconds").record(started.elapsed().as_secs_f64());
+        metrics::counter!("seckill_order_orders_written_total").increment(outcome.created.len() as u64);
+
+        let mut created: Vec<(OrderId, UserId, i64)> =
+            outcome.created.iter().map(|r| (r.order_id.clone(), r.user_id, r.accepted_at)).collect();
+        let mut settled: Vec<OrderId> = Vec::new();
+        for (record, status) in &outcome.already_done {
+            match status {
+                OrderStatus::Created => created.push((record.order_id.clone(), record.user_id, record.accepted_at)),
+                _ => settled.push(record.order_id.clone()),
+            }
+        }
+        settled.extend(outcome.rejected.iter().map(|(r, _, _)| r.order_id.clone()));
+        self.deps.stock.mark_created(&created).await.map_err(|e| format!("updating order status: {e}"))?;
+
+        for (record, reason, error) in &outcome.rejected {
+            let message = by_order.get(record.order_id.as_str()).copied().expect("every record came from a message");
+            self.dead_letter(message, *reason, error).await?;
+        }
+        for (message, error) in &malformed {
+            self.dead_letter(message, FailReason::Malformed, error).await?;
+        }
+        // Dead-lettered orders are the compensator's now: no longer reserved.
+        self.deps.stock.unreserve(&settled).await.map_err(|e| format!("clearing reservations: {e}"))?;
+        Ok(())
+    }
+
+    async fn write_row_by_row(&self, records: &[OrderRecord]) -> Result<BatchOutcome, String> {
+        let mut total = BatchOutcome::default();
+        for record in records {
+            match store::write_batch(&self.deps.db, std::slice::from_ref(record)).await {
+                Ok(outcome) => {
+                    total.created.extend(outcome.created);
+                    total.already_done.extend(outcome.already_done);
+                    total.rejected.extend(outcome.rejected);
+                }
+                Err(WriteError::Transient(error)) => return Err(format!("writing orders: {error}")),
+                Err(WriteError::Permanent(error)) => total.rejected.push((record.clone(), FailReason::DbRejected, error)),
+            }
+        }
+        Ok(total)
+    }
+
+    async fn dead_letter(&self, message: &OwnedMessage, reason: FailReason, error: &str) -> Result<(), String> {
+        tracing::info!(
+            reason = reason.code(),
+            %error,
+            partition = message.partition(),
+            offset = message.offset(),
+            "dead-lettering a record"
+        );
+        let origin = Origin {
+            topic: message.topic(),
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key(),
+            payload: message.payload(),
+            headers: message.headers(),
+        };
+        self.deps.dead_letters.send(&origin, reason.code(), error).await
+    }
+
+    /// Commits the offset after each partition's last record of the batch.
+    fn commit(&self, batch: &[OwnedMessage]) {
+        let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        for message in batch {
+            let entry = next.entry((message.topic().to_owned(), message.partition())).or_insert(0);
+            *entry = (*entry).max(message.offset() + 1);
+        }
+        let mut list = TopicPartitionList::new();
+        for ((topic, partition), offset) in &next {
+            if let Err(error) = list.add_partition_offset(topic, *partition, Offset::Offset(*offset)) {
+                tracing::warn!(%error, "building the commit");
+            }
+        }
+        // A failed commit (the partition moved to another member in a
+        // rebalance) is not fatal: the new owner replays, idempotently.
+        if let Err(error) = self.consumer.commit(&list, CommitMode::Sync) {
+            tracing::warn!(worker = self.index, %error, "offset commit failed; the records will be replayed");
+        }
+    }
+}
+
+/// Publishes the group's lag per partition as a gauge, every few seconds.
+pub async fn report_lag(settings: Arc<Settings>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let topics = Topics::new(&settings.kafka);
+    let group = kafka::order_group(&settings.kafka);
+    loop {
+        tokio::select! {
+            // Stop with the service.
+            _ = shutdown.cancelled() => return Ok(()),
+            // Measure again.
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+        let (kafka_settings, group, topic) = (settings.kafka.clone(), group.clone(), topics.orders.clone());
+        let measured = tokio::task::spawn_blocking(move || {
+            kafka::lag(&kafka_settings, &group, &topic, Duration::from_secs(3))
+        })
+        .await?;
+        match measured {
+            Ok(lag) => {
+                for (partition, behind) in lag.partitions {
+                    metrics::gauge!("seckill_order_consumer_lag", "partition" => partition.to_string()).set(behind as f64);
+                }
+            }
+            Err(error) => tracing::debug!(%error, "could not measure lag"),
+        }
+    }
+}
