@@ -13,6 +13,7 @@ pub mod lock;
 pub mod reconcile;
 pub mod shutdown;
 pub mod stock;
+pub mod tasks;
 pub mod telemetry;
 pub mod warmup;
 

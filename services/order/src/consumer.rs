@@ -3,110 +3,38 @@
 use crate::dlq::{DeadLetters, Origin};
 use crate::store::{self, BatchOutcome, WriteError};
 use crate::Settings;
-use backon::BackoffBuilder;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use seckill_shared::domain::{FailReason, OrderId, OrderRecord, OrderStatus, UserId};
 use seckill_shared::kafka::{self, Topics};
-use seckill_shared::stock::Stock;
-use sqlx::PgPool;
+use seckill_shared::tasks::{retry_until, Connections};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// What every worker shares.
-#[derive(Clone)]
-pub struct Dependencies {
-    /// Redis.
-    pub stock: Stock,
-    /// PostgreSQL.
-    pub db: PgPool,
-    /// The dead-letter producer.
-    pub dead_letters: DeadLetters,
-    /// Topic names.
-    pub topics: Topics,
-}
-
-fn backoff(settings: &Settings) -> backon::ExponentialBackoff {
-    backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(settings.retry_initial_ms))
-        .with_max_delay(Duration::from_millis(settings.retry_max_ms))
-        .with_jitter()
-        .without_max_times()
-        .build()
-}
-
-/// Retries `attempt` with exponential backoff and jitter until it succeeds
-/// or `shutdown` is cancelled (then `None`).
-async fn retry_until<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
-    settings: &Settings,
-    what: &str,
-    shutdown: &CancellationToken,
-    mut attempt: impl FnMut() -> F,
-) -> Option<T> {
-    let mut delays = backoff(settings);
-    loop {
-        match attempt().await {
-            Ok(value) => return Some(value),
-            Err(error) => {
-                let delay = delays.next().unwrap_or(Duration::from_millis(settings.retry_max_ms));
-                tracing::warn!(%error, retry_in = ?delay, "{what} failed; retrying");
-                metrics::counter!("seckill_order_retries_total").increment(1);
-                tokio::select! {
-                    // Stop retrying: nothing was committed, so nothing is lost.
-                    _ = shutdown.cancelled() => return None,
-                    // Try again.
-                    _ = tokio::time::sleep(delay) => {}
-                }
-            }
-        }
-    }
-}
-
-impl Dependencies {
-    /// Connects to Redis, PostgreSQL (migrating it) and Kafka (creating the
-    /// topics), retrying each until it answers. `None` on shutdown.
-    pub async fn connect(settings: &Settings, shutdown: &CancellationToken) -> Option<Self> {
-        let stock = retry_until(settings, "connecting to redis", shutdown, || Stock::connect(&settings.redis)).await?;
-        let db = match seckill_shared::db::connect_lazy(&settings.database) {
-            Ok(db) => db,
-            Err(error) => {
-                tracing::error!(%error, "invalid database settings");
-                return None;
-            }
-        };
-        retry_until(settings, "migrating the database", shutdown, || seckill_shared::db::migrate(&db)).await?;
-        let topics =
-            retry_until(settings, "creating topics", shutdown, || kafka::ensure_topics(&settings.kafka)).await?;
-        let producer = match kafka::producer(&settings.kafka) {
-            Ok(producer) => producer,
-            Err(error) => {
-                tracing::error!(%error, "invalid kafka settings");
-                return None;
-            }
-        };
-        let dead_letters = DeadLetters::new(producer, topics.dlq.clone());
-        Some(Self { stock, db, dead_letters, topics })
-    }
-}
-
 /// One member of the `seckill-order` group.
 pub struct Worker {
     index: usize,
     settings: Arc<Settings>,
-    deps: Dependencies,
+    deps: Connections,
+    dead_letters: DeadLetters,
     consumer: StreamConsumer,
 }
 
 impl Worker {
     /// Creates the consumer and subscribes it.
-    pub fn new(index: usize, settings: Arc<Settings>, deps: Dependencies) -> anyhow::Result<Self> {
+    pub fn new(
+        index: usize,
+        settings: Arc<Settings>,
+        deps: Connections,
+        dead_letters: DeadLetters,
+    ) -> anyhow::Result<Self> {
         let consumer: StreamConsumer =
             kafka::consumer_config(&settings.kafka, &kafka::order_group(&settings.kafka)).create()?;
         consumer.subscribe(&[deps.topics.orders.as_str()])?;
-        Ok(Self { index, settings, deps, consumer })
+        Ok(Self { index, settings, deps, dead_letters, consumer })
     }
 
     /// Consumes until `shutdown`, a batch at a time.
@@ -115,9 +43,8 @@ impl Worker {
             // Safe point: the previous batch is committed (or abandoned).
             let Some(batch) = self.next_batch(&shutdown).await else { break };
             let started = Instant::now();
-            let settings = self.settings.clone();
             let processed =
-                retry_until(&settings, "processing a batch", &shutdown, || self.process(&batch)).await;
+                retry_until(self.settings.backoff(), "processing a batch", &shutdown, || self.process(&batch)).await;
             if processed.is_none() {
                 // Shutting down mid-retry: commit nothing; the batch is
                 // consumed again by whoever gets these partitions.
@@ -246,7 +173,7 @@ impl Worker {
             payload: message.payload(),
             headers: message.headers(),
         };
-        self.deps.dead_letters.send(&origin, reason.code(), error).await
+        self.dead_letters.send(&origin, reason.code(), error).await
     }
 
     /// Commits the offset after each partition's last record of the batch.

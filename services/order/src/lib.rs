@@ -13,6 +13,8 @@ pub mod store;
 
 use anyhow::Context;
 use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings, TelemetrySettings};
+use seckill_shared::tasks::{report_exit, Backoff, Connections, ReadyFlag};
+use seckill_shared::telemetry::serve_health;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -44,6 +46,13 @@ pub struct Settings {
     pub database: DbSettings,
     /// Logging.
     pub telemetry: TelemetrySettings,
+}
+
+impl Settings {
+    /// Retry delays after transient failures.
+    pub fn backoff(&self) -> Backoff {
+        Backoff { initial: Duration::from_millis(self.retry_initial_ms), max: Duration::from_millis(self.retry_max_ms) }
+    }
 }
 
 impl Default for Settings {
@@ -87,35 +96,28 @@ impl Service {
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let settings = self.settings;
         let tracker = TaskTracker::new();
-        let ready_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = ready_flag.clone();
-        let ready: seckill_shared::telemetry::ReadinessCheck = Arc::new(move || {
-            let flag = flag.clone();
-            Box::pin(async move {
-                if flag.load(std::sync::atomic::Ordering::Relaxed) {
-                    Ok(())
-                } else {
-                    Err("connecting to redis, postgresql and kafka".to_owned())
-                }
-            })
-        });
-        tracker.spawn(report_exit(
-            "health server",
-            seckill_shared::telemetry::serve_health(self.health, ready, shutdown.clone()),
-        ));
+        let ready = ReadyFlag::default();
+        tracker.spawn(report_exit("health server", serve_health(self.health, ready.check(), shutdown.clone())));
 
-        let Some(deps) = consumer::Dependencies::connect(&settings, &shutdown).await else {
+        let backoff = settings.backoff();
+        let connections =
+            Connections::establish(&settings.redis, &settings.database, &settings.kafka, backoff, &shutdown).await?;
+        let Some(connections) = connections else {
             tracker.close();
             tracker.wait().await;
             return Ok(());
         };
-        ready_flag.store(true, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!(consumers = settings.consumers, topic = %deps.topics.orders, "order service consuming");
+        let dead_letters = dlq::DeadLetters::new(
+            seckill_shared::kafka::producer(&settings.kafka)?,
+            connections.topics.dlq.clone(),
+        );
+        ready.set();
+        tracing::info!(consumers = settings.consumers, topic = %connections.topics.orders, "order service consuming");
         for index in 0..settings.consumers.max(1) {
-            let worker = consumer::Worker::new(index, settings.clone(), deps.clone())?;
+            let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?;
             tracker.spawn(report_exit("consumer", worker.run(shutdown.clone())));
         }
-        tracker.spawn(consumer::report_lag(settings.clone(), shutdown.clone()));
+        tracker.spawn(report_exit("lag reporter", consumer::report_lag(settings.clone(), shutdown.clone())));
         tracker.close();
         shutdown.cancelled().await;
         if tokio::time::timeout(Duration::from_secs(30), tracker.wait()).await.is_err() {
@@ -123,13 +125,5 @@ impl Service {
         }
         tracing::info!("order service stopped");
         Ok(())
-    }
-}
-
-/// Logs how a long-running task ended.
-pub async fn report_exit<E: std::fmt::Display>(name: &'static str, task: impl std::future::Future<Output = Result<(), E>>) {
-    match task.await {
-        Ok(()) => tracing::info!(task = name, "task finished"),
-        Err(error) => tracing::error!(task = name, %error, "task failed"),
     }
 }

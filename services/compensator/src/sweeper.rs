@@ -1,0 +1,162 @@
+//! The reservation sweeper: settles units whose record never reached the
+//! order service (the edge died between deduction and publish, or a publish
+//! timed out and never landed).
+//!
+//! Only one sweeper runs across all compensators: it holds the sweeper lock
+//! with a watchdog, and passes the lock's fencing token to every
+//! transaction it writes, so a sweeper that lost the lock (paused past its
+//! lease) cannot write after its successor.
+//!
+//! A reservation is settled only when it is older than the grace period
+//! *and* the order service's group has caught up with every record produced
+//! before this sweep: then a record for it, if one was ever appended, has
+//! been processed (and would have cleared the reservation). While the order
+//! service lags (PostgreSQL down, service stopped) nothing is swept, so a
+//! slow pipeline never fails orders that are merely waiting.
+
+use crate::job::settle_order;
+use crate::Settings;
+use seckill_shared::db::{self, FenceError};
+use seckill_shared::domain::{FailReason, OrderRecord, OrderStatus, UserId};
+use seckill_shared::kafka;
+use seckill_shared::lock::{LockClient, LockGuard};
+use seckill_shared::tasks::Connections;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The singleton sweeper.
+pub struct Sweeper {
+    settings: Arc<Settings>,
+    deps: Connections,
+    locks: LockClient,
+    lock_name: String,
+}
+
+/// What one sweep did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Reservations settled as FAILED (`PUBLISH_LOST`).
+    pub failed: usize,
+    /// Reservations whose order turned out CREATED.
+    pub created: usize,
+}
+
+impl Sweeper {
+    /// A sweeper over the compensator's connections.
+    pub fn new(settings: Arc<Settings>, deps: Connections) -> Self {
+        let lock_name = format!("{}seckill:{{sweeper}}:lock", deps.stock.prefix());
+        Self { locks: LockClient::new(deps.stock.connection()), settings, deps, lock_name }
+    }
+
+    /// Competes for the lock; while holding it, sweeps every interval.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let interval = Duration::from_millis(self.settings.sweeper.interval_ms);
+        let lease = Duration::from_millis(self.settings.sweeper.lock_lease_ms);
+        loop {
+            let guard = match self.locks.acquire_with_watchdog(&self.lock_name, lease, Duration::ZERO).await {
+                Ok(guard) => guard,
+                Err(error) => {
+                    tracing::warn!(%error, "sweeper lock unavailable");
+                    None
+                }
+            };
+            match guard {
+                Some(guard) => {
+                    tracing::info!(fence = guard.fence(), "this instance is the reservation sweeper");
+                    let stop = self.lead(&guard, &shutdown, interval).await;
+                    guard.release().await;
+                    if stop {
+                        return Ok(());
+                    }
+                }
+                None => {
+                    tokio::select! {
+                        // Stop with the service.
+                        _ = shutdown.cancelled() => return Ok(()),
+                        // Another instance sweeps; try again later.
+                        _ = tokio::time::sleep(interval) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sweeps while the lock is held. Returns `true` on shutdown.
+    async fn lead(&self, guard: &LockGuard, shutdown: &CancellationToken, interval: Duration) -> bool {
+        let lost = guard.lost();
+        loop {
+            match self.sweep_once(guard.fence()).await {
+                Ok(report) if report != SweepReport::default() => tracing::info!(?report, "sweep settled reservations"),
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "sweep failed"),
+            }
+            tokio::select! {
+                // Stop with the service; the lock is released by the caller.
+                _ = shutdown.cancelled() => return true,
+                // The watchdog found the lock gone: stop writing at once.
+                _ = lost.cancelled() => {
+                    tracing::warn!("sweeper lock lost; standing down");
+                    return false;
+                }
+                // Next sweep.
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    }
+
+    /// One sweep over every sale, with the lock's fencing token.
+    pub async fn sweep_once(&self, fence: i64) -> anyhow::Result<SweepReport> {
+        let started = seckill_shared::now_ms();
+        let kafka_settings = self.settings.kafka.clone();
+        let topic = self.deps.topics.orders.clone();
+        let caught_up = tokio::task::spawn_blocking(move || {
+            kafka::caught_up(&kafka_settings, &kafka::order_group(&kafka_settings), &topic, Duration::from_secs(5))
+        })
+        .await??;
+        if !caught_up {
+            tracing::debug!("order service is behind; not sweeping");
+            return Ok(SweepReport::default());
+        }
+        let cutoff = started - self.settings.grace().as_millis() as i64;
+        let mut report = SweepReport::default();
+        for sale in self.deps.stock.sales().await? {
+            let stale = self.deps.stock.stale_reservations(sale, cutoff, self.settings.sweeper.batch as isize).await?;
+            for order_id in stale {
+                let Some(state) = self.deps.stock.order_state(&order_id).await? else {
+                    // No status to tell the buyer: nothing Redis can restore.
+                    self.deps.stock.unreserve(std::slice::from_ref(&order_id)).await?;
+                    continue;
+                };
+                let user = UserId::new(state.user_id)?;
+                // Decide the fate under the fence: a stale sweeper's
+                // transaction rolls back here.
+                let mut tx = self.deps.db.begin().await?;
+                match db::check_fence(&mut tx, &self.lock_name, fence).await {
+                    Ok(()) => {}
+                    Err(FenceError::Stale { .. }) => anyhow::bail!("fencing token {fence} is stale; another sweeper leads"),
+                    Err(FenceError::Db(error)) => return Err(error.into()),
+                }
+                let status =
+                    db::settle_failed(&mut tx, &order_id, user, FailReason::PublishLost, Some(state.accepted_at)).await?;
+                tx.commit().await?;
+                let record = OrderRecord {
+                    order_id: order_id.clone(),
+                    activity_id: sale.activity,
+                    sku_id: sale.sku,
+                    user_id: user,
+                    accepted_at: state.accepted_at,
+                    v: OrderRecord::VERSION,
+                };
+                // The row exists now; settling Redis is idempotent.
+                settle_order(&self.deps, &record, FailReason::PublishLost).await.map_err(anyhow::Error::msg)?;
+                match status {
+                    OrderStatus::Created => report.created += 1,
+                    _ => report.failed += 1,
+                }
+            }
+        }
+        metrics::counter!("seckill_sweeper_settled_total").increment(report.failed as u64);
+        Ok(report)
+    }
+}
