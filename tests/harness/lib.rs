@@ -1,1 +1,361 @@
-//! harness
+//! The end-to-end test harness: each test gets its own database, Redis key
+//! prefix, topic prefix and sale ids, so tests never see each other's data;
+//! services run in-process (or as child processes, for `kill -9`) against
+//! the real Redis, Kafka and PostgreSQL of `infra/local/up.sh`.
+//!
+//! Missing infrastructure fails loudly: nothing here skips a test.
+
+pub mod http;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings};
+use seckill_shared::domain::SaleKey;
+use seckill_shared::stock::Stock;
+use sqlx::{Connection, PgPool};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The admin token the harness configures.
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+const ADMIN_DATABASE_URL: &str = "postgres://seckill:seckill@127.0.0.1:5432/seckill";
+
+/// One test's isolated world.
+pub struct TestEnv {
+    /// Unique id of this test run.
+    pub id: String,
+    /// Redis settings with this test's key prefix.
+    pub redis: RedisSettings,
+    /// Kafka settings with this test's topic prefix.
+    pub kafka: KafkaSettings,
+    /// Settings of this test's own database.
+    pub database: DbSettings,
+    /// Name of this test's database.
+    pub database_name: String,
+    /// Redis access with the test's prefix.
+    pub stock: Stock,
+    /// This test's database.
+    pub db: PgPool,
+}
+
+impl TestEnv {
+    /// A fresh, migrated database, a key prefix and a topic prefix (topics
+    /// created).
+    pub async fn new() -> Self {
+        Self::with_partitions(4).await
+    }
+
+    /// Like [`TestEnv::new`] with `partitions` partitions on the orders topic.
+    pub async fn with_partitions(partitions: i32) -> Self {
+        let id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        let redis = RedisSettings { key_prefix: format!("t{id}:"), ..RedisSettings::default() };
+        let kafka = KafkaSettings {
+            topic_prefix: format!("t{id}."),
+            order_partitions: partitions,
+            dlq_partitions: 2,
+            session_timeout_ms: 6_000,
+            ..KafkaSettings::default()
+        };
+        let database_name = format!("seckill_t{id}");
+        let mut admin = sqlx::PgConnection::connect(ADMIN_DATABASE_URL)
+            .await
+            .expect("PostgreSQL must run on 127.0.0.1:5432 (infra/local/up.sh)");
+        sqlx::query(&format!("CREATE DATABASE {database_name}")).execute(&mut admin).await.expect("creating the test database");
+        let database = DbSettings {
+            url: format!("postgres://seckill:seckill@127.0.0.1:5432/{database_name}"),
+            max_connections: 8,
+            acquire_timeout_ms: 3_000,
+        };
+        let db = seckill_shared::db::connect_lazy(&database).expect("database settings");
+        seckill_shared::db::migrate(&db).await.expect("migrating the test database");
+        let stock = Stock::connect(&redis).await.expect("Redis must run on 127.0.0.1:6379 (infra/local/up.sh)");
+        seckill_shared::kafka::ensure_topics(&kafka).await.expect("Kafka must run on 127.0.0.1:9092 (infra/local/up.sh)");
+        Self { id, redis, kafka, database, database_name, stock, db }
+    }
+
+    /// A sale id pair no other test uses.
+    pub fn sale(&self) -> SaleKey {
+        let activity = 1_000 + (rand::random::<u32>() % 1_000_000) as i64;
+        SaleKey::from_raw(activity, 2_001).expect("positive ids")
+    }
+
+    /// The topic names.
+    pub fn topics(&self) -> seckill_shared::kafka::Topics {
+        seckill_shared::kafka::Topics::new(&self.kafka)
+    }
+
+    /// Edge settings for this test (port 0, admin token set).
+    pub fn edge_settings(&self) -> seckill_edge::Settings {
+        seckill_edge::Settings {
+            http_addr: "127.0.0.1:0".into(),
+            admin_token: Some(ADMIN_TOKEN.into()),
+            redis: self.redis.clone(),
+            kafka: self.kafka.clone(),
+            database: self.database.clone(),
+            ..seckill_edge::Settings::default()
+        }
+    }
+
+    /// Order service settings for this test (port 0).
+    pub fn order_settings(&self) -> seckill_order::Settings {
+        seckill_order::Settings {
+            metrics_addr: "127.0.0.1:0".into(),
+            retry_max_ms: 1_000,
+            redis: self.redis.clone(),
+            kafka: self.kafka.clone(),
+            database: self.database.clone(),
+            ..seckill_order::Settings::default()
+        }
+    }
+
+    /// Compensator settings for this test (port 0, short sweeper grace).
+    pub fn compensator_settings(&self) -> seckill_compensator::Settings {
+        let mut settings = seckill_compensator::Settings {
+            metrics_addr: "127.0.0.1:0".into(),
+            retry_max_ms: 1_000,
+            redis: self.redis.clone(),
+            kafka: KafkaSettings { message_timeout_ms: 1_000, ..self.kafka.clone() },
+            database: self.database.clone(),
+            ..seckill_compensator::Settings::default()
+        };
+        settings.sweeper.grace_ms = 1_000;
+        settings.sweeper.interval_ms = 300;
+        settings.sweeper.lock_lease_ms = 3_000;
+        settings
+    }
+
+    /// Starts an edge in this process.
+    pub async fn spawn_edge(&self, settings: seckill_edge::Settings) -> Running {
+        let app = seckill_edge::Application::build(settings).await.expect("building the edge");
+        let addr = app.local_addr();
+        Running::spawn(addr, |shutdown| app.run(shutdown))
+    }
+
+    /// Starts an order service in this process.
+    pub async fn spawn_order(&self, settings: seckill_order::Settings) -> Running {
+        let service = seckill_order::Service::build(settings).await.expect("building the order service");
+        let addr = service.health_addr();
+        Running::spawn(addr, |shutdown| service.run(shutdown))
+    }
+
+    /// Starts a compensator in this process.
+    pub async fn spawn_compensator(&self, settings: seckill_compensator::Settings) -> Running {
+        let service = seckill_compensator::Service::build(settings).await.expect("building the compensator");
+        let addr = service.health_addr();
+        Running::spawn(addr, |shutdown| service.run(shutdown))
+    }
+
+    /// The environment a child process of the project needs to join this test.
+    pub fn child_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("SECKILL_REDIS_URL".into(), self.redis.url.clone()),
+            ("SECKILL_KEY_PREFIX".into(), self.redis.key_prefix.clone()),
+            ("SECKILL_KAFKA_BROKERS".into(), self.kafka.brokers.clone()),
+            ("SECKILL_TOPIC_PREFIX".into(), self.kafka.topic_prefix.clone()),
+            ("SECKILL__KAFKA__ORDER_PARTITIONS".into(), self.kafka.order_partitions.to_string()),
+            ("SECKILL__KAFKA__SESSION_TIMEOUT_MS".into(), self.kafka.session_timeout_ms.to_string()),
+            ("SECKILL_DATABASE_URL".into(), self.database.url.clone()),
+            ("SECKILL_ADMIN_TOKEN".into(), ADMIN_TOKEN.into()),
+            ("RUST_LOG".into(), "warn".into()),
+        ]
+    }
+
+    /// Warms a sale up with `stock` units through the shared warm-up code.
+    pub async fn warmup(&self, sale: SaleKey, stock: i64) {
+        let request = seckill_shared::warmup::WarmupRequest { sale, stock, starts_at: None, ends_at: None, force: true };
+        seckill_shared::warmup::warmup(&self.stock, &self.db, &request).await.expect("warming up");
+    }
+
+    /// Orders in PostgreSQL for the sale, by status.
+    pub async fn count_orders(&self, sale: SaleKey, status: &str) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM orders WHERE activity_id = $1 AND sku_id = $2 AND status = $3")
+            .bind(sale.activity.get())
+            .bind(sale.sku.get())
+            .bind(status)
+            .fetch_one(&self.db)
+            .await
+            .expect("counting orders")
+    }
+
+    /// Redis stock of the sale.
+    pub async fn redis_stock(&self, sale: SaleKey) -> i64 {
+        self.stock.snapshot(sale).await.expect("reading redis").remaining
+    }
+
+    /// Produces one raw record to `topic`.
+    pub async fn produce(&self, topic: &str, key: &str, payload: &[u8], headers: &[(&str, &str)]) {
+        let producer: FutureProducer = seckill_shared::kafka::producer(&self.kafka).expect("producer");
+        let mut owned = OwnedHeaders::new();
+        for (k, v) in headers {
+            owned = owned.insert(Header { key: k, value: Some(v.as_bytes()) });
+        }
+        let record = FutureRecord::to(topic).key(key).payload(payload).headers(owned);
+        producer.send(record, Duration::from_secs(10)).await.expect("producing a test record");
+    }
+
+    /// Reads every record of `topic` from the start (own throwaway group),
+    /// until `expected` arrived or `timeout` passed.
+    pub async fn read_topic(&self, topic: &str, expected: usize, timeout: Duration) -> Vec<OwnedMessage> {
+        let brokers = self.kafka.brokers.clone();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &brokers)
+                .set("group.id", format!("reader-{}", rand::random::<u64>()))
+                .set("enable.auto.commit", "false")
+                .set("auto.offset.reset", "earliest")
+                .create()
+                .expect("reader");
+            consumer.subscribe(&[&topic]).expect("subscribing");
+            let deadline = Instant::now() + timeout;
+            let mut records = Vec::new();
+            while records.len() < expected && Instant::now() < deadline {
+                if let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
+                    records.push(message.detach());
+                }
+            }
+            records
+        })
+        .await
+        .expect("reader thread")
+    }
+
+    /// The lag of the order service's group.
+    pub async fn order_lag(&self) -> i64 {
+        let settings = self.kafka.clone();
+        tokio::task::spawn_blocking(move || {
+            let topics = seckill_shared::kafka::Topics::new(&settings);
+            seckill_shared::kafka::lag(&settings, &seckill_shared::kafka::order_group(&settings), &topics.orders, Duration::from_secs(5))
+                .map(|lag| lag.total)
+                .unwrap_or(i64::MAX)
+        })
+        .await
+        .expect("lag thread")
+    }
+
+    /// Blocks or allows new connections to this test's database, and drops
+    /// the current ones: PostgreSQL "down" for this test only.
+    pub async fn set_database_reachable(&self, reachable: bool) {
+        let mut admin = sqlx::PgConnection::connect(ADMIN_DATABASE_URL).await.expect("admin connection");
+        sqlx::query(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS {}", self.database_name, reachable))
+            .execute(&mut admin)
+            .await
+            .expect("altering the database");
+        if !reachable {
+            sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()")
+                .bind(&self.database_name)
+                .execute(&mut admin)
+                .await
+                .expect("terminating connections");
+        }
+    }
+}
+
+/// A service running in this process.
+pub struct Running {
+    /// Its HTTP (edge) or health (others) address.
+    pub addr: SocketAddr,
+    shutdown: CancellationToken,
+    handle: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    fn spawn<F, Fut>(addr: SocketAddr, run: F) -> Self
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let shutdown = CancellationToken::new();
+        let handle = tokio::spawn(run(shutdown.clone()));
+        Self { addr, shutdown, handle }
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops it gracefully and waits (bounded).
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        match tokio::time::timeout(Duration::from_secs(40), self.handle).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => panic!("service failed: {error:#}"),
+            Ok(Err(join)) => panic!("service panicked: {join}"),
+            Err(_) => panic!("service did not stop within 40s"),
+        }
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after `timeout` with
+/// `what` and the last value seen.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        match check().await {
+            Ok(value) => return value,
+            Err(seen) => last = seen,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+}
+
+/// A project binary built next to the test executable.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is missing: run `cargo build --workspace --bins` first (make test does)", path.display());
+    path
+}
+
+/// A project binary running as a child process, killed when dropped.
+pub struct Child {
+    inner: tokio::process::Child,
+}
+
+impl Child {
+    /// Starts `name` with `env` (stdout/stderr to a log file under target/).
+    pub fn start(name: &str, env: &[(String, String)]) -> Self {
+        let log_dir = binary(name).parent().expect("dir").join("e2e-logs");
+        std::fs::create_dir_all(&log_dir).expect("log dir");
+        let log = std::fs::File::create(log_dir.join(format!("{name}-{}.log", rand::random::<u32>()))).expect("log file");
+        let inner = tokio::process::Command::new(binary(name))
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting a child process");
+        Self { inner }
+    }
+
+    /// `kill -9`.
+    pub async fn kill9(mut self) {
+        self.inner.start_kill().expect("SIGKILL");
+        let _ = self.inner.wait().await;
+    }
+
+    /// SIGTERM, then waits (bounded) for a clean exit; returns its success.
+    pub async fn terminate(mut self) -> bool {
+        let pid = self.inner.id().expect("running child has a pid");
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        match tokio::time::timeout(Duration::from_secs(40), self.inner.wait()).await {
+            Ok(Ok(status)) => status.success(),
+            _ => false,
+        }
+    }
+}

@@ -36,14 +36,13 @@ impl Application {
         if let Err(error) = seckill_shared::db::migrate(&db).await {
             tracing::warn!(%error, "could not apply migrations at start");
         }
-        let topics = match seckill_shared::kafka::ensure_topics(&settings.kafka).await {
-            Ok(topics) => topics,
-            Err(error) => {
+        let topics = seckill_shared::kafka::Topics::new(&settings.kafka);
+        if settings.ensure_topics {
+            if let Err(error) = seckill_shared::kafka::ensure_topics(&settings.kafka).await {
                 // Publishes answer 503 until Kafka is back; they never sell.
                 tracing::warn!(%error, "could not ensure topics at start");
-                seckill_shared::kafka::Topics::new(&settings.kafka)
             }
-        };
+        }
         let publisher = publish::Publisher::new(&settings.kafka, topics.orders.clone()).context("creating the producer")?;
         let listener = tokio::net::TcpListener::bind(&settings.http_addr)
             .await

@@ -58,6 +58,9 @@ pub struct Settings {
     /// How long a sale's local sold-out flag is trusted before Redis is asked
     /// again, so restored units sell within about this long.
     pub sold_out_flag_ms: u64,
+    /// Create the topics at start when missing (off: a deployment whose
+    /// topics are managed elsewhere).
+    pub ensure_topics: bool,
     /// Redis.
     pub redis: RedisSettings,
     /// Kafka.
@@ -79,6 +82,7 @@ impl Default for Settings {
             lock: LockSettings::default(),
             rate_limit: RateLimitSettings::default(),
             sold_out_flag_ms: 1_000,
+            ensure_topics: true,
             redis: RedisSettings::default(),
             kafka: KafkaSettings::default(),
             database: DbSettings { max_connections: 8, ..DbSettings::default() },

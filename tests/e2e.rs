@@ -1,0 +1,8 @@
+//! End-to-end tests against the real Redis, Kafka and PostgreSQL started by
+//! `infra/local/up.sh` (`make test` starts them). One binary, one module per
+//! area, so the suite links once.
+
+#[path = "e2e/smoke.rs"]
+mod smoke;
+#[path = "e2e/edge.rs"]
+mod edge;

@@ -1,0 +1,73 @@
+//! A small keep-alive HTTP client for the tests.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+/// A response, its body parsed as JSON when it is JSON.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: hyper::HeaderMap,
+    /// Body as JSON (`Null` when it is not).
+    pub json: Value,
+    /// Raw body.
+    pub text: String,
+}
+
+impl Reply {
+    /// The body's `code`.
+    pub fn code(&self) -> &str {
+        self.json["code"].as_str().unwrap_or("")
+    }
+}
+
+/// The client.
+#[derive(Clone)]
+pub struct Client {
+    inner: HyperClient<HttpConnector, Full<Bytes>>,
+    base: String,
+}
+
+impl Client {
+    /// A client for `base` (`http://host:port`).
+    pub fn new(base: impl Into<String>) -> Self {
+        Self { inner: HyperClient::builder(TokioExecutor::new()).pool_max_idle_per_host(512).build_http(), base: base.into() }
+    }
+
+    /// Sends a request.
+    pub async fn send(&self, method: Method, path: &str, body: Option<&[u8]>, headers: &[(&str, &str)]) -> Reply {
+        let mut builder = Request::builder().method(method).uri(format!("{}{}", self.base, path));
+        if body.is_some() {
+            builder = builder.header("content-type", "application/json");
+        }
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        let request = builder.body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default()))).expect("request");
+        let response = self.inner.request(request).await.expect("HTTP request");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.into_body().collect().await.expect("body").to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply { status, headers, json, text }
+    }
+
+    /// `POST /api/seckill/order`.
+    pub async fn order(&self, activity: i64, sku: i64, user: i64) -> Reply {
+        let body = format!(r#"{{"activityId":{activity},"skuId":{sku},"userId":{user}}}"#);
+        self.send(Method::POST, "/api/seckill/order", Some(body.as_bytes()), &[]).await
+    }
+
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send(Method::GET, path, None, &[]).await
+    }
+}
