@@ -1,0 +1,306 @@
+//! `seckillctl bench`: an async load generator for the edge (HTTP/1.1
+//! keep-alive, one connection per worker), the project's own version of the
+//! seed's `curl | xargs` check. Prints the status/code distribution,
+//! requests/s, latency percentiles from an HdrHistogram and the CPU the
+//! generator itself used (it shares the machine with what it measures).
+
+use crate::{reconcile, Failure, Settings};
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Arguments of `bench`.
+#[derive(clap::Args, Clone)]
+pub struct Args {
+    /// The edge.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// Activity id of the sale.
+    #[arg(long)]
+    activity: i64,
+    /// SKU id of the sale.
+    #[arg(long)]
+    sku: i64,
+    /// Distinct users (ids offset+1 ..= offset+users).
+    #[arg(long, default_value_t = 1000)]
+    users: u64,
+    /// First user id minus one.
+    #[arg(long, default_value_t = 0)]
+    user_offset: i64,
+    /// Requests in flight at once (one connection each).
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Requests to send (default: one per user; unbounded with --duration).
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Share of requests (0..1) that repeat an earlier user: retries.
+    #[arg(long, default_value_t = 0.0)]
+    same_user_ratio: f64,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Seed of the user choice, so a run can be replayed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Instead of orders, GET this path (e.g. /healthz: the HTTP ceiling).
+    #[arg(long)]
+    get: Option<String>,
+    /// After the load, wait for drain and reconcile the sale.
+    #[arg(long)]
+    reconcile: bool,
+    /// Longest wait for drain with --reconcile, in seconds.
+    #[arg(long, default_value_t = 120)]
+    wait_drain: u64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The figures of one run.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BenchResult {
+    /// Requests answered (or failed to connect).
+    pub requests: u64,
+    /// Count per `status code` pair, e.g. `202 QUEUED`.
+    pub outcomes: BTreeMap<String, u64>,
+    /// Wall time, seconds.
+    pub seconds: f64,
+    /// Requests per second.
+    pub requests_per_second: f64,
+    /// Latency percentiles, milliseconds.
+    pub latency_ms: BTreeMap<String, f64>,
+    /// CPU the generator used, seconds.
+    pub generator_cpu_seconds: f64,
+    /// That CPU as a share of one core over the run (200 = both cores).
+    pub generator_cpu_percent: f64,
+    /// Time from the first request to the last 202 (sell-out), seconds.
+    pub last_accept_seconds: Option<f64>,
+}
+
+fn cpu_seconds() -> f64 {
+    // utime and stime of this process, in clock ticks (100 per second).
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let after = stat.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+            let utime: f64 = after.get(11)?.parse().ok()?;
+            let stime: f64 = after.get(12)?.parse().ok()?;
+            Some((utime + stime) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+fn mix(mut x: u64) -> u64 {
+    // splitmix64: a cheap, deterministic per-request draw.
+    x = x.wrapping_add(0x9e3779b97f4a7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d049bb133111eb);
+    x ^ (x >> 31)
+}
+
+/// The user of request `i`: the next distinct user, or with probability
+/// `same_user_ratio` one already seen (a retry).
+fn user_for(args: &Args, i: u64) -> i64 {
+    let users = args.users.max(1);
+    let draw = mix(args.seed ^ i);
+    let repeat = (draw >> 11) as f64 / (1u64 << 53) as f64 <= args.same_user_ratio && i > 0;
+    let index = if repeat { mix(draw) % i.min(users) } else { i % users };
+    args.user_offset + 1 + index as i64
+}
+
+fn code_of(body: &[u8]) -> String {
+    let text = std::str::from_utf8(body).unwrap_or("");
+    text.split_once("\"code\":\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(code, _)| code.to_owned())
+        .unwrap_or_default()
+}
+
+struct WorkerResult {
+    histogram: Histogram<u64>,
+    outcomes: BTreeMap<String, u64>,
+    last_accept: Option<Duration>,
+}
+
+/// Runs the load and returns its figures.
+pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
+    let client: Client<_, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).pool_max_idle_per_host(args.concurrency).build_http();
+    let total = match (args.requests, args.duration) {
+        (Some(r), _) => r,
+        (None, Some(_)) => u64::MAX,
+        (None, None) => args.users,
+    };
+    let next = Arc::new(AtomicU64::new(0));
+    let progress = if total == u64::MAX { indicatif::ProgressBar::new_spinner() } else { indicatif::ProgressBar::new(total) };
+    let stop_at = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let started = Instant::now();
+    let cpu_before = cpu_seconds();
+    let mut workers = Vec::new();
+    for _ in 0..args.concurrency.max(1) {
+        let (client, next, args, progress) = (client.clone(), next.clone(), args.clone(), progress.clone());
+        workers.push(tokio::spawn(async move {
+            let mut result = WorkerResult {
+                histogram: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"),
+                outcomes: BTreeMap::new(),
+                last_accept: None,
+            };
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total || stop_at.is_some_and(|t| Instant::now() >= t) {
+                    break;
+                }
+                let request = match &args.get {
+                    Some(path) => Request::builder().method(Method::GET).uri(format!("{}{}", args.url, path)).body(Full::new(Bytes::new())),
+                    None => {
+                        let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{}}}"#, args.activity, args.sku, user_for(&args, i));
+                        Request::builder()
+                            .method(Method::POST)
+                            .uri(format!("{}/api/seckill/order", args.url))
+                            .header("content-type", "application/json")
+                            .body(Full::new(Bytes::from(body)))
+                    }
+                }
+                .expect("a valid request");
+                let sent = Instant::now();
+                let outcome = match client.request(request).await {
+                    Ok(response) => {
+                        let status = response.status().as_u16();
+                        let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                        if status == 202 {
+                            result.last_accept = Some(started.elapsed());
+                        }
+                        format!("{status} {}", code_of(&body))
+                    }
+                    Err(_) => "000 CONNECTION_ERROR".to_owned(),
+                };
+                let micros = sent.elapsed().as_micros().clamp(1, 60_000_000) as u64;
+                let _ = result.histogram.record(micros);
+                *result.outcomes.entry(outcome).or_insert(0) += 1;
+                progress.inc(1);
+            }
+            result
+        }));
+    }
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut outcomes = BTreeMap::new();
+    let mut last_accept = None;
+    for worker in workers {
+        let result = worker.await?;
+        histogram.add(&result.histogram)?;
+        for (k, v) in result.outcomes {
+            *outcomes.entry(k).or_insert(0) += v;
+        }
+        last_accept = last_accept.max(result.last_accept);
+    }
+    progress.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu_before;
+    let requests = histogram.len();
+    let ms = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
+    let latency_ms = BTreeMap::from([
+        ("p50".to_owned(), ms(0.5)),
+        ("p90".to_owned(), ms(0.9)),
+        ("p99".to_owned(), ms(0.99)),
+        ("p99.9".to_owned(), ms(0.999)),
+        ("max".to_owned(), histogram.max() as f64 / 1000.0),
+    ]);
+    Ok(BenchResult {
+        requests,
+        outcomes,
+        seconds,
+        requests_per_second: requests as f64 / seconds,
+        latency_ms,
+        generator_cpu_seconds: cpu,
+        generator_cpu_percent: cpu / seconds * 100.0,
+        last_accept_seconds: last_accept.map(|d| d.as_secs_f64()),
+    })
+}
+
+/// Runs `bench`.
+pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
+    let result = load(&args).await.map_err(Failure::failed)?;
+    let accepted: u64 = result.outcomes.iter().filter(|(k, _)| k.starts_with("202")).map(|(_, v)| v).sum();
+    let report = if args.reconcile {
+        let reconcile_args =
+            reconcile::Args { activity: args.activity, sku: args.sku, wait_drain: Some(args.wait_drain), json: args.json };
+        Some(reconcile::report(settings, &reconcile_args).await?)
+    } else {
+        None
+    };
+    if args.json {
+        let json = serde_json::json!({ "bench": result, "reconciliation": report });
+        println!("{}", serde_json::to_string_pretty(&json).map_err(Failure::failed)?);
+    } else {
+        println!("{:<28} {:>10}", "status code", "count");
+        for (outcome, count) in &result.outcomes {
+            println!("{outcome:<28} {count:>10}");
+        }
+        println!("{:<28} {:>10}", "total", result.requests);
+        println!(
+            "{} requests in {:.2}s: {:.0} requests/s, concurrency {}",
+            result.requests, result.seconds, result.requests_per_second, args.concurrency
+        );
+        let l = &result.latency_ms;
+        println!(
+            "latency ms: p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+            l["p50"], l["p90"], l["p99"], l["p99.9"], l["max"]
+        );
+        if let Some(last) = result.last_accept_seconds {
+            println!("last 202 after {last:.3}s");
+        }
+        println!(
+            "load generator CPU: {:.2}s ({:.0}% of one core; the machine has {})",
+            result.generator_cpu_seconds,
+            result.generator_cpu_percent,
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        );
+        if let Some(report) = &report {
+            println!();
+            reconcile::print(report, false);
+            println!("{:<32} {} accepted, {} created", "202s vs orders", accepted, report.orders_created);
+        }
+    }
+    match report {
+        Some(report) if !report.consistent => Err(Failure::failed(anyhow::anyhow!("the sale is NOT consistent after the run"))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn users_are_distinct_without_retries_and_repeat_with_them() {
+        let args = Wrapper::parse_from(["x", "--activity", "1", "--sku", "2", "--users", "100"]).args;
+        let users: std::collections::HashSet<i64> = (0..100).map(|i| user_for(&args, i)).collect();
+        assert_eq!(users.len(), 100, "every request a new user");
+        let retrying =
+            Wrapper::parse_from(["x", "--activity", "1", "--sku", "2", "--users", "100", "--same-user-ratio", "0.5"]).args;
+        let users: std::collections::HashSet<i64> = (0..100).map(|i| user_for(&retrying, i)).collect();
+        assert!(users.len() < 80, "about half repeat an earlier user, got {} distinct", users.len());
+        assert!(users.iter().all(|u| (1..=100).contains(u)));
+    }
+
+    #[test]
+    fn codes_are_read_from_bodies() {
+        assert_eq!(code_of(br#"{"code":"SOLD_OUT","message":"sold out"}"#), "SOLD_OUT");
+        assert_eq!(code_of(b"ok"), "");
+    }
+}

@@ -1,0 +1,114 @@
+//! `seckillctl reconcile`: the invariant of one sale, term by term.
+
+use crate::{connect, Failure, Settings};
+use seckill_shared::domain::SaleKey;
+use seckill_shared::reconcile::{reconcile, ReconcileError, Report};
+use std::time::{Duration, Instant};
+
+/// Arguments of `reconcile`.
+#[derive(clap::Args, Clone)]
+pub struct Args {
+    /// Activity id.
+    #[arg(long)]
+    pub activity: i64,
+    /// SKU id.
+    #[arg(long)]
+    pub sku: i64,
+    /// Wait up to this many seconds for the pipeline to drain (no lag, no
+    /// order in flight) before judging; then anything in flight is a violation.
+    #[arg(long)]
+    pub wait_drain: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `reconcile`: exit 0 consistent, 1 not, 2 a source unreadable.
+pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
+    let report = report(settings, &args).await?;
+    print(&report, args.json);
+    if report.consistent {
+        Ok(())
+    } else {
+        Err(Failure::failed(anyhow::anyhow!("sale {}:{} is NOT consistent", args.activity, args.sku)))
+    }
+}
+
+/// Builds the report, waiting for drain first when asked.
+pub async fn report(settings: &Settings, args: &Args) -> Result<Report, Failure> {
+    let sale = SaleKey::from_raw(args.activity, args.sku).map_err(Failure::unreadable)?;
+    let (stock, db) = connect(settings).await?;
+    let read = |require_drained| {
+        let (stock, db) = (&stock, &db);
+        async move {
+            reconcile(stock, db, Some(&settings.kafka), sale, require_drained).await.map_err(|error| match error {
+                ReconcileError::SaleNotFound(_) => Failure::failed(error),
+                ReconcileError::Source { .. } => Failure::unreadable(error),
+            })
+        }
+    };
+    let Some(wait) = args.wait_drain else { return read(false).await };
+    let deadline = Instant::now() + Duration::from_secs(wait);
+    let progress = indicatif::ProgressBar::new_spinner();
+    progress.set_message("waiting for the pipeline to drain");
+    loop {
+        let report = read(false).await?;
+        if report.drained() || Instant::now() >= deadline {
+            progress.finish_and_clear();
+            return read(true).await;
+        }
+        progress.set_message(format!(
+            "waiting for the pipeline to drain: {} in flight, order lag {:?}, compensator lag {:?}",
+            report.orders_in_flight, report.order_lag, report.compensator_lag
+        ));
+        progress.tick();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Prints a report as a table or JSON.
+pub fn print(report: &Report, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report).expect("a report serializes"));
+        return;
+    }
+    let lag = |l: Option<i64>| l.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    let rows = [
+        ("sale", format!("{}:{} (round {})", report.activity_id, report.sku_id, report.round)),
+        ("total stock", report.total_stock.to_string()),
+        ("redis remaining", report.redis_remaining.to_string()),
+        ("orders created (postgresql)", report.orders_created.to_string()),
+        ("orders in flight (queued)", report.orders_in_flight.to_string()),
+        ("  of which reserved (unseen)", report.reservations.to_string()),
+        ("orders failed (postgresql)", report.orders_failed.to_string()),
+        ("  by reason", format!("{:?}", report.failed_by_reason)),
+        ("failed orders redis accepted", report.failed_accepted.to_string()),
+        ("units compensated", report.compensated.to_string()),
+        ("units written off", report.written_off.to_string()),
+        ("database remaining", report.db_remaining.to_string()),
+        ("buyers (redis)", report.buyers.to_string()),
+        ("users with two orders", report.duplicate_users.to_string()),
+        ("order service lag", lag(report.order_lag)),
+        ("compensator lag", lag(report.compensator_lag)),
+    ];
+    for (term, value) in rows {
+        println!("{term:<32} {value}");
+    }
+    println!(
+        "{:<32} {} + {} + {} = {} (total {})",
+        "remaining + created + in flight",
+        report.redis_remaining,
+        report.orders_created,
+        report.orders_in_flight,
+        report.redis_remaining + report.orders_created + report.orders_in_flight,
+        report.total_stock
+    );
+    if report.consistent {
+        println!("{:<32} consistent", "verdict");
+    } else {
+        println!("{:<32} NOT consistent", "verdict");
+        for violation in &report.violations {
+            println!("  - {violation}");
+        }
+    }
+}

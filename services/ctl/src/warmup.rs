@@ -1,0 +1,56 @@
+//! `seckillctl warmup`: the same operation as `PUT /admin/sales/{a}/{s}`.
+
+use crate::{connect, Failure, Settings};
+use chrono::{DateTime, Utc};
+use seckill_shared::domain::SaleKey;
+use seckill_shared::warmup::{warmup, WarmupError, WarmupRequest};
+
+/// Arguments of `warmup`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Activity id.
+    #[arg(long)]
+    activity: i64,
+    /// SKU id.
+    #[arg(long)]
+    sku: i64,
+    /// Units on sale (set, never added).
+    #[arg(long)]
+    stock: i64,
+    /// Sale start (RFC 3339); open when absent.
+    #[arg(long)]
+    starts_at: Option<DateTime<Utc>>,
+    /// Sale end (RFC 3339); open when absent.
+    #[arg(long)]
+    ends_at: Option<DateTime<Utc>>,
+    /// Warm up even if the previous round still has orders in flight.
+    #[arg(long)]
+    force: bool,
+    /// Print the sale as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `warmup`.
+pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
+    let sale = SaleKey::from_raw(args.activity, args.sku).map_err(Failure::unreadable)?;
+    let (stock, db) = connect(settings).await?;
+    seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
+    let request = WarmupRequest { sale, stock: args.stock, starts_at: args.starts_at, ends_at: args.ends_at, force: args.force };
+    let row = warmup(&stock, &db, &request).await.map_err(|error| match error {
+        WarmupError::Redis(_) | WarmupError::Db(_) => Failure::unreadable(error),
+        other => Failure::failed(other),
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&row).map_err(Failure::failed)?);
+    } else {
+        println!(
+            "sale {sale} warmed up: round {}, stock {}, window {} .. {}",
+            row.round,
+            row.total_stock,
+            row.starts_at.map(|t| t.to_rfc3339()).unwrap_or_else(|| "open".into()),
+            row.ends_at.map(|t| t.to_rfc3339()).unwrap_or_else(|| "open".into()),
+        );
+    }
+    Ok(())
+}
