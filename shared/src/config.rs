@@ -158,8 +158,15 @@ pub fn load_from<T: DeserializeOwned>(file: Option<&str>, vars: &[(String, Strin
         }
         None => toml::Table::new(),
     };
+    // Contract variables are shared by every service in an environment; a
+    // service without such a key (the order service has no admin token)
+    // ignores it, while a file or SECKILL__ key it lacks still fails.
+    let mut from_contract: Vec<&str> = Vec::new();
     for (name, value) in vars {
         if let Some((_, path)) = CONTRACT_VARS.iter().find(|(var, _)| var == name) {
+            if path.len() == 1 && !table.contains_key(path[0]) {
+                from_contract.push(path[0]);
+            }
             set_path(&mut table, path, toml::Value::String(value.clone()), name)?;
         } else if let Some(rest) = name.strip_prefix("SECKILL__") {
             let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
@@ -170,7 +177,23 @@ pub fn load_from<T: DeserializeOwned>(file: Option<&str>, vars: &[(String, Strin
             set_path(&mut table, &path, infer_value(value), name)?;
         }
     }
-    T::deserialize(toml::Value::Table(table)).map_err(|e| anyhow::anyhow!("invalid settings: {e}"))
+    loop {
+        match T::deserialize(toml::Value::Table(table.clone())) {
+            Ok(settings) => return Ok(settings),
+            Err(error) => {
+                let message = error.to_string();
+                let ignorable = from_contract
+                    .iter()
+                    .position(|key| message.contains(&format!("unknown field `{key}`")));
+                match ignorable {
+                    Some(index) => {
+                        table.remove(from_contract.swap_remove(index));
+                    }
+                    None => anyhow::bail!("invalid settings: {message}"),
+                }
+            }
+        }
+    }
 }
 
 fn infer_value(raw: &str) -> toml::Value {
@@ -228,6 +251,20 @@ mod tests {
         assert_eq!(s.redis.key_prefix, "t1:");
         assert_eq!(s.http_addr, "0.0.0.0:1");
         assert_eq!(s.kafka.brokers, "127.0.0.1:9092", "untouched keys keep their defaults");
+    }
+
+    #[derive(Debug, Deserialize, Default)]
+    #[serde(default, deny_unknown_fields)]
+    struct NoHttp {
+        redis: RedisSettings,
+    }
+
+    #[test]
+    fn contract_variables_a_service_lacks_are_ignored() {
+        let s: NoHttp =
+            load_from(None, &vars(&[("SECKILL_ADMIN_TOKEN", "x"), ("SECKILL_HTTP_ADDR", "y"), ("SECKILL_KEY_PREFIX", "p:")]))
+                .unwrap();
+        assert_eq!(s.redis.key_prefix, "p:");
     }
 
     #[test]

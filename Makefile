@@ -1,0 +1,37 @@
+# The two commands: `make demo` and `make test`. Both bring the local
+# infrastructure up first (installing what is missing) and are idempotent.
+
+CARGO ?= cargo
+# The demo and the benchmark run optimised binaries; the tests use the dev build.
+PROFILE ?= release
+TEST_THREADS ?= 4
+
+.PHONY: help infra-up infra-down infra-status build test demo clean-data
+
+help:
+	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
+	@echo "make test    bring infra up and run every test against the real Redis, Kafka and PostgreSQL"
+	@echo "make infra-up | infra-down | infra-status"
+
+infra-up:
+	infra/local/up.sh
+
+infra-down:
+	infra/local/down.sh
+
+infra-status:
+	infra/local/status.sh
+
+build:
+	$(CARGO) build --workspace --bins $(if $(filter release,$(PROFILE)),--release,)
+
+test: infra-up
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --workspace -- --test-threads=$(TEST_THREADS)
+
+demo: infra-up build
+	PROFILE=$(PROFILE) infra/demo.sh
+
+# Stops the servers and deletes their data (the next `make` starts afresh).
+clean-data: infra-down
+	rm -rf .data
