@@ -6,3 +6,5 @@
 mod smoke;
 #[path = "e2e/edge.rs"]
 mod edge;
+#[path = "e2e/contract.rs"]
+mod contract;

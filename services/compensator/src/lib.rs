@@ -104,6 +104,8 @@ pub struct Service {
 impl Service {
     /// Binds the health port (port 0 picks a free one, for tests).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        // Install the metrics recorder before anything records.
+        seckill_shared::telemetry::metrics_handle();
         let health = tokio::net::TcpListener::bind(&settings.metrics_addr)
             .await
             .with_context(|| format!("binding {}", settings.metrics_addr))?;

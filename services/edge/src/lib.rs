@@ -29,6 +29,8 @@ impl Application {
     /// Connects to Redis, Kafka and PostgreSQL and binds the HTTP port
     /// (port 0 picks a free one, for tests).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        // Install the metrics recorder before anything records.
+        seckill_shared::telemetry::metrics_handle();
         let stock = seckill_shared::stock::Stock::connect(&settings.redis).await.context("connecting to redis")?;
         let db = seckill_shared::db::connect_lazy(&settings.database).context("configuring the database pool")?;
         // The hot path does not need PostgreSQL; a database that is down at

@@ -34,19 +34,18 @@ struct OrderRequest {
 /// Reads the body within the limit: 413 over it, 400 when it cannot be read.
 async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|error| {
-        let too_large = std::error::Error::source(&error)
-            .is_some_and(|source| source.is::<http_body_util_length_limit::LengthLimitError>());
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+        let mut too_large = false;
+        while let Some(current) = source {
+            too_large |= current.is::<http_body_util::LengthLimitError>();
+            source = current.source();
+        }
         if too_large {
             ApiError::PayloadTooLarge(limit)
         } else {
             ApiError::InvalidRequest(format!("could not read the request body: {error}"))
         }
     })
-}
-
-/// `http-body-util`'s limit error, as axum re-exports it.
-mod http_body_util_length_limit {
-    pub use axum::extract::rejection::LengthLimitError;
 }
 
 const ORDER_FIELDS: [&str; 3] = ["activityId", "skuId", "userId"];

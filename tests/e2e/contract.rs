@@ -1,0 +1,319 @@
+//! Every row of the edge's HTTP contract (design, section 3). Each refused
+//! request is checked to change nothing: stock, buyers, orders.
+
+use hyper::Method;
+use seckill_e2e::http::{Client, Reply};
+use seckill_e2e::{eventually, Running, TestEnv, ADMIN_TOKEN};
+use seckill_shared::domain::SaleKey;
+use seckill_shared::stock::SaleSnapshot;
+use std::time::Duration;
+
+async fn state(env: &TestEnv, sale: SaleKey) -> (SaleSnapshot, i64) {
+    let snapshot = env.stock.snapshot(sale).await.expect("redis snapshot");
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE activity_id = $1")
+        .bind(sale.activity.get())
+        .fetch_one(&env.db)
+        .await
+        .expect("orders");
+    (snapshot, orders)
+}
+
+fn assert_error(reply: &Reply, status: u16, code: &str, case: &str) {
+    assert_eq!(reply.status.as_u16(), status, "{case}: {}", reply.text);
+    assert_eq!(reply.code(), code, "{case}: {}", reply.text);
+    assert!(reply.json["message"].as_str().is_some_and(|m| !m.is_empty()), "{case}: a message is given");
+}
+
+async fn edge_with(env: &TestEnv, change: impl FnOnce(&mut seckill_edge::Settings)) -> (Running, Client) {
+    let mut settings = env.edge_settings();
+    change(&mut settings);
+    let edge = env.spawn_edge(settings).await;
+    let client = Client::new(edge.url());
+    (edge, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let env = TestEnv::new().await;
+    let (edge, client) = edge_with(&env, |_| {}).await;
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let before = state(&env, sale).await;
+    let (a, s) = (sale.activity.get(), sale.sku.get());
+    let cases: Vec<(String, &str)> = vec![
+        ("not json".into(), "bad JSON"),
+        (String::new(), "empty body"),
+        (format!(r#"{{"activityId":{a},"skuId":{s}}}"#), "missing userId"),
+        (format!(r#"{{"activityId":{a},"userId":5}}"#), "missing skuId"),
+        (format!(r#"{{"activityId":{a},"skuId":{s},"userId":0}}"#), "user id zero"),
+        (format!(r#"{{"activityId":{a},"skuId":{s},"userId":-4}}"#), "negative user id"),
+        (format!(r#"{{"activityId":"{a}","skuId":{s},"userId":4}}"#), "activity id as a string"),
+        (format!(r#"{{"activityId":{a},"skuId":{s},"userId":4.5}}"#), "fractional user id"),
+        (format!(r#"{{"activityId":{a},"skuId":{s},"userId":9223372036854775808}}"#), "user id beyond i64"),
+        (format!(r#"{{"activityId":{a},"skuId":{s},"userId":4,"coupon":"x"}}"#), "unknown field"),
+        (format!(r#"[{a},{s},4]"#), "an array"),
+    ];
+    for (body, case) in &cases {
+        let reply = client.send(Method::POST, "/api/seckill/order", Some(body.as_bytes()), &[]).await;
+        assert_error(&reply, 400, "INVALID_REQUEST", case);
+    }
+    let huge = format!(r#"{{"activityId":{a},"skuId":{s},"userId":4,"pad":"{}"}}"#, "x".repeat(5000));
+    let reply = client.send(Method::POST, "/api/seckill/order", Some(huge.as_bytes()), &[]).await;
+    assert_error(&reply, 413, "PAYLOAD_TOO_LARGE", "body over 4 KiB");
+
+    for (path, case) in [
+        ("/api/seckill/order/not-an-id".to_owned(), "malformed order id"),
+        (format!("/api/seckill/result?activityId={a}&skuId={s}"), "result without userId"),
+        (format!("/api/seckill/result?activityId={a}&skuId={s}&userId=abc"), "result with a bad userId"),
+        (format!("/api/seckill/result?activityId=0&skuId={s}&userId=1"), "result with activity 0"),
+    ] {
+        assert_error(&client.get(&path).await, 400, "INVALID_REQUEST", case);
+    }
+    assert_eq!(state(&env, sale).await, before, "no stock, buyer or order changed");
+    edge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sale_states_answer_per_the_contract() {
+    let env = TestEnv::new().await;
+    let (edge, client) = edge_with(&env, |_| {}).await;
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+
+    // Unknown sale: 404, nothing created.
+    let unknown = env.sale();
+    assert_error(&client.order(unknown.activity.get(), unknown.sku.get(), 1).await, 404, "SALE_NOT_FOUND", "unknown sale");
+    assert!(!env.stock.snapshot(unknown).await.unwrap().exists);
+
+    // Not started yet, and already over: 403.
+    let future = env.sale();
+    let starts = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let body = format!(r#"{{"stock":5,"startsAt":"{starts}"}}"#);
+    let path = format!("/admin/sales/{}/{}", future.activity, future.sku);
+    let warmed = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
+    assert_eq!(warmed.status.as_u16(), 200, "{}", warmed.text);
+    let before = state(&env, future).await;
+    assert_error(&client.order(future.activity.get(), future.sku.get(), 1).await, 403, "SALE_NOT_ACTIVE", "before the start");
+    assert_eq!(state(&env, future).await, before);
+
+    let past = env.sale();
+    let (s, e) = ((chrono::Utc::now() - chrono::Duration::hours(2)).to_rfc3339(), (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339());
+    let body = format!(r#"{{"stock":5,"startsAt":"{s}","endsAt":"{e}"}}"#);
+    let path = format!("/admin/sales/{}/{}", past.activity, past.sku);
+    assert_eq!(client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await.status.as_u16(), 200);
+    assert_error(&client.order(past.activity.get(), past.sku.get(), 1).await, 403, "SALE_NOT_ACTIVE", "after the end");
+
+    // A bad warm-up body is a 400 and warms nothing.
+    let bad = env.sale();
+    let path = format!("/admin/sales/{}/{}", bad.activity, bad.sku);
+    let reply = client.send(Method::PUT, &path, Some(br#"{"stock":-1}"#), &[("authorization", &auth)]).await;
+    assert_error(&reply, 400, "INVALID_REQUEST", "negative stock");
+    let reply = client.send(Method::PUT, &path, Some(br#"{"stocks":1}"#), &[("authorization", &auth)]).await;
+    assert_error(&reply, 400, "INVALID_REQUEST", "misspelt field");
+    assert!(!env.stock.snapshot(bad).await.unwrap().exists);
+
+    // Accepted, then already purchased, then sold out.
+    let sale = env.sale();
+    env.warmup(sale, 1).await;
+    let (a, k) = (sale.activity.get(), sale.sku.get());
+    let accepted = client.order(a, k, 10).await;
+    assert_eq!((accepted.status.as_u16(), accepted.code()), (202, "QUEUED"), "{}", accepted.text);
+    let order_id = accepted.json["orderId"].as_str().expect("an order id").to_owned();
+    assert!(order_id.starts_with(&format!("{a}-{k}-")), "the id names its sale: {order_id}");
+    let before = state(&env, sale).await;
+    let again = client.order(a, k, 10).await;
+    assert_error(&again, 409, "ALREADY_PURCHASED", "second order of a user");
+    assert_eq!(again.json["orderId"], order_id.as_str());
+    assert_error(&client.order(a, k, 11).await, 410, "SOLD_OUT", "no stock left");
+    assert_error(&client.order(a, k, 12).await, 410, "SOLD_OUT", "no stock left (local flag)");
+    assert_eq!(state(&env, sale).await, before, "refusals changed nothing");
+
+    // Status: by order id and by user.
+    let status = client.get(&format!("/api/seckill/order/{order_id}")).await;
+    assert_eq!(status.status.as_u16(), 200, "{}", status.text);
+    assert_eq!(status.json["status"], "QUEUED");
+    assert_eq!(status.json["userId"], 10);
+    assert_eq!(status.json["activityId"], a);
+    let result = client.get(&format!("/api/seckill/result?activityId={a}&skuId={k}&userId=10")).await;
+    assert_eq!(result.json["orderId"], order_id.as_str());
+    assert_error(&client.get(&format!("/api/seckill/result?activityId={a}&skuId={k}&userId=99")).await, 404, "ORDER_NOT_FOUND", "no order for that user");
+    assert_error(&client.get(&format!("/api/seckill/order/{a}-{k}-999-ffff")).await, 404, "ORDER_NOT_FOUND", "unknown order");
+
+    // The order service settles it; the status follows, and falls back to
+    // PostgreSQL once Redis no longer holds it.
+    let order = env.spawn_order(env.order_settings()).await;
+    eventually("the order CREATED", Duration::from_secs(30), || async {
+        let reply = client.get(&format!("/api/seckill/order/{order_id}")).await;
+        if reply.json["status"] == "CREATED" { Ok(()) } else { Err(reply.text) }
+    })
+    .await;
+    let mut conn = env.stock.connection();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{}seckill:{{{a}:{k}}}:orders", env.redis.key_prefix))
+        .arg(format!("{}seckill:{{{a}:{k}}}:buyers", env.redis.key_prefix))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let fallback = client.get(&format!("/api/seckill/order/{order_id}")).await;
+    assert_eq!((fallback.status.as_u16(), fallback.json["status"].as_str()), (200, Some("CREATED")), "{}", fallback.text);
+    let fallback = client.get(&format!("/api/seckill/result?activityId={a}&skuId={k}&userId=10")).await;
+    assert_eq!(fallback.json["orderId"], order_id.as_str(), "{}", fallback.text);
+    order.stop().await;
+
+    // Health, readiness, metrics.
+    assert_eq!(client.get("/healthz").await.status.as_u16(), 200);
+    assert_eq!(client.get("/readyz").await.status.as_u16(), 200);
+    let metrics = client.get("/metrics").await;
+    assert!(metrics.text.contains("seckill_edge_orders_total"), "{}", metrics.text);
+    edge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_answer_429_with_retry_after() {
+    let env = TestEnv::new().await;
+    let (edge, client) = edge_with(&env, |s| {
+        s.rate_limit.per_user_per_second = 1;
+        s.rate_limit.per_user_burst = 1;
+    })
+    .await;
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let (a, k) = (sale.activity.get(), sale.sku.get());
+    assert_eq!(client.order(a, k, 1).await.status.as_u16(), 202);
+    let before = state(&env, sale).await;
+    // A burst of 5 at once: at most one passes the 1/s limit (to be told it
+    // already purchased); the rest are limited.
+    let burst = futures::future::join_all((0..5).map(|_| client.order(a, k, 1))).await;
+    let limited: Vec<&Reply> = burst.iter().filter(|r| r.status == 429).collect();
+    assert!(limited.len() >= 4, "{:?}", burst.iter().map(|r| r.status).collect::<Vec<_>>());
+    assert_error(limited[0], 429, "RATE_LIMITED", "a burst over the user's limit");
+    let retry_after: u64 = limited[0].headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry_after >= 1);
+    assert!(burst.iter().all(|r| r.status != 202));
+    assert_eq!(state(&env, sale).await, before, "a limited request changes nothing");
+    assert_eq!(client.order(a, k, 2).await.status.as_u16(), 202, "other users are not limited");
+    edge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_auth_checks_the_token_and_its_subject() {
+    let env = TestEnv::new().await;
+    let secret = "jwt-test-secret";
+    let (edge, client) = edge_with(&env, |s| s.user_jwt_secret = Some(secret.into())).await;
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let (a, k) = (sale.activity.get(), sale.sku.get());
+    let token = |sub: &str, key: &str| {
+        let claims = serde_json::json!({ "sub": sub, "exp": chrono::Utc::now().timestamp() + 600 });
+        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &jsonwebtoken::EncodingKey::from_secret(key.as_bytes())).unwrap()
+    };
+    let body = format!(r#"{{"activityId":{a},"skuId":{k},"userId":7}}"#);
+    let send = |auth: Option<String>| {
+        let (client, body) = (client.clone(), body.clone());
+        async move {
+            let headers: Vec<(&str, &str)> = auth.as_deref().map(|h| vec![("authorization", h)]).unwrap_or_default();
+            client.send(Method::POST, "/api/seckill/order", Some(body.as_bytes()), &headers).await
+        }
+    };
+    let before = state(&env, sale).await;
+    assert_error(&send(None).await, 401, "UNAUTHORIZED", "no token");
+    assert_error(&send(Some(format!("Bearer {}", token("7", "wrong-secret")))).await, 401, "UNAUTHORIZED", "bad signature");
+    assert_error(&send(Some(format!("Bearer {}", token("8", secret)))).await, 403, "FORBIDDEN", "someone else's token");
+    assert_eq!(state(&env, sale).await, before, "refused requests changed nothing");
+    let ok = send(Some(format!("Bearer {}", token("7", secret)))).await;
+    assert_eq!(ok.status.as_u16(), 202, "{}", ok.text);
+    let order_id = ok.json["orderId"].as_str().unwrap().to_owned();
+    let other = client.send(Method::GET, &format!("/api/seckill/order/{order_id}"), None, &[("authorization", &format!("Bearer {}", token("8", secret)))]).await;
+    assert_error(&other, 403, "FORBIDDEN", "reading someone else's order");
+    let own = client.send(Method::GET, &format!("/api/seckill/order/{order_id}"), None, &[("authorization", &format!("Bearer {}", token("7", secret)))]).await;
+    assert_eq!(own.status.as_u16(), 200);
+    edge.stop().await;
+}
+
+/// A publish that definitely fails (the topic does not exist) is rolled back
+/// and answered 503; once the topic exists the sale goes on and sells out
+/// exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn definite_publish_failures_roll_back_and_the_sale_recovers() {
+    let env = TestEnv::new().await;
+    // Point the edge at topics that do not exist (yet).
+    let mut missing = env.kafka.clone();
+    missing.topic_prefix = format!("{}missing.", env.kafka.topic_prefix);
+    let (edge, client) = edge_with(&env, |s| {
+        s.kafka = missing.clone();
+        s.ensure_topics = false;
+        s.sold_out_flag_ms = 200;
+    })
+    .await;
+    let sale = env.sale();
+    env.warmup(sale, 3).await;
+    let (a, k) = (sale.activity.get(), sale.sku.get());
+    for user in 1..=3 {
+        let reply = client.order(a, k, user).await;
+        assert_error(&reply, 503, "TRY_AGAIN", "publish to a missing topic");
+    }
+    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations, snapshot.queued), (3, 0, 0, 0), "every deduction rolled back");
+    assert_eq!(snapshot.failed, 3, "the rolled-back orders are FAILED");
+
+    seckill_shared::kafka::ensure_topics(&missing).await.expect("creating the topics");
+    let mut order_settings = env.order_settings();
+    order_settings.kafka = missing.clone();
+    let order = env.spawn_order(order_settings).await;
+    // Retry with new users until the 3 units sold (bounded).
+    let mut accepted = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for user in 100.. {
+        assert!(std::time::Instant::now() < deadline, "the sale did not recover: {accepted} accepted");
+        let reply = client.order(a, k, user).await;
+        match reply.status.as_u16() {
+            202 => accepted += 1,
+            503 | 410 => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => panic!("unexpected {other}: {}", reply.text),
+        }
+        if accepted == 3 {
+            break;
+        }
+    }
+    assert_error(&client.order(a, k, 9999).await, 410, "SOLD_OUT", "sold out exactly");
+    eventually("3 orders written", Duration::from_secs(30), || async {
+        let n = env.count_orders(sale, "CREATED").await;
+        if n == 3 { Ok(()) } else { Err(n.to_string()) }
+    })
+    .await;
+    order.stop().await;
+    edge.stop().await;
+}
+
+/// The seed's approach, a lock around separate commands, sells exactly the
+/// stock too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_deduction_sells_exactly_the_stock() {
+    use futures::stream::{self, StreamExt};
+    let env = TestEnv::new().await;
+    let (edge, client) = edge_with(&env, |s| s.deduction = seckill_edge::settings::DeductionMode::Lock).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    let sale = env.sale();
+    env.warmup(sale, 100).await;
+    let (a, k) = (sale.activity.get(), sale.sku.get());
+    let replies: Vec<Reply> = stream::iter(1..=2000i64)
+        .map(|user| {
+            let client = client.clone();
+            async move { client.order(a, k, user).await }
+        })
+        .buffer_unordered(200)
+        .collect()
+        .await;
+    let accepted = replies.iter().filter(|r| r.status == 202).count();
+    assert_eq!(accepted, 100, "exactly the stock is accepted");
+    for reply in &replies {
+        assert!(matches!(reply.status.as_u16(), 202 | 410 | 503), "{} {}", reply.status, reply.text);
+    }
+    eventually("100 orders written", Duration::from_secs(60), || async {
+        let n = env.count_orders(sale, "CREATED").await;
+        if n == 100 { Ok(()) } else { Err(n.to_string()) }
+    })
+    .await;
+    assert_eq!(env.redis_stock(sale).await, 0);
+    order.stop().await;
+    edge.stop().await;
+}
