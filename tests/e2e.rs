@@ -8,3 +8,5 @@ mod smoke;
 mod edge;
 #[path = "e2e/contract.rs"]
 mod contract;
+#[path = "e2e/order.rs"]
+mod order;

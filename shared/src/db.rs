@@ -221,19 +221,14 @@ pub async fn check_fence(tx: &mut Transaction<'_, Postgres>, name: &str, token: 
     }
 }
 
-/// Whether a database error is worth retrying (connection lost, server
-/// shutting down, serialization failure, deadlock, pool exhausted) rather
-/// than a verdict on the data.
-pub fn is_transient(error: &sqlx::Error) -> bool {
+/// Whether a database error is a verdict on the data (SQLSTATE class 22,
+/// data exception, or 23, integrity constraint violation) rather than on the
+/// database's health: only these are worth giving up on.
+pub fn is_data_error(error: &sqlx::Error) -> bool {
     match error {
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => true,
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            // 08: connection, 40001/40P01: serialization/deadlock, 53: resources,
-            // 57P0x: admin shutdown / cannot connect now, 55P03: lock timeout.
-            code.starts_with("08") || code == "40001" || code == "40P01" || code.starts_with("53")
-                || code.starts_with("57P") || code == "55P03"
+            code.starts_with("22") || code.starts_with("23")
         }
         _ => false,
     }

@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings};
-use seckill_shared::domain::SaleKey;
+use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
 use seckill_shared::stock::Stock;
 use sqlx::{Connection, PgPool};
 use std::future::Future;
@@ -198,6 +198,38 @@ impl TestEnv {
         }
         let record = FutureRecord::to(topic).key(key).payload(payload).headers(owned);
         producer.send(record, Duration::from_secs(10)).await.expect("producing a test record");
+    }
+
+    /// Produces order records for `users` of `sale` straight to the orders
+    /// topic (as if the edge had accepted them) and returns them.
+    pub async fn produce_orders(&self, sale: SaleKey, users: std::ops::Range<i64>) -> Vec<OrderRecord> {
+        let records: Vec<OrderRecord> = users
+            .map(|user| OrderRecord {
+                order_id: OrderId::parse(&format!("{}-{}-{user}-{:08x}", sale.activity, sale.sku, rand::random::<u32>()))
+                    .expect("valid id"),
+                activity_id: sale.activity,
+                sku_id: sale.sku,
+                user_id: UserId::new(user).expect("positive user"),
+                accepted_at: seckill_shared::now_ms(),
+                v: OrderRecord::VERSION,
+            })
+            .collect();
+        self.produce_records(&records).await;
+        records
+    }
+
+    /// Produces the given order records to the orders topic.
+    pub async fn produce_records(&self, records: &[OrderRecord]) {
+        let producer: FutureProducer = seckill_shared::kafka::producer(&self.kafka).expect("producer");
+        let topic = self.topics().orders;
+        let payloads: Vec<(String, Vec<u8>)> =
+            records.iter().map(|r| (r.user_id.to_string(), serde_json::to_vec(r).expect("json"))).collect();
+        let sends = payloads.iter().map(|(key, payload)| {
+            producer.send(FutureRecord::to(&topic).key(key).payload(payload), Duration::from_secs(30))
+        });
+        for result in futures::future::join_all(sends).await {
+            result.expect("producing an order record");
+        }
     }
 
     /// Reads every record of `topic` from the start (own throwaway group),

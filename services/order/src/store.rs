@@ -10,7 +10,7 @@
 //! each sale's `remaining_stock` goes down by exactly the rows inserted
 //! (the `CHECK (remaining_stock >= 0)` backs the arithmetic up).
 
-use seckill_shared::db::is_transient;
+use seckill_shared::db::is_data_error;
 use seckill_shared::domain::{FailReason, OrderRecord, OrderStatus, SaleKey};
 use sqlx::{PgPool, Row};
 use std::collections::{HashMap, HashSet};
@@ -28,11 +28,17 @@ pub enum WriteError {
 }
 
 impl From<sqlx::Error> for WriteError {
+    /// Only a verdict on the data itself (SQLSTATE class 22, data exception,
+    /// or 23, integrity constraint violation) is permanent. Everything else —
+    /// a connection refused, a database not accepting connections, a server
+    /// shutting down, a serialization failure, even a misconfiguration — is
+    /// retried: dead-lettering good orders because the database is unwell
+    /// would fail buyers for nothing.
     fn from(error: sqlx::Error) -> Self {
-        if is_transient(&error) {
-            Self::Transient(error.to_string())
-        } else {
+        if is_data_error(&error) {
             Self::Permanent(error.to_string())
+        } else {
+            Self::Transient(error.to_string())
         }
     }
 }

@@ -1,0 +1,191 @@
+//! The order service: at-least-once consumption, idempotent batched writes,
+//! the database stock guard, dead-letter routing, crashes and outages.
+
+use rdkafka::message::Message;
+use seckill_e2e::{eventually, Child, TestEnv};
+use seckill_shared::domain::{OrderRecord, SaleKey};
+use seckill_shared::kafka::{dlq_header, header_str};
+use std::time::Duration;
+
+async fn wait_created(env: &TestEnv, sale: SaleKey, expected: i64, timeout: Duration) {
+    eventually(&format!("{expected} orders CREATED"), timeout, || async {
+        let n = env.count_orders(sale, "CREATED").await;
+        if n == expected { Ok(()) } else { Err(format!("{n} created")) }
+    })
+    .await;
+}
+
+async fn wait_drained(env: &TestEnv) {
+    eventually("the order group to commit every record", Duration::from_secs(60), || async {
+        let lag = env.order_lag().await;
+        if lag == 0 { Ok(()) } else { Err(format!("lag {lag}")) }
+    })
+    .await;
+}
+
+async fn remaining(env: &TestEnv, sale: SaleKey) -> i64 {
+    seckill_shared::db::find_sale(&env.db, sale).await.unwrap().unwrap().remaining_stock
+}
+
+async fn total_rows(env: &TestEnv, sale: SaleKey) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM orders WHERE activity_id = $1 AND sku_id = $2")
+        .bind(sale.activity.get())
+        .bind(sale.sku.get())
+        .fetch_one(&env.db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_records_become_ten_thousand_orders_once() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 20_000).await;
+    let records = env.produce_orders(sale, 1..10_001).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    wait_created(&env, sale, 10_000, Duration::from_secs(120)).await;
+    wait_drained(&env).await;
+    assert_eq!(remaining(&env, sale).await, 10_000, "remaining_stock fell by exactly the rows written");
+
+    // The same records again: duplicates change nothing.
+    env.produce_records(&records[..2_000]).await;
+    wait_drained(&env).await;
+    assert_eq!(total_rows(&env, sale).await, 10_000, "one row per order id");
+    assert_eq!(remaining(&env, sale).await, 10_000);
+    let status = env.stock.order_state(&records[0].order_id).await.unwrap().expect("status in redis");
+    assert_eq!(status.status.as_str(), "CREATED");
+    order.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unwritable_records_go_to_the_dead_letter_topic_with_their_reason() {
+    // One partition: the records are processed in the order produced, so
+    // which one finds the stock gone is known.
+    let env = TestEnv::with_partitions(1).await;
+    let sale = env.sale();
+    env.warmup(sale, 3).await;
+    let unknown = env.sale();
+    let topics = env.topics();
+
+    let good = env.produce_orders(sale, 1..3).await; // users 1, 2
+    env.produce(&topics.orders, "9", b"{not json", &[("x-request-id", "poison")]).await;
+    let unknown_sale = env.produce_orders(unknown, 5..6).await;
+    // A second order of user 1, with another order id.
+    let second = env.produce_orders(sale, 1..2).await;
+    let third_user = env.produce_orders(sale, 3..4).await; // takes the last unit
+    let beyond = env.produce_orders(sale, 4..5).await; // no stock left in the database
+
+    let order = env.spawn_order(env.order_settings()).await;
+    wait_created(&env, sale, 3, Duration::from_secs(60)).await;
+    let dead = env.read_topic(&topics.dlq, 4, Duration::from_secs(60)).await;
+    assert_eq!(dead.len(), 4, "four records dead-lettered");
+    let reason_of = |order_id: Option<&str>| -> String {
+        let message = dead
+            .iter()
+            .find(|m| match order_id {
+                Some(id) => m.payload().and_then(|p| OrderRecord::decode(p).ok()).is_some_and(|r| r.order_id.as_str() == id),
+                None => m.payload() == Some(&b"{not json"[..]),
+            })
+            .expect("the record is in the dead-letter topic");
+        let headers = message.headers().expect("headers");
+        for key in [dlq_header::ERROR, dlq_header::ORIGINAL_TOPIC, dlq_header::ORIGINAL_PARTITION, dlq_header::ORIGINAL_OFFSET, dlq_header::ATTEMPTS, dlq_header::FAILED_AT] {
+            assert!(header_str(headers, key).is_some(), "header {key} present");
+        }
+        assert_eq!(header_str(headers, dlq_header::ORIGINAL_TOPIC), Some(topics.orders.as_str()));
+        assert_eq!(header_str(headers, dlq_header::ATTEMPTS), Some("1"));
+        header_str(headers, dlq_header::REASON).unwrap().to_owned()
+    };
+    assert_eq!(reason_of(None), "MALFORMED");
+    assert_eq!(reason_of(Some(unknown_sale[0].order_id.as_str())), "SALE_NOT_FOUND");
+    assert_eq!(reason_of(Some(second[0].order_id.as_str())), "DUPLICATE_USER");
+    assert_eq!(reason_of(Some(beyond[0].order_id.as_str())), "NO_DB_STOCK");
+    let poison = dead.iter().find(|m| m.payload() == Some(&b"{not json"[..])).unwrap();
+    assert_eq!(poison.key(), Some(&b"9"[..]), "the original key is kept");
+    assert_eq!(header_str(poison.headers().unwrap(), "x-request-id"), Some("poison"));
+
+    // The good records around them were written.
+    for record in good.iter().chain(&third_user) {
+        let row = seckill_shared::db::find_order(&env.db, &record.order_id).await.unwrap().expect("written");
+        assert_eq!(row.status.as_str(), "CREATED");
+    }
+    assert_eq!(remaining(&env, sale).await, 0);
+    wait_drained(&env).await;
+    order.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_batch_the_service_loses_and_duplicates_nothing() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 30_000).await;
+    let mut child_env = env.child_env();
+    child_env.push(("SECKILL_METRICS_ADDR".into(), "127.0.0.1:0".into()));
+    child_env.push(("SECKILL__METRICS_ADDR".into(), "127.0.0.1:0".into()));
+    child_env.push(("SECKILL__BATCH_SIZE".into(), "200".into()));
+    let child = Child::start("seckill-order", &child_env);
+    env.produce_orders(sale, 1..20_001).await;
+    // Kill it while it is writing: some batches done, the rest not.
+    eventually("the service to be mid-way", Duration::from_secs(60), || async {
+        let n = env.count_orders(sale, "CREATED").await;
+        if n > 0 { Ok(()) } else { Err(format!("{n} created")) }
+    })
+    .await;
+    child.kill9().await;
+    let after_kill = env.count_orders(sale, "CREATED").await;
+    let child = Child::start("seckill-order", &child_env);
+    wait_created(&env, sale, 20_000, Duration::from_secs(180)).await;
+    wait_drained(&env).await;
+    assert_eq!(total_rows(&env, sale).await, 20_000, "nothing duplicated");
+    assert_eq!(remaining(&env, sale).await, 10_000);
+    println!("killed with {after_kill} of 20000 written");
+    assert!(child.terminate().await, "the restarted service stops cleanly on SIGTERM");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_postgres_down_nothing_is_committed_or_lost() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 1_000).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    env.produce_orders(sale, 1..101).await;
+    wait_created(&env, sale, 100, Duration::from_secs(60)).await;
+    wait_drained(&env).await;
+
+    env.set_database_reachable(false).await;
+    env.produce_orders(sale, 101..501).await;
+    // Give it time to try (and fail) repeatedly; nothing may be committed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(env.order_lag().await, 400, "no offset committed while the database is down");
+
+    env.set_database_reachable(true).await;
+    wait_created(&env, sale, 500, Duration::from_secs(90)).await;
+    wait_drained(&env).await;
+    assert_eq!(remaining(&env, sale).await, 500);
+    order.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_one_of_two_instances_dies_the_other_takes_its_partitions() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 20_000).await;
+    let mut child_env = env.child_env();
+    child_env.push(("SECKILL__METRICS_ADDR".into(), "127.0.0.1:0".into()));
+    child_env.push(("SECKILL__CONSUMERS".into(), "1".into()));
+    child_env.push(("SECKILL__BATCH_SIZE".into(), "100".into()));
+    let first = Child::start("seckill-order", &child_env);
+    let second = Child::start("seckill-order", &child_env);
+    env.produce_orders(sale, 1..10_001).await;
+    eventually("both instances working", Duration::from_secs(60), || async {
+        let n = env.count_orders(sale, "CREATED").await;
+        if n > 500 { Ok(()) } else { Err(format!("{n} created")) }
+    })
+    .await;
+    first.kill9().await;
+    env.produce_orders(sale, 10_001..12_001).await;
+    wait_created(&env, sale, 12_000, Duration::from_secs(180)).await;
+    wait_drained(&env).await;
+    assert_eq!(total_rows(&env, sale).await, 12_000);
+    assert_eq!(remaining(&env, sale).await, 8_000);
+    assert!(second.terminate().await);
+}
