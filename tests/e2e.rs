@@ -10,3 +10,7 @@ mod edge;
 mod contract;
 #[path = "e2e/order.rs"]
 mod order;
+#[path = "e2e/lock.rs"]
+mod lock;
+#[path = "e2e/compensator.rs"]
+mod compensator;

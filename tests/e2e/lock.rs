@@ -1,0 +1,96 @@
+//! The distributed lock: exclusion, owner check, lease expiry with fencing,
+//! and the watchdog.
+
+use seckill_e2e::TestEnv;
+use seckill_shared::lock::LockClient;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_contenders_hold_the_lock_one_at_a_time() {
+    let env = TestEnv::new().await;
+    let locks = LockClient::new(env.stock.connection());
+    let key = format!("{}seckill:{{lock-test}}:exclusive", env.redis.key_prefix);
+    let inside = Arc::new(AtomicI32::new(0));
+    let most = Arc::new(AtomicI32::new(0));
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let (locks, key, inside, most) = (locks.clone(), key.clone(), inside.clone(), most.clone());
+            tokio::spawn(async move {
+                let guard = locks.acquire(&key, Duration::from_secs(5), Duration::from_secs(30)).await.unwrap().expect("acquired within the wait");
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                let fence = guard.fence();
+                assert!(guard.release().await, "the holder releases its own lock");
+                fence
+            })
+        })
+        .collect();
+    let mut fences = Vec::new();
+    for task in tasks {
+        fences.push(task.await.unwrap());
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 1, "never two holders at once");
+    fences.sort();
+    fences.dedup();
+    assert_eq!(fences.len(), 50, "every acquisition has its own fencing token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_holder_deletes_nothing_and_its_stale_writes_are_refused() {
+    let env = TestEnv::new().await;
+    let locks = LockClient::new(env.stock.connection());
+    let key = format!("{}seckill:{{lock-test}}:lease", env.redis.key_prefix);
+    // A lease shorter than the work, no watchdog: the lock is lost.
+    let first = locks.acquire(&key, Duration::from_millis(100), Duration::ZERO).await.unwrap().expect("free lock");
+    assert!(locks.acquire(&key, Duration::from_secs(5), Duration::ZERO).await.unwrap().is_none(), "held");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let second = locks.acquire(&key, Duration::from_secs(5), Duration::from_secs(1)).await.unwrap().expect("expired lock is free");
+    assert!(second.fence() > first.fence(), "the newer holder's token is higher");
+
+    // The newer holder writes; then the stale one tries.
+    let mut tx = env.db.begin().await.unwrap();
+    seckill_shared::db::check_fence(&mut tx, &key, second.fence()).await.expect("current token accepted");
+    tx.commit().await.unwrap();
+    let mut tx = env.db.begin().await.unwrap();
+    let stale = seckill_shared::db::check_fence(&mut tx, &key, first.fence()).await;
+    assert!(matches!(stale, Err(seckill_shared::db::FenceError::Stale { .. })), "stale token refused");
+    drop(tx);
+
+    // Releasing a lock one no longer owns deletes nothing.
+    let first_fence = first.fence();
+    assert!(!first.release().await, "not the owner any more");
+    assert!(locks.acquire(&key, Duration::from_secs(5), Duration::ZERO).await.unwrap().is_none(), "the second holder still has it");
+    assert!(second.release().await);
+    assert!(first_fence > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_the_lock_and_stops_with_the_guard() {
+    let env = TestEnv::new().await;
+    let locks = LockClient::new(env.stock.connection());
+    let key = format!("{}seckill:{{lock-test}}:watchdog", env.redis.key_prefix);
+    let lease = Duration::from_millis(300);
+    let guard = locks.acquire_with_watchdog(&key, lease, Duration::ZERO).await.unwrap().expect("free lock");
+    // Work for five leases.
+    tokio::time::sleep(lease * 5).await;
+    assert!(locks.acquire(&key, lease, Duration::ZERO).await.unwrap().is_none(), "still held after 5 leases");
+    assert!(!guard.lost().is_cancelled());
+    assert!(guard.release().await, "released by its owner");
+
+    // Dropped without release: renewals stop and the lease runs out.
+    let guard = locks.acquire_with_watchdog(&key, lease, Duration::ZERO).await.unwrap().expect("free lock");
+    drop(guard);
+    let again = locks.acquire(&key, lease, lease * 4).await.unwrap();
+    assert!(again.is_some(), "the lock frees itself once its watchdog stopped");
+
+    // A lock taken from under the watchdog is reported lost.
+    let _ = again.unwrap().release().await;
+    let guard = locks.acquire_with_watchdog(&key, lease, Duration::ZERO).await.unwrap().expect("free lock");
+    let mut conn = env.stock.connection();
+    let _: () = redis::cmd("SET").arg(&key).arg("someone-else").query_async(&mut conn).await.unwrap();
+    tokio::time::timeout(lease * 3, guard.lost().cancelled()).await.expect("the watchdog notices the loss");
+}
