@@ -14,3 +14,5 @@ mod order;
 mod lock;
 #[path = "e2e/compensator.rs"]
 mod compensator;
+#[path = "e2e/ctl.rs"]
+mod ctl;

@@ -200,10 +200,9 @@ impl TestEnv {
         producer.send(record, Duration::from_secs(10)).await.expect("producing a test record");
     }
 
-    /// Produces order records for `users` of `sale` straight to the orders
-    /// topic (as if the edge had accepted them) and returns them.
-    pub async fn produce_orders(&self, sale: SaleKey, users: std::ops::Range<i64>) -> Vec<OrderRecord> {
-        let records: Vec<OrderRecord> = users
+    /// Order records for `users` of `sale`, not sent anywhere.
+    pub fn order_records(&self, sale: SaleKey, users: std::ops::Range<i64>) -> Vec<OrderRecord> {
+        users
             .map(|user| OrderRecord {
                 order_id: OrderId::parse(&format!("{}-{}-{user}-{:08x}", sale.activity, sale.sku, rand::random::<u32>()))
                     .expect("valid id"),
@@ -213,7 +212,13 @@ impl TestEnv {
                 accepted_at: seckill_shared::now_ms(),
                 v: OrderRecord::VERSION,
             })
-            .collect();
+            .collect()
+    }
+
+    /// Produces order records for `users` of `sale` straight to the orders
+    /// topic (as if the edge had accepted them) and returns them.
+    pub async fn produce_orders(&self, sale: SaleKey, users: std::ops::Range<i64>) -> Vec<OrderRecord> {
+        let records = self.order_records(sale, users);
         self.produce_records(&records).await;
         records
     }
@@ -354,6 +359,34 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// What a finished `seckillctl` run printed.
+#[derive(Debug)]
+pub struct CtlOutput {
+    /// Exit code.
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl TestEnv {
+    /// Runs `seckillctl args...` against this test's servers.
+    pub async fn ctl(&self, args: &[&str]) -> CtlOutput {
+        let output = tokio::process::Command::new(binary("seckillctl"))
+            .args(args)
+            .envs(self.child_env())
+            .output()
+            .await
+            .expect("running seckillctl");
+        CtlOutput {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
 /// A project binary running as a child process, killed when dropped.
 pub struct Child {
     inner: tokio::process::Child,
@@ -362,10 +395,16 @@ pub struct Child {
 impl Child {
     /// Starts `name` with `env` (stdout/stderr to a log file under target/).
     pub fn start(name: &str, env: &[(String, String)]) -> Self {
+        Self::start_with_args(name, &[], env)
+    }
+
+    /// Starts `name args...` with `env`.
+    pub fn start_with_args(name: &str, args: &[&str], env: &[(String, String)]) -> Self {
         let log_dir = binary(name).parent().expect("dir").join("e2e-logs");
         std::fs::create_dir_all(&log_dir).expect("log dir");
         let log = std::fs::File::create(log_dir.join(format!("{name}-{}.log", rand::random::<u32>()))).expect("log file");
         let inner = tokio::process::Command::new(binary(name))
+            .args(args)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
