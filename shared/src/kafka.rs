@@ -168,6 +168,59 @@ pub fn headers_map<H: Headers>(headers: &H) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The high watermark of every partition of `topic`: the offset the next
+/// record appended to it will get.
+pub fn high_watermarks(settings: &KafkaSettings, topic: &str, timeout: Duration) -> anyhow::Result<BTreeMap<i32, i64>> {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &settings.brokers).create()?;
+    let mut marks = BTreeMap::new();
+    for p in partitions(&consumer, topic, timeout)? {
+        marks.insert(p, consumer.fetch_watermarks(topic, p, timeout)?.1);
+    }
+    Ok(marks)
+}
+
+fn partitions(consumer: &BaseConsumer, topic: &str, timeout: Duration) -> anyhow::Result<Vec<i32>> {
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    if partitions.is_empty() {
+        anyhow::bail!("topic {topic} has no partitions (does it exist?)");
+    }
+    Ok(partitions)
+}
+
+/// Whether `group` has committed, on every partition of `topic`, at least
+/// the offsets in `marks`: every record below them has been processed.
+pub fn committed_past(
+    settings: &KafkaSettings,
+    group: &str,
+    topic: &str,
+    marks: &BTreeMap<i32, i64>,
+    timeout: Duration,
+) -> anyhow::Result<bool> {
+    let consumer: BaseConsumer = consumer_config(settings, group).create()?;
+    let mut list = TopicPartitionList::new();
+    for p in marks.keys() {
+        list.add_partition(topic, *p);
+    }
+    let committed = consumer.committed_offsets(list, timeout)?;
+    for (p, mark) in marks {
+        let position = match committed.find_partition(topic, *p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => o,
+            // Nothing committed: caught up only if the partition never had a record.
+            _ => consumer.fetch_watermarks(topic, *p, timeout)?.0,
+        };
+        if position < *mark {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Records not yet committed by `group` on `topic`, per partition and summed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -182,16 +235,7 @@ pub struct Lag {
 /// minus the group's committed offset (the low watermark when none).
 pub fn lag(settings: &KafkaSettings, group: &str, topic: &str, timeout: Duration) -> anyhow::Result<Lag> {
     let consumer: BaseConsumer = consumer_config(settings, group).create()?;
-    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    if partitions.is_empty() {
-        anyhow::bail!("topic {topic} has no partitions (does it exist?)");
-    }
+    let partitions = partitions(&consumer, topic, timeout)?;
     let mut list = TopicPartitionList::new();
     for p in &partitions {
         list.add_partition(topic, *p);
@@ -209,11 +253,4 @@ pub fn lag(settings: &KafkaSettings, group: &str, topic: &str, timeout: Duration
         lag.total += behind;
     }
     Ok(lag)
-}
-
-/// Whether `group` has committed at least every partition's high watermark
-/// as it was when this was called: every record produced before the call
-/// has been processed.
-pub fn caught_up(settings: &KafkaSettings, group: &str, topic: &str, timeout: Duration) -> anyhow::Result<bool> {
-    Ok(lag(settings, group, topic, timeout)?.total == 0)
 }

@@ -7,12 +7,19 @@
 //! transaction it writes, so a sweeper that lost the lock (paused past its
 //! lease) cannot write after its successor.
 //!
-//! A reservation is settled only when it is older than the grace period
-//! *and* the order service's group has caught up with every record produced
-//! before this sweep: then a record for it, if one was ever appended, has
-//! been processed (and would have cleared the reservation). While the order
-//! service lags (PostgreSQL down, service stopped) nothing is swept, so a
-//! slow pipeline never fails orders that are merely waiting.
+//! A reservation is settled only once the order service has provably seen
+//! every record that could belong to it. Each sweep notes the orders topic's
+//! high watermarks and the time (a checkpoint); a later sweep that finds the
+//! order group committed past that checkpoint knows every record appended
+//! before it was processed (and would have cleared its reservation). A
+//! publish can land at most the producer's delivery timeout after its
+//! deduction, and the grace period is longer than that, so reservations
+//! accepted more than the grace period before the checkpoint, still
+//! reserved, never had a record: they are settled FAILED (`PUBLISH_LOST`).
+//! While the order service lags (PostgreSQL down, service stopped) the
+//! checkpoint is not passed and nothing is swept, so a slow pipeline never
+//! fails orders that are merely waiting; under steady load checkpoints keep
+//! being passed, so the sweeper works during a sale, not only after it.
 
 use crate::job::settle_order;
 use crate::Settings;
@@ -21,6 +28,7 @@ use seckill_shared::domain::{FailReason, OrderRecord, OrderStatus, UserId};
 use seckill_shared::kafka;
 use seckill_shared::lock::{LockClient, LockGuard};
 use seckill_shared::tasks::Connections;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +39,9 @@ pub struct Sweeper {
     deps: Connections,
     locks: LockClient,
     lock_name: String,
+    /// The last checkpoint (time in ms, the orders topic's high watermarks),
+    /// waiting for the order group to commit past it.
+    checkpoint: tokio::sync::Mutex<Option<(i64, BTreeMap<i32, i64>)>>,
 }
 
 /// What one sweep did.
@@ -46,7 +57,7 @@ impl Sweeper {
     /// A sweeper over the compensator's connections.
     pub fn new(settings: Arc<Settings>, deps: Connections) -> Self {
         let lock_name = format!("{}seckill:{{sweeper}}:lock", deps.stock.prefix());
-        Self { locks: LockClient::new(deps.stock.connection()), settings, deps, lock_name }
+        Self { locks: LockClient::new(deps.stock.connection()), settings, deps, lock_name, checkpoint: Default::default() }
     }
 
     /// Competes for the lock; while holding it, sweeps every interval.
@@ -107,18 +118,39 @@ impl Sweeper {
 
     /// One sweep over every sale, with the lock's fencing token.
     pub async fn sweep_once(&self, fence: i64) -> anyhow::Result<SweepReport> {
-        let started = seckill_shared::now_ms();
+        let mut checkpoint = self.checkpoint.lock().await;
         let kafka_settings = self.settings.kafka.clone();
         let topic = self.deps.topics.orders.clone();
-        let caught_up = tokio::task::spawn_blocking(move || {
-            kafka::caught_up(&kafka_settings, &kafka::order_group(&kafka_settings), &topic, Duration::from_secs(5))
+        let previous = checkpoint.clone();
+        // Is the order group past the last checkpoint? Then take a new one.
+        let (passed, fresh) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let timeout = Duration::from_secs(5);
+            let passed = match &previous {
+                Some((_, marks)) => {
+                    kafka::committed_past(&kafka_settings, &kafka::order_group(&kafka_settings), &topic, marks, timeout)?
+                }
+                None => false,
+            };
+            let fresh = if passed || previous.is_none() {
+                // The time is read before the watermarks: every record of an
+                // order accepted before it is below them, or never lands.
+                let at = seckill_shared::now_ms();
+                Some((at, kafka::high_watermarks(&kafka_settings, &topic, timeout)?))
+            } else {
+                None
+            };
+            Ok((passed.then_some(previous).flatten(), fresh))
         })
         .await??;
-        if !caught_up {
-            tracing::debug!("order service is behind; not sweeping");
-            return Ok(SweepReport::default());
+        if let Some(fresh) = fresh {
+            *checkpoint = Some(fresh);
         }
-        let cutoff = started - self.settings.grace().as_millis() as i64;
+        let Some((checkpoint_at, _)) = passed else {
+            tracing::debug!("order service not yet past the last checkpoint; not sweeping");
+            return Ok(SweepReport::default());
+        };
+        drop(checkpoint);
+        let cutoff = checkpoint_at - self.settings.grace().as_millis() as i64;
         let mut report = SweepReport::default();
         for sale in self.deps.stock.sales().await? {
             let stale = self.deps.stock.stale_reservations(sale, cutoff, self.settings.sweeper.batch as isize).await?;
