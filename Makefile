@@ -6,11 +6,12 @@ CARGO ?= cargo
 PROFILE ?= release
 TEST_THREADS ?= 4
 
-.PHONY: help infra-up infra-down infra-status build test demo clean-data
+.PHONY: help infra-up infra-down infra-status build test demo chaos clean-data
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
 	@echo "make test    bring infra up and run every test against the real Redis, Kafka and PostgreSQL"
+	@echo "make chaos   the fault-injection suite (stops and starts the shared servers; a few minutes)"
 	@echo "make infra-up | infra-down | infra-status"
 
 infra-up:
@@ -31,6 +32,11 @@ test: infra-up
 
 demo: infra-up build
 	PROFILE=$(PROFILE) infra/demo.sh
+
+# Kills and stops every part under load; runs alone (it stops shared servers).
+chaos: infra-up
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --features chaos --test chaos -- --nocapture --test-threads=1
 
 # Stops the servers and deletes their data (the next `make` starts afresh).
 clean-data: infra-down

@@ -16,3 +16,5 @@ mod lock;
 mod compensator;
 #[path = "e2e/ctl.rs"]
 mod ctl;
+#[path = "e2e/chaos_short.rs"]
+mod chaos_short;

@@ -422,6 +422,22 @@ impl Stock {
         Ok(known)
     }
 
+    /// How many of `ids` were settled: their unit restored or written off.
+    pub async fn count_settled(&self, sale: SaleKey, ids: &[String]) -> Result<i64, StockError> {
+        let k = self.keys(sale);
+        let mut conn = self.conn.clone();
+        let mut settled = 0;
+        for chunk in ids.chunks(1000) {
+            let mut pipe = redis::pipe();
+            for id in chunk {
+                pipe.sismember(&k.compensated, id).sismember(&k.written_off, id);
+            }
+            let found: Vec<bool> = self.bounded(pipe.query_async(&mut conn)).await?;
+            settled += found.chunks(2).filter(|pair| pair.iter().any(|f| *f)).count() as i64;
+        }
+        Ok(settled)
+    }
+
     /// Reads everything the reconciliation needs of one sale.
     pub async fn snapshot(&self, sale: SaleKey) -> Result<SaleSnapshot, StockError> {
         let k = self.keys(sale);

@@ -41,8 +41,19 @@ impl Client {
         Self { inner: HyperClient::builder(TokioExecutor::new()).pool_max_idle_per_host(512).build_http(), base: base.into() }
     }
 
-    /// Sends a request.
+    /// Sends a request; panics if it cannot be sent.
     pub async fn send(&self, method: Method, path: &str, body: Option<&[u8]>, headers: &[(&str, &str)]) -> Reply {
+        self.try_send(method, path, body, headers).await.expect("HTTP request")
+    }
+
+    /// Sends a request; `Err` when no answer came (connection refused, ...).
+    pub async fn try_send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&[u8]>,
+        headers: &[(&str, &str)],
+    ) -> Result<Reply, String> {
         let mut builder = Request::builder().method(method).uri(format!("{}{}", self.base, path));
         if body.is_some() {
             builder = builder.header("content-type", "application/json");
@@ -51,13 +62,13 @@ impl Client {
             builder = builder.header(*k, *v);
         }
         let request = builder.body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default()))).expect("request");
-        let response = self.inner.request(request).await.expect("HTTP request");
+        let response = self.inner.request(request).await.map_err(|e| e.to_string())?;
         let status = response.status();
         let headers = response.headers().clone();
-        let bytes = response.into_body().collect().await.expect("body").to_bytes();
+        let bytes = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
         let text = String::from_utf8_lossy(&bytes).into_owned();
         let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Reply { status, headers, json, text }
+        Ok(Reply { status, headers, json, text })
     }
 
     /// `POST /api/seckill/order`.

@@ -5,6 +5,7 @@
 //!
 //! Missing infrastructure fails loudly: nothing here skips a test.
 
+pub mod chaos;
 pub mod http;
 
 use rdkafka::config::ClientConfig;

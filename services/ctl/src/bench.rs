@@ -49,6 +49,13 @@ pub struct Args {
     /// Seed of the user choice, so a run can be replayed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Spread the requests at this many per second in total (open loop);
+    /// unpaced when absent.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Write the order id of every 202 to this file, one per line.
+    #[arg(long)]
+    accepted_out: Option<std::path::PathBuf>,
     /// Instead of orders, GET this path (e.g. /healthz: the HTTP ceiling).
     #[arg(long)]
     get: Option<String>,
@@ -128,6 +135,13 @@ struct WorkerResult {
     histogram: Histogram<u64>,
     outcomes: BTreeMap<String, u64>,
     last_accept: Option<Duration>,
+    accepted: Vec<String>,
+}
+
+fn order_id_of(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    let (_, rest) = text.split_once("\"orderId\":\"")?;
+    Some(rest.split_once('"')?.0.to_owned())
 }
 
 /// Runs the load and returns its figures.
@@ -145,6 +159,7 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
     let started = Instant::now();
     let cpu_before = cpu_seconds();
     let mut workers = Vec::new();
+    let record_accepted = args.accepted_out.is_some();
     for _ in 0..args.concurrency.max(1) {
         let (client, next, args, progress) = (client.clone(), next.clone(), args.clone(), progress.clone());
         workers.push(tokio::spawn(async move {
@@ -152,11 +167,16 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                 histogram: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"),
                 outcomes: BTreeMap::new(),
                 last_accept: None,
+                accepted: Vec::new(),
             };
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total || stop_at.is_some_and(|t| Instant::now() >= t) {
                     break;
+                }
+                if let Some(rate) = args.rate.filter(|r| *r > 0.0) {
+                    // Open loop: request i is due at i / rate seconds.
+                    tokio::time::sleep_until((started + Duration::from_secs_f64(i as f64 / rate)).into()).await;
                 }
                 let request = match &args.get {
                     Some(path) => Request::builder().method(Method::GET).uri(format!("{}{}", args.url, path)).body(Full::new(Bytes::new())),
@@ -177,6 +197,9 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                         let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
                         if status == 202 {
                             result.last_accept = Some(started.elapsed());
+                            if record_accepted {
+                                result.accepted.extend(order_id_of(&body));
+                            }
                         }
                         format!("{status} {}", code_of(&body))
                     }
@@ -193,8 +216,10 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let mut outcomes = BTreeMap::new();
     let mut last_accept = None;
+    let mut accepted = Vec::new();
     for worker in workers {
-        let result = worker.await?;
+        let mut result = worker.await?;
+        accepted.append(&mut result.accepted);
         histogram.add(&result.histogram)?;
         for (k, v) in result.outcomes {
             *outcomes.entry(k).or_insert(0) += v;
@@ -203,6 +228,11 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
     }
     progress.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
+    if let Some(path) = &args.accepted_out {
+        let mut text = accepted.join("\n");
+        text.push('\n');
+        std::fs::write(path, text)?;
+    }
     let cpu = cpu_seconds() - cpu_before;
     let requests = histogram.len();
     let ms = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
