@@ -6,11 +6,12 @@ CARGO ?= cargo
 PROFILE ?= release
 TEST_THREADS ?= 4
 
-.PHONY: help infra-up infra-down infra-status build test demo chaos clean-data
+.PHONY: help infra-up infra-down infra-status build test demo chaos bench clean-data
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
 	@echo "make test    bring infra up and run every test against the real Redis, Kafka and PostgreSQL"
+	@echo "make bench   benchmarks against ceilings measured in the same run (writes BENCHMARKS.md)"
 	@echo "make chaos   the fault-injection suite (stops and starts the shared servers; a few minutes)"
 	@echo "make infra-up | infra-down | infra-status"
 
@@ -32,6 +33,12 @@ test: infra-up
 
 demo: infra-up build
 	PROFILE=$(PROFILE) infra/demo.sh
+
+# Benchmarks with their ceilings measured in the same run: BENCHMARKS.md.
+bench: infra-up
+	command -v redis-benchmark >/dev/null && command -v pgbench >/dev/null
+	$(CARGO) build --release --workspace --bins --examples
+	infra/bench.py
 
 # Kills and stops every part under load; runs alone (it stops shared servers).
 chaos: infra-up

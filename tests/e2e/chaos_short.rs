@@ -29,3 +29,40 @@ async fn crashes_and_outages_lose_nothing() {
     .await;
     println!("{TABLE_HEADER}\n{}", outcome.row());
 }
+
+/// The worst case of a Redis failure: it comes back empty. The edge must not
+/// sell from nothing, and the status of orders already written still
+/// answers, from PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_lost_everything_sells_nothing() {
+    use seckill_e2e::http::Client;
+    let env = seckill_e2e::TestEnv::new().await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    let client = Client::new(edge.url());
+    let (a, k) = (sale.activity.get(), sale.sku.get());
+    let accepted = client.order(a, k, 1).await;
+    let order_id = accepted.json["orderId"].as_str().expect("accepted").to_owned();
+    seckill_e2e::eventually("the order written", Duration::from_secs(30), || async {
+        let n = env.count_orders(sale, "CREATED").await;
+        if n == 1 { Ok(()) } else { Err(n.to_string()) }
+    })
+    .await;
+
+    // Every key of this test's prefix is gone, as if Redis restarted empty.
+    let mut conn = env.stock.connection();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}*", env.redis.key_prefix)).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.unwrap();
+
+    let refused = client.order(a, k, 2).await;
+    assert_eq!((refused.status.as_u16(), refused.code()), (404, "SALE_NOT_FOUND"), "{}", refused.text);
+    let status = client.get(&format!("/api/seckill/order/{order_id}")).await;
+    assert_eq!((status.status.as_u16(), status.json["status"].as_str()), (200, Some("CREATED")), "{}", status.text);
+    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    assert!(!report.consistent, "the loss is reported, never silent");
+    assert!(report.violations.iter().any(|v| v.contains("redis has no such sale")), "{:?}", report.violations);
+    order.stop().await;
+    edge.stop().await;
+}

@@ -321,7 +321,12 @@ pub async fn run(scenario: Scenario) -> Outcome {
         let settled = test.stock.count_settled(sale, &failed).await.expect("settled sets");
         assert_eq!(settled, failed.len() as i64, "{}: a FAILED order's unit was not restored or written off", scenario.name);
     }
-    let snapshot = test.stock.snapshot(sale).await.expect("snapshot");
+    // After a Redis restart the first command on an old connection may fail
+    // while it reconnects.
+    let snapshot = crate::eventually("a redis snapshot", Duration::from_secs(30), || async {
+        test.stock.snapshot(sale).await.map_err(|e| e.to_string())
+    })
+    .await;
     let outcome = Outcome {
         name: scenario.name,
         requests,

@@ -50,6 +50,12 @@ enum Command {
     Dlq(dlq::Command),
     /// Load-test the edge.
     Bench(bench::Args),
+    /// Consumer-group lag of the order service and the compensator.
+    Lag {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// An error with the exit code it deserves.
@@ -89,6 +95,7 @@ async fn main() -> ExitCode {
         Command::Reconcile(args) => reconcile::run(&settings, args).await,
         Command::Dlq(command) => dlq::run(&settings, command).await,
         Command::Bench(args) => bench::run(&settings, args).await,
+        Command::Lag { json } => lag(&settings, json).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -103,6 +110,29 @@ async fn migrate(settings: &Settings) -> Result<(), Failure> {
     let db = seckill_shared::db::connect_lazy(&settings.database).map_err(Failure::unreadable)?;
     seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
     println!("migrations applied");
+    Ok(())
+}
+
+async fn lag(settings: &Settings, json: bool) -> Result<(), Failure> {
+    use seckill_shared::kafka;
+    let kafka_settings = settings.kafka.clone();
+    let (order, compensator) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let topics = kafka::Topics::new(&kafka_settings);
+        let timeout = std::time::Duration::from_secs(5);
+        Ok((
+            kafka::lag(&kafka_settings, &kafka::order_group(&kafka_settings), &topics.orders, timeout)?,
+            kafka::lag(&kafka_settings, &kafka::compensator_group(&kafka_settings), &topics.dlq, timeout)?,
+        ))
+    })
+    .await
+    .map_err(Failure::failed)?
+    .map_err(Failure::unreadable)?;
+    if json {
+        println!("{}", serde_json::json!({ "order": order, "compensator": compensator }));
+    } else {
+        println!("order service lag  {} {:?}", order.total, order.partitions);
+        println!("compensator lag    {} {:?}", compensator.total, compensator.partitions);
+    }
     Ok(())
 }
 

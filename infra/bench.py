@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""`make bench`: the benchmark suite. Every figure is reported next to a
+ceiling measured in the same run, as a ratio, because the machines here are
+shared and noisy. Writes BENCHMARKS.md and bench-results.json.
+
+It starts what it measures (release binaries) with its own topic and key
+prefixes, so it never touches the demo's or the tests' data, and stops them.
+"""
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / "target" / "release"
+LOGS = ROOT / ".data" / "logs"
+RUN = f"bench{int(time.time())}"
+ENV = dict(
+    os.environ,
+    SECKILL_TOPIC_PREFIX=f"{RUN}.",
+    SECKILL_KEY_PREFIX=f"{RUN}:",
+    SECKILL_ADMIN_TOKEN="bench-admin-token",
+    RUST_LOG="warn",
+)
+EDGE = "127.0.0.1:8180"
+REFERENCE = "127.0.0.1:8190"
+DB_URL = "postgres://seckill:seckill@127.0.0.1:5432/seckill"
+CONNS = 64
+PROCS = []
+RESULTS = {}
+
+
+def log(msg):
+    print(f"[bench] {msg}", flush=True)
+
+
+def start(cmd, name, extra=None):
+    env = dict(ENV, **(extra or {}))
+    out = open(LOGS / f"bench-{name}.log", "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    PROCS.append(proc)
+    return proc
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if proc in PROCS:
+        PROCS.remove(proc)
+
+
+def wait_http(url, seconds=60):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if subprocess.run(["curl", "-fsS", "-o", "/dev/null", url], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.3)
+    raise SystemExit(f"bench: {url} did not answer")
+
+
+def ctl(*args, check=True):
+    out = subprocess.run([str(BIN / "seckillctl"), *map(str, args)], env=ENV, capture_output=True, text=True)
+    if check and out.returncode != 0:
+        raise SystemExit(f"bench: seckillctl {' '.join(map(str, args))} failed: {out.stderr}{out.stdout}")
+    return out.stdout
+
+
+def warm(activity, sku, stock):
+    ctl("warmup", "--activity", activity, "--sku", sku, "--stock", stock, "--force")
+
+
+def load(url, activity, sku, users, requests, conns=CONNS, offset=0, get=None):
+    args = ["bench", "--url", f"http://{url}", "--activity", activity, "--sku", sku, "--users", users,
+            "--requests", requests, "--concurrency", conns, "--user-offset", offset, "--json"]
+    if get:
+        args += ["--get", get]
+    result = json.loads(ctl(*args))["bench"]
+    accepted = sum(v for k, v in result["outcomes"].items() if k.startswith("202"))
+    result["accepted"] = accepted
+    return result
+
+
+def psql(sql):
+    out = subprocess.run(["psql", DB_URL, "-tAc", sql], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"bench: psql failed: {out.stderr}")
+    return out.stdout.strip()
+
+
+def lag():
+    return json.loads(ctl("lag", "--json"))["order"]["total"]
+
+
+def machine():
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024 // 1024
+    return f"{os.cpu_count()} cores ({cpu}), {mem} GiB, {platform.platform()}"
+
+
+def edge(extra=None):
+    proc = start([str(BIN / "seckill-edge")], "edge", dict({"SECKILL_HTTP_ADDR": EDGE}, **(extra or {})))
+    wait_http(f"http://{EDGE}/readyz")
+    return proc
+
+
+def order_service():
+    proc = start([str(BIN / "seckill-order")], "order", {"SECKILL__METRICS_ADDR": "127.0.0.1:9111"})
+    wait_http("http://127.0.0.1:9111/readyz")
+    return proc
+
+
+def main():
+    LOGS.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    log(f"run {RUN} on {machine()}")
+    ctl("migrate")
+
+    # (a) plain HTTP ceiling: the edge's /healthz under the same tool and concurrency.
+    e = edge()
+    http = load(EDGE, 1, 1, 100_000, 100_000, get="/healthz")
+    RESULTS["ceiling_http"] = http
+    log(f"(a) HTTP ceiling: {http['requestsPerSecond']:.0f} req/s")
+
+    # (b) Redis ceiling: redis-benchmark running lua/deduct.lua by EVALSHA, distinct users, unpipelined.
+    warm(9001, 1, 50_000_000)
+    sha = subprocess.run(["redis-cli", "SCRIPT", "LOAD", (ROOT / "lua/deduct.lua").read_text()], capture_output=True, text=True).stdout.strip()
+    base = f"{RUN}:seckill:{{9001:1}}"
+    keys = [f"{base}:{k}" for k in ("meta", "stock", "buyers", "orders", "reserved", "seq")]
+    now = str(int(time.time() * 1000))
+    rb = subprocess.run(["redis-benchmark", "-c", str(CONNS), "-n", "200000", "-r", "1000000000", "--csv",
+                         "EVALSHA", sha, "6", *keys, "__rand_int__", now, "bench000", "9001", "1"],
+                        capture_output=True, text=True)
+    rows = [line for line in rb.stdout.splitlines() if line.startswith('"EVALSHA')]
+    redis_rps = float(rows[-1].split(",")[1].strip('"')) if rows else 0.0
+    RESULTS["ceiling_redis"] = {"requestsPerSecond": redis_rps, "raw": rb.stdout.strip()}
+    log(f"(b) Redis ceiling (deduct.lua by EVALSHA): {redis_rps:.0f} calls/s")
+
+    # (c) PostgreSQL ceiling: pgbench inserting 100-row batches into the orders table.
+    script = LOGS / "bench-pgbench.sql"
+    script.write_text(
+        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)\n"
+        "SELECT 'pgb-' || txid_current() || '-' || g, 900001, 1, 1, g, 'CREATED', now()\n"
+        "  FROM unnest(ARRAY(SELECT generate_series(1, 100))) AS g;\n")
+    pg = subprocess.run(["pgbench", "-n", "-c", "8", "-j", "2", "-T", "15", "-f", str(script), DB_URL], capture_output=True, text=True)
+    tps = next((float(l.split("=")[1].split()[0]) for l in pg.stdout.splitlines() if l.startswith("tps =")), 0.0)
+    psql("DELETE FROM orders WHERE activity_id = 900001")
+    RESULTS["ceiling_postgres"] = {"transactionsPerSecond": tps, "rowsPerSecond": tps * 100}
+    log(f"(c) PostgreSQL ceiling: {tps * 100:.0f} rows/s in 100-row batches")
+
+    # Reference: a minimal axum handler calling the same script.
+    ref = start([str(BIN / "examples" / "lua_reference"), REFERENCE], "reference")
+    time.sleep(1.5)
+    warm(9002, 1, 50_000_000)
+    reference = load(REFERENCE, 9002, 1, 200_000, 200_000)
+    stop(ref)
+    RESULTS["reference_edge_redis"] = reference
+    log(f"reference axum+Lua: {reference['requestsPerSecond']:.0f} req/s")
+
+    # 2. accepted path (order service stopped: this also builds the drain backlog).
+    warm(9003, 1, 50_000_000)
+    accepted = load(EDGE, 9003, 1, 200_000, 200_000)
+    RESULTS["accepted_path"] = accepted
+    log(f"accepted path: {accepted['requestsPerSecond']:.0f} req/s, p99 {accepted['latencyMs']['p99']:.2f} ms")
+
+    # 6. drain of that backlog.
+    backlog = lag()
+    t0 = time.time()
+    o = order_service()
+    while lag() > 0 and time.time() - t0 < 600:
+        time.sleep(0.25)
+    drain_seconds = time.time() - t0
+    written = int(psql("SELECT count(*) FROM orders WHERE activity_id = 9003"))
+    RESULTS["drain"] = {"backlog": backlog, "seconds": drain_seconds, "ordersPerSecond": written / drain_seconds, "written": written}
+    log(f"drain: {backlog} records in {drain_seconds:.1f}s = {written / drain_seconds:.0f} orders/s")
+
+    # 3. sold-out path.
+    warm(9004, 1, 1000)
+    load(EDGE, 9004, 1, 2000, 2000)
+    sold_out = load(EDGE, 9004, 1, 100_000, 100_000, offset=10_000)
+    RESULTS["sold_out_path"] = sold_out
+    log(f"sold-out path: {sold_out['requestsPerSecond']:.0f} req/s")
+
+    # 4. hot-SKU burst: 100 units, 50,000 users, 256 connections.
+    warm(9005, 1, 100)
+    burst = load(EDGE, 9005, 1, 50_000, 50_000, conns=256)
+    RESULTS["hot_burst"] = burst
+    log(f"hot burst: {burst['accepted']} accepted, sold out after {burst.get('lastAcceptSeconds')}s")
+
+    # 5. lua vs lock on one hot sale.
+    warm(9006, 1, 10_000_000)
+    lua = load(EDGE, 9006, 1, 50_000, 50_000)
+    stop(e)
+    e = edge({"SECKILL__DEDUCTION": "lock"})
+    warm(9007, 1, 10_000_000)
+    lock = load(EDGE, 9007, 1, 50_000, 50_000)
+    stop(e)
+    RESULTS["lua_vs_lock"] = {"lua": lua, "lock": lock}
+    log(f"lua {lua['accepted'] / lua['seconds']:.0f} accepted/s vs lock {lock['accepted'] / lock['seconds']:.0f} accepted/s")
+
+    # 7. end to end: a 100,000-unit sale under full load, order service running.
+    e = edge()
+    warm(9008, 1, 100_000)
+    max_lag = [0]
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            try:
+                max_lag[0] = max(max_lag[0], lag())
+            except SystemExit:
+                pass
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    t0 = time.time()
+    e2e = load(EDGE, 9008, 1, 120_000, 120_000, conns=256)
+    while int(psql("SELECT count(*) FROM orders WHERE activity_id = 9008")) < 100_000 and time.time() - t0 < 600:
+        time.sleep(0.2)
+    e2e_seconds = time.time() - t0
+    done.set()
+    watcher.join()
+    lag_after = lag()
+    RESULTS["end_to_end"] = {"bench": e2e, "seconds_to_last_order": e2e_seconds, "max_lag": max_lag[0], "lag_after": lag_after}
+    log(f"end to end: 100000 orders in {e2e_seconds:.1f}s, max lag {max_lag[0]}")
+    recon = json.loads(ctl("reconcile", "--activity", 9008, "--sku", 1, "--wait-drain", 60, "--json", check=False))
+    RESULTS["end_to_end"]["consistent"] = recon["consistent"]
+    stop(e)
+    stop(o)
+
+    write_report(time.time() - started)
+
+
+def ratio(a, b):
+    return a / b if b else float("nan")
+
+
+def write_report(total_seconds):
+    r = RESULTS
+    http = r["ceiling_http"]["requestsPerSecond"]
+    redis = r["ceiling_redis"]["requestsPerSecond"]
+    pg_rows = r["ceiling_postgres"]["rowsPerSecond"]
+    ref = r["reference_edge_redis"]["requestsPerSecond"]
+    acc = r["accepted_path"]
+    so = r["sold_out_path"]
+    burst = r["hot_burst"]
+    lua, lock = r["lua_vs_lock"]["lua"], r["lua_vs_lock"]["lock"]
+    lua_acc, lock_acc = lua["accepted"] / lua["seconds"], max(lock["accepted"], 1) / lock["seconds"]
+    drain = r["drain"]
+    e2e = r["end_to_end"]
+    rows = [
+        ("(a) ceiling: plain HTTP (edge /healthz)", f"{http:,.0f} req/s", "", ""),
+        ("(b) ceiling: Redis, deduct.lua by EVALSHA (redis-benchmark)", f"{redis:,.0f} calls/s", "", ""),
+        ("(c) ceiling: PostgreSQL, 100-row batch inserts (pgbench, 8 clients)", f"{pg_rows:,.0f} rows/s", "", ""),
+        ("reference: minimal axum handler + the same script", f"{ref:,.0f} req/s", f"p99 {r['reference_edge_redis']['latencyMs']['p99']:.2f} ms", f"{ratio(ref, redis):.2f} x (b)"),
+        ("edge, accepted path (64 conns, distinct users)", f"{acc['requestsPerSecond']:,.0f} req/s",
+         f"p50 {acc['latencyMs']['p50']:.2f} ms, p99 {acc['latencyMs']['p99']:.2f} ms",
+         f"{ratio(acc['requestsPerSecond'], ref):.2f} x reference (target 0.8); {ratio(acc['requestsPerSecond'], http):.2f} x (a); {ratio(acc['requestsPerSecond'], redis):.2f} x (b)"),
+        ("edge, sold-out path (64 conns)", f"{so['requestsPerSecond']:,.0f} req/s", f"p99 {so['latencyMs']['p99']:.2f} ms",
+         f"{ratio(so['requestsPerSecond'], http):.2f} x (a) (target 0.8)"),
+        ("hot-SKU burst: 100 units, 50,000 users, 256 conns", f"{burst['accepted']} sold (exact: {burst['accepted'] == 100})",
+         f"sold out after {burst.get('lastAcceptSeconds') or 0:.3f} s; p99 {burst['latencyMs']['p99']:.2f} ms", f"{burst['requestsPerSecond']:,.0f} req/s"),
+        ("deduction = lua vs lock, one hot sale (64 conns)", f"lua {lua_acc:,.0f} vs lock {lock_acc:,.0f} accepted/s",
+         f"lock answered {lock['outcomes']}", f"{ratio(lua_acc, lock_acc):.1f} x (target 10)"),
+        (f"order service drain of a {drain['backlog']:,}-record backlog", f"{drain['ordersPerSecond']:,.0f} orders/s",
+         f"{drain['seconds']:.1f} s", f"{ratio(drain['ordersPerSecond'], pg_rows):.2f} x (c) (target 0.5)"),
+        ("end to end: 100,000-unit sale, 120,000 users, 256 conns", f"{e2e['seconds_to_last_order']:.1f} s to the last order",
+         f"max consumer lag {e2e['max_lag']:,}; edge {e2e['bench']['requestsPerSecond']:,.0f} req/s", f"consistent: {e2e['consistent']}"),
+    ]
+    cpu = {k: r[k]["generatorCpuPercent"] for k in ("ceiling_http", "accepted_path", "sold_out_path") if "generatorCpuPercent" in r[k]}
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, run `{RUN}`, in {total_seconds:.0f} s.",
+        f"Machine: {machine()}. Redis, PostgreSQL, Kafka, the services and the load generator all share it.",
+        "Every figure is measured in the same run as its ceiling; compare ratios, not absolute numbers, across runs.",
+        "",
+        "| measurement | result | detail | ratio |",
+        "|---|---|---|---|",
+        *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows],
+        "",
+        f"Load generator (`seckillctl bench`) CPU, as % of one core: {', '.join(f'{k} {v:.0f}%' for k, v in cpu.items())}.",
+        "",
+        "Machine-readable results: `bench-results.json`.",
+        "",
+    ]
+    (ROOT / "BENCHMARKS.md").write_text("\n".join(lines))
+    (ROOT / "bench-results.json").write_text(json.dumps(RESULTS, indent=2))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        for proc in list(PROCS):
+            stop(proc)
