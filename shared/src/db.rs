@@ -60,7 +60,11 @@ pub async fn find_sale(pool: &PgPool, sale: SaleKey) -> sqlx::Result<Option<Sale
     .bind(sale.sku.get())
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|r| SaleRow {
+    Ok(row.as_ref().map(sale_row))
+}
+
+fn sale_row(r: &sqlx::postgres::PgRow) -> SaleRow {
+    SaleRow {
         activity_id: r.get(0),
         sku_id: r.get(1),
         round: r.get(2),
@@ -68,7 +72,7 @@ pub async fn find_sale(pool: &PgPool, sale: SaleKey) -> sqlx::Result<Option<Sale
         remaining_stock: r.get(4),
         starts_at: r.get(5),
         ends_at: r.get(6),
-    }))
+    }
 }
 
 /// Creates a sale or starts its next round: stock is set, never added.
@@ -94,15 +98,7 @@ pub async fn upsert_sale(
     .bind(ends_at)
     .fetch_one(pool)
     .await?;
-    Ok(SaleRow {
-        activity_id: r.get(0),
-        sku_id: r.get(1),
-        round: r.get(2),
-        total_stock: r.get(3),
-        remaining_stock: r.get(4),
-        starts_at: r.get(5),
-        ends_at: r.get(6),
-    })
+    Ok(sale_row(&r))
 }
 
 /// An order as PostgreSQL holds it.

@@ -123,3 +123,59 @@ impl Connections {
         Ok(Some(Self { stock, db, topics }))
     }
 }
+
+/// Binds a service's health and metrics port (port 0 picks a free one, for
+/// tests) and installs the metrics recorder before anything records.
+pub async fn bind_health(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    use anyhow::Context;
+    crate::telemetry::metrics_handle();
+    tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))
+}
+
+/// Where a consuming service's dependencies are.
+pub struct Dependencies<'a> {
+    /// Redis.
+    pub redis: &'a crate::config::RedisSettings,
+    /// PostgreSQL.
+    pub database: &'a crate::config::DbSettings,
+    /// Kafka.
+    pub kafka: &'a crate::config::KafkaSettings,
+    /// Retry delays while they do not answer.
+    pub backoff: Backoff,
+}
+
+/// Runs a consuming service: serves health and metrics at once, connects to
+/// its dependencies (retrying; `/readyz` says 503 meanwhile), lets `start`
+/// spawn the service's tasks on the tracker, then waits for `shutdown` and
+/// for every task to finish (bounded), logging each task's exit.
+pub async fn host(
+    name: &'static str,
+    health: tokio::net::TcpListener,
+    dependencies: Dependencies<'_>,
+    shutdown: CancellationToken,
+    start: impl FnOnce(Connections, &tokio_util::task::TaskTracker) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let tracker = tokio_util::task::TaskTracker::new();
+    let ready = ReadyFlag::default();
+    tracker.spawn(report_exit("health server", crate::telemetry::serve_health(health, ready.check(), shutdown.clone())));
+    let connections = Connections::establish(
+        dependencies.redis,
+        dependencies.database,
+        dependencies.kafka,
+        dependencies.backoff,
+        &shutdown,
+    )
+    .await?;
+    if let Some(connections) = connections {
+        ready.set();
+        start(connections, &tracker)?;
+        tracing::info!(service = name, "running");
+    }
+    tracker.close();
+    shutdown.cancelled().await;
+    if tokio::time::timeout(Duration::from_secs(30), tracker.wait()).await.is_err() {
+        tracing::warn!(service = name, "tasks did not stop within 30s");
+    }
+    tracing::info!(service = name, "stopped");
+    Ok(())
+}

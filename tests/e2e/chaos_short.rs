@@ -10,7 +10,7 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_and_outages_lose_nothing() {
     let outcome = run(Scenario {
-        name: "short: kill -9 edge, order service, compensator; database blocked 4 s; poison + duplicate",
+        name: "short: kill -9 edge, order service, compensator (mid-record); database blocked 4 s; poison + duplicate",
         seed: 11,
         stock: 1_500,
         users: 4_000,
@@ -23,7 +23,8 @@ async fn crashes_and_outages_lose_nothing() {
             (Duration::from_millis(2_500), Fault::KillEdge),
             (Duration::from_millis(4_000), Fault::KillOrder),
             (Duration::from_millis(5_500), Fault::BlockDatabase(Duration::from_secs(4))),
-            (Duration::from_millis(7_000), Fault::KillCompensator),
+            (Duration::from_millis(6_500), Fault::DeadLetters(150)),
+            (Duration::from_millis(6_700), Fault::KillCompensator),
         ],
     })
     .await;

@@ -29,6 +29,10 @@ pub enum Fault {
     /// Produce an undecodable record and a duplicate of an accepted one to
     /// the orders topic.
     PoisonAndDuplicate,
+    /// Deduct this many units for users outside the load (as the edge
+    /// would) and dead-letter their orders (`DB_REJECTED`), so the
+    /// compensator has work to be killed in the middle of.
+    DeadLetters(u32),
 }
 
 /// A scenario: a sale, a load, and faults at given times into the load.
@@ -191,7 +195,7 @@ impl Pipeline {
     }
 }
 
-async fn inject(test: &TestEnv, pipeline: &mut Pipeline, fault: Fault) {
+async fn inject(test: &TestEnv, sale: seckill_shared::domain::SaleKey, pipeline: &mut Pipeline, fault: Fault) {
     eprintln!("chaos: {fault:?}");
     match fault {
         Fault::KillEdge => pipeline.kill_and_restart("seckill-edge").await,
@@ -218,6 +222,27 @@ async fn inject(test: &TestEnv, pipeline: &mut Pipeline, fault: Fault) {
             let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
             tokio::time::sleep(Duration::from_millis(500)).await;
             tokio::task::spawn_blocking(|| infra("up.sh", "redis")).await.expect("infra");
+        }
+        Fault::DeadLetters(n) => {
+            let mut records = Vec::new();
+            for i in 0..i64::from(n) {
+                let user = seckill_shared::domain::UserId::new(900_000_000 + i).expect("positive");
+                let now = seckill_shared::now_ms();
+                if let Ok(seckill_shared::stock::Deduction::Accepted { order_id, .. }) =
+                    test.stock.deduct(sale, user, now, &format!("{:08x}", rand::random::<u32>())).await
+                {
+                    records.push(seckill_shared::domain::OrderRecord {
+                        order_id,
+                        activity_id: sale.activity,
+                        sku_id: sale.sku,
+                        user_id: user,
+                        accepted_at: now,
+                        v: seckill_shared::domain::OrderRecord::VERSION,
+                    });
+                }
+            }
+            eprintln!("chaos: dead-lettering {} orders", records.len());
+            test.produce_dead_letters(&records, "DB_REJECTED").await;
         }
         Fault::PoisonAndDuplicate => {
             let topic = test.topics().orders;
@@ -262,7 +287,7 @@ pub async fn run(scenario: Scenario) -> Outcome {
         if let Some(wait) = at.checked_sub(started.elapsed()) {
             tokio::time::sleep(wait).await;
         }
-        inject(&test, &mut pipeline, fault).await;
+        inject(&test, sale, &mut pipeline, fault).await;
     }
     let bench = bench.await.expect("bench task");
     assert!(bench.status.success(), "bench failed: {}", String::from_utf8_lossy(&bench.stderr));

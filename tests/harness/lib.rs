@@ -238,6 +238,24 @@ impl TestEnv {
         }
     }
 
+    /// Produces dead letters for `records` with `reason`, as the order
+    /// service would.
+    pub async fn produce_dead_letters(&self, records: &[OrderRecord], reason: &str) {
+        let producer: FutureProducer = seckill_shared::kafka::producer(&self.kafka).expect("producer");
+        let topic = self.topics().dlq;
+        let payloads: Vec<(String, Vec<u8>)> =
+            records.iter().map(|r| (r.user_id.to_string(), serde_json::to_vec(r).expect("json"))).collect();
+        let sends = payloads.iter().map(|(key, payload)| {
+            let headers = OwnedHeaders::new()
+                .insert(Header { key: "dlq.reason", value: Some(reason) })
+                .insert(Header { key: "dlq.attempts", value: Some("1") });
+            producer.send(FutureRecord::to(&topic).key(key).payload(payload).headers(headers), Duration::from_secs(30))
+        });
+        for result in futures::future::join_all(sends).await {
+            result.expect("producing a dead letter");
+        }
+    }
+
     /// Reads every record of `topic` from the start (own throwaway group),
     /// until `expected` arrived or `timeout` passed.
     pub async fn read_topic(&self, topic: &str, expected: usize, timeout: Duration) -> Vec<OwnedMessage> {

@@ -11,16 +11,13 @@
 pub mod job;
 pub mod sweeper;
 
-use anyhow::Context;
 use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings, TelemetrySettings};
-use seckill_shared::tasks::{report_exit, Backoff, Connections, ReadyFlag};
-use seckill_shared::telemetry::serve_health;
+use seckill_shared::tasks::{bind_health, host, report_exit, Backoff, Dependencies};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// The reservation sweeper's settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -104,11 +101,7 @@ pub struct Service {
 impl Service {
     /// Binds the health port (port 0 picks a free one, for tests).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        // Install the metrics recorder before anything records.
-        seckill_shared::telemetry::metrics_handle();
-        let health = tokio::net::TcpListener::bind(&settings.metrics_addr)
-            .await
-            .with_context(|| format!("binding {}", settings.metrics_addr))?;
+        let health = bind_health(&settings.metrics_addr).await?;
         Ok(Self { settings: Arc::new(settings), health })
     }
 
@@ -120,30 +113,21 @@ impl Service {
     /// Runs the DLQ consumer and the sweeper until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let settings = self.settings;
-        let tracker = TaskTracker::new();
-        let ready = ReadyFlag::default();
-        tracker.spawn(report_exit("health server", serve_health(self.health, ready.check(), shutdown.clone())));
-        let connections =
-            Connections::establish(&settings.redis, &settings.database, &settings.kafka, settings.backoff(), &shutdown)
-                .await?;
-        let Some(connections) = connections else {
-            tracker.close();
-            tracker.wait().await;
-            return Ok(());
+        let dependencies = Dependencies {
+            redis: &settings.redis,
+            database: &settings.database,
+            kafka: &settings.kafka,
+            backoff: settings.backoff(),
         };
-        ready.set();
-        let dlq = job::DlqJob::new(settings.clone(), connections.clone())?;
-        tracker.spawn(report_exit("dlq consumer", dlq.run(shutdown.clone())));
-        if settings.sweeper.enabled {
-            let sweeper = sweeper::Sweeper::new(settings.clone(), connections.clone());
-            tracker.spawn(report_exit("reservation sweeper", sweeper.run(shutdown.clone())));
-        }
-        tracker.close();
-        shutdown.cancelled().await;
-        if tokio::time::timeout(Duration::from_secs(30), tracker.wait()).await.is_err() {
-            tracing::warn!("tasks did not stop within 30s");
-        }
-        tracing::info!("compensator stopped");
-        Ok(())
+        host("compensator", self.health, dependencies, shutdown.clone(), |connections, tracker| {
+            let dlq = job::DlqJob::new(settings.clone(), connections.clone())?;
+            tracker.spawn(report_exit("dlq consumer", dlq.run(shutdown.clone())));
+            if settings.sweeper.enabled {
+                let sweeper = sweeper::Sweeper::new(settings.clone(), connections);
+                tracker.spawn(report_exit("reservation sweeper", sweeper.run(shutdown.clone())));
+            }
+            Ok(())
+        })
+        .await
     }
 }

@@ -11,16 +11,13 @@ pub mod consumer;
 pub mod dlq;
 pub mod store;
 
-use anyhow::Context;
 use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings, TelemetrySettings};
-use seckill_shared::tasks::{report_exit, Backoff, Connections, ReadyFlag};
-use seckill_shared::telemetry::serve_health;
+use seckill_shared::tasks::{bind_health, host, report_exit, Backoff, Dependencies};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// Settings of `seckill-order`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -81,11 +78,7 @@ pub struct Service {
 impl Service {
     /// Binds the health port (port 0 picks a free one, for tests).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        // Install the metrics recorder before anything records.
-        seckill_shared::telemetry::metrics_handle();
-        let health = tokio::net::TcpListener::bind(&settings.metrics_addr)
-            .await
-            .with_context(|| format!("binding {}", settings.metrics_addr))?;
+        let health = bind_health(&settings.metrics_addr).await?;
         Ok(Self { settings: Arc::new(settings), health })
     }
 
@@ -97,35 +90,24 @@ impl Service {
     /// Runs until `shutdown`: waits for its dependencies, then consumes.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let settings = self.settings;
-        let tracker = TaskTracker::new();
-        let ready = ReadyFlag::default();
-        tracker.spawn(report_exit("health server", serve_health(self.health, ready.check(), shutdown.clone())));
-
-        let backoff = settings.backoff();
-        let connections =
-            Connections::establish(&settings.redis, &settings.database, &settings.kafka, backoff, &shutdown).await?;
-        let Some(connections) = connections else {
-            tracker.close();
-            tracker.wait().await;
-            return Ok(());
+        let dependencies = Dependencies {
+            redis: &settings.redis,
+            database: &settings.database,
+            kafka: &settings.kafka,
+            backoff: settings.backoff(),
         };
-        let dead_letters = dlq::DeadLetters::new(
-            seckill_shared::kafka::producer(&settings.kafka)?,
-            connections.topics.dlq.clone(),
-        );
-        ready.set();
-        tracing::info!(consumers = settings.consumers, topic = %connections.topics.orders, "order service consuming");
-        for index in 0..settings.consumers.max(1) {
-            let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?;
-            tracker.spawn(report_exit("consumer", worker.run(shutdown.clone())));
-        }
-        tracker.spawn(report_exit("lag reporter", consumer::report_lag(settings.clone(), shutdown.clone())));
-        tracker.close();
-        shutdown.cancelled().await;
-        if tokio::time::timeout(Duration::from_secs(30), tracker.wait()).await.is_err() {
-            tracing::warn!("tasks did not stop within 30s");
-        }
-        tracing::info!("order service stopped");
-        Ok(())
+        host("order service", self.health, dependencies, shutdown.clone(), |connections, tracker| {
+            let dead_letters = dlq::DeadLetters::new(
+                seckill_shared::kafka::producer(&settings.kafka)?,
+                connections.topics.dlq.clone(),
+            );
+            for index in 0..settings.consumers.max(1) {
+                let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?;
+                tracker.spawn(report_exit("consumer", worker.run(shutdown.clone())));
+            }
+            tracker.spawn(report_exit("lag reporter", consumer::report_lag(settings.clone(), shutdown.clone())));
+            Ok(())
+        })
+        .await
     }
 }
