@@ -140,8 +140,9 @@ pub async fn find_order(pool: &PgPool, order_id: &OrderId) -> sqlx::Result<Optio
 pub async fn find_user_order(pool: &PgPool, sale: SaleKey, user: UserId) -> sqlx::Result<Option<OrderRow>> {
     let row = sqlx::query(
         "SELECT o.order_id, o.activity_id, o.sku_id, o.user_id, o.status, o.reason
-           FROM orders o JOIN sales s USING (activity_id, sku_id)
-          WHERE o.activity_id = $1 AND o.sku_id = $2 AND o.user_id = $3 AND o.round = s.round
+           FROM orders o
+          WHERE o.activity_id = $1 AND o.sku_id = $2 AND o.user_id = $3
+            AND o.round = (SELECT round FROM sales WHERE activity_id = $1 AND sku_id = $2)
           ORDER BY (o.status = 'CREATED') DESC, o.created_at DESC
           LIMIT 1",
     )

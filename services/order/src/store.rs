@@ -95,20 +95,26 @@ pub async fn write_batch(pool: &PgPool, records: &[OrderRecord]) -> Result<Batch
             .map(|r| (r.get::<String, _>(0), OrderStatus::parse(r.get(1)).unwrap_or(OrderStatus::Failed)))
             .collect();
 
-    let users: Vec<i64> = records.iter().map(|r| r.user_id.get()).collect();
-    let batch_activities: Vec<i64> = records.iter().map(|r| r.activity_id.get()).collect();
-    let batch_skus: Vec<i64> = records.iter().map(|r| r.sku_id.get()).collect();
+    // Users of the batch who already hold a CREATED order this round. The
+    // round is spelled out so the lookup uses every column of the one-order-
+    // per-user index (activity, sku, round, user).
+    let known: Vec<&&OrderRecord> =
+        records.iter().filter(|r| stock.contains_key(&(r.activity_id.get(), r.sku_id.get()))).collect();
+    let holder_activities: Vec<i64> = known.iter().map(|r| r.activity_id.get()).collect();
+    let holder_skus: Vec<i64> = known.iter().map(|r| r.sku_id.get()).collect();
+    let holder_rounds: Vec<i32> = known.iter().map(|r| stock[&(r.activity_id.get(), r.sku_id.get())].0).collect();
+    let holder_users: Vec<i64> = known.iter().map(|r| r.user_id.get()).collect();
     let mut holders: HashSet<(i64, i64, i64)> = sqlx::query(
         "SELECT o.activity_id, o.sku_id, o.user_id
            FROM orders o
-           JOIN sales s USING (activity_id, sku_id)
-           JOIN unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS b(activity_id, sku_id, user_id)
-             USING (activity_id, sku_id, user_id)
-          WHERE o.status = 'CREATED' AND o.round = s.round",
+           JOIN unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS b(activity_id, sku_id, round, user_id)
+             USING (activity_id, sku_id, round, user_id)
+          WHERE o.status = 'CREATED'",
     )
-    .bind(&batch_activities)
-    .bind(&batch_skus)
-    .bind(&users)
+    .bind(&holder_activities)
+    .bind(&holder_skus)
+    .bind(&holder_rounds)
+    .bind(&holder_users)
     .fetch_all(&mut *tx)
     .await?
     .iter()
