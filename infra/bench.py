@@ -30,6 +30,12 @@ EDGE = "127.0.0.1:8180"
 REFERENCE = "127.0.0.1:8190"
 DB_URL = "postgres://seckill:seckill@127.0.0.1:5432/seckill"
 CONNS = 64
+# Sale ids of this run: PostgreSQL is shared with earlier runs.
+BASE = (int(time.time()) % 1_000_000) * 100
+
+
+def sale(n):
+    return BASE + n
 PROCS = []
 RESULTS = {}
 
@@ -134,13 +140,13 @@ def main():
     log(f"(a) HTTP ceiling: {http['requestsPerSecond']:.0f} req/s")
 
     # (b) Redis ceiling: redis-benchmark running lua/deduct.lua by EVALSHA, distinct users, unpipelined.
-    warm(9001, 1, 50_000_000)
+    warm(sale(1), 1, 50_000_000)
     sha = subprocess.run(["redis-cli", "SCRIPT", "LOAD", (ROOT / "lua/deduct.lua").read_text()], capture_output=True, text=True).stdout.strip()
-    base = f"{RUN}:seckill:{{9001:1}}"
+    base = f"{RUN}:seckill:{{{sale(1)}:1}}"
     keys = [f"{base}:{k}" for k in ("meta", "stock", "buyers", "orders", "reserved", "seq")]
     now = str(int(time.time() * 1000))
     rb = subprocess.run(["redis-benchmark", "-c", str(CONNS), "-n", "200000", "-r", "1000000000", "--csv",
-                         "EVALSHA", sha, "6", *keys, "__rand_int__", now, "bench000", "9001", "1"],
+                         "EVALSHA", sha, "6", *keys, "__rand_int__", now, "bench000", str(sale(1)), "1"],
                         capture_output=True, text=True)
     rows = [line for line in rb.stdout.splitlines() if line.startswith('"EVALSHA')]
     redis_rps = float(rows[-1].split(",")[1].strip('"')) if rows else 0.0
@@ -151,10 +157,13 @@ def main():
     script = LOGS / "bench-pgbench.sql"
     script.write_text(
         "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)\n"
-        "SELECT 'pgb-' || txid_current() || '-' || g, 900001, 1, 1, g, 'CREATED', now()\n"
+        "SELECT 'pgb-' || txid_current() || '-' || g, 900001, 1, 1, txid_current() * 1000 + g, 'CREATED', now()\n"
         "  FROM unnest(ARRAY(SELECT generate_series(1, 100))) AS g;\n")
     pg = subprocess.run(["pgbench", "-n", "-c", "8", "-j", "2", "-T", "15", "-f", str(script), DB_URL], capture_output=True, text=True)
     tps = next((float(l.split("=")[1].split()[0]) for l in pg.stdout.splitlines() if l.startswith("tps =")), 0.0)
+    failed = next((l for l in pg.stdout.splitlines() if "failed" in l), "")
+    if "failed: 0 " not in failed and failed:
+        log(f"pgbench reported failures: {failed}")
     psql("DELETE FROM orders WHERE activity_id = 900001")
     RESULTS["ceiling_postgres"] = {"transactionsPerSecond": tps, "rowsPerSecond": tps * 100}
     log(f"(c) PostgreSQL ceiling: {tps * 100:.0f} rows/s in 100-row batches")
@@ -162,15 +171,15 @@ def main():
     # Reference: a minimal axum handler calling the same script.
     ref = start([str(BIN / "examples" / "lua_reference"), REFERENCE], "reference")
     time.sleep(1.5)
-    warm(9002, 1, 50_000_000)
-    reference = load(REFERENCE, 9002, 1, 200_000, 200_000)
+    warm(sale(2), 1, 50_000_000)
+    reference = load(REFERENCE, sale(2), 1, 200_000, 200_000)
     stop(ref)
     RESULTS["reference_edge_redis"] = reference
     log(f"reference axum+Lua: {reference['requestsPerSecond']:.0f} req/s")
 
     # 2. accepted path (order service stopped: this also builds the drain backlog).
-    warm(9003, 1, 50_000_000)
-    accepted = load(EDGE, 9003, 1, 200_000, 200_000)
+    warm(sale(3), 1, 50_000_000)
+    accepted = load(EDGE, sale(3), 1, 200_000, 200_000)
     RESULTS["accepted_path"] = accepted
     log(f"accepted path: {accepted['requestsPerSecond']:.0f} req/s, p99 {accepted['latencyMs']['p99']:.2f} ms")
 
@@ -181,37 +190,37 @@ def main():
     while lag() > 0 and time.time() - t0 < 600:
         time.sleep(0.25)
     drain_seconds = time.time() - t0
-    written = int(psql("SELECT count(*) FROM orders WHERE activity_id = 9003"))
+    written = int(psql(f"SELECT count(*) FROM orders WHERE activity_id = {sale(3)}"))
     RESULTS["drain"] = {"backlog": backlog, "seconds": drain_seconds, "ordersPerSecond": written / drain_seconds, "written": written}
     log(f"drain: {backlog} records in {drain_seconds:.1f}s = {written / drain_seconds:.0f} orders/s")
 
     # 3. sold-out path.
-    warm(9004, 1, 1000)
-    load(EDGE, 9004, 1, 2000, 2000)
-    sold_out = load(EDGE, 9004, 1, 100_000, 100_000, offset=10_000)
+    warm(sale(4), 1, 1000)
+    load(EDGE, sale(4), 1, 2000, 2000)
+    sold_out = load(EDGE, sale(4), 1, 100_000, 100_000, offset=10_000)
     RESULTS["sold_out_path"] = sold_out
     log(f"sold-out path: {sold_out['requestsPerSecond']:.0f} req/s")
 
     # 4. hot-SKU burst: 100 units, 50,000 users, 256 connections.
-    warm(9005, 1, 100)
-    burst = load(EDGE, 9005, 1, 50_000, 50_000, conns=256)
+    warm(sale(5), 1, 100)
+    burst = load(EDGE, sale(5), 1, 50_000, 50_000, conns=256)
     RESULTS["hot_burst"] = burst
     log(f"hot burst: {burst['accepted']} accepted, sold out after {burst.get('lastAcceptSeconds')}s")
 
     # 5. lua vs lock on one hot sale.
-    warm(9006, 1, 10_000_000)
-    lua = load(EDGE, 9006, 1, 50_000, 50_000)
+    warm(sale(6), 1, 10_000_000)
+    lua = load(EDGE, sale(6), 1, 50_000, 50_000)
     stop(e)
     e = edge({"SECKILL__DEDUCTION": "lock"})
-    warm(9007, 1, 10_000_000)
-    lock = load(EDGE, 9007, 1, 50_000, 50_000)
+    warm(sale(7), 1, 10_000_000)
+    lock = load(EDGE, sale(7), 1, 50_000, 50_000)
     stop(e)
     RESULTS["lua_vs_lock"] = {"lua": lua, "lock": lock}
     log(f"lua {lua['accepted'] / lua['seconds']:.0f} accepted/s vs lock {lock['accepted'] / lock['seconds']:.0f} accepted/s")
 
     # 7. end to end: a 100,000-unit sale under full load, order service running.
     e = edge()
-    warm(9008, 1, 100_000)
+    warm(sale(8), 1, 100_000)
     max_lag = [0]
     done = threading.Event()
 
@@ -226,8 +235,8 @@ def main():
     watcher = threading.Thread(target=watch)
     watcher.start()
     t0 = time.time()
-    e2e = load(EDGE, 9008, 1, 120_000, 120_000, conns=256)
-    while int(psql("SELECT count(*) FROM orders WHERE activity_id = 9008")) < 100_000 and time.time() - t0 < 600:
+    e2e = load(EDGE, sale(8), 1, 120_000, 120_000, conns=256)
+    while int(psql(f"SELECT count(*) FROM orders WHERE activity_id = {sale(8)}")) < 100_000 and time.time() - t0 < 600:
         time.sleep(0.2)
     e2e_seconds = time.time() - t0
     done.set()
@@ -235,7 +244,7 @@ def main():
     lag_after = lag()
     RESULTS["end_to_end"] = {"bench": e2e, "seconds_to_last_order": e2e_seconds, "max_lag": max_lag[0], "lag_after": lag_after}
     log(f"end to end: 100000 orders in {e2e_seconds:.1f}s, max lag {max_lag[0]}")
-    recon = json.loads(ctl("reconcile", "--activity", 9008, "--sku", 1, "--wait-drain", 60, "--json", check=False))
+    recon = json.loads(ctl("reconcile", "--activity", sale(8), "--sku", 1, "--wait-drain", 60, "--json", check=False))
     RESULTS["end_to_end"]["consistent"] = recon["consistent"]
     stop(e)
     stop(o)

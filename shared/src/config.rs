@@ -63,7 +63,7 @@ impl Default for KafkaSettings {
             dlq_partitions: 2,
             replication_factor: 1,
             message_timeout_ms: 5_000,
-            linger_ms: 2,
+            linger_ms: 1,
             session_timeout_ms: 10_000,
         }
     }

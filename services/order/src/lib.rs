@@ -56,7 +56,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             metrics_addr: "127.0.0.1:9101".into(),
-            batch_size: 500,
+            batch_size: 1_000,
             batch_wait_ms: 20,
             consumers: 2,
             retry_initial_ms: 100,
