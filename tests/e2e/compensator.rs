@@ -28,21 +28,9 @@ async fn order_status(env: &TestEnv, order_id: &OrderId) -> Option<String> {
     seckill_shared::db::find_order(&env.db, order_id).await.unwrap().map(|row| row.status.as_str().to_owned())
 }
 
-async fn compensator_lag(env: &TestEnv) -> i64 {
-    let settings = env.kafka.clone();
-    tokio::task::spawn_blocking(move || {
-        let topics = seckill_shared::kafka::Topics::new(&settings);
-        seckill_shared::kafka::lag(&settings, &seckill_shared::kafka::compensator_group(&settings), &topics.dlq, Duration::from_secs(5))
-            .map(|l| l.total)
-            .unwrap_or(i64::MAX)
-    })
-    .await
-    .unwrap()
-}
-
 async fn wait_compensator_drained(env: &TestEnv) {
     eventually("the compensator to commit every dead letter", Duration::from_secs(60), || async {
-        let lag = compensator_lag(env).await;
+        let lag = env.compensator_lag().await;
         if lag == 0 { Ok(()) } else { Err(format!("lag {lag}")) }
     })
     .await;

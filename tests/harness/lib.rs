@@ -283,14 +283,27 @@ impl TestEnv {
         .expect("reader thread")
     }
 
-    /// The lag of the order service's group.
+    /// The lag of the order service's group (`i64::MAX` when unreadable).
     pub async fn order_lag(&self) -> i64 {
+        self.group_lag(false).await
+    }
+
+    /// The lag of the compensator's group (`i64::MAX` when unreadable).
+    pub async fn compensator_lag(&self) -> i64 {
+        self.group_lag(true).await
+    }
+
+    async fn group_lag(&self, compensator: bool) -> i64 {
+        use seckill_shared::kafka;
         let settings = self.kafka.clone();
         tokio::task::spawn_blocking(move || {
-            let topics = seckill_shared::kafka::Topics::new(&settings);
-            seckill_shared::kafka::lag(&settings, &seckill_shared::kafka::order_group(&settings), &topics.orders, Duration::from_secs(5))
-                .map(|lag| lag.total)
-                .unwrap_or(i64::MAX)
+            let topics = kafka::Topics::new(&settings);
+            let (group, topic) = if compensator {
+                (kafka::compensator_group(&settings), topics.dlq)
+            } else {
+                (kafka::order_group(&settings), topics.orders)
+            };
+            kafka::lag(&settings, &group, &topic, Duration::from_secs(5)).map(|lag| lag.total).unwrap_or(i64::MAX)
         })
         .await
         .expect("lag thread")
