@@ -73,8 +73,9 @@ pub struct Outcome {
     pub restored: i64,
     /// Units written off.
     pub written_off: i64,
-    /// Units the edge rolled back (definite publish failures).
-    pub rolled_back: i64,
+    /// 503 TRY_AGAIN answers: definite publish failures (rolled back) or
+    /// Redis unreachable (nothing deducted).
+    pub try_again: i64,
     /// The reconciliation verdict.
     pub verdict: String,
     /// From the end of the load to a drained pipeline.
@@ -92,7 +93,7 @@ impl Outcome {
             self.created,
             self.restored,
             self.written_off,
-            self.rolled_back,
+            self.try_again,
             self.verdict,
             self.drain.as_secs_f64()
         )
@@ -100,7 +101,7 @@ impl Outcome {
 }
 
 /// The header of [`Outcome::row`].
-pub const TABLE_HEADER: &str = "| scenario | requests | 202s | orders created | units restored | written off | rolled back (503) | reconciliation | drain |\n|---|---|---|---|---|---|---|---|---|";
+pub const TABLE_HEADER: &str = "| scenario | requests | 202s | orders created | units restored | written off | 503 TRY_AGAIN | reconciliation | drain |\n|---|---|---|---|---|---|---|---|---|";
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -359,7 +360,7 @@ pub async fn run(scenario: Scenario) -> Outcome {
         created,
         restored: snapshot.compensated,
         written_off: snapshot.written_off,
-        rolled_back: outcomes.get("503 TRY_AGAIN").and_then(|v| v.as_u64()).unwrap_or(0) as i64,
+        try_again: outcomes.get("503 TRY_AGAIN").and_then(|v| v.as_u64()).unwrap_or(0) as i64,
         verdict: if violations.is_empty() { "consistent".into() } else { format!("redis lost writes: {}", violations.join("; ")) },
         drain,
     };
