@@ -66,7 +66,8 @@ impl DlqJob {
             })
             .await;
             let Some(settled) = settled else { break };
-            tracing::info!(partition = message.partition(), offset = message.offset(), ?settled, "dead letter settled");
+            let request_id = message.headers().and_then(|h| header_str(h, kafka::REQUEST_ID_HEADER)).unwrap_or("");
+            tracing::info!(partition = message.partition(), offset = message.offset(), request_id, ?settled, "dead letter settled");
             // Only now: a crash before this line replays the record.
             if let Err(error) = self.consumer.commit_message(&message, CommitMode::Sync) {
                 tracing::warn!(%error, "offset commit failed; the record will be replayed");

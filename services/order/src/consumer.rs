@@ -158,11 +158,13 @@ impl Worker {
     }
 
     async fn dead_letter(&self, message: &OwnedMessage, reason: FailReason, error: &str) -> Result<(), String> {
+        let request_id = message.headers().and_then(|h| kafka::header_str(h, kafka::REQUEST_ID_HEADER)).unwrap_or("");
         tracing::info!(
             reason = reason.code(),
             %error,
             partition = message.partition(),
             offset = message.offset(),
+            request_id,
             "dead-lettering a record"
         );
         let origin = Origin {
