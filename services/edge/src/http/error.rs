@@ -100,6 +100,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status_code();
+        if let Self::SoldOut = self {
+            // The answer most requests of a flash sale get: built once.
+            const BODY: &str = r#"{"code":"SOLD_OUT","message":"sold out"}"#;
+            return (status, [(header::CONTENT_TYPE, "application/json")], BODY).into_response();
+        }
         let message = match &self {
             Self::Internal(_) => "internal error".to_owned(),
             other => other.to_string(),
