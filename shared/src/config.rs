@@ -144,13 +144,16 @@ const CONTRACT_VARS: &[(&str, &[&str])] = &[
 
 /// Loads settings: defaults, then the TOML file named by `SECKILL_CONFIG`,
 /// then environment overrides. A bad key or value fails naming it.
-pub fn load<T: DeserializeOwned>() -> anyhow::Result<T> {
+pub fn load<T: DeserializeOwned + Serialize + Default>() -> anyhow::Result<T> {
     let vars: Vec<(String, String)> = std::env::vars().collect();
     load_from(std::env::var("SECKILL_CONFIG").ok().as_deref(), &vars)
 }
 
 /// [`load`] with the file and the environment given, for tests.
-pub fn load_from<T: DeserializeOwned>(file: Option<&str>, vars: &[(String, String)]) -> anyhow::Result<T> {
+pub fn load_from<T: DeserializeOwned + Serialize + Default>(
+    file: Option<&str>,
+    vars: &[(String, String)],
+) -> anyhow::Result<T> {
     let mut table = match file {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading SECKILL_CONFIG file {path}"))?;
@@ -159,15 +162,16 @@ pub fn load_from<T: DeserializeOwned>(file: Option<&str>, vars: &[(String, Strin
         None => toml::Table::new(),
     };
     // Contract variables are shared by every service in an environment; a
-    // service without such a key (the order service has no admin token)
-    // ignores it, while a file or SECKILL__ key it lacks still fails.
-    let mut from_contract: Vec<&str> = Vec::new();
+    // service whose settings have no such section or key (the order service
+    // has no admin token) ignores it, while a file or SECKILL__ key it lacks
+    // still fails. The settings' own defaults say which keys exist.
+    let schema = serde_json::to_value(T::default()).context("describing the settings")?;
     for (name, value) in vars {
         if let Some((_, path)) = CONTRACT_VARS.iter().find(|(var, _)| var == name) {
-            if path.len() == 1 && !table.contains_key(path[0]) {
-                from_contract.push(path[0]);
+            let known = path.iter().try_fold(&schema, |node, part| node.get(part)).is_some();
+            if known {
+                set_path(&mut table, path, toml::Value::String(value.clone()), name)?;
             }
-            set_path(&mut table, path, toml::Value::String(value.clone()), name)?;
         } else if let Some(rest) = name.strip_prefix("SECKILL__") {
             let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
             if path.iter().any(String::is_empty) {
@@ -177,23 +181,7 @@ pub fn load_from<T: DeserializeOwned>(file: Option<&str>, vars: &[(String, Strin
             set_path(&mut table, &path, infer_value(value), name)?;
         }
     }
-    loop {
-        match T::deserialize(toml::Value::Table(table.clone())) {
-            Ok(settings) => return Ok(settings),
-            Err(error) => {
-                let message = error.to_string();
-                let ignorable = from_contract
-                    .iter()
-                    .position(|key| message.contains(&format!("unknown field `{key}`")));
-                match ignorable {
-                    Some(index) => {
-                        table.remove(from_contract.swap_remove(index));
-                    }
-                    None => anyhow::bail!("invalid settings: {message}"),
-                }
-            }
-        }
-    }
+    T::deserialize(toml::Value::Table(table)).map_err(|e| anyhow::anyhow!("invalid settings: {e}"))
 }
 
 fn infer_value(raw: &str) -> toml::Value {
@@ -227,7 +215,7 @@ fn set_path(table: &mut toml::Table, path: &[&str], value: toml::Value, var: &st
 mod tests {
     use super::*;
 
-    #[derive(Debug, Deserialize, Default)]
+    #[derive(Debug, Serialize, Deserialize, Default)]
     #[serde(default, deny_unknown_fields)]
     struct Sample {
         http_addr: String,
@@ -253,7 +241,7 @@ mod tests {
         assert_eq!(s.kafka.brokers, "127.0.0.1:9092", "untouched keys keep their defaults");
     }
 
-    #[derive(Debug, Deserialize, Default)]
+    #[derive(Debug, Serialize, Deserialize, Default)]
     #[serde(default, deny_unknown_fields)]
     struct NoHttp {
         redis: RedisSettings,

@@ -170,55 +170,42 @@ pub fn headers_map<H: Headers>(headers: &H) -> BTreeMap<String, String> {
 
 /// The high watermark of every partition of `topic`: the offset the next
 /// record appended to it will get.
-pub fn high_watermarks(settings: &KafkaSettings, topic: &str, timeout: Duration) -> anyhow::Result<BTreeMap<i32, i64>> {
-    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &settings.brokers).create()?;
+pub fn high_watermarks(consumer: &BaseConsumer, topic: &str, timeout: Duration) -> anyhow::Result<BTreeMap<i32, i64>> {
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
     let mut marks = BTreeMap::new();
-    for p in partitions(&consumer, topic, timeout)? {
-        marks.insert(p, consumer.fetch_watermarks(topic, p, timeout)?.1);
+    for t in metadata.topics().iter().filter(|t| t.name() == topic) {
+        for p in t.partitions() {
+            marks.insert(p.id(), consumer.fetch_watermarks(topic, p.id(), timeout)?.1);
+        }
+    }
+    if marks.is_empty() {
+        anyhow::bail!("topic {topic} has no partitions (does it exist?)");
     }
     Ok(marks)
 }
 
-fn partitions(consumer: &BaseConsumer, topic: &str, timeout: Duration) -> anyhow::Result<Vec<i32>> {
-    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    if partitions.is_empty() {
-        anyhow::bail!("topic {topic} has no partitions (does it exist?)");
-    }
-    Ok(partitions)
-}
-
-/// Whether `group` has committed, on every partition of `topic`, at least
-/// the offsets in `marks`: every record below them has been processed.
-pub fn committed_past(
-    settings: &KafkaSettings,
-    group: &str,
+/// Where the consumer's group stands on each of `partitions`: its committed
+/// offset, or the partition's low watermark when it has committed nothing.
+pub fn committed_positions<'a>(
+    consumer: &BaseConsumer,
     topic: &str,
-    marks: &BTreeMap<i32, i64>,
+    partitions: impl IntoIterator<Item = &'a i32>,
     timeout: Duration,
-) -> anyhow::Result<bool> {
-    let consumer: BaseConsumer = consumer_config(settings, group).create()?;
+) -> anyhow::Result<BTreeMap<i32, i64>> {
     let mut list = TopicPartitionList::new();
-    for p in marks.keys() {
+    for p in partitions {
         list.add_partition(topic, *p);
     }
     let committed = consumer.committed_offsets(list, timeout)?;
-    for (p, mark) in marks {
-        let position = match committed.find_partition(topic, *p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o,
-            // Nothing committed: caught up only if the partition never had a record.
-            _ => consumer.fetch_watermarks(topic, *p, timeout)?.0,
+    let mut positions = BTreeMap::new();
+    for entry in committed.elements_for_topic(topic) {
+        let position = match entry.offset() {
+            Offset::Offset(o) => o,
+            _ => consumer.fetch_watermarks(topic, entry.partition(), timeout)?.0,
         };
-        if position < *mark {
-            return Ok(false);
-        }
+        positions.insert(entry.partition(), position);
     }
-    Ok(true)
+    Ok(positions)
 }
 
 /// Records not yet committed by `group` on `topic`, per partition and summed.
@@ -235,20 +222,11 @@ pub struct Lag {
 /// minus the group's committed offset (the low watermark when none).
 pub fn lag(settings: &KafkaSettings, group: &str, topic: &str, timeout: Duration) -> anyhow::Result<Lag> {
     let consumer: BaseConsumer = consumer_config(settings, group).create()?;
-    let partitions = partitions(&consumer, topic, timeout)?;
-    let mut list = TopicPartitionList::new();
-    for p in &partitions {
-        list.add_partition(topic, *p);
-    }
-    let committed = consumer.committed_offsets(list, timeout)?;
+    let highs = high_watermarks(&consumer, topic, timeout)?;
+    let positions = committed_positions(&consumer, topic, highs.keys(), timeout)?;
     let mut lag = Lag::default();
-    for p in partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, p, timeout)?;
-        let position = match committed.find_partition(topic, p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o,
-            _ => low,
-        };
-        let behind = (high - position).max(0);
+    for (p, high) in highs {
+        let behind = (high - positions.get(&p).copied().unwrap_or(0)).max(0);
         lag.partitions.insert(p, behind);
         lag.total += behind;
     }

@@ -12,7 +12,7 @@ use crate::config::KafkaSettings;
 use crate::domain::SaleKey;
 use crate::kafka::{self, Lag, Topics};
 use crate::stock::{SaleSnapshot, Stock};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -51,7 +51,7 @@ pub struct Report {
     /// FAILED orders that Redis had accepted (each must be compensated or
     /// written off).
     pub failed_accepted: i64,
-    /// Users holding two CREATED orders (always 0 unless the schema is broken).
+    /// CREATED orders beyond one per user (always 0 unless the schema is broken).
     pub duplicate_users: i64,
     /// The order service's lag on the orders topic (all sales).
     pub order_lag: Option<i64>,
@@ -102,46 +102,33 @@ pub async fn reconcile(
         .ok_or(ReconcileError::SaleNotFound(sale))?;
     let snapshot = stock.snapshot(sale).await.map_err(|e| source("redis")(e.to_string()))?;
 
-    let counts = sqlx::query(
-        "SELECT status, COALESCE(reason, ''), count(*) FROM orders
-          WHERE activity_id = $1 AND sku_id = $2 AND round = $3 GROUP BY 1, 2",
-    )
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
-    .bind(row.round)
-    .fetch_all(pool)
-    .await
-    .map_err(|e| source("postgresql")(e.to_string()))?;
-    let (mut created, mut failed, mut failed_by_reason) = (0, 0, BTreeMap::new());
-    for r in &counts {
-        let (status, reason, n): (String, String, i64) = (r.get(0), r.get(1), r.get(2));
-        if status == "CREATED" {
-            created += n;
-        } else {
-            failed += n;
-            *failed_by_reason.entry(reason).or_insert(0) += n;
-        }
-    }
-    let duplicate_users: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT user_id FROM orders
-          WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'CREATED'
-          GROUP BY user_id HAVING count(*) > 1) d",
+    let pg = |e: sqlx::Error| source("postgresql")(e.to_string());
+    let (created, duplicate_users): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) - count(DISTINCT user_id) FROM orders
+          WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'CREATED'",
     )
     .bind(sale.activity.get())
     .bind(sale.sku.get())
     .bind(row.round)
     .fetch_one(pool)
     .await
-    .map_err(|e| source("postgresql")(e.to_string()))?;
-    let failed_ids: Vec<String> = sqlx::query_scalar(
-        "SELECT order_id FROM orders WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED'",
+    .map_err(pg)?;
+    let failed_rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT order_id, COALESCE(reason, '') FROM orders
+          WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED'",
     )
     .bind(sale.activity.get())
     .bind(sale.sku.get())
     .bind(row.round)
     .fetch_all(pool)
     .await
-    .map_err(|e| source("postgresql")(e.to_string()))?;
+    .map_err(pg)?;
+    let failed = failed_rows.len() as i64;
+    let mut failed_by_reason = BTreeMap::new();
+    for (_, reason) in &failed_rows {
+        *failed_by_reason.entry(reason.clone()).or_insert(0) += 1;
+    }
+    let failed_ids: Vec<String> = failed_rows.into_iter().map(|(id, _)| id).collect();
     let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(|e| source("redis")(e.to_string()))?;
 
     let (order_lag, compensator_lag) = match kafka_settings {
@@ -187,9 +174,17 @@ pub async fn reconcile(
         consistent: false,
         violations: Vec::new(),
     };
-    report.violations = check(&report, require_drained);
-    report.consistent = report.violations.is_empty();
+    report.judge(require_drained);
     Ok(report)
+}
+
+impl Report {
+    /// Runs the checks again; with `require_drained`, anything still in
+    /// flight is a violation too.
+    pub fn judge(&mut self, require_drained: bool) {
+        self.violations = check(self, require_drained);
+        self.consistent = self.violations.is_empty();
+    }
 }
 
 /// The invariant's checks, each violation naming its terms and figures.

@@ -180,11 +180,6 @@ impl Stock {
         self.conn.clone()
     }
 
-    /// The key prefix.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
     /// The keys of one sale.
     pub fn keys(&self, sale: SaleKey) -> SaleKeys {
         let base = format!("{}seckill:{{{}:{}}}", self.prefix, sale.activity, sale.sku);
@@ -198,6 +193,17 @@ impl Stock {
             compensated: format!("{base}:compensated"),
             written_off: format!("{base}:written_off"),
         }
+    }
+
+    /// The key of a per-sale lock (`purpose`: "lock" for the lock deduction,
+    /// "warmup" for warm-ups), under the sale's hash tag.
+    pub fn sale_lock_key(&self, sale: SaleKey, purpose: &str) -> String {
+        format!("{}seckill:{{{}:{}}}:{purpose}", self.prefix, sale.activity, sale.sku)
+    }
+
+    /// The key of the reservation sweeper's lock.
+    pub fn sweeper_lock_key(&self) -> String {
+        format!("{}seckill:{{sweeper}}:lock", self.prefix)
     }
 
     fn registry_key(&self) -> String {
@@ -293,9 +299,7 @@ impl Stock {
         })
     }
 
-    /// Loads a sale round (`lua/warmup.lua`). Returns `false` when the previous
-    /// round still has orders in flight and `force` is off: nothing changed.
-    #[allow(clippy::too_many_arguments)]
+    /// Loads a sale round (`lua/warmup.lua`), replacing the previous one.
     pub async fn warmup(
         &self,
         sale: SaleKey,
@@ -304,8 +308,7 @@ impl Stock {
         ends_ms: i64,
         round: i64,
         expire_at_ms: i64,
-        force: bool,
-    ) -> Result<bool, StockError> {
+    ) -> Result<(), StockError> {
         let k = self.keys(sale);
         let mut conn = self.conn.clone();
         let mut invocation = WARMUP.prepare_invoke();
@@ -322,14 +325,10 @@ impl Stock {
             .arg(starts_ms)
             .arg(ends_ms)
             .arg(round)
-            .arg(expire_at_ms)
-            .arg(if force { "1" } else { "0" });
-        let answer: i64 = self.bounded(invocation.invoke_async(&mut conn)).await?;
-        if answer == 1 {
-            let registry = self.registry_key();
-            let _: i64 = self.bounded(conn.sadd(registry, sale.to_string())).await?;
-        }
-        Ok(answer == 1)
+            .arg(expire_at_ms);
+        let _: i64 = self.bounded(invocation.invoke_async(&mut conn)).await?;
+        let _: i64 = self.bounded(conn.sadd(self.registry_key(), sale.to_string())).await?;
+        Ok(())
     }
 
     /// Whether the previous round has orders in flight (reserved or QUEUED).
@@ -495,7 +494,7 @@ impl Stock {
         nonce: &str,
     ) -> Result<Option<Deduction>, StockError> {
         let k = self.keys(sale);
-        let lock_name = format!("{}seckill:{{{}:{}}}:lock", self.prefix, sale.activity, sale.sku);
+        let lock_name = self.sale_lock_key(sale, "lock");
         let Some(guard) = locks.acquire(&lock_name, settings.lease(), settings.wait()).await? else {
             return Ok(None);
         };

@@ -60,7 +60,7 @@ pub async fn warmup(stock: &Stock, pool: &PgPool, request: &WarmupRequest) -> Re
     }
     let sale = request.sale;
     let locks = LockClient::new(stock.connection());
-    let lock_name = format!("{}seckill:{{{}:{}}}:warmup", stock.prefix(), sale.activity, sale.sku);
+    let lock_name = stock.sale_lock_key(sale, "warmup");
     let Some(guard) = locks.acquire_with_watchdog(&lock_name, Duration::from_secs(10), Duration::from_millis(500)).await?
     else {
         return Err(WarmupError::Busy(sale));
@@ -72,10 +72,7 @@ pub async fn warmup(stock: &Stock, pool: &PgPool, request: &WarmupRequest) -> Re
         let row = db::upsert_sale(pool, sale, request.stock, request.starts_at, request.ends_at).await?;
         let ms = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis()).unwrap_or(0);
         let expire_at = request.ends_at.map(|e| e.timestamp_millis() + KEY_TTL_AFTER_END.as_millis() as i64).unwrap_or(0);
-        // Force here: the in-flight check above ran under the same lock.
-        stock
-            .warmup(sale, request.stock, ms(request.starts_at), ms(request.ends_at), i64::from(row.round), expire_at, true)
-            .await?;
+        stock.warmup(sale, request.stock, ms(request.starts_at), ms(request.ends_at), i64::from(row.round), expire_at).await?;
         Ok(row)
     }
     .await;

@@ -175,7 +175,7 @@ async fn one_sweeper_leads_and_another_takes_over_when_it_dies() {
     child_env.push(("SECKILL__SWEEPER__GRACE_MS".into(), "1000".into()));
     child_env.push(("SECKILL__SWEEPER__INTERVAL_MS".into(), "300".into()));
     child_env.push(("SECKILL__SWEEPER__LOCK_LEASE_MS".into(), "3000".into()));
-    let lock_key = format!("{}seckill:{{sweeper}}:lock", env.redis.key_prefix);
+    let lock_key = env.stock.sweeper_lock_key();
     let leader = Child::start("seckill-compensator", &child_env);
     let mut conn = env.stock.connection();
     eventually("a sweeper to take the lock", Duration::from_secs(60), || {

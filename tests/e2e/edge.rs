@@ -102,5 +102,16 @@ async fn warmup_sets_stock_and_requires_the_admin_token() {
     let report = client.send(hyper::Method::GET, &path, None, &[("authorization", &auth)]).await;
     assert_eq!(report.status.as_u16(), 200, "{}", report.text);
     assert_eq!(report.json["consistent"], true, "{}", report.text);
+
+    // An order still in flight: a re-warm is refused unless forced.
+    let user = seckill_shared::domain::UserId::new(5).unwrap();
+    env.stock.deduct(sale, user, seckill_shared::now_ms(), "abcd0001").await.unwrap();
+    let busy = client.send(hyper::Method::PUT, &path, Some(br#"{"stock":50}"#), &[("authorization", &auth)]).await;
+    assert_eq!((busy.status.as_u16(), busy.code()), (409, "SALE_BUSY"), "{}", busy.text);
+    assert_eq!(env.redis_stock(sale).await, 99, "a refused warm-up changes nothing");
+    let forced =
+        client.send(hyper::Method::PUT, &path, Some(br#"{"stock":50,"force":true}"#), &[("authorization", &auth)]).await;
+    assert_eq!(forced.status.as_u16(), 200, "{}", forced.text);
+    assert_eq!(env.redis_stock(sale).await, 50);
     edge.stop().await;
 }

@@ -119,7 +119,6 @@ async fn killed_mid_batch_the_service_loses_and_duplicates_nothing() {
     let sale = env.sale();
     env.warmup(sale, 30_000).await;
     let mut child_env = env.child_env();
-    child_env.push(("SECKILL_METRICS_ADDR".into(), "127.0.0.1:0".into()));
     child_env.push(("SECKILL__METRICS_ADDR".into(), "127.0.0.1:0".into()));
     child_env.push(("SECKILL__BATCH_SIZE".into(), "200".into()));
     let child = Child::start("seckill-order", &child_env);

@@ -105,6 +105,18 @@ pub async fn settle_order(deps: &Connections, record: &OrderRecord, reason: Fail
         .await
         .map_err(|e| e.to_string())?;
     tx.commit().await.map_err(|e| e.to_string())?;
+    settle_redis(deps, record, reason, status).await
+}
+
+/// Brings Redis in line with the fate PostgreSQL decided (`status`):
+/// CREATED restores nothing; FAILED restores the unit (or writes it off) at
+/// most once per order id. Idempotent.
+pub async fn settle_redis(
+    deps: &Connections,
+    record: &OrderRecord,
+    reason: FailReason,
+    status: OrderStatus,
+) -> Result<Settled, String> {
     if status == OrderStatus::Created {
         deps.stock
             .mark_created(&[(record.order_id.clone(), record.user_id, record.accepted_at)])

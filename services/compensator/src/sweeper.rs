@@ -21,10 +21,11 @@
 //! fails orders that are merely waiting; under steady load checkpoints keep
 //! being passed, so the sweeper works during a sale, not only after it.
 
-use crate::job::settle_order;
+use crate::job::settle_redis;
 use crate::Settings;
 use seckill_shared::db::{self, FenceError};
 use seckill_shared::domain::{FailReason, OrderRecord, OrderStatus, UserId};
+use rdkafka::consumer::BaseConsumer;
 use seckill_shared::kafka;
 use seckill_shared::lock::{LockClient, LockGuard};
 use seckill_shared::tasks::Connections;
@@ -56,7 +57,7 @@ pub struct SweepReport {
 impl Sweeper {
     /// A sweeper over the compensator's connections.
     pub fn new(settings: Arc<Settings>, deps: Connections) -> Self {
-        let lock_name = format!("{}seckill:{{sweeper}}:lock", deps.stock.prefix());
+        let lock_name = deps.stock.sweeper_lock_key();
         Self { locks: LockClient::new(deps.stock.connection()), settings, deps, lock_name, checkpoint: Default::default() }
     }
 
@@ -125,9 +126,12 @@ impl Sweeper {
         // Is the order group past the last checkpoint? Then take a new one.
         let (passed, fresh) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let timeout = Duration::from_secs(5);
+            let consumer: BaseConsumer =
+                kafka::consumer_config(&kafka_settings, &kafka::order_group(&kafka_settings)).create()?;
             let passed = match &previous {
                 Some((_, marks)) => {
-                    kafka::committed_past(&kafka_settings, &kafka::order_group(&kafka_settings), &topic, marks, timeout)?
+                    let positions = kafka::committed_positions(&consumer, &topic, marks.keys(), timeout)?;
+                    marks.iter().all(|(p, mark)| positions.get(p).is_some_and(|position| position >= mark))
                 }
                 None => false,
             };
@@ -135,7 +139,7 @@ impl Sweeper {
                 // The time is read before the watermarks: every record of an
                 // order accepted before it is below them, or never lands.
                 let at = seckill_shared::now_ms();
-                Some((at, kafka::high_watermarks(&kafka_settings, &topic, timeout)?))
+                Some((at, kafka::high_watermarks(&consumer, &topic, timeout)?))
             } else {
                 None
             };
@@ -180,8 +184,7 @@ impl Sweeper {
                     accepted_at: state.accepted_at,
                     v: OrderRecord::VERSION,
                 };
-                // The row exists now; settling Redis is idempotent.
-                settle_order(&self.deps, &record, FailReason::PublishLost).await.map_err(anyhow::Error::msg)?;
+                settle_redis(&self.deps, &record, FailReason::PublishLost, status).await.map_err(anyhow::Error::msg)?;
                 match status {
                     OrderStatus::Created => report.created += 1,
                     _ => report.failed += 1,

@@ -192,22 +192,6 @@ fn reader(settings: &Settings, group: &str) -> anyhow::Result<BaseConsumer> {
     Ok(kafka::consumer_config(&settings.kafka, group).create()?)
 }
 
-/// The DLQ's high watermarks now: reading stops there.
-fn high_watermarks(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<BTreeMap<i32, i64>> {
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let mut marks = BTreeMap::new();
-    for t in metadata.topics().iter().filter(|t| t.name() == topic) {
-        for p in t.partitions() {
-            let (_, high) = consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
-            marks.insert(p.id(), high);
-        }
-    }
-    if marks.is_empty() {
-        anyhow::bail!("topic {topic} not found");
-    }
-    Ok(marks)
-}
-
 /// Reads the DLQ from the beginning (or from `group`'s committed position)
 /// up to the high watermarks taken at the start. `visit` returns whether to
 /// go on.
@@ -219,20 +203,14 @@ fn read_dlq(
     let topic = Topics::new(&settings.kafka).dlq;
     let throwaway = format!("seckillctl-reader-{}", rand::random::<u64>());
     let consumer = reader(settings, group.unwrap_or(&throwaway))?;
-    let marks = high_watermarks(&consumer, &topic)?;
-    let mut list = TopicPartitionList::new();
-    for partition in marks.keys() {
-        list.add_partition(&topic, *partition);
-    }
+    let timeout = Duration::from_secs(10);
+    let marks = kafka::high_watermarks(&consumer, &topic, timeout)?;
     // Start where the group left off (its committed offsets), else at the start.
-    let committed = consumer.committed_offsets(list.clone(), Duration::from_secs(10))?;
+    let starts = kafka::committed_positions(&consumer, &topic, marks.keys(), timeout)?;
     let mut assignment = TopicPartitionList::new();
     let mut pending: BTreeMap<i32, i64> = BTreeMap::new();
     for (partition, high) in &marks {
-        let start = match committed.find_partition(&topic, *partition).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o,
-            _ => consumer.fetch_watermarks(&topic, *partition, Duration::from_secs(10))?.0,
-        };
+        let start = starts.get(partition).copied().unwrap_or(0);
         assignment.add_partition_offset(&topic, *partition, Offset::Offset(start))?;
         if start < *high {
             pending.insert(*partition, *high);

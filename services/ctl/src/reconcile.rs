@@ -38,24 +38,26 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
 pub async fn report(settings: &Settings, args: &Args) -> Result<Report, Failure> {
     let sale = SaleKey::from_raw(args.activity, args.sku).map_err(Failure::unreadable)?;
     let (stock, db) = connect(settings).await?;
-    let read = |require_drained| {
+    let read = || {
         let (stock, db) = (&stock, &db);
         async move {
-            reconcile(stock, db, Some(&settings.kafka), sale, require_drained).await.map_err(|error| match error {
+            reconcile(stock, db, Some(&settings.kafka), sale, false).await.map_err(|error| match error {
                 ReconcileError::SaleNotFound(_) => Failure::failed(error),
                 ReconcileError::Source { .. } => Failure::unreadable(error),
             })
         }
     };
-    let Some(wait) = args.wait_drain else { return read(false).await };
+    let Some(wait) = args.wait_drain else { return read().await };
     let deadline = Instant::now() + Duration::from_secs(wait);
     let progress = indicatif::ProgressBar::new_spinner();
     progress.set_message("waiting for the pipeline to drain");
     loop {
-        let report = read(false).await?;
+        let mut report = read().await?;
         if report.drained() || Instant::now() >= deadline {
             progress.finish_and_clear();
-            return read(true).await;
+            // Judged now, anything still in flight is a violation.
+            report.judge(true);
+            return Ok(report);
         }
         progress.set_message(format!(
             "waiting for the pipeline to drain: {} in flight, order lag {:?}, compensator lag {:?}",
