@@ -188,3 +188,60 @@ async fn when_one_of_two_instances_dies_the_other_takes_its_partitions() {
     assert_eq!(remaining(&env, sale).await, 8_000);
     assert!(second.terminate().await);
 }
+
+/// `store::write_batch` retried on transient errors, as the service does (a
+/// locked writer and an optimistic one holding the same user can deadlock;
+/// PostgreSQL aborts one of them).
+async fn write(env: &TestEnv, batch: &[OrderRecord]) -> seckill_order::store::BatchOutcome {
+    loop {
+        match seckill_order::store::write_batch(&env.db, batch).await {
+            Ok(outcome) => return outcome,
+            Err(seckill_order::store::WriteError::Transient(_)) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(error) => panic!("{error}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_racing_for_the_last_units_never_oversell() {
+    // Four writers at once, 60 orders each, for 100 units: the optimistic
+    // writes overlap, the stock guard refuses whoever would oversell, and
+    // those batches are written again under the sale's lock, order by order.
+    // User 1 is in every batch: one CREATED order at most.
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 100).await;
+    let batches: Vec<Vec<OrderRecord>> = (0..4)
+        .map(|i| {
+            let mut batch = env.order_records(sale, 1_000 * (i + 1)..1_000 * (i + 1) + 59);
+            batch.extend(env.order_records(sale, 1..2));
+            batch
+        })
+        .collect();
+    let outcomes = futures::future::join_all(batches.iter().map(|batch| write(&env, batch))).await;
+
+    let created: usize = outcomes.iter().map(|o| o.created.len()).sum();
+    let reasons: Vec<&str> = outcomes.iter().flat_map(|o| o.rejected.iter().map(|(_, reason, _)| reason.code())).collect();
+    assert_eq!(created, 100, "exactly the stock");
+    assert_eq!(created + reasons.len(), 240, "every record has a fate: {reasons:?}");
+    assert!(outcomes.iter().all(|o| o.already_done.is_empty()));
+    assert_eq!(env.count_orders(sale, "CREATED").await, 100);
+    assert_eq!(remaining(&env, sale).await, 0);
+    let user_one: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE activity_id = $1 AND sku_id = $2 AND user_id = 1")
+        .bind(sale.activity.get())
+        .bind(sale.sku.get())
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+    assert!(user_one <= 1, "user 1 holds {user_one} orders");
+    assert!(reasons.iter().all(|r| *r == "NO_DB_STOCK" || *r == "DUPLICATE_USER"), "{reasons:?}");
+    assert!(reasons.iter().filter(|r| **r == "DUPLICATE_USER").count() >= 3, "user 1's other orders: {reasons:?}");
+
+    // The same batches again: everything is already done, nothing changes.
+    for batch in &batches {
+        let again = write(&env, batch).await;
+        assert!(again.created.is_empty());
+    }
+    assert_eq!(env.count_orders(sale, "CREATED").await, 100);
+    assert_eq!(remaining(&env, sale).await, 0);
+}

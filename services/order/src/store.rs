@@ -1,18 +1,32 @@
 //! Writing a batch of orders to PostgreSQL in one transaction, idempotently,
 //! with the database-side stock guard.
 //!
-//! Under a `FOR UPDATE` lock on the batch's sale rows (so concurrent writers
-//! of one sale take turns), each record is classified against what the
-//! database already holds: its order id already has a row (done, nothing to
-//! do), the sale is unknown, the user already holds a CREATED order this
-//! round, or no stock is left. The rest are inserted with one
-//! `INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING RETURNING`, and
-//! each sale's `remaining_stock` goes down by exactly the rows inserted
-//! (the `CHECK (remaining_stock >= 0)` backs the arithmetic up).
+//! Two ways, tried in this order:
+//!
+//! - **Optimistic** (nearly every batch): insert with one
+//!   `INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING RETURNING` — the
+//!   primary key drops order ids that already have a row, the partial unique
+//!   index drops a second CREATED order of a user this round — then take
+//!   each sale's stock down by the rows inserted with an `UPDATE … WHERE
+//!   round = $read AND remaining_stock >= $n`. Only that last statement locks
+//!   the sale row, so concurrent writers of one sale overlap everywhere but
+//!   in their commits. If any sale lacks the stock (or was re-warmed since
+//!   its round was read), the transaction is rolled back and
+//! - **Locked** takes over: under `FOR UPDATE` on the batch's sale rows (so
+//!   writers of one sale take turns), each record is classified first —
+//!   order id already has a row, the user already holds a CREATED order this
+//!   round, no stock left — and only the rest are inserted. This is the path
+//!   that decides `NO_DB_STOCK` order by order.
+//!
+//! Either way a sale's `remaining_stock` goes down by exactly the rows
+//! inserted (the `CHECK (remaining_stock >= 0)` backs the arithmetic up).
+//! A writer on the locked path and one on the optimistic path holding the
+//! same order id can deadlock; PostgreSQL aborts one (SQLSTATE 40P01), which
+//! is transient, and the batch is retried.
 
 use seckill_shared::db::is_data_error;
 use seckill_shared::domain::{FailReason, OrderRecord, OrderStatus, SaleKey};
-use sqlx::{PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 use std::collections::{HashMap, HashSet};
 
 /// Why a write failed, and so what to do about it.
@@ -31,9 +45,9 @@ impl From<sqlx::Error> for WriteError {
     /// Only a verdict on the data itself (SQLSTATE class 22, data exception,
     /// or 23, integrity constraint violation) is permanent. Everything else —
     /// a connection refused, a database not accepting connections, a server
-    /// shutting down, a serialization failure, even a misconfiguration — is
-    /// retried: dead-lettering good orders because the database is unwell
-    /// would fail buyers for nothing.
+    /// shutting down, a serialization failure or deadlock, even a
+    /// misconfiguration — is retried: dead-lettering good orders because the
+    /// database is unwell would fail buyers for nothing.
     fn from(error: sqlx::Error) -> Self {
         if is_data_error(&error) {
             Self::Permanent(error.to_string())
@@ -54,55 +68,88 @@ pub struct BatchOutcome {
     pub rejected: Vec<(OrderRecord, FailReason, String)>,
 }
 
+/// (activity, sku) of a sale, as PostgreSQL stores it.
+type Sale = (i64, i64);
+
+fn sale_of(record: &OrderRecord) -> Sale {
+    (record.activity_id.get(), record.sku_id.get())
+}
+
+/// A sale as read at the start of a write: its round and remaining stock.
+#[derive(Debug, Clone, Copy)]
+struct SaleState {
+    round: i32,
+    remaining: i64,
+}
+
 /// Writes `records` in one transaction. Records with the same order id as
 /// an earlier one in the batch are dropped (the first decides).
 pub async fn write_batch(pool: &PgPool, records: &[OrderRecord]) -> Result<BatchOutcome, WriteError> {
-    let mut outcome = BatchOutcome::default();
     let mut seen = HashSet::new();
     let records: Vec<&OrderRecord> = records.iter().filter(|r| seen.insert(r.order_id.clone())).collect();
     if records.is_empty() {
+        return Ok(BatchOutcome::default());
+    }
+    if let Some(outcome) = write_optimistic(pool, &records).await? {
         return Ok(outcome);
     }
-    let mut tx = pool.begin().await?;
+    metrics::counter!("seckill_order_locked_batches_total").increment(1);
+    write_locked(pool, &records).await
+}
 
-    let mut sales: Vec<SaleKey> = records.iter().map(|r| r.sale()).collect();
-    sales.sort();
-    sales.dedup();
-    let activities: Vec<i64> = sales.iter().map(|s| s.activity.get()).collect();
-    let skus: Vec<i64> = sales.iter().map(|s| s.sku.get()).collect();
-    // Lock in a fixed order so two writers never deadlock.
-    let rows = sqlx::query(
-        "SELECT s.activity_id, s.sku_id, s.round, s.remaining_stock
-           FROM sales s JOIN unnest($1::bigint[], $2::bigint[]) AS b(activity_id, sku_id) USING (activity_id, sku_id)
-          ORDER BY s.activity_id, s.sku_id
-            FOR UPDATE OF s",
+/// The optimistic way; `None` when a sale's guard refused the batch (rolled
+/// back, nothing written).
+async fn write_optimistic(pool: &PgPool, records: &[&OrderRecord]) -> Result<Option<BatchOutcome>, WriteError> {
+    let mut outcome = BatchOutcome::default();
+    let mut tx = pool.begin().await?;
+    let sales = read_sales(&mut tx, records, false).await?;
+    let mut candidates = Vec::with_capacity(records.len());
+    for &record in records {
+        if sales.contains_key(&sale_of(record)) {
+            candidates.push(record);
+        } else {
+            outcome.rejected.push(sale_not_found(record));
+        }
+    }
+    let written = insert(&mut tx, &candidates, &sales, &mut outcome).await?;
+    let (activities, skus, rounds, counts) = columns(&written, &sales);
+    let guarded = sqlx::query(
+        "UPDATE sales s SET remaining_stock = s.remaining_stock - b.n, updated_at = now()
+           FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS b(activity_id, sku_id, round, n)
+          WHERE s.activity_id = b.activity_id AND s.sku_id = b.sku_id
+            AND s.round = b.round AND s.remaining_stock >= b.n",
     )
     .bind(&activities)
     .bind(&skus)
-    .fetch_all(&mut *tx)
-    .await?;
-    // sale -> (round, remaining)
-    let mut stock: HashMap<(i64, i64), (i32, i64)> =
-        rows.iter().map(|r| ((r.get(0), r.get(1)), (r.get(2), r.get(3)))).collect();
+    .bind(&rounds)
+    .bind(&counts)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if guarded != written.len() as u64 {
+        tx.rollback().await?;
+        return Ok(None);
+    }
+    tx.commit().await?;
+    Ok(Some(outcome))
+}
+
+/// The locked way: every record classified under the sale rows' locks.
+async fn write_locked(pool: &PgPool, records: &[&OrderRecord]) -> Result<BatchOutcome, WriteError> {
+    let mut outcome = BatchOutcome::default();
+    let mut tx = pool.begin().await?;
+    let sales = read_sales(&mut tx, records, true).await?;
 
     let ids: Vec<&str> = records.iter().map(|r| r.order_id.as_str()).collect();
-    let existing: HashMap<String, OrderStatus> =
-        sqlx::query("SELECT order_id, status FROM orders WHERE order_id = ANY($1)")
-            .bind(&ids)
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|r| (r.get::<String, _>(0), OrderStatus::parse(r.get(1)).unwrap_or(OrderStatus::Failed)))
-            .collect();
+    let existing = statuses(&mut tx, &ids).await?;
 
     // Users of the batch who already hold a CREATED order this round. The
     // round is spelled out so the lookup uses every column of the one-order-
     // per-user index (activity, sku, round, user).
-    let known: Vec<&&OrderRecord> =
-        records.iter().filter(|r| stock.contains_key(&(r.activity_id.get(), r.sku_id.get()))).collect();
+    let known: Vec<&&OrderRecord> = records.iter().filter(|r| sales.contains_key(&sale_of(r))).collect();
     let holder_activities: Vec<i64> = known.iter().map(|r| r.activity_id.get()).collect();
     let holder_skus: Vec<i64> = known.iter().map(|r| r.sku_id.get()).collect();
-    let holder_rounds: Vec<i32> = known.iter().map(|r| stock[&(r.activity_id.get(), r.sku_id.get())].0).collect();
+    let holder_rounds: Vec<i32> = known.iter().map(|r| sales[&sale_of(r)].round).collect();
     let holder_users: Vec<i64> = known.iter().map(|r| r.user_id.get()).collect();
     let mut holders: HashSet<(i64, i64, i64)> = sqlx::query(
         "SELECT o.activity_id, o.sku_id, o.user_id
@@ -121,23 +168,20 @@ pub async fn write_batch(pool: &PgPool, records: &[OrderRecord]) -> Result<Batch
     .map(|r| (r.get(0), r.get(1), r.get(2)))
     .collect();
 
+    let mut left: HashMap<Sale, i64> = sales.iter().map(|(sale, state)| (*sale, state.remaining)).collect();
     let mut candidates: Vec<&OrderRecord> = Vec::new();
-    for record in records {
-        let sale = (record.activity_id.get(), record.sku_id.get());
+    for &record in records {
+        let sale = sale_of(record);
         if let Some(status) = existing.get(record.order_id.as_str()) {
             outcome.already_done.push((record.clone(), *status));
             continue;
         }
-        let Some((_, remaining)) = stock.get_mut(&sale) else {
-            outcome.rejected.push((record.clone(), FailReason::SaleNotFound, format!("sale {} does not exist", record.sale())));
+        let Some(remaining) = left.get_mut(&sale) else {
+            outcome.rejected.push(sale_not_found(record));
             continue;
         };
         if !holders.insert((sale.0, sale.1, record.user_id.get())) {
-            outcome.rejected.push((
-                record.clone(),
-                FailReason::DuplicateUser,
-                format!("user {} already holds an order in sale {}", record.user_id, record.sale()),
-            ));
+            outcome.rejected.push(duplicate_user(record));
             continue;
         }
         if *remaining <= 0 {
@@ -153,73 +197,143 @@ pub async fn write_batch(pool: &PgPool, records: &[OrderRecord]) -> Result<Batch
         candidates.push(record);
     }
 
-    if !candidates.is_empty() {
-        let rounds: Vec<i32> = candidates.iter().map(|r| stock[&(r.activity_id.get(), r.sku_id.get())].0).collect();
-        let order_ids: Vec<&str> = candidates.iter().map(|r| r.order_id.as_str()).collect();
-        let activities: Vec<i64> = candidates.iter().map(|r| r.activity_id.get()).collect();
-        let skus: Vec<i64> = candidates.iter().map(|r| r.sku_id.get()).collect();
-        let users: Vec<i64> = candidates.iter().map(|r| r.user_id.get()).collect();
-        let accepted: Vec<i64> = candidates.iter().map(|r| r.accepted_at).collect();
-        let inserted: HashSet<String> = sqlx::query_scalar(
-            "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)
-             SELECT order_id, activity_id, sku_id, round, user_id, 'CREATED', to_timestamp(accepted_ms / 1000.0)
-               FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[])
-                    AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms)
-             ON CONFLICT DO NOTHING
-             RETURNING order_id",
-        )
-        .bind(&order_ids)
-        .bind(&activities)
-        .bind(&skus)
-        .bind(&rounds)
-        .bind(&users)
-        .bind(&accepted)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .collect();
-
-        // Rows that lost a race with another writer since the checks above.
-        let lost: Vec<&str> = order_ids.iter().copied().filter(|id| !inserted.contains(*id)).collect();
-        let raced: HashMap<String, OrderStatus> = if lost.is_empty() {
-            HashMap::new()
-        } else {
-            sqlx::query("SELECT order_id, status FROM orders WHERE order_id = ANY($1)")
-                .bind(&lost)
-                .fetch_all(&mut *tx)
-                .await?
-                .iter()
-                .map(|r| (r.get::<String, _>(0), OrderStatus::parse(r.get(1)).unwrap_or(OrderStatus::Failed)))
-                .collect()
-        };
-
-        let mut written: HashMap<(i64, i64), i64> = HashMap::new();
-        for record in candidates {
-            if inserted.contains(record.order_id.as_str()) {
-                *written.entry((record.activity_id.get(), record.sku_id.get())).or_insert(0) += 1;
-                outcome.created.push(record.clone());
-            } else if let Some(status) = raced.get(record.order_id.as_str()) {
-                outcome.already_done.push((record.clone(), *status));
-            } else {
-                outcome.rejected.push((
-                    record.clone(),
-                    FailReason::DuplicateUser,
-                    format!("user {} already holds an order in sale {}", record.user_id, record.sale()),
-                ));
-            }
-        }
-        for ((activity, sku), n) in written {
-            sqlx::query(
-                "UPDATE sales SET remaining_stock = remaining_stock - $3, updated_at = now()
-                  WHERE activity_id = $1 AND sku_id = $2",
-            )
-            .bind(activity)
-            .bind(sku)
-            .bind(n)
-            .execute(&mut *tx)
-            .await?;
-        }
-    }
+    let written = insert(&mut tx, &candidates, &sales, &mut outcome).await?;
+    let (activities, skus, rounds, counts) = columns(&written, &sales);
+    sqlx::query(
+        "UPDATE sales s SET remaining_stock = s.remaining_stock - b.n, updated_at = now()
+           FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS b(activity_id, sku_id, round, n)
+          WHERE s.activity_id = b.activity_id AND s.sku_id = b.sku_id AND s.round = b.round",
+    )
+    .bind(&activities)
+    .bind(&skus)
+    .bind(&rounds)
+    .bind(&counts)
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(outcome)
+}
+
+/// The batch's sales as they stand, locked in a fixed order (so two locked
+/// writers never deadlock) when `lock`.
+async fn read_sales(
+    tx: &mut PgConnection,
+    records: &[&OrderRecord],
+    lock: bool,
+) -> Result<HashMap<Sale, SaleState>, sqlx::Error> {
+    let mut keys: Vec<SaleKey> = records.iter().map(|r| r.sale()).collect();
+    keys.sort();
+    keys.dedup();
+    let activities: Vec<i64> = keys.iter().map(|s| s.activity.get()).collect();
+    let skus: Vec<i64> = keys.iter().map(|s| s.sku.get()).collect();
+    let sql = if lock {
+        "SELECT s.activity_id, s.sku_id, s.round, s.remaining_stock
+           FROM sales s JOIN unnest($1::bigint[], $2::bigint[]) AS b(activity_id, sku_id) USING (activity_id, sku_id)
+          ORDER BY s.activity_id, s.sku_id
+            FOR UPDATE OF s"
+    } else {
+        "SELECT s.activity_id, s.sku_id, s.round, s.remaining_stock
+           FROM sales s JOIN unnest($1::bigint[], $2::bigint[]) AS b(activity_id, sku_id) USING (activity_id, sku_id)"
+    };
+    Ok(sqlx::query(sql)
+        .bind(&activities)
+        .bind(&skus)
+        .fetch_all(tx)
+        .await?
+        .iter()
+        .map(|r| ((r.get(0), r.get(1)), SaleState { round: r.get(2), remaining: r.get(3) }))
+        .collect())
+}
+
+/// The statuses of those of `ids` that have a row.
+async fn statuses(tx: &mut PgConnection, ids: &[&str]) -> Result<HashMap<String, OrderStatus>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    Ok(sqlx::query("SELECT order_id, status FROM orders WHERE order_id = ANY($1)")
+        .bind(ids)
+        .fetch_all(tx)
+        .await?
+        .iter()
+        .map(|r| (r.get::<String, _>(0), OrderStatus::parse(r.get(1)).unwrap_or(OrderStatus::Failed)))
+        .collect())
+}
+
+/// Inserts `candidates` (all of known sales) as CREATED in their sale's
+/// round and files each into `outcome`: created, already done (its order id
+/// had a row), or a duplicate user (the one-per-user index refused it).
+/// Returns how many rows each sale got.
+async fn insert(
+    tx: &mut PgConnection,
+    candidates: &[&OrderRecord],
+    sales: &HashMap<Sale, SaleState>,
+    outcome: &mut BatchOutcome,
+) -> Result<HashMap<Sale, i64>, sqlx::Error> {
+    let mut written: HashMap<Sale, i64> = HashMap::new();
+    if candidates.is_empty() {
+        return Ok(written);
+    }
+    let order_ids: Vec<&str> = candidates.iter().map(|r| r.order_id.as_str()).collect();
+    let activities: Vec<i64> = candidates.iter().map(|r| r.activity_id.get()).collect();
+    let skus: Vec<i64> = candidates.iter().map(|r| r.sku_id.get()).collect();
+    let rounds: Vec<i32> = candidates.iter().map(|r| sales[&sale_of(r)].round).collect();
+    let users: Vec<i64> = candidates.iter().map(|r| r.user_id.get()).collect();
+    let accepted: Vec<i64> = candidates.iter().map(|r| r.accepted_at).collect();
+    let inserted: HashSet<String> = sqlx::query_scalar(
+        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)
+         SELECT order_id, activity_id, sku_id, round, user_id, 'CREATED', to_timestamp(accepted_ms / 1000.0)
+           FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[])
+                AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms)
+         ON CONFLICT DO NOTHING
+         RETURNING order_id",
+    )
+    .bind(&order_ids)
+    .bind(&activities)
+    .bind(&skus)
+    .bind(&rounds)
+    .bind(&users)
+    .bind(&accepted)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .collect();
+
+    // Not inserted: the order id had a row, or the user holds an order.
+    let refused: Vec<&str> = order_ids.iter().copied().filter(|id| !inserted.contains(*id)).collect();
+    let existing = statuses(tx, &refused).await?;
+    for &record in candidates {
+        if inserted.contains(record.order_id.as_str()) {
+            *written.entry(sale_of(record)).or_insert(0) += 1;
+            outcome.created.push(record.clone());
+        } else if let Some(status) = existing.get(record.order_id.as_str()) {
+            outcome.already_done.push((record.clone(), *status));
+        } else {
+            outcome.rejected.push(duplicate_user(record));
+        }
+    }
+    Ok(written)
+}
+
+/// `written` as the columns of the stock update: activity, sku, round, n.
+fn columns(written: &HashMap<Sale, i64>, sales: &HashMap<Sale, SaleState>) -> (Vec<i64>, Vec<i64>, Vec<i32>, Vec<i64>) {
+    let mut rows: Vec<(&Sale, &i64)> = written.iter().collect();
+    rows.sort();
+    (
+        rows.iter().map(|(s, _)| s.0).collect(),
+        rows.iter().map(|(s, _)| s.1).collect(),
+        rows.iter().map(|(s, _)| sales[s].round).collect(),
+        rows.iter().map(|(_, n)| **n).collect(),
+    )
+}
+
+fn sale_not_found(record: &OrderRecord) -> (OrderRecord, FailReason, String) {
+    (record.clone(), FailReason::SaleNotFound, format!("sale {} does not exist", record.sale()))
+}
+
+fn duplicate_user(record: &OrderRecord) -> (OrderRecord, FailReason, String) {
+    (
+        record.clone(),
+        FailReason::DuplicateUser,
+        format!("user {} already holds an order in sale {}", record.user_id, record.sale()),
+    )
 }
