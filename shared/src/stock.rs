@@ -19,6 +19,7 @@
 use crate::domain::{FailReason, OrderId, OrderStatus, SaleKey, UserId};
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -366,31 +367,43 @@ impl Stock {
     }
 
     /// Marks orders CREATED and clears their reservations, in one pipelined
-    /// round trip. Called after PostgreSQL committed their rows.
+    /// round trip of two variadic commands per sale (`HSET` of every status,
+    /// `ZREM` of every reservation). Called after PostgreSQL committed their
+    /// rows.
     pub async fn mark_created(&self, orders: &[(OrderId, UserId, i64)]) -> Result<(), StockError> {
-        if orders.is_empty() {
-            return Ok(());
+        let mut by_sale: BTreeMap<SaleKey, Vec<(&str, String)>> = BTreeMap::new();
+        for (order_id, user, accepted_at) in orders {
+            let state = OrderState { status: OrderStatus::Created, user_id: user.get(), reason: None, accepted_at: *accepted_at };
+            by_sale.entry(order_id.sale()).or_default().push((order_id.as_str(), state.encode()));
         }
         let mut pipe = redis::pipe();
-        for (order_id, user, accepted_at) in orders {
-            let k = self.keys(order_id.sale());
-            let state = OrderState { status: OrderStatus::Created, user_id: user.get(), reason: None, accepted_at: *accepted_at };
-            pipe.hset(&k.orders, order_id.as_str(), state.encode()).ignore();
-            pipe.zrem(&k.reserved, order_id.as_str()).ignore();
+        for (sale, states) in &by_sale {
+            let k = self.keys(*sale);
+            let ids: Vec<&str> = states.iter().map(|(id, _)| *id).collect();
+            pipe.hset_multiple(&k.orders, states).ignore();
+            pipe.zrem(&k.reserved, ids).ignore();
         }
-        let mut conn = self.conn.clone();
-        self.bounded(pipe.query_async::<()>(&mut conn)).await
+        self.run_pipe(pipe, by_sale.is_empty()).await
     }
 
     /// Clears reservations of orders the order service has taken charge of
-    /// (written, already done, or sent to the dead-letter topic).
+    /// (written, already done, or sent to the dead-letter topic): one
+    /// variadic `ZREM` per sale.
     pub async fn unreserve(&self, orders: &[OrderId]) -> Result<(), StockError> {
-        if orders.is_empty() {
-            return Ok(());
+        let mut by_sale: BTreeMap<SaleKey, Vec<&str>> = BTreeMap::new();
+        for order_id in orders {
+            by_sale.entry(order_id.sale()).or_default().push(order_id.as_str());
         }
         let mut pipe = redis::pipe();
-        for order_id in orders {
-            pipe.zrem(&self.keys(order_id.sale()).reserved, order_id.as_str()).ignore();
+        for (sale, ids) in &by_sale {
+            pipe.zrem(&self.keys(*sale).reserved, ids).ignore();
+        }
+        self.run_pipe(pipe, by_sale.is_empty()).await
+    }
+
+    async fn run_pipe(&self, pipe: redis::Pipeline, empty: bool) -> Result<(), StockError> {
+        if empty {
+            return Ok(());
         }
         let mut conn = self.conn.clone();
         self.bounded(pipe.query_async::<()>(&mut conn)).await
