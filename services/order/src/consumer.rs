@@ -39,8 +39,10 @@ impl Worker {
 
     /// Consumes until `shutdown`, a batch at a time.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let mut last_commit = None;
         loop {
-            // Safe point: the previous batch is committed (or abandoned).
+            // Safe point: the previous batch's commit is sent (or the batch
+            // abandoned).
             let Some(batch) = self.next_batch(&shutdown).await else { break };
             let started = Instant::now();
             let processed =
@@ -51,7 +53,13 @@ impl Worker {
                 break;
             }
             metrics::histogram!("seckill_order_batch_seconds").record(started.elapsed().as_secs_f64());
-            self.commit(&batch);
+            // Asynchronous: the next batch need not wait for the broker. A
+            // commit lost to a crash only replays finished (idempotent) work.
+            last_commit = Some(self.commit(&batch, CommitMode::Async));
+        }
+        // Leaving: make sure the last commit reached the broker.
+        if let Some(list) = last_commit {
+            self.send_commit(&list, CommitMode::Sync);
         }
         self.consumer.unsubscribe();
         tracing::info!(worker = self.index, "consumer left the group");
@@ -178,8 +186,9 @@ impl Worker {
         self.dead_letters.send(&origin, reason.code(), error).await
     }
 
-    /// Commits the offset after each partition's last record of the batch.
-    fn commit(&self, batch: &[OwnedMessage]) {
+    /// Commits the offset after each partition's last record of the batch;
+    /// returns what it committed.
+    fn commit(&self, batch: &[OwnedMessage], mode: CommitMode) -> TopicPartitionList {
         let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
         for message in batch {
             let entry = next.entry((message.topic().to_owned(), message.partition())).or_insert(0);
@@ -191,9 +200,14 @@ impl Worker {
                 tracing::warn!(%error, "building the commit");
             }
         }
+        self.send_commit(&list, mode);
+        list
+    }
+
+    fn send_commit(&self, list: &TopicPartitionList, mode: CommitMode) {
         // A failed commit (the partition moved to another member in a
         // rebalance) is not fatal: the new owner replays, idempotently.
-        if let Err(error) = self.consumer.commit(&list, CommitMode::Sync) {
+        if let Err(error) = self.consumer.commit(list, mode) {
             tracing::warn!(worker = self.index, %error, "offset commit failed; the records will be replayed");
         }
     }
