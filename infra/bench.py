@@ -9,10 +9,12 @@ prefixes, so it never touches the demo's or the tests' data, and stops them.
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +30,7 @@ ENV = dict(
 )
 EDGE = "127.0.0.1:8180"
 REFERENCE = "127.0.0.1:8190"
+ORDER_METRICS = "127.0.0.1:9111"
 DB_URL = "postgres://seckill:seckill@127.0.0.1:5432/seckill"
 CONNS = 64
 # Sale ids of this run: PostgreSQL is shared with earlier runs.
@@ -72,6 +75,18 @@ def wait_http(url, seconds=60):
     raise SystemExit(f"bench: {url} did not answer")
 
 
+def wait_port(addr, seconds=30):
+    host, port = addr.split(":")
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"bench: nothing listens on {addr}")
+
+
 def ctl(*args, check=True):
     out = subprocess.run([str(BIN / "seckillctl"), *map(str, args)], env=ENV, capture_output=True, text=True)
     if check and out.returncode != 0:
@@ -91,6 +106,37 @@ def load(url, activity, sku, users, requests, conns=CONNS, offset=0, get=None):
     result = json.loads(ctl(*args))["bench"]
     accepted = sum(v for k, v in result["outcomes"].items() if k.startswith("202"))
     result["accepted"] = accepted
+    return result
+
+
+def cpu_seconds(pid):
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def server_pids():
+    found = {}
+    for name in ("redis-server", "java"):
+        out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split()
+        found[name] = [int(p) for p in out]
+    return found
+
+
+def profiled_load(proc, url, activity, requests):
+    """`load`, plus the CPU each part spent per request (microseconds): the
+    process serving it, Redis, the Kafka broker (java) and the generator."""
+    servers = server_pids()
+    def sample():
+        return {"service": cpu_seconds(proc.pid), **{k: sum(cpu_seconds(p) for p in v) for k, v in servers.items()}}
+    before = sample()
+    result = load(url, activity, 1, requests, requests)
+    after = sample()
+    per = {k: round((after[k] - before[k]) / requests * 1e6, 1) for k in before}
+    per["generator"] = round(result.get("generatorCpuPercent", 0) / 100 * result["seconds"] / requests * 1e6, 1)
+    result["cpuMicrosPerRequest"] = per
     return result
 
 
@@ -121,9 +167,18 @@ def edge(extra=None):
     return proc
 
 
+def orders_written():
+    """The order service's counter of orders written (its metrics endpoint)."""
+    with urllib.request.urlopen(f"http://{ORDER_METRICS}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("seckill_order_orders_written_total"):
+                return int(float(line.split()[-1]))
+    return 0
+
+
 def order_service():
-    proc = start([str(BIN / "seckill-order")], "order", {"SECKILL__METRICS_ADDR": "127.0.0.1:9111"})
-    wait_http("http://127.0.0.1:9111/readyz")
+    proc = start([str(BIN / "seckill-order")], "order", {"SECKILL__METRICS_ADDR": ORDER_METRICS})
+    wait_http(f"http://{ORDER_METRICS}/readyz")
     return proc
 
 
@@ -170,39 +225,58 @@ def main():
 
     # Reference: a minimal axum handler calling the same script.
     ref = start([str(BIN / "examples" / "lua_reference"), REFERENCE], "reference")
-    time.sleep(1.5)
+    wait_port(REFERENCE)
     warm(sale(2), 1, 50_000_000)
-    reference = load(REFERENCE, sale(2), 1, 200_000, 200_000)
+    reference = profiled_load(ref, REFERENCE, sale(2), 200_000)
     stop(ref)
     RESULTS["reference_edge_redis"] = reference
     log(f"reference axum+Lua: {reference['requestsPerSecond']:.0f} req/s")
 
+    # The same handler that also publishes each order as the edge does: the
+    # first half of the pipeline with nothing of the edge's own (rate limits,
+    # sold-out flags, request ids, metrics). Not a target; it tells the edge's
+    # overhead apart from Kafka's on this machine.
+    ref = start([str(BIN / "examples" / "lua_reference"), REFERENCE, "--publish"], "reference-publish")
+    wait_port(REFERENCE)
+    warm(sale(10), 1, 50_000_000)
+    load(REFERENCE, sale(10), 1, 30_000, 30_000)  # warm-up, dropped
+    reference_publish = profiled_load(ref, REFERENCE, sale(10), 200_000)
+    stop(ref)
+    RESULTS["reference_edge_redis_kafka"] = reference_publish
+    log(f"reference axum+Lua+publish: {reference_publish['requestsPerSecond']:.0f} req/s")
+
+    # A warm-up of the whole accepted path first (its figures are dropped):
+    # the broker's JIT and every connection pool start cold.
+    warm(sale(9), 1, 50_000_000)
+    load(EDGE, sale(9), 1, 30_000, 30_000)
+
     # 2. accepted path (order service stopped: this also builds the drain backlog).
     warm(sale(3), 1, 50_000_000)
-    accepted = load(EDGE, sale(3), 1, 200_000, 200_000)
+    accepted = profiled_load(e, EDGE, sale(3), 200_000)
     RESULTS["accepted_path"] = accepted
     log(f"accepted path: {accepted['requestsPerSecond']:.0f} req/s, p99 {accepted['latencyMs']['p99']:.2f} ms")
 
-    # 6. drain of that backlog. The rate runs from the first order row to
-    # the last (polled every 50 ms); joining the group before the first
-    # row is reported apart.
+    # 6. drain of that backlog. The rate runs from the first order row (its
+    # transaction's start) to the moment the service's own counter of orders
+    # written reached the backlog (polled every 50 ms over HTTP: polling
+    # PostgreSQL would take from what is measured). Joining the group before
+    # the first row is reported apart.
     backlog = lag()
     t0 = time.time()
     o = order_service()
-    count_sql = f"SELECT count(*), extract(epoch FROM min(created_at)) FROM orders WHERE activity_id = {sale(3)}"
-    written, first = 0, None
+    written = 0
     while time.time() - t0 < 600:
-        count, first_at = psql(count_sql).split("|")
-        written, first = int(count), float(first_at or 0) or None
+        written = orders_written()
         if written >= backlog:
             break
         time.sleep(0.05)
     last = time.time()
     while lag() > 0 and time.time() - t0 < 600:
         time.sleep(0.1)
-    drain_seconds = last - (first or t0)
+    first = float(psql(f"SELECT extract(epoch FROM min(created_at)) FROM orders WHERE activity_id BETWEEN {sale(0)} AND {sale(99)}"))
+    drain_seconds = last - first
     RESULTS["drain"] = {"backlog": backlog, "seconds": drain_seconds, "ordersPerSecond": written / drain_seconds,
-                        "written": written, "startToFirstOrderSeconds": (first or t0) - t0,
+                        "written": written, "startToFirstOrderSeconds": first - t0,
                         "startToLagZeroSeconds": time.time() - t0}
     log(f"drain: {written} of {backlog} records in {drain_seconds:.2f}s = {written / drain_seconds:.0f} orders/s")
 
@@ -246,10 +320,11 @@ def main():
 
     watcher = threading.Thread(target=watch)
     watcher.start()
+    written = orders_written()
     t0 = time.time()
     e2e = load(EDGE, sale(8), 1, 120_000, 120_000, conns=256)
-    while int(psql(f"SELECT count(*) FROM orders WHERE activity_id = {sale(8)}")) < 100_000 and time.time() - t0 < 600:
-        time.sleep(0.2)
+    while orders_written() < written + 100_000 and time.time() - t0 < 600:
+        time.sleep(0.05)
     e2e_seconds = time.time() - t0
     done.set()
     watcher.join()
@@ -274,6 +349,7 @@ def write_report(total_seconds):
     redis = r["ceiling_redis"]["requestsPerSecond"]
     pg_rows = r["ceiling_postgres"]["rowsPerSecond"]
     ref = r["reference_edge_redis"]["requestsPerSecond"]
+    refk = r["reference_edge_redis_kafka"]
     acc = r["accepted_path"]
     so = r["sold_out_path"]
     burst = r["hot_burst"]
@@ -286,9 +362,11 @@ def write_report(total_seconds):
         ("(b) ceiling: Redis, deduct.lua by EVALSHA (redis-benchmark)", f"{redis:,.0f} calls/s", "", ""),
         ("(c) ceiling: PostgreSQL, 100-row batch inserts (pgbench, 8 clients)", f"{pg_rows:,.0f} rows/s", "", ""),
         ("reference: minimal axum handler + the same script", f"{ref:,.0f} req/s", f"p99 {r['reference_edge_redis']['latencyMs']['p99']:.2f} ms", f"{ratio(ref, redis):.2f} x (b)"),
+        ("reference + the edge's publish (acks=all, delivery awaited)", f"{refk['requestsPerSecond']:,.0f} req/s",
+         f"p50 {refk['latencyMs']['p50']:.2f} ms, p99 {refk['latencyMs']['p99']:.2f} ms", f"{ratio(refk['requestsPerSecond'], ref):.2f} x reference"),
         ("edge, accepted path (64 conns, distinct users)", f"{acc['requestsPerSecond']:,.0f} req/s",
          f"p50 {acc['latencyMs']['p50']:.2f} ms, p99 {acc['latencyMs']['p99']:.2f} ms",
-         f"{ratio(acc['requestsPerSecond'], ref):.2f} x reference (target 0.8); {ratio(acc['requestsPerSecond'], http):.2f} x (a); {ratio(acc['requestsPerSecond'], redis):.2f} x (b)"),
+         f"{ratio(acc['requestsPerSecond'], ref):.2f} x reference (target 0.8); {ratio(acc['requestsPerSecond'], refk['requestsPerSecond']):.2f} x reference + publish; {ratio(acc['requestsPerSecond'], http):.2f} x (a); {ratio(acc['requestsPerSecond'], redis):.2f} x (b)"),
         ("edge, sold-out path (64 conns)", f"{so['requestsPerSecond']:,.0f} req/s", f"p99 {so['latencyMs']['p99']:.2f} ms",
          f"{ratio(so['requestsPerSecond'], http):.2f} x (a) (target 0.8)"),
         ("hot-SKU burst: 100 units, 50,000 users, 256 conns", f"{burst['accepted']} sold (exact: {burst['accepted'] == 100})",
@@ -315,6 +393,15 @@ def write_report(total_seconds):
         "",
         f"Load generator (`seckillctl bench`) CPU, as % of one core: {', '.join(f'{k} {v:.0f}%' for k, v in cpu.items())}.",
         "",
+        "CPU per request (microseconds; /proc of each process around the run; `java` is the Kafka broker):",
+        "",
+        "| run | service | redis-server | java | generator |",
+        "|---|---|---|---|---|",
+        *[f"| {name} | {c['service']} | {c['redis-server']} | {c['java']} | {c['generator']} |"
+          for name, c in ((n, r[k]["cpuMicrosPerRequest"]) for n, k in (
+              ("reference", "reference_edge_redis"), ("reference + publish", "reference_edge_redis_kafka"),
+              ("edge, accepted path", "accepted_path")))],
+        "",
         "Machine-readable results: `bench-results.json`.",
         "",
     ]
@@ -323,9 +410,23 @@ def write_report(total_seconds):
     print("\n".join(lines))
 
 
+def clean_up():
+    """Deletes this run's Redis keys and PostgreSQL rows: benchmarks leave
+    hundreds of thousands of orders behind, and a Redis that grows by
+    gigabytes rewrites its AOF in the middle of the next run. (The run's
+    Kafka topics stay, as every topic does, for the broker's retention.)"""
+    keys = subprocess.run(["redis-cli", "--scan", "--pattern", f"{RUN}:*"], capture_output=True, text=True).stdout.split()
+    for i in range(0, len(keys), 500):
+        subprocess.run(["redis-cli", "UNLINK", *keys[i:i + 500]], capture_output=True)
+    for table in ("orders", "sales"):
+        psql(f"DELETE FROM {table} WHERE activity_id BETWEEN {sale(0)} AND {sale(99)}")
+    log(f"cleaned up: {len(keys)} Redis keys and the run's PostgreSQL rows")
+
+
 if __name__ == "__main__":
     try:
         main()
     finally:
         for proc in list(PROCS):
             stop(proc)
+        clean_up()

@@ -1,17 +1,28 @@
-//! The edge+Redis reference for `make bench`: the smallest axum handler that
-//! does the same deduction (same script, same parse, same answer shape) and
-//! nothing else — no rate limit, no sold-out flag, no Kafka. The edge's
-//! accepted path is reported as a ratio to this.
+//! The references for `make bench`: the smallest axum handler that does the
+//! same deduction (same script, same answer shape) and nothing else — no
+//! rate limit, no sold-out flag, no Kafka. The edge's accepted path is
+//! reported as a ratio to this.
 //!
-//! `cargo run --release --example lua_reference -- 127.0.0.1:8090`
+//! With `--publish` it also publishes each accepted order exactly as the edge
+//! does (the edge's own `Publisher`: acks=all, idempotent, delivery awaited)
+//! to a topic of its own: the ceiling of the pipeline's first half on this
+//! machine, which tells the edge's own overhead apart from Kafka's.
+//!
+//! `cargo run --release --example lua_reference -- 127.0.0.1:8090 [--publish]`
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
-use seckill_shared::domain::{SaleKey, UserId};
+use seckill_edge::publish::{PublishOutcome, Publisher};
+use seckill_shared::config::KafkaSettings;
+use seckill_shared::domain::{OrderRecord, SaleKey, UserId};
 use seckill_shared::stock::{Deduction, Stock};
 use serde_json::{json, Value};
+
+// The edge's allocator, so the ratio measures handlers, not allocators.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -21,12 +32,34 @@ struct OrderRequest {
     user_id: i64,
 }
 
-async fn order(State(stock): State<Stock>, Json(request): Json<OrderRequest>) -> (StatusCode, Json<Value>) {
+#[derive(Clone)]
+struct Reference {
+    stock: Stock,
+    publisher: Option<Publisher>,
+}
+
+async fn order(State(reference): State<Reference>, Json(request): Json<OrderRequest>) -> (StatusCode, Json<Value>) {
     let (Ok(sale), Ok(user)) = (SaleKey::from_raw(request.activity_id, request.sku_id), UserId::new(request.user_id)) else {
         return (StatusCode::BAD_REQUEST, Json(json!({"code": "INVALID_REQUEST"})));
     };
-    match stock.deduct(sale, user, seckill_shared::now_ms(), "ref00000").await {
+    let accepted_at = seckill_shared::now_ms();
+    match reference.stock.deduct(sale, user, accepted_at, "ref00000").await {
         Ok(Deduction::Accepted { order_id, .. }) => {
+            if let Some(publisher) = &reference.publisher {
+                let record = OrderRecord {
+                    order_id: order_id.clone(),
+                    activity_id: sale.activity,
+                    sku_id: sale.sku,
+                    user_id: user,
+                    accepted_at,
+                    v: OrderRecord::VERSION,
+                };
+                if let outcome @ (PublishOutcome::NotPersisted(_) | PublishOutcome::Ambiguous(_)) =
+                    publisher.publish(&record, None).await
+                {
+                    return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"code": "TRY_AGAIN", "message": format!("{outcome:?}")})));
+                }
+            }
             (StatusCode::ACCEPTED, Json(json!({"code": "QUEUED", "orderId": order_id.as_str()})))
         }
         Ok(Deduction::SoldOut) => (StatusCode::GONE, Json(json!({"code": "SOLD_OUT"}))),
@@ -37,14 +70,27 @@ async fn order(State(stock): State<Stock>, Json(request): Json<OrderRequest>) ->
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:8090".into());
-    let settings: seckill_shared::config::RedisSettings = seckill_shared::config::RedisSettings {
-        url: std::env::var("SECKILL_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".into()),
-        key_prefix: std::env::var("SECKILL_KEY_PREFIX").unwrap_or_default(),
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let addr = args.iter().find(|a| !a.starts_with("--")).cloned().unwrap_or_else(|| "127.0.0.1:8090".into());
+    let env = |name: &str| std::env::var(name).ok();
+    let redis = seckill_shared::config::RedisSettings {
+        url: env("SECKILL_REDIS_URL").unwrap_or_else(|| "redis://127.0.0.1:6379/0".into()),
+        key_prefix: env("SECKILL_KEY_PREFIX").unwrap_or_default(),
         ..Default::default()
     };
-    let stock = Stock::connect(&settings).await?;
-    let app = Router::new().route("/api/seckill/order", post(order)).with_state(stock);
+    let publisher = if args.iter().any(|a| a == "--publish") {
+        let kafka = KafkaSettings {
+            brokers: env("SECKILL_KAFKA_BROKERS").unwrap_or_else(|| KafkaSettings::default().brokers),
+            topic_prefix: format!("{}reference.", env("SECKILL_TOPIC_PREFIX").unwrap_or_default()),
+            ..Default::default()
+        };
+        let topics = seckill_shared::kafka::ensure_topics(&kafka).await?;
+        Some(Publisher::new(&kafka, topics.orders)?)
+    } else {
+        None
+    };
+    let stock = Stock::connect(&redis).await?;
+    let app = Router::new().route("/api/seckill/order", post(order)).with_state(Reference { stock, publisher });
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     axum::serve(listener, app).await?;
     Ok(())
