@@ -25,7 +25,12 @@ use tokio_util::sync::CancellationToken;
 pub struct Settings {
     /// Health and metrics listener.
     pub metrics_addr: String,
-    /// Most records written in one transaction.
+    /// Most records written in one transaction. Larger batches spread each
+    /// transaction's fixed costs (begin, stock update, commit, the Redis
+    /// round trip, the offset commit) over more orders: draining a 200,000-
+    /// record backlog went from 97k to 119k orders/s at 2,000 and 110-131k
+    /// at 4,000 in one session; a batch still closes after `batch_wait_ms`
+    /// when records arrive slowly.
     pub batch_size: usize,
     /// Longest wait to fill a batch.
     pub batch_wait_ms: u64,
@@ -56,7 +61,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             metrics_addr: "127.0.0.1:9101".into(),
-            batch_size: 1_000,
+            batch_size: 4_000,
             batch_wait_ms: 20,
             consumers: 2,
             retry_initial_ms: 100,
