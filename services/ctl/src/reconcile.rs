@@ -52,17 +52,29 @@ pub async fn report(settings: &Settings, args: &Args) -> Result<Report, Failure>
     let progress = indicatif::ProgressBar::new_spinner();
     progress.set_message("waiting for the pipeline to drain");
     loop {
-        let mut report = read().await?;
-        if report.drained() || Instant::now() >= deadline {
-            progress.finish_and_clear();
-            // Judged now, anything still in flight is a violation.
-            report.judge(true);
-            return Ok(report);
+        match read().await {
+            Ok(mut report) => {
+                if report.drained() || Instant::now() >= deadline {
+                    progress.finish_and_clear();
+                    // Judged now, anything still in flight is a violation.
+                    report.judge(true);
+                    return Ok(report);
+                }
+                progress.set_message(format!(
+                    "waiting for the pipeline to drain: {} in flight, order lag {:?}, compensator lag {:?}",
+                    report.orders_in_flight, report.order_lag, report.compensator_lag
+                ));
+            }
+            // A source unreadable for a moment (a broker just restarted, its
+            // group coordinator still loading) is waited for like the drain.
+            Err(failure) if failure.code == 2 && Instant::now() < deadline => {
+                progress.set_message(format!("waiting for a source: {:#}", failure.error));
+            }
+            Err(failure) => {
+                progress.finish_and_clear();
+                return Err(failure);
+            }
         }
-        progress.set_message(format!(
-            "waiting for the pipeline to drain: {} in flight, order lag {:?}, compensator lag {:?}",
-            report.orders_in_flight, report.order_lag, report.compensator_lag
-        ));
         progress.tick();
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
