@@ -112,21 +112,7 @@ async fn write_optimistic(pool: &PgPool, records: &[&OrderRecord]) -> Result<Opt
         }
     }
     let written = insert(&mut tx, &candidates, &sales, &mut outcome).await?;
-    let (activities, skus, rounds, counts) = columns(&written, &sales);
-    let guarded = sqlx::query(
-        "UPDATE sales s SET remaining_stock = s.remaining_stock - b.n, updated_at = now()
-           FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS b(activity_id, sku_id, round, n)
-          WHERE s.activity_id = b.activity_id AND s.sku_id = b.sku_id
-            AND s.round = b.round AND s.remaining_stock >= b.n",
-    )
-    .bind(&activities)
-    .bind(&skus)
-    .bind(&rounds)
-    .bind(&counts)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if guarded != written.len() as u64 {
+    if !take_stock(&mut tx, &written, &sales).await? {
         tx.rollback().await?;
         return Ok(None);
     }
@@ -198,18 +184,10 @@ async fn write_locked(pool: &PgPool, records: &[&OrderRecord]) -> Result<BatchOu
     }
 
     let written = insert(&mut tx, &candidates, &sales, &mut outcome).await?;
-    let (activities, skus, rounds, counts) = columns(&written, &sales);
-    sqlx::query(
-        "UPDATE sales s SET remaining_stock = s.remaining_stock - b.n, updated_at = now()
-           FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS b(activity_id, sku_id, round, n)
-          WHERE s.activity_id = b.activity_id AND s.sku_id = b.sku_id AND s.round = b.round",
-    )
-    .bind(&activities)
-    .bind(&skus)
-    .bind(&rounds)
-    .bind(&counts)
-    .execute(&mut *tx)
-    .await?;
+    // Under the lock the guard cannot refuse what was counted above.
+    if !take_stock(&mut tx, &written, &sales).await? {
+        return Err(WriteError::Transient("the stock guard refused a batch written under the sale's lock".into()));
+    }
     tx.commit().await?;
     Ok(outcome)
 }
@@ -314,16 +292,38 @@ async fn insert(
     Ok(written)
 }
 
-/// `written` as the columns of the stock update: activity, sku, round, n.
-fn columns(written: &HashMap<Sale, i64>, sales: &HashMap<Sale, SaleState>) -> (Vec<i64>, Vec<i64>, Vec<i32>, Vec<i64>) {
+/// The stock guard: takes each sale's `remaining_stock` down by the rows
+/// `written` for it, only if the sale is still in the round the rows were
+/// written for and has that many units left. Whether every sale took its
+/// count (if not, the caller must roll back).
+async fn take_stock(
+    tx: &mut PgConnection,
+    written: &HashMap<Sale, i64>,
+    sales: &HashMap<Sale, SaleState>,
+) -> Result<bool, sqlx::Error> {
+    if written.is_empty() {
+        return Ok(true);
+    }
     let mut rows: Vec<(&Sale, &i64)> = written.iter().collect();
     rows.sort();
-    (
-        rows.iter().map(|(s, _)| s.0).collect(),
-        rows.iter().map(|(s, _)| s.1).collect(),
-        rows.iter().map(|(s, _)| sales[s].round).collect(),
-        rows.iter().map(|(_, n)| **n).collect(),
+    let activities: Vec<i64> = rows.iter().map(|(s, _)| s.0).collect();
+    let skus: Vec<i64> = rows.iter().map(|(s, _)| s.1).collect();
+    let rounds: Vec<i32> = rows.iter().map(|(s, _)| sales[s].round).collect();
+    let counts: Vec<i64> = rows.iter().map(|(_, n)| **n).collect();
+    let taken = sqlx::query(
+        "UPDATE sales s SET remaining_stock = s.remaining_stock - b.n, updated_at = now()
+           FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS b(activity_id, sku_id, round, n)
+          WHERE s.activity_id = b.activity_id AND s.sku_id = b.sku_id
+            AND s.round = b.round AND s.remaining_stock >= b.n",
     )
+    .bind(&activities)
+    .bind(&skus)
+    .bind(&rounds)
+    .bind(&counts)
+    .execute(tx)
+    .await?
+    .rows_affected();
+    Ok(taken == rows.len() as u64)
 }
 
 fn sale_not_found(record: &OrderRecord) -> (OrderRecord, FailReason, String) {
