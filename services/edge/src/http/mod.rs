@@ -13,17 +13,17 @@ use crate::limit::RateLimits;
 use crate::publish::Publisher;
 use crate::settings::Settings;
 use crate::sold_out::SoldOutFlags;
-use axum::http::HeaderValue;
 use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::Router;
 use seckill_shared::lock::LockClient;
 use seckill_shared::stock::Stock;
 use sqlx::PgPool;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use std::sync::atomic::{AtomicU64, Ordering};
 use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 
 /// Everything a handler needs, behind one `Arc`: axum clones the state for
