@@ -3,20 +3,21 @@
 //!
 //! Two ways, tried in this order:
 //!
-//! - **Optimistic** (nearly every batch): insert with one
-//!   `INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING RETURNING` — the
-//!   primary key drops order ids that already have a row, the partial unique
-//!   index drops a second CREATED order of a user this round — then take
-//!   each sale's stock down by the rows inserted with an `UPDATE … WHERE
-//!   round = $read AND remaining_stock >= $n`. Only that last statement locks
-//!   the sale row, so concurrent writers of one sale overlap everywhere but
-//!   in their commits. If any sale lacks the stock (or was re-warmed since
-//!   its round was read), the transaction is rolled back and
+//! - **Optimistic** (nearly every batch): insert every row with one plain
+//!   `INSERT … SELECT FROM unnest(…)` — no speculative insertion, nothing
+//!   returned — then take each sale's stock down by the rows inserted with an
+//!   `UPDATE … WHERE round = $read AND remaining_stock >= $n`. Only that last
+//!   statement locks the sale row, so concurrent writers of one sale overlap
+//!   everywhere but in their commits. If a row conflicts (its order id
+//!   already has one: a replay or a duplicate; or its user already holds a
+//!   CREATED order this round), or a sale lacks the stock (or was re-warmed
+//!   since its round was read), the transaction is rolled back and
 //! - **Locked** takes over: under `FOR UPDATE` on the batch's sale rows (so
 //!   writers of one sale take turns), each record is classified first —
 //!   order id already has a row, the user already holds a CREATED order this
-//!   round, no stock left — and only the rest are inserted. This is the path
-//!   that decides `NO_DB_STOCK` order by order.
+//!   round, no stock left — and only the rest are inserted, with
+//!   `ON CONFLICT DO NOTHING RETURNING` for rows that race in meanwhile. This
+//!   is the path that decides duplicates and `NO_DB_STOCK` order by order.
 //!
 //! Either way a sale's `remaining_stock` goes down by exactly the rows
 //! inserted (the `CHECK (remaining_stock >= 0)` backs the arithmetic up).
@@ -26,7 +27,9 @@
 
 use seckill_shared::db::is_data_error;
 use seckill_shared::domain::{FailReason, OrderRecord, OrderStatus, SaleKey};
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::{PgConnection, PgPool, Postgres, Row};
 use std::collections::{HashMap, HashSet};
 
 /// Why a write failed, and so what to do about it.
@@ -111,7 +114,21 @@ async fn write_optimistic(pool: &PgPool, records: &[&OrderRecord]) -> Result<Opt
             outcome.rejected.push(sale_not_found(record));
         }
     }
-    let written = insert(&mut tx, &candidates, &sales, &mut outcome).await?;
+    let columns = OrderColumns::new(&candidates, &sales);
+    if let Err(error) = sqlx::query(INSERT_ORDERS).bind_orders(&columns).execute(&mut *tx).await {
+        if !is_unique_violation(&error) {
+            return Err(error.into());
+        }
+        // An order id that already has a row, or a user's second order:
+        // the locked way sorts them out.
+        tx.rollback().await?;
+        return Ok(None);
+    }
+    let mut written: HashMap<Sale, i64> = HashMap::new();
+    for &record in &candidates {
+        *written.entry(sale_of(record)).or_insert(0) += 1;
+        outcome.created.push(record.clone());
+    }
     if !take_stock(&mut tx, &written, &sales).await? {
         tx.rollback().await?;
         return Ok(None);
@@ -251,33 +268,17 @@ async fn insert(
     if candidates.is_empty() {
         return Ok(written);
     }
-    let order_ids: Vec<&str> = candidates.iter().map(|r| r.order_id.as_str()).collect();
-    let activities: Vec<i64> = candidates.iter().map(|r| r.activity_id.get()).collect();
-    let skus: Vec<i64> = candidates.iter().map(|r| r.sku_id.get()).collect();
-    let rounds: Vec<i32> = candidates.iter().map(|r| sales[&sale_of(r)].round).collect();
-    let users: Vec<i64> = candidates.iter().map(|r| r.user_id.get()).collect();
-    let accepted: Vec<i64> = candidates.iter().map(|r| r.accepted_at).collect();
-    let inserted: HashSet<String> = sqlx::query_scalar(
-        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)
-         SELECT order_id, activity_id, sku_id, round, user_id, 'CREATED', to_timestamp(accepted_ms / 1000.0)
-           FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[])
-                AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms)
-         ON CONFLICT DO NOTHING
-         RETURNING order_id",
-    )
-    .bind(&order_ids)
-    .bind(&activities)
-    .bind(&skus)
-    .bind(&rounds)
-    .bind(&users)
-    .bind(&accepted)
-    .fetch_all(&mut *tx)
-    .await?
-    .into_iter()
-    .collect();
+    let columns = OrderColumns::new(candidates, sales);
+    let inserted: HashSet<String> = sqlx::query(INSERT_NEW_ORDERS)
+        .bind_orders(&columns)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
 
     // Not inserted: the order id had a row, or the user holds an order.
-    let refused: Vec<&str> = order_ids.iter().copied().filter(|id| !inserted.contains(*id)).collect();
+    let refused: Vec<&str> = columns.order_ids.iter().copied().filter(|id| !inserted.contains(*id)).collect();
     let existing = statuses(tx, &refused).await?;
     for &record in candidates {
         if inserted.contains(record.order_id.as_str()) {
@@ -290,6 +291,59 @@ async fn insert(
         }
     }
     Ok(written)
+}
+
+macro_rules! insert_orders {
+    () => {
+        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)
+         SELECT order_id, activity_id, sku_id, round, user_id, 'CREATED', to_timestamp(accepted_ms / 1000.0)
+           FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[])
+                AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms)"
+    };
+}
+
+/// Every row or none: a plain insert (no speculative insertion, nothing
+/// returned) for the optimistic way, where a conflict is the exception.
+const INSERT_ORDERS: &str = insert_orders!();
+
+/// The rows that conflict with nothing, and which those were.
+const INSERT_NEW_ORDERS: &str = concat!(insert_orders!(), " ON CONFLICT DO NOTHING RETURNING order_id");
+
+/// Orders as the insert's array parameters.
+struct OrderColumns<'a> {
+    order_ids: Vec<&'a str>,
+    activities: Vec<i64>,
+    skus: Vec<i64>,
+    rounds: Vec<i32>,
+    users: Vec<i64>,
+    accepted: Vec<i64>,
+}
+
+impl<'a> OrderColumns<'a> {
+    fn new(orders: &[&'a OrderRecord], sales: &HashMap<Sale, SaleState>) -> Self {
+        Self {
+            order_ids: orders.iter().map(|r| r.order_id.as_str()).collect(),
+            activities: orders.iter().map(|r| r.activity_id.get()).collect(),
+            skus: orders.iter().map(|r| r.sku_id.get()).collect(),
+            rounds: orders.iter().map(|r| sales[&sale_of(r)].round).collect(),
+            users: orders.iter().map(|r| r.user_id.get()).collect(),
+            accepted: orders.iter().map(|r| r.accepted_at).collect(),
+        }
+    }
+}
+
+trait BindOrders<'q> {
+    fn bind_orders(self, columns: &'q OrderColumns<'q>) -> Self;
+}
+
+impl<'q> BindOrders<'q> for Query<'q, Postgres, PgArguments> {
+    fn bind_orders(self, c: &'q OrderColumns<'q>) -> Self {
+        self.bind(&c.order_ids).bind(&c.activities).bind(&c.skus).bind(&c.rounds).bind(&c.users).bind(&c.accepted)
+    }
+}
+
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
 }
 
 /// The stock guard: takes each sale's `remaining_stock` down by the rows
