@@ -115,3 +115,45 @@ async fn warmup_sets_stock_and_requires_the_admin_token() {
     assert_eq!(env.redis_stock(sale).await, 50);
     edge.stop().await;
 }
+
+/// Every answer carries an `x-request-id`: the client's own, or one the edge
+/// made (distinct per request); an accepted order's record carries it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_are_answered_and_carried_to_kafka() {
+    let env = TestEnv::new().await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    let client = Client::new(edge.url());
+    let request_id = |reply: &seckill_e2e::http::Reply| {
+        reply.headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+    };
+
+    let first = client.order(sale.activity.get(), sale.sku.get(), 1).await;
+    let second = client.order(sale.activity.get(), sale.sku.get(), 2).await;
+    assert_eq!((first.status.as_u16(), second.status.as_u16()), (202, 202));
+    let (made_first, made_second) = (request_id(&first), request_id(&second));
+    assert!(!made_first.is_empty() && !made_second.is_empty(), "the edge made ids: {made_first:?} {made_second:?}");
+    assert_ne!(made_first, made_second, "one id per request");
+
+    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":3}}"#, sale.activity, sale.sku);
+    let own = client
+        .send(hyper::Method::POST, "/api/seckill/order", Some(body.as_bytes()), &[("x-request-id", "client-chosen-7")])
+        .await;
+    assert_eq!(own.status.as_u16(), 202);
+    assert_eq!(request_id(&own), "client-chosen-7", "the client's id is answered back");
+
+    let records = env.read_topic(&env.topics().orders, 3, Duration::from_secs(30)).await;
+    let mut carried: Vec<String> = records
+        .iter()
+        .filter_map(|m| {
+            let headers = rdkafka::message::Message::headers(m)?;
+            seckill_shared::kafka::header_str(headers, seckill_shared::kafka::REQUEST_ID_HEADER).map(str::to_owned)
+        })
+        .collect();
+    carried.sort();
+    let mut expected = vec![made_first, made_second, "client-chosen-7".to_owned()];
+    expected.sort();
+    assert_eq!(carried, expected, "each record carries its request's id");
+    edge.stop().await;
+}
