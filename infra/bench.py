@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -444,17 +445,43 @@ def write_report(total_seconds):
     print("\n".join(lines))
 
 
+def delete_topics(names):
+    """Kafka DeleteTopics v1 by hand (no Kafka tool is installed): how many
+    of `names` the broker deleted."""
+    sys.path.insert(0, str(ROOT / "infra" / "local"))
+    from kafka_ready import request, read_exact  # noqa: F401  (the wire helpers)
+    body = struct.pack(">i", len(names))
+    for name in names:
+        body += struct.pack(">h", len(name)) + name.encode()
+    body += struct.pack(">i", 30_000)
+    with socket.create_connection(("127.0.0.1", 9092), timeout=35) as sock:
+        sock.settimeout(35)
+        response = request(sock, 20, 1, 1, body)
+    count, at, deleted = struct.unpack(">i", response[8:12])[0], 12, 0
+    for _ in range(count):
+        length = struct.unpack(">h", response[at:at + 2])[0]
+        at += 2 + length
+        deleted += struct.unpack(">h", response[at:at + 2])[0] == 0
+        at += 2
+    return deleted
+
+
 def clean_up():
-    """Deletes this run's Redis keys and PostgreSQL rows: benchmarks leave
-    hundreds of thousands of orders behind, and a Redis that grows by
-    gigabytes rewrites its AOF in the middle of the next run. (The run's
-    Kafka topics stay, as every topic does, for the broker's retention.)"""
+    """Deletes this run's Redis keys, PostgreSQL rows and Kafka topics:
+    benchmarks leave hundreds of thousands of orders behind, a Redis that
+    grows by gigabytes rewrites its AOF in the middle of the next run, and
+    every topic keeps its partitions on the broker for good."""
     keys = subprocess.run(["redis-cli", "--scan", "--pattern", f"{RUN}:*"], capture_output=True, text=True).stdout.split()
     for i in range(0, len(keys), 500):
         subprocess.run(["redis-cli", "UNLINK", *keys[i:i + 500]], capture_output=True)
     for table in ("orders", "sales"):
         psql(f"DELETE FROM {table} WHERE activity_id BETWEEN {sale(0)} AND {sale(99)}")
-    log(f"cleaned up: {len(keys)} Redis keys and the run's PostgreSQL rows")
+    topics = [f"{RUN}.{kind}seckill.orders{suffix}" for kind in ("", "reference.", "p2.") for suffix in ("", ".dlq")]
+    try:
+        deleted = delete_topics(topics)
+    except (OSError, ConnectionError, struct.error) as error:
+        deleted = f"none ({error})"
+    log(f"cleaned up: {len(keys)} Redis keys, the run's PostgreSQL rows, {deleted} Kafka topics")
 
 
 if __name__ == "__main__":
