@@ -195,6 +195,11 @@ impl OrderRecord {
     /// The record format this code writes.
     pub const VERSION: u32 = 1;
 
+    /// The record of an order the deduction accepted in `sale` for `user_id`.
+    pub fn new(order_id: OrderId, sale: SaleKey, user_id: UserId, accepted_at: i64) -> Self {
+        Self { order_id, activity_id: sale.activity, sku_id: sale.sku, user_id, accepted_at, v: Self::VERSION }
+    }
+
     /// The sale the record is for.
     pub fn sale(&self) -> SaleKey {
         SaleKey::new(self.activity_id, self.sku_id)

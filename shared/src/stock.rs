@@ -222,24 +222,18 @@ impl Stock {
         }
     }
 
+    /// Runs a prepared script, bounded.
+    async fn invoke<T: redis::FromRedisValue>(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<T, StockError> {
+        let mut conn = self.conn.clone();
+        self.bounded(invocation.invoke_async(&mut conn)).await
+    }
+
     /// The flash-sale decision (`lua/deduct.lua`).
     pub async fn deduct(&self, sale: SaleKey, user: UserId, now_ms: i64, nonce: &str) -> Result<Deduction, StockError> {
         let k = self.keys(sale);
-        let mut conn = self.conn.clone();
-        let mut invocation = DEDUCT.prepare_invoke();
-        invocation
-            .key(&k.meta)
-            .key(&k.stock)
-            .key(&k.buyers)
-            .key(&k.orders)
-            .key(&k.reserved)
-            .key(&k.seq)
-            .arg(user.get())
-            .arg(now_ms)
-            .arg(nonce)
-            .arg(sale.activity.get())
-            .arg(sale.sku.get());
-        let answer: Vec<redis::Value> = self.bounded(invocation.invoke_async(&mut conn)).await?;
+        let mut invocation = with_keys(&DEDUCT, &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.seq]);
+        invocation.arg(user.get()).arg(now_ms).arg(nonce).arg(sale.activity.get()).arg(sale.sku.get());
+        let answer: Vec<redis::Value> = self.invoke(&invocation).await?;
         parse_deduction(&answer)
     }
 
@@ -247,17 +241,9 @@ impl Stock {
     /// Returns whether a unit went back.
     pub async fn rollback(&self, order_id: &OrderId, user: UserId, reason: FailReason) -> Result<bool, StockError> {
         let k = self.keys(order_id.sale());
-        let mut conn = self.conn.clone();
-        let mut invocation = ROLLBACK.prepare_invoke();
-        invocation
-            .key(&k.stock)
-            .key(&k.buyers)
-            .key(&k.orders)
-            .key(&k.reserved)
-            .arg(order_id.as_str())
-            .arg(user.get())
-            .arg(reason.code());
-        let restored: i64 = self.bounded(invocation.invoke_async(&mut conn)).await?;
+        let mut invocation = with_keys(&ROLLBACK, &[&k.stock, &k.buyers, &k.orders, &k.reserved]);
+        invocation.arg(order_id.as_str()).arg(user.get()).arg(reason.code());
+        let restored: i64 = self.invoke(&invocation).await?;
         Ok(restored == 1)
     }
 
@@ -274,22 +260,16 @@ impl Stock {
             Settlement::Restore => ("restore", 0),
             Settlement::WriteOff { db_remaining } => ("writeoff", db_remaining),
         };
-        let mut conn = self.conn.clone();
-        let mut invocation = COMPENSATE.prepare_invoke();
+        let mut invocation =
+            with_keys(&COMPENSATE, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off]);
         invocation
-            .key(&k.stock)
-            .key(&k.buyers)
-            .key(&k.orders)
-            .key(&k.reserved)
-            .key(&k.compensated)
-            .key(&k.written_off)
             .arg(order_id.as_str())
             .arg(user.get())
             .arg(reason.code())
             .arg(if reason.lets_user_retry() { "1" } else { "0" })
             .arg(mode)
             .arg(db_remaining);
-        let answer: i64 = self.bounded(invocation.invoke_async(&mut conn)).await?;
+        let answer: i64 = self.invoke(&invocation).await?;
         Ok(match answer {
             1 => Compensation::Settled,
             0 => Compensation::AlreadySettled,
@@ -311,23 +291,13 @@ impl Stock {
         expire_at_ms: i64,
     ) -> Result<(), StockError> {
         let k = self.keys(sale);
+        let mut invocation = with_keys(
+            &WARMUP,
+            &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off, &k.seq],
+        );
+        invocation.arg(stock).arg(starts_ms).arg(ends_ms).arg(round).arg(expire_at_ms);
+        let _: i64 = self.invoke(&invocation).await?;
         let mut conn = self.conn.clone();
-        let mut invocation = WARMUP.prepare_invoke();
-        invocation
-            .key(&k.meta)
-            .key(&k.stock)
-            .key(&k.buyers)
-            .key(&k.orders)
-            .key(&k.reserved)
-            .key(&k.compensated)
-            .key(&k.written_off)
-            .key(&k.seq)
-            .arg(stock)
-            .arg(starts_ms)
-            .arg(ends_ms)
-            .arg(round)
-            .arg(expire_at_ms);
-        let _: i64 = self.bounded(invocation.invoke_async(&mut conn)).await?;
         let _: i64 = self.bounded(conn.sadd(self.registry_key(), sale.to_string())).await?;
         Ok(())
     }
@@ -576,6 +546,15 @@ fn parse_deduction(answer: &[redis::Value]) -> Result<Deduction, StockError> {
         -4 => Ok(Deduction::SoldOut),
         _ => Err(unexpected()),
     }
+}
+
+/// `script` ready to run on `keys` (arguments follow).
+fn with_keys<'a>(script: &'a Script, keys: &[&String]) -> redis::ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    for key in keys {
+        invocation.key(key.as_str());
+    }
+    invocation
 }
 
 #[cfg(test)]

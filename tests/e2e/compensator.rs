@@ -13,7 +13,7 @@ async fn deduct(env: &TestEnv, sale: SaleKey, user: i64) -> OrderRecord {
     let now = seckill_shared::now_ms();
     let user = UserId::new(user).unwrap();
     match env.stock.deduct(sale, user, now, &format!("{:08x}", rand::random::<u32>())).await.unwrap() {
-        Deduction::Accepted { order_id, .. } => OrderRecord { order_id, activity_id: sale.activity, sku_id: sale.sku, user_id: user, accepted_at: now, v: 1 },
+        Deduction::Accepted { order_id, .. } => OrderRecord::new(order_id, sale, user, now),
         other => panic!("deduction refused: {other:?}"),
     }
 }

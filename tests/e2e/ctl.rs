@@ -128,7 +128,7 @@ async fn replaying_a_compensated_order_does_not_resurrect_it() {
         seckill_shared::stock::Deduction::Accepted { order_id, .. } => order_id,
         other => panic!("{other:?}"),
     };
-    let record = OrderRecord { order_id: order_id.clone(), activity_id: sale.activity, sku_id: sale.sku, user_id: user, accepted_at: now, v: 1 };
+    let record = OrderRecord::new(order_id.clone(), sale, user, now);
     dead_letter(&env, &record, "DB_REJECTED").await;
     let compensator = env.spawn_compensator(env.compensator_settings()).await;
     eventually("the order FAILED and its unit back", Duration::from_secs(30), || async {

@@ -232,14 +232,7 @@ async fn inject(test: &TestEnv, sale: seckill_shared::domain::SaleKey, pipeline:
                 if let Ok(seckill_shared::stock::Deduction::Accepted { order_id, .. }) =
                     test.stock.deduct(sale, user, now, &format!("{:08x}", rand::random::<u32>())).await
                 {
-                    records.push(seckill_shared::domain::OrderRecord {
-                        order_id,
-                        activity_id: sale.activity,
-                        sku_id: sale.sku,
-                        user_id: user,
-                        accepted_at: now,
-                        v: seckill_shared::domain::OrderRecord::VERSION,
-                    });
+                    records.push(seckill_shared::domain::OrderRecord::new(order_id, sale, user, now));
                 }
             }
             eprintln!("chaos: dead-lettering {} orders", records.len());

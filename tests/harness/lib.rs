@@ -204,14 +204,11 @@ impl TestEnv {
     /// Order records for `users` of `sale`, not sent anywhere.
     pub fn order_records(&self, sale: SaleKey, users: std::ops::Range<i64>) -> Vec<OrderRecord> {
         users
-            .map(|user| OrderRecord {
-                order_id: OrderId::parse(&format!("{}-{}-{user}-{:08x}", sale.activity, sale.sku, rand::random::<u32>()))
-                    .expect("valid id"),
-                activity_id: sale.activity,
-                sku_id: sale.sku,
-                user_id: UserId::new(user).expect("positive user"),
-                accepted_at: seckill_shared::now_ms(),
-                v: OrderRecord::VERSION,
+            .map(|user| {
+                let order_id =
+                    OrderId::parse(&format!("{}-{}-{user}-{:08x}", sale.activity, sale.sku, rand::random::<u32>()))
+                        .expect("valid id");
+                OrderRecord::new(order_id, sale, UserId::new(user).expect("positive user"), seckill_shared::now_ms())
             })
             .collect()
     }

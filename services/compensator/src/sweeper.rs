@@ -176,14 +176,7 @@ impl Sweeper {
                 let status =
                     db::settle_failed(&mut tx, &order_id, user, FailReason::PublishLost, Some(state.accepted_at)).await?;
                 tx.commit().await?;
-                let record = OrderRecord {
-                    order_id: order_id.clone(),
-                    activity_id: sale.activity,
-                    sku_id: sale.sku,
-                    user_id: user,
-                    accepted_at: state.accepted_at,
-                    v: OrderRecord::VERSION,
-                };
+                let record = OrderRecord::new(order_id.clone(), sale, user, state.accepted_at);
                 settle_redis(&self.deps, &record, FailReason::PublishLost, status).await.map_err(anyhow::Error::msg)?;
                 match status {
                     OrderStatus::Created => report.created += 1,

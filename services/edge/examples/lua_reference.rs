@@ -46,14 +46,7 @@ async fn order(State(reference): State<Reference>, Json(request): Json<OrderRequ
     match reference.stock.deduct(sale, user, accepted_at, "ref00000").await {
         Ok(Deduction::Accepted { order_id, .. }) => {
             if let Some(publisher) = &reference.publisher {
-                let record = OrderRecord {
-                    order_id: order_id.clone(),
-                    activity_id: sale.activity,
-                    sku_id: sale.sku,
-                    user_id: user,
-                    accepted_at,
-                    v: OrderRecord::VERSION,
-                };
+                let record = OrderRecord::new(order_id.clone(), sale, user, accepted_at);
                 if let outcome @ (PublishOutcome::NotPersisted(_) | PublishOutcome::Ambiguous(_)) =
                     publisher.publish(&record, None).await
                 {

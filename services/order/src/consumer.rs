@@ -99,13 +99,14 @@ impl Worker {
     /// error is transient: the whole batch is tried again, idempotently.
     async fn process(&self, batch: &[OwnedMessage]) -> Result<(), String> {
         let mut records = Vec::with_capacity(batch.len());
-        let mut by_order: HashMap<String, &OwnedMessage> = HashMap::new();
+        // The message each record came from, in the same order.
+        let mut sources: Vec<&OwnedMessage> = Vec::with_capacity(batch.len());
         let mut malformed = Vec::new();
         for message in batch {
             match message.payload().map(OrderRecord::decode) {
                 Some(Ok(record)) => {
-                    by_order.entry(record.order_id.as_str().to_owned()).or_insert(message);
                     records.push(record);
+                    sources.push(message);
                 }
                 Some(Err(error)) => malformed.push((message, error)),
                 None => malformed.push((message, "empty record".to_owned())),
@@ -137,6 +138,14 @@ impl Worker {
         settled.extend(outcome.rejected.iter().map(|(r, _, _)| r.order_id.clone()));
         self.deps.stock.mark_created(&created).await.map_err(|e| format!("updating order status: {e}"))?;
 
+        // Only rejects need their message back (rarely any): the first one
+        // carrying the order id.
+        let mut by_order: HashMap<&str, &OwnedMessage> = HashMap::new();
+        if !outcome.rejected.is_empty() {
+            for (record, message) in records.iter().zip(&sources) {
+                by_order.entry(record.order_id.as_str()).or_insert(message);
+            }
+        }
         for (record, reason, error) in &outcome.rejected {
             let message = by_order.get(record.order_id.as_str()).copied().expect("every record came from a message");
             self.dead_letter(message, *reason, error).await?;

@@ -88,8 +88,8 @@ struct SaleState {
 /// Writes `records` in one transaction. Records with the same order id as
 /// an earlier one in the batch are dropped (the first decides).
 pub async fn write_batch(pool: &PgPool, records: &[OrderRecord]) -> Result<BatchOutcome, WriteError> {
-    let mut seen = HashSet::new();
-    let records: Vec<&OrderRecord> = records.iter().filter(|r| seen.insert(r.order_id.clone())).collect();
+    let mut seen = HashSet::with_capacity(records.len());
+    let records: Vec<&OrderRecord> = records.iter().filter(|r| seen.insert(r.order_id.as_str())).collect();
     if records.is_empty() {
         return Ok(BatchOutcome::default());
     }

@@ -174,14 +174,7 @@ async fn place_order_inner(
         }
     };
 
-    let record = OrderRecord {
-        order_id: order_id.clone(),
-        activity_id: request.activity,
-        sku_id: request.sku,
-        user_id: request.user,
-        accepted_at,
-        v: OrderRecord::VERSION,
-    };
+    let record = OrderRecord::new(order_id.clone(), sale, request.user, accepted_at);
     let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok());
     let started = Instant::now();
     metrics::gauge!("seckill_edge_publishes_in_flight").increment(1.0);
