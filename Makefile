@@ -6,7 +6,7 @@ CARGO ?= cargo
 PROFILE ?= release
 TEST_THREADS ?= 4
 
-.PHONY: help infra-up infra-down infra-status build test demo chaos bench clean-data
+.PHONY: help infra-up infra-down infra-status build-deps build test demo chaos bench clean-data
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
@@ -24,10 +24,14 @@ infra-down:
 infra-status:
 	infra/local/status.sh
 
-build:
+# System packages the build needs (installed once, when missing).
+build-deps:
+	infra/local/build-deps.sh
+
+build: build-deps
 	$(CARGO) build --workspace --bins $(if $(filter release,$(PROFILE)),--release,)
 
-test: infra-up
+test: infra-up build-deps
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace -- --test-threads=$(TEST_THREADS)
 
@@ -35,13 +39,13 @@ demo: infra-up build
 	PROFILE=$(PROFILE) infra/demo.sh
 
 # Benchmarks with their ceilings measured in the same run: BENCHMARKS.md.
-bench: infra-up
+bench: infra-up build-deps
 	command -v redis-benchmark >/dev/null && command -v pgbench >/dev/null
 	$(CARGO) build --release --workspace --bins --examples
 	infra/bench.py
 
 # Kills and stops every part under load; runs alone (it stops shared servers).
-chaos: infra-up
+chaos: infra-up build-deps
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --features chaos --test chaos -- --nocapture --test-threads=1
 

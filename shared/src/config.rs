@@ -52,6 +52,8 @@ pub struct KafkaSettings {
     pub linger_ms: u64,
     /// Consumer session timeout: how fast a dead member's partitions move.
     pub session_timeout_ms: u64,
+    /// Bound on metadata, watermark, offset and topic-creation calls.
+    pub admin_timeout_ms: u64,
 }
 
 impl Default for KafkaSettings {
@@ -65,7 +67,15 @@ impl Default for KafkaSettings {
             message_timeout_ms: 5_000,
             linger_ms: 1,
             session_timeout_ms: 10_000,
+            admin_timeout_ms: 10_000,
         }
+    }
+}
+
+impl KafkaSettings {
+    /// The bound on administrative calls.
+    pub fn admin_timeout(&self) -> Duration {
+        Duration::from_millis(self.admin_timeout_ms)
     }
 }
 
@@ -101,7 +111,7 @@ pub struct TelemetrySettings {
     pub filter: Option<String>,
 }
 
-/// Lease and wait of the distributed lock.
+/// Lease and wait of one use of the distributed lock.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LockSettings {
@@ -119,6 +129,13 @@ impl Default for LockSettings {
 }
 
 impl LockSettings {
+    /// The warm-up lock's defaults: a warm-up writes PostgreSQL and Redis
+    /// under it, so its lease (renewed by a watchdog) is long, and a second
+    /// warm-up of the same sale waits a little, then is told the sale is busy.
+    pub fn warmup() -> Self {
+        Self { lease_ms: 10_000, wait_ms: 500 }
+    }
+
     /// The lease.
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)

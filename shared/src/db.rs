@@ -1,12 +1,12 @@
-//! PostgreSQL access shared by the services: the pool, migrations, sales,
-//! order lookups, the FAILED-row write that decides an order's fate, and the
-//! lock's fencing check.
+//! PostgreSQL access shared by the services: the pool, migrations, the
+//! sales table, and telling a verdict on the data from a database that is
+//! unwell. SQL that only one service runs lives in that service.
 
 use crate::config::DbSettings;
-use crate::domain::{FailReason, OrderId, OrderStatus, SaleKey, UserId};
+use crate::domain::SaleKey;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{PgPool, Row};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -101,126 +101,10 @@ pub async fn upsert_sale(
     Ok(sale_row(&r))
 }
 
-/// An order as PostgreSQL holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrderRow {
-    /// The order.
-    pub order_id: String,
-    /// Its sale.
-    pub sale: SaleKey,
-    /// The buyer.
-    pub user_id: i64,
-    /// CREATED or FAILED.
-    pub status: OrderStatus,
-    /// Why it failed.
-    pub reason: Option<String>,
-}
-
-fn order_row(r: &sqlx::postgres::PgRow) -> OrderRow {
-    OrderRow {
-        order_id: r.get("order_id"),
-        sale: SaleKey::from_raw(r.get("activity_id"), r.get("sku_id")).expect("the table holds positive ids"),
-        user_id: r.get("user_id"),
-        status: OrderStatus::parse(r.get::<&str, _>("status")).unwrap_or(OrderStatus::Failed),
-        reason: r.get("reason"),
-    }
-}
-
-/// Looks an order up by id.
-pub async fn find_order(pool: &PgPool, order_id: &OrderId) -> sqlx::Result<Option<OrderRow>> {
-    let row = sqlx::query("SELECT order_id, activity_id, sku_id, user_id, status, reason FROM orders WHERE order_id = $1")
-        .bind(order_id.as_str())
-        .fetch_optional(pool)
-        .await?;
-    Ok(row.as_ref().map(order_row))
-}
-
-/// The user's order in the sale's current round: the CREATED one if any,
-/// else the latest FAILED one.
-pub async fn find_user_order(pool: &PgPool, sale: SaleKey, user: UserId) -> sqlx::Result<Option<OrderRow>> {
-    let row = sqlx::query(
-        "SELECT o.order_id, o.activity_id, o.sku_id, o.user_id, o.status, o.reason
-           FROM orders o
-          WHERE o.activity_id = $1 AND o.sku_id = $2 AND o.user_id = $3
-            AND o.round = (SELECT round FROM sales WHERE activity_id = $1 AND sku_id = $2)
-          ORDER BY (o.status = 'CREATED') DESC, o.created_at DESC
-          LIMIT 1",
-    )
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
-    .bind(user.get())
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.as_ref().map(order_row))
-}
-
-/// Writes the order's row as FAILED unless it already has one, and returns
-/// the status the row has afterwards: the first row written wins, so the
-/// caller restores a unit only when this says FAILED.
-pub async fn settle_failed(
-    tx: &mut Transaction<'_, Postgres>,
-    order_id: &OrderId,
-    user: UserId,
-    reason: FailReason,
-    accepted_at_ms: Option<i64>,
-) -> sqlx::Result<OrderStatus> {
-    let sale = order_id.sale();
-    let accepted_at = accepted_at_ms.and_then(DateTime::<Utc>::from_timestamp_millis);
-    sqlx::query(
-        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, reason, accepted_at)
-         SELECT $1, $2, $3, COALESCE((SELECT round FROM sales WHERE activity_id = $2 AND sku_id = $3), 1),
-                $4, 'FAILED', $5, $6
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(order_id.as_str())
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
-    .bind(user.get())
-    .bind(reason.code())
-    .bind(accepted_at)
-    .execute(&mut **tx)
-    .await?;
-    let status: Option<String> = sqlx::query_scalar("SELECT status FROM orders WHERE order_id = $1")
-        .bind(order_id.as_str())
-        .fetch_optional(&mut **tx)
-        .await?;
-    Ok(status.as_deref().and_then(OrderStatus::parse).unwrap_or(OrderStatus::Failed))
-}
-
-/// Why a fenced write was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum FenceError {
-    /// A newer lock holder has written since: this holder's lease expired.
-    #[error("fencing token {token} for '{name}' is stale (a newer holder wrote)")]
-    Stale { name: String, token: i64 },
-    /// The database failed.
-    #[error(transparent)]
-    Db(#[from] sqlx::Error),
-}
-
-/// Records `token` as the newest for `name`, inside the caller's transaction,
-/// refusing it when a higher token was already seen. Call it first in every
-/// transaction a lock guards, so a stale holder's writes roll back.
-pub async fn check_fence(tx: &mut Transaction<'_, Postgres>, name: &str, token: i64) -> Result<(), FenceError> {
-    let accepted: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO lock_fences (name, token) VALUES ($1, $2)
-         ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
-           WHERE lock_fences.token <= EXCLUDED.token
-         RETURNING token",
-    )
-    .bind(name)
-    .bind(token)
-    .fetch_optional(&mut **tx)
-    .await?;
-    match accepted {
-        Some(_) => Ok(()),
-        None => Err(FenceError::Stale { name: name.to_owned(), token }),
-    }
-}
-
 /// Whether a database error is a verdict on the data (SQLSTATE class 22,
 /// data exception, or 23, integrity constraint violation) rather than on the
-/// database's health: only these are worth giving up on.
+/// database's health: only these are worth giving up on. Both consumers
+/// (the order store and the compensator) split their errors with it.
 pub fn is_data_error(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Database(db) => {

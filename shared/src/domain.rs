@@ -11,6 +11,9 @@ pub enum IdError {
     /// Ids are positive 64-bit integers.
     #[error("{field} must be a positive integer, got {value}")]
     NotPositive { field: &'static str, value: i64 },
+    /// Text that is not an integer within i64.
+    #[error("{field} must be a positive integer within i64, got '{value}'")]
+    NotAnInteger { field: &'static str, value: String },
     /// Order ids look like `activity-sku-seq-nonce`.
     #[error("order id '{0}' is not of the form activity-sku-sequence-nonce")]
     BadOrderId(String),
@@ -42,6 +45,20 @@ macro_rules! positive_id {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 self.0.fmt(f)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+
+            /// Parses a decimal id (path segments, query parameters).
+            fn from_str(raw: &str) -> Result<Self, IdError> {
+                let value = raw
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|_| !raw.starts_with('+'))
+                    .ok_or_else(|| IdError::NotAnInteger { field: $field, value: raw.chars().take(32).collect() })?;
+                Self::new(value)
             }
         }
 
@@ -206,16 +223,38 @@ impl OrderRecord {
     }
 
     /// Decodes and checks a record: the order id must name the same sale.
-    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let record: Self = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
+        let record: Self = serde_json::from_slice(bytes)?;
         if record.v != Self::VERSION {
-            return Err(format!("unsupported record version {}", record.v));
+            return Err(RecordError::UnsupportedVersion(record.v));
         }
         if record.order_id.sale() != record.sale() {
-            return Err(format!("order id {} does not belong to sale {}", record.order_id, record.sale()));
+            return Err(RecordError::ForeignOrderId { order_id: record.order_id.clone(), sale: record.sale() });
         }
         Ok(record)
     }
+}
+
+/// Why a record could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// No value at all.
+    #[error("empty record")]
+    Empty,
+    /// Not JSON, or not a record of this shape.
+    #[error("not an order record: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A format version this code does not read.
+    #[error("unsupported record version {0}")]
+    UnsupportedVersion(u32),
+    /// The order id names another sale than the record.
+    #[error("order id {order_id} does not belong to sale {sale}")]
+    ForeignOrderId {
+        /// The record's order id.
+        order_id: OrderId,
+        /// The record's sale.
+        sale: SaleKey,
+    },
 }
 
 /// Why a record went to the dead-letter topic (`dlq.reason`), or why an
@@ -313,6 +352,15 @@ mod tests {
         assert!(UserId::new(0).is_err());
         assert!(UserId::new(-5).is_err());
         assert_eq!(UserId::new(7).unwrap().get(), 7);
+    }
+
+    #[test]
+    fn ids_parse_from_text() {
+        assert_eq!("42".parse::<ActivityId>().unwrap().get(), 42);
+        for (raw, why) in [("0", "zero"), ("-3", "negative"), ("abc", "not a number"), ("+5", "plus sign"), ("", "empty"), ("99999999999999999999", "beyond i64")] {
+            let error = raw.parse::<SkuId>().expect_err(why);
+            assert!(error.to_string().contains("skuId"), "{why}: {error}");
+        }
     }
 
     #[test]

@@ -8,12 +8,13 @@
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod host;
 pub mod kafka;
 pub mod lock;
 pub mod reconcile;
+pub mod redis_conn;
 pub mod shutdown;
 pub mod stock;
-pub mod tasks;
 pub mod telemetry;
 pub mod warmup;
 

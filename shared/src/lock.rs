@@ -19,8 +19,8 @@
 //! believes it still owns the lock while another does. The fencing token is
 //! the answer to both: storage refuses the stale holder's writes.
 
-use crate::stock::StockError;
-use redis::aio::ConnectionManager;
+use crate::redis_conn::{RedisCallError, RedisConn};
+use crate::shutdown::Background;
 use redis::Script;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -33,13 +33,15 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../.
 /// Takes locks.
 #[derive(Clone)]
 pub struct LockClient {
-    conn: ConnectionManager,
+    conn: RedisConn,
+    /// Where watchdogs run, so a stopping service waits for them.
+    background: Background,
 }
 
 /// A held lock. Release it with [`LockGuard::release`]; dropping it stops the
 /// watchdog and lets the lease run out.
 pub struct LockGuard {
-    conn: ConnectionManager,
+    conn: RedisConn,
     key: String,
     token: String,
     fence: i64,
@@ -49,23 +51,22 @@ pub struct LockGuard {
 }
 
 impl LockClient {
-    /// A lock client over a Redis connection.
-    pub fn new(conn: ConnectionManager) -> Self {
-        Self { conn }
+    /// A lock client over a Redis connection; watchdogs run on `background`.
+    pub fn new(conn: RedisConn, background: Background) -> Self {
+        Self { conn, background }
     }
 
     /// Tries to take `key` for `lease`, waiting at most `wait`. `None` when
     /// another holder kept it for the whole wait.
-    pub async fn acquire(&self, key: &str, lease: Duration, wait: Duration) -> Result<Option<LockGuard>, StockError> {
+    pub async fn acquire(&self, key: &str, lease: Duration, wait: Duration) -> Result<Option<LockGuard>, RedisCallError> {
         let token = uuid::Uuid::new_v4().to_string();
         let fence_key = fence_key(key);
         let deadline = tokio::time::Instant::now() + wait;
         let lease_ms = lease.as_millis().max(1) as u64;
         loop {
-            let mut conn = self.conn.clone();
             let mut invocation = LOCK.prepare_invoke();
             invocation.key(key).key(&fence_key).arg(&token).arg(lease_ms);
-            let fence: i64 = bounded(invocation.invoke_async(&mut conn)).await?;
+            let fence: i64 = self.conn.invoke(&invocation).await?;
             if fence > 0 {
                 return Ok(Some(LockGuard {
                     conn: self.conn.clone(),
@@ -92,31 +93,31 @@ impl LockClient {
         key: &str,
         lease: Duration,
         wait: Duration,
-    ) -> Result<Option<LockGuard>, StockError> {
+    ) -> Result<Option<LockGuard>, RedisCallError> {
         let Some(mut guard) = self.acquire(key, lease, wait).await? else { return Ok(None) };
         let stop = CancellationToken::new();
         let watchdog_stop = stop.clone();
         let lost = guard.lost.clone();
-        let (mut conn, key, token) = (guard.conn.clone(), guard.key.clone(), guard.token.clone());
+        let (conn, key, token) = (guard.conn.clone(), guard.key.clone(), guard.token.clone());
         let lease_ms = lease.as_millis().max(1) as u64;
-        tokio::spawn(async move {
+        self.background.spawn("lock watchdog", async move {
             let mut tick = tokio::time::interval(lease / 3);
             tick.tick().await;
             loop {
                 tokio::select! {
                     // The guard was released or dropped.
-                    _ = watchdog_stop.cancelled() => return,
+                    _ = watchdog_stop.cancelled() => return Ok::<(), RedisCallError>(()),
                     // Time to renew.
                     _ = tick.tick() => {}
                 }
                 let mut invocation = RENEW.prepare_invoke();
                 invocation.key(&key).arg(&token).arg(lease_ms);
-                match bounded::<i64>(invocation.invoke_async(&mut conn)).await {
+                match conn.invoke::<i64>(&invocation).await {
                     Ok(1) => {}
                     Ok(_) => {
                         tracing::warn!(lock = %key, "lock lost: another holder has it, or it expired");
                         lost.cancel();
-                        return;
+                        return Ok(());
                     }
                     // A failed renewal is not yet a loss: the lease may still
                     // run; the next tick tries again.
@@ -148,10 +149,9 @@ impl LockGuard {
     /// Releases the lock if this holder still owns it; returns whether it did.
     /// A `false` means the lease ran out first — it was too short for the work.
     pub async fn release(self) -> bool {
-        let mut conn = self.conn.clone();
         let mut invocation = UNLOCK.prepare_invoke();
         invocation.key(&self.key).arg(&self.token);
-        match bounded::<i64>(invocation.invoke_async(&mut conn)).await {
+        match self.conn.invoke::<i64>(&invocation).await {
             Ok(1) => true,
             Ok(_) => {
                 tracing::warn!(lock = %self.key, "released a lock that was no longer ours: the lease was too short");
@@ -170,10 +170,3 @@ fn fence_key(key: &str) -> String {
     format!("{key}:fence")
 }
 
-async fn bounded<T>(f: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, StockError> {
-    const LIMIT: Duration = Duration::from_secs(2);
-    match tokio::time::timeout(LIMIT, f).await {
-        Ok(result) => Ok(result?),
-        Err(_) => Err(StockError::Timeout(LIMIT)),
-    }
-}

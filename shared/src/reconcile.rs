@@ -10,11 +10,9 @@
 
 use crate::config::KafkaSettings;
 use crate::domain::SaleKey;
-use crate::kafka::{self, Lag, Topics};
 use crate::stock::{SaleSnapshot, Stock};
 use sqlx::PgPool;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// Every term of the invariant, and the verdict.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -79,12 +77,18 @@ pub enum ReconcileError {
     #[error("sale {0} not found")]
     SaleNotFound(SaleKey),
     /// A source could not be read.
-    #[error("could not read {source_name}: {error}")]
-    Source { source_name: &'static str, error: String },
+    #[error("could not read {source_name}: {error:#}")]
+    Source {
+        /// `redis`, `postgresql` or `kafka`.
+        source_name: &'static str,
+        /// Why.
+        #[source]
+        error: anyhow::Error,
+    },
 }
 
-fn source(source_name: &'static str) -> impl Fn(String) -> ReconcileError {
-    move |error| ReconcileError::Source { source_name, error }
+fn source<E: Into<anyhow::Error>>(source_name: &'static str) -> impl Fn(E) -> ReconcileError {
+    move |error| ReconcileError::Source { source_name, error: error.into() }
 }
 
 /// Reconciles one sale. `require_drained` makes orders still in flight a
@@ -96,13 +100,11 @@ pub async fn reconcile(
     sale: SaleKey,
     require_drained: bool,
 ) -> Result<Report, ReconcileError> {
-    let row = crate::db::find_sale(pool, sale)
-        .await
-        .map_err(|e| source("postgresql")(e.to_string()))?
-        .ok_or(ReconcileError::SaleNotFound(sale))?;
-    let snapshot = stock.snapshot(sale).await.map_err(|e| source("redis")(e.to_string()))?;
+    let pg = source::<sqlx::Error>("postgresql");
+    let redis = source::<crate::redis_conn::RedisCallError>("redis");
+    let row = crate::db::find_sale(pool, sale).await.map_err(&pg)?.ok_or(ReconcileError::SaleNotFound(sale))?;
+    let snapshot = stock.snapshot(sale).await.map_err(&redis)?;
 
-    let pg = |e: sqlx::Error| source("postgresql")(e.to_string());
     let (created, duplicate_users): (i64, i64) = sqlx::query_as(
         "SELECT count(*), count(*) - count(DISTINCT user_id) FROM orders
           WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'CREATED'",
@@ -112,7 +114,7 @@ pub async fn reconcile(
     .bind(row.round)
     .fetch_one(pool)
     .await
-    .map_err(pg)?;
+    .map_err(&pg)?;
     let failed_rows: Vec<(String, String)> = sqlx::query_as(
         "SELECT order_id, COALESCE(reason, '') FROM orders
           WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED'",
@@ -122,31 +124,19 @@ pub async fn reconcile(
     .bind(row.round)
     .fetch_all(pool)
     .await
-    .map_err(pg)?;
+    .map_err(&pg)?;
     let failed = failed_rows.len() as i64;
     let mut failed_by_reason = BTreeMap::new();
     for (_, reason) in &failed_rows {
         *failed_by_reason.entry(reason.clone()).or_insert(0) += 1;
     }
     let failed_ids: Vec<String> = failed_rows.into_iter().map(|(id, _)| id).collect();
-    let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(|e| source("redis")(e.to_string()))?;
+    let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(&redis)?;
 
     let (order_lag, compensator_lag) = match kafka_settings {
         Some(settings) => {
-            let settings = settings.clone();
-            tokio::task::spawn_blocking(move || -> Result<(Lag, Lag), String> {
-                let topics = Topics::new(&settings);
-                let timeout = Duration::from_secs(5);
-                let order = kafka::lag(&settings, &kafka::order_group(&settings), &topics.orders, timeout)
-                    .map_err(|e| e.to_string())?;
-                let comp = kafka::lag(&settings, &kafka::compensator_group(&settings), &topics.dlq, timeout)
-                    .map_err(|e| e.to_string())?;
-                Ok((order, comp))
-            })
-            .await
-            .map_err(|e| source("kafka")(e.to_string()))?
-            .map(|(o, c)| (Some(o.total), Some(c.total)))
-            .map_err(source("kafka"))?
+            let lag = crate::kafka::pipeline_lag(settings).await.map_err(source("kafka"))?;
+            (Some(lag.order.total), Some(lag.compensator.total))
         }
         None => (None, None),
     };

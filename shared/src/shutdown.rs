@@ -1,7 +1,12 @@
-//! One cancellation token for the whole process, cancelled by SIGINT or
-//! SIGTERM. Loops check it at safe points only (between batches).
+//! Stopping cleanly: one cancellation token for the whole process, cancelled
+//! by SIGINT or SIGTERM, and the tracker every background task runs on, so
+//! a service waits for them (bounded) and logs how each ended. Loops check
+//! the token only at safe points (between batches).
 
+use std::future::Future;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// A token cancelled on the first SIGINT or SIGTERM.
 pub fn shutdown_signal() -> CancellationToken {
@@ -34,4 +39,48 @@ pub fn shutdown_signal() -> CancellationToken {
         trigger.cancel();
     });
     token
+}
+
+/// Logs how a long-running task ended: a task that ends silently is a bug.
+pub async fn report_exit<E: std::fmt::Display>(name: &'static str, task: impl Future<Output = Result<(), E>>) {
+    match task.await {
+        Ok(()) => tracing::debug!(task = name, "task finished"),
+        Err(error) => tracing::error!(task = name, %error, "task failed"),
+    }
+}
+
+/// The background tasks of one service: spawned on one tracker, told to
+/// stop by one token.
+#[derive(Clone, Default)]
+pub struct Background {
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+impl Background {
+    /// Tasks stopped by `shutdown`.
+    pub fn new(shutdown: CancellationToken) -> Self {
+        Self { tracker: TaskTracker::new(), shutdown }
+    }
+
+    /// The token that tells the tasks to stop.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Spawns a task whose end is logged.
+    pub fn spawn<E: std::fmt::Display + 'static>(
+        &self,
+        name: &'static str,
+        task: impl Future<Output = Result<(), E>> + Send + 'static,
+    ) {
+        self.tracker.spawn(report_exit(name, task));
+    }
+
+    /// Stops accepting tasks and waits for the running ones, at most
+    /// `timeout`; whether they all ended.
+    pub async fn wait(&self, timeout: Duration) -> bool {
+        self.tracker.close();
+        tokio::time::timeout(timeout, self.tracker.wait()).await.is_ok()
+    }
 }

@@ -2,10 +2,12 @@
 //! `seckillctl warmup`. Writes the sale (a new round) to PostgreSQL, then
 //! loads it into Redis, under the sale's warm-up lock.
 
+use crate::config::LockSettings;
 use crate::db::{self, SaleRow};
 use crate::domain::SaleKey;
 use crate::lock::LockClient;
-use crate::stock::Stock;
+use crate::redis_conn::RedisCallError;
+use crate::stock::{warmup::Round, SaleLock, Stock};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use std::time::Duration;
@@ -42,14 +44,21 @@ pub enum WarmupError {
     InFlight(SaleKey),
     /// Redis failed.
     #[error(transparent)]
-    Redis(#[from] crate::stock::StockError),
+    Redis(#[from] RedisCallError),
     /// PostgreSQL failed.
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
 }
 
-/// Runs a warm-up and returns the sale as PostgreSQL now holds it.
-pub async fn warmup(stock: &Stock, pool: &PgPool, request: &WarmupRequest) -> Result<SaleRow, WarmupError> {
+/// Runs a warm-up under the sale's warm-up lock (`lock`: its lease and
+/// wait) and returns the sale as PostgreSQL now holds it.
+pub async fn warmup(
+    stock: &Stock,
+    pool: &PgPool,
+    locks: &LockClient,
+    lock: &LockSettings,
+    request: &WarmupRequest,
+) -> Result<SaleRow, WarmupError> {
     if request.stock < 0 || request.stock > 1_000_000_000 {
         return Err(WarmupError::Invalid(format!("stock must be between 0 and 1000000000, got {}", request.stock)));
     }
@@ -59,10 +68,8 @@ pub async fn warmup(stock: &Stock, pool: &PgPool, request: &WarmupRequest) -> Re
         }
     }
     let sale = request.sale;
-    let locks = LockClient::new(stock.connection());
-    let lock_name = stock.sale_lock_key(sale, "warmup");
-    let Some(guard) = locks.acquire_with_watchdog(&lock_name, Duration::from_secs(10), Duration::from_millis(500)).await?
-    else {
+    let lock_name = stock.keys().sale_lock(sale, SaleLock::Warmup);
+    let Some(guard) = locks.acquire_with_watchdog(&lock_name, lock.lease(), lock.wait()).await? else {
         return Err(WarmupError::Busy(sale));
     };
     let result = async {
@@ -72,7 +79,14 @@ pub async fn warmup(stock: &Stock, pool: &PgPool, request: &WarmupRequest) -> Re
         let row = db::upsert_sale(pool, sale, request.stock, request.starts_at, request.ends_at).await?;
         let ms = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis()).unwrap_or(0);
         let expire_at = request.ends_at.map(|e| e.timestamp_millis() + KEY_TTL_AFTER_END.as_millis() as i64).unwrap_or(0);
-        stock.warmup(sale, request.stock, ms(request.starts_at), ms(request.ends_at), i64::from(row.round), expire_at).await?;
+        let round = Round {
+            stock: request.stock,
+            starts_ms: ms(request.starts_at),
+            ends_ms: ms(request.ends_at),
+            round: i64::from(row.round),
+            expire_at_ms: expire_at,
+        };
+        stock.warmup(sale, round).await?;
         Ok(row)
     }
     .await;

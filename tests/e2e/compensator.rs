@@ -25,7 +25,7 @@ async fn dead_letter(env: &TestEnv, record: &OrderRecord, reason: &str) {
 }
 
 async fn order_status(env: &TestEnv, order_id: &OrderId) -> Option<String> {
-    seckill_shared::db::find_order(&env.db, order_id).await.unwrap().map(|row| row.status.as_str().to_owned())
+    env.order_row(order_id).await.map(|(status, _)| status)
 }
 
 async fn wait_compensator_drained(env: &TestEnv) {
@@ -145,8 +145,8 @@ async fn the_sweeper_settles_a_deduction_that_was_never_published() {
         if stock == 1 { Ok(()) } else { Err(format!("stock {stock}")) }
     })
     .await;
-    let row = seckill_shared::db::find_order(&env.db, &lost.order_id).await.unwrap().expect("a FAILED row");
-    assert_eq!((row.status.as_str(), row.reason.as_deref()), ("FAILED", Some("PUBLISH_LOST")));
+    let (status, reason) = env.order_row(&lost.order_id).await.expect("a FAILED row");
+    assert_eq!((status.as_str(), reason.as_deref()), ("FAILED", Some("PUBLISH_LOST")));
     let again = deduct(&env, sale, 7).await;
     assert_ne!(again.order_id, lost.order_id, "the user may buy again");
 
@@ -175,7 +175,7 @@ async fn one_sweeper_leads_and_another_takes_over_when_it_dies() {
     child_env.push(("SECKILL__SWEEPER__GRACE_MS".into(), "1000".into()));
     child_env.push(("SECKILL__SWEEPER__INTERVAL_MS".into(), "300".into()));
     child_env.push(("SECKILL__SWEEPER__LOCK_LEASE_MS".into(), "3000".into()));
-    let lock_key = env.stock.sweeper_lock_key();
+    let lock_key = env.stock.keys().sweeper_lock();
     let leader = Child::start("seckill-compensator", &child_env);
     let mut conn = env.stock.connection();
     eventually("a sweeper to take the lock", Duration::from_secs(60), || {

@@ -204,7 +204,7 @@ async fn user_auth_checks_the_token_and_its_subject() {
     let (a, k) = (sale.activity.get(), sale.sku.get());
     let token = |sub: &str, key: &str| {
         let claims = serde_json::json!({ "sub": sub, "exp": chrono::Utc::now().timestamp() + 600 });
-        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &jsonwebtoken::EncodingKey::from_secret(key.as_bytes())).unwrap()
+        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &jsonwebtoken::EncodingKey::from_secret(key.as_bytes()).unwrap()).unwrap()
     };
     let body = format!(r#"{{"activityId":{a},"skuId":{k},"userId":7}}"#);
     let send = |auth: Option<String>| {

@@ -1,8 +1,10 @@
 //! The distributed lock: exclusion, owner check, lease expiry with fencing,
 //! and the watchdog.
 
+use seckill_compensator::settle::{check_fence, Fence, SettleError};
 use seckill_e2e::TestEnv;
 use seckill_shared::lock::LockClient;
+use seckill_shared::shutdown::Background;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +12,7 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_contenders_hold_the_lock_one_at_a_time() {
     let env = TestEnv::new().await;
-    let locks = LockClient::new(env.stock.connection());
+    let locks = LockClient::new(env.stock.connection(), Background::default());
     let key = format!("{}seckill:{{lock-test}}:exclusive", env.redis.key_prefix);
     let inside = Arc::new(AtomicI32::new(0));
     let most = Arc::new(AtomicI32::new(0));
@@ -21,7 +23,10 @@ async fn fifty_contenders_hold_the_lock_one_at_a_time() {
                 let guard = locks.acquire(&key, Duration::from_secs(5), Duration::from_secs(30)).await.unwrap().expect("acquired within the wait");
                 let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                // Hand the thread to the others while "inside".
+                for _ in 0..10 {
+                    tokio::task::yield_now().await;
+                }
                 inside.fetch_sub(1, Ordering::SeqCst);
                 let fence = guard.fence();
                 assert!(guard.release().await, "the holder releases its own lock");
@@ -42,22 +47,22 @@ async fn fifty_contenders_hold_the_lock_one_at_a_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_holder_deletes_nothing_and_its_stale_writes_are_refused() {
     let env = TestEnv::new().await;
-    let locks = LockClient::new(env.stock.connection());
+    let locks = LockClient::new(env.stock.connection(), Background::default());
     let key = format!("{}seckill:{{lock-test}}:lease", env.redis.key_prefix);
     // A lease shorter than the work, no watchdog: the lock is lost.
     let first = locks.acquire(&key, Duration::from_millis(100), Duration::ZERO).await.unwrap().expect("free lock");
     assert!(locks.acquire(&key, Duration::from_secs(5), Duration::ZERO).await.unwrap().is_none(), "held");
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    let second = locks.acquire(&key, Duration::from_secs(5), Duration::from_secs(1)).await.unwrap().expect("expired lock is free");
+    // Waits (within its wait) for the first lease to run out.
+    let second = locks.acquire(&key, Duration::from_secs(5), Duration::from_secs(5)).await.unwrap().expect("expired lock is free");
     assert!(second.fence() > first.fence(), "the newer holder's token is higher");
 
     // The newer holder writes; then the stale one tries.
     let mut tx = env.db.begin().await.unwrap();
-    seckill_shared::db::check_fence(&mut tx, &key, second.fence()).await.expect("current token accepted");
+    check_fence(&mut tx, Fence { lock: &key, token: second.fence() }).await.expect("current token accepted");
     tx.commit().await.unwrap();
     let mut tx = env.db.begin().await.unwrap();
-    let stale = seckill_shared::db::check_fence(&mut tx, &key, first.fence()).await;
-    assert!(matches!(stale, Err(seckill_shared::db::FenceError::Stale { .. })), "stale token refused");
+    let stale = check_fence(&mut tx, Fence { lock: &key, token: first.fence() }).await;
+    assert!(matches!(stale, Err(SettleError::StaleFence { .. })), "stale token refused");
     drop(tx);
 
     // Releasing a lock one no longer owns deletes nothing.
@@ -71,13 +76,25 @@ async fn an_expired_holder_deletes_nothing_and_its_stale_writes_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_the_lock_and_stops_with_the_guard() {
     let env = TestEnv::new().await;
-    let locks = LockClient::new(env.stock.connection());
+    let locks = LockClient::new(env.stock.connection(), Background::default());
     let key = format!("{}seckill:{{lock-test}}:watchdog", env.redis.key_prefix);
     let lease = Duration::from_millis(300);
     let guard = locks.acquire_with_watchdog(&key, lease, Duration::ZERO).await.unwrap().expect("free lock");
-    // Work for five leases.
-    tokio::time::sleep(lease * 5).await;
-    assert!(locks.acquire(&key, lease, Duration::ZERO).await.unwrap().is_none(), "still held after 5 leases");
+    // Wait for four renewals: the lock's time to live goes back up each time.
+    let mut conn = env.stock.connection();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (mut renewals, mut last) = (0, i64::MAX);
+    while renewals < 4 {
+        assert!(std::time::Instant::now() < deadline, "the watchdog renewed only {renewals} times in 30 s");
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await.unwrap();
+        assert!(ttl > 0, "the lease ran out while the watchdog lived");
+        if ttl > last {
+            renewals += 1;
+        }
+        last = ttl;
+        tokio::time::sleep(lease / 10).await;
+    }
+    assert!(locks.acquire(&key, lease, Duration::ZERO).await.unwrap().is_none(), "still held after four renewals");
     assert!(!guard.lost().is_cancelled());
     assert!(guard.release().await, "released by its owner");
 
@@ -90,7 +107,6 @@ async fn the_watchdog_keeps_the_lock_and_stops_with_the_guard() {
     // A lock taken from under the watchdog is reported lost.
     let _ = again.unwrap().release().await;
     let guard = locks.acquire_with_watchdog(&key, lease, Duration::ZERO).await.unwrap().expect("free lock");
-    let mut conn = env.stock.connection();
     let _: () = redis::cmd("SET").arg(&key).arg("someone-else").query_async(&mut conn).await.unwrap();
     tokio::time::timeout(lease * 3, guard.lost().cancelled()).await.expect("the watchdog notices the loss");
 }

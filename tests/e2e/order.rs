@@ -3,6 +3,8 @@
 
 use rdkafka::message::Message;
 use seckill_e2e::{eventually, Child, TestEnv};
+use seckill_order::consumer::{Outcome, ProcessError, Worker};
+use seckill_order::store::WriteError;
 use seckill_shared::domain::{OrderRecord, SaleKey};
 use seckill_shared::kafka::{dlq_header, header_str};
 use std::time::Duration;
@@ -105,8 +107,8 @@ async fn unwritable_records_go_to_the_dead_letter_topic_with_their_reason() {
 
     // The good records around them were written.
     for record in good.iter().chain(&third_user) {
-        let row = seckill_shared::db::find_order(&env.db, &record.order_id).await.unwrap().expect("written");
-        assert_eq!(row.status.as_str(), "CREATED");
+        let (status, _) = env.order_row(&record.order_id).await.expect("written");
+        assert_eq!(status, "CREATED");
     }
     assert_eq!(remaining(&env, sale).await, 0);
     wait_drained(&env).await;
@@ -140,27 +142,42 @@ async fn killed_mid_batch_the_service_loses_and_duplicates_nothing() {
     assert!(child.terminate().await, "the restarted service stops cleanly on SIGTERM");
 }
 
+/// Drives one worker turn by turn until `done` holds (bounded).
+async fn drive_until(env: &TestEnv, worker: &Worker, what: &str, done: impl Fn(i64) -> bool, sale: SaleKey) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let created = env.count_orders(sale, "CREATED").await;
+        if done(created) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {created} created");
+        worker.try_execute_batch(Duration::from_secs(1)).await.expect("a turn with the database up");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_postgres_down_nothing_is_committed_or_lost() {
     let env = TestEnv::new().await;
     let sale = env.sale();
     env.warmup(sale, 1_000).await;
-    let order = env.spawn_order(env.order_settings()).await;
+    let worker = env.order_worker().await;
     env.produce_orders(sale, 1..101).await;
-    wait_created(&env, sale, 100, Duration::from_secs(60)).await;
-    wait_drained(&env).await;
+    drive_until(&env, &worker, "the first 100 orders", |n| n == 100, sale).await;
+    assert_eq!(env.order_lag().await, 0);
 
     env.set_database_reachable(false).await;
     env.produce_orders(sale, 101..501).await;
-    // Give it time to try (and fail) repeatedly; nothing may be committed.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(env.order_lag().await, 400, "no offset committed while the database is down");
+    for turn in 0..3 {
+        let error = worker.try_execute_batch(Duration::from_secs(10)).await.expect_err("the database is down");
+        assert!(matches!(error, ProcessError::Write(WriteError::Transient(_))), "turn {turn}: {error}");
+        assert_eq!(env.order_lag().await, 400, "turn {turn}: no offset committed while the database is down");
+    }
 
     env.set_database_reachable(true).await;
-    wait_created(&env, sale, 500, Duration::from_secs(90)).await;
-    wait_drained(&env).await;
+    drive_until(&env, &worker, "all 500 orders", |n| n == 500, sale).await;
+    while worker.try_execute_batch(Duration::from_secs(1)).await.expect("a turn") != Outcome::Empty {}
+    assert_eq!(env.order_lag().await, 0, "everything committed once written");
     assert_eq!(remaining(&env, sale).await, 500);
-    order.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -145,10 +145,10 @@ impl Pipeline {
     fn spawn(&self, name: &str) -> Child {
         let own: &[(&str, &str)] = match name {
             "seckill-edge" => &[("SECKILL_HTTP_ADDR", &self.edge_addr), ("SECKILL__SOLD_OUT_FLAG_MS", "500")],
-            "seckill-order" => &[("SECKILL__METRICS_ADDR", "127.0.0.1:0"), ("SECKILL__RETRY_MAX_MS", "1000")],
+            "seckill-order" => &[("SECKILL__METRICS_ADDR", "127.0.0.1:0"), ("SECKILL__RETRY__MAX_MS", "1000")],
             _ => &[
                 ("SECKILL__METRICS_ADDR", "127.0.0.1:0"),
-                ("SECKILL__RETRY_MAX_MS", "1000"),
+                ("SECKILL__RETRY__MAX_MS", "1000"),
                 ("SECKILL__SWEEPER__GRACE_MS", "1000"),
                 ("SECKILL__SWEEPER__INTERVAL_MS", "500"),
                 ("SECKILL__SWEEPER__LOCK_LEASE_MS", "3000"),

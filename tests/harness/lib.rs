@@ -12,7 +12,10 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings};
+use seckill_shared::config::{DbSettings, KafkaSettings, LockSettings, RedisSettings};
+use seckill_shared::host::RetrySettings;
+use seckill_shared::lock::LockClient;
+use seckill_shared::shutdown::Background;
 use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
 use seckill_shared::stock::Stock;
 use sqlx::{Connection, PgPool};
@@ -108,7 +111,7 @@ impl TestEnv {
     pub fn order_settings(&self) -> seckill_order::Settings {
         seckill_order::Settings {
             metrics_addr: "127.0.0.1:0".into(),
-            retry_max_ms: 1_000,
+            retry: RetrySettings { max_ms: 1_000, ..RetrySettings::default() },
             redis: self.redis.clone(),
             kafka: self.kafka.clone(),
             database: self.database.clone(),
@@ -120,7 +123,7 @@ impl TestEnv {
     pub fn compensator_settings(&self) -> seckill_compensator::Settings {
         let mut settings = seckill_compensator::Settings {
             metrics_addr: "127.0.0.1:0".into(),
-            retry_max_ms: 1_000,
+            retry: RetrySettings { max_ms: 1_000, ..RetrySettings::default() },
             redis: self.redis.clone(),
             kafka: KafkaSettings { message_timeout_ms: 1_000, ..self.kafka.clone() },
             database: self.database.clone(),
@@ -130,6 +133,20 @@ impl TestEnv {
         settings.sweeper.interval_ms = 300;
         settings.sweeper.lock_lease_ms = 3_000;
         settings
+    }
+
+    /// One order-service worker over this test's servers, driven by the test
+    /// turn by turn ([`seckill_order::consumer::Worker::try_execute_batch`]).
+    pub async fn order_worker(&self) -> seckill_order::consumer::Worker {
+        let settings = std::sync::Arc::new(self.order_settings());
+        let connections = seckill_shared::host::Connections {
+            stock: self.stock.clone(),
+            db: self.db.clone(),
+            topics: self.topics(),
+        };
+        let dead_letters =
+            seckill_order::dlq::DeadLetters::new(&settings.kafka, connections.topics.dlq.clone()).expect("dead-letter producer");
+        seckill_order::consumer::Worker::new(0, settings, connections, dead_letters).expect("a worker")
     }
 
     /// Starts an edge in this process.
@@ -171,7 +188,8 @@ impl TestEnv {
     /// Warms a sale up with `stock` units through the shared warm-up code.
     pub async fn warmup(&self, sale: SaleKey, stock: i64) {
         let request = seckill_shared::warmup::WarmupRequest { sale, stock, starts_at: None, ends_at: None, force: true };
-        seckill_shared::warmup::warmup(&self.stock, &self.db, &request).await.expect("warming up");
+        let locks = LockClient::new(self.stock.connection(), Background::default());
+        seckill_shared::warmup::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request).await.expect("warming up");
     }
 
     /// Orders in PostgreSQL for the sale, by status.
@@ -282,28 +300,25 @@ impl TestEnv {
 
     /// The lag of the order service's group (`i64::MAX` when unreadable).
     pub async fn order_lag(&self) -> i64 {
-        self.group_lag(false).await
+        self.pipeline_lag().await.map(|lag| lag.order.total).unwrap_or(i64::MAX)
     }
 
     /// The lag of the compensator's group (`i64::MAX` when unreadable).
     pub async fn compensator_lag(&self) -> i64 {
-        self.group_lag(true).await
+        self.pipeline_lag().await.map(|lag| lag.compensator.total).unwrap_or(i64::MAX)
     }
 
-    async fn group_lag(&self, compensator: bool) -> i64 {
-        use seckill_shared::kafka;
-        let settings = self.kafka.clone();
-        tokio::task::spawn_blocking(move || {
-            let topics = kafka::Topics::new(&settings);
-            let (group, topic) = if compensator {
-                (kafka::compensator_group(&settings), topics.dlq)
-            } else {
-                (kafka::order_group(&settings), topics.orders)
-            };
-            kafka::lag(&settings, &group, &topic, Duration::from_secs(5)).map(|lag| lag.total).unwrap_or(i64::MAX)
-        })
-        .await
-        .expect("lag thread")
+    async fn pipeline_lag(&self) -> anyhow::Result<seckill_shared::kafka::PipelineLag> {
+        seckill_shared::kafka::pipeline_lag(&self.kafka).await
+    }
+
+    /// An order's row: its status and reason, if it has one.
+    pub async fn order_row(&self, order_id: &OrderId) -> Option<(String, Option<String>)> {
+        sqlx::query_as("SELECT status, reason FROM orders WHERE order_id = $1")
+            .bind(order_id.as_str())
+            .fetch_optional(&self.db)
+            .await
+            .expect("reading an order row")
     }
 
     /// Blocks or allows new connections to this test's database, and drops

@@ -1,18 +1,19 @@
 //! The compensator: settles every order that will never be written.
 //!
-//! - [`job`] consumes the dead-letter topic: for each record it writes the
-//!   order's row as FAILED unless a row exists (PostgreSQL decides the fate),
-//!   and only if the row is FAILED restores the unit in Redis — at most once
-//!   per order id — then commits.
+//! - [`job`] consumes the dead-letter topic and settles each record's order.
 //! - [`sweeper`] (a singleton across instances, under the distributed lock)
 //!   settles reservations the order service never saw: the edge died between
 //!   the deduction and the publish, or the publish timed out and never landed.
+//! - [`settle`] is what both do to an order: PostgreSQL decides its fate
+//!   (first row wins), and only a FAILED row restores the unit in Redis, at
+//!   most once per order id.
 
 pub mod job;
+pub mod settle;
 pub mod sweeper;
 
 use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings, TelemetrySettings};
-use seckill_shared::tasks::{bind_health, host, report_exit, Backoff, Dependencies};
+use seckill_shared::host::{Host, HostSettings, RetrySettings};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,19 +50,14 @@ impl Default for SweeperSettings {
 pub struct Settings {
     /// Health and metrics listener.
     pub metrics_addr: String,
-    /// First retry delay after a transient failure.
-    pub retry_initial_ms: u64,
-    /// Longest retry delay.
-    pub retry_max_ms: u64,
-    /// The reservation sweeper.
+    /// Delays while PostgreSQL, Redis or Kafka fail.
+    pub retry: RetrySettings,
+    /// How long the tasks may take to finish at shutdown.
+    pub shutdown_timeout_ms: u64,
     pub sweeper: SweeperSettings,
-    /// Redis.
     pub redis: RedisSettings,
-    /// Kafka.
     pub kafka: KafkaSettings,
-    /// PostgreSQL.
     pub database: DbSettings,
-    /// Logging.
     pub telemetry: TelemetrySettings,
 }
 
@@ -69,8 +65,8 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             metrics_addr: "127.0.0.1:9102".into(),
-            retry_initial_ms: 100,
-            retry_max_ms: 5_000,
+            retry: RetrySettings::default(),
+            shutdown_timeout_ms: 30_000,
             sweeper: SweeperSettings::default(),
             redis: RedisSettings::default(),
             kafka: KafkaSettings::default(),
@@ -81,11 +77,6 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Retry delays after transient failures.
-    pub fn backoff(&self) -> Backoff {
-        Backoff { initial: Duration::from_millis(self.retry_initial_ms), max: Duration::from_millis(self.retry_max_ms) }
-    }
-
     /// The sweeper's grace period, never shorter than a publish can take.
     pub fn grace(&self) -> Duration {
         Duration::from_millis(self.sweeper.grace_ms.max(self.kafka.message_timeout_ms + 5_000))
@@ -95,39 +86,45 @@ impl Settings {
 /// A built compensator, its health port bound.
 pub struct Service {
     settings: Arc<Settings>,
-    health: tokio::net::TcpListener,
+    host: Host,
 }
 
 impl Service {
     /// Binds the health port (port 0 picks a free one, for tests).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let health = bind_health(&settings.metrics_addr).await?;
-        Ok(Self { settings: Arc::new(settings), health })
+        let host = Host::bind(
+            "compensator",
+            HostSettings {
+                metrics_addr: settings.metrics_addr.clone(),
+                redis: settings.redis.clone(),
+                database: settings.database.clone(),
+                kafka: settings.kafka.clone(),
+                retry: settings.retry,
+                shutdown_timeout: Duration::from_millis(settings.shutdown_timeout_ms),
+            },
+        )
+        .await?;
+        Ok(Self { settings: Arc::new(settings), host })
     }
 
     /// The health and metrics address.
     pub fn health_addr(&self) -> SocketAddr {
-        self.health.local_addr().expect("a bound listener has an address")
+        self.host.health_addr()
     }
 
     /// Runs the DLQ consumer and the sweeper until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let settings = self.settings;
-        let dependencies = Dependencies {
-            redis: &settings.redis,
-            database: &settings.database,
-            kafka: &settings.kafka,
-            backoff: settings.backoff(),
-        };
-        host("compensator", self.health, dependencies, shutdown.clone(), |connections, tracker| {
-            let dlq = job::DlqJob::new(settings.clone(), connections.clone())?;
-            tracker.spawn(report_exit("dlq consumer", dlq.run(shutdown.clone())));
-            if settings.sweeper.enabled {
-                let sweeper = sweeper::Sweeper::new(settings.clone(), connections);
-                tracker.spawn(report_exit("reservation sweeper", sweeper.run(shutdown.clone())));
-            }
-            Ok(())
-        })
-        .await
+        self.host
+            .run(shutdown, |connections, background| {
+                let dlq = job::DlqJob::new(settings.clone(), connections.clone())?;
+                background.spawn("dlq consumer", dlq.run(background.shutdown().clone()));
+                if settings.sweeper.enabled {
+                    let sweeper = sweeper::Sweeper::new(settings.clone(), connections, background.clone());
+                    background.spawn("reservation sweeper", sweeper.run(background.shutdown().clone()));
+                }
+                Ok(())
+            })
+            .await
     }
 }

@@ -21,14 +21,14 @@
 //! fails orders that are merely waiting; under steady load checkpoints keep
 //! being passed, so the sweeper works during a sale, not only after it.
 
-use crate::job::settle_redis;
+use crate::settle::{self, Fence, Settled};
 use crate::Settings;
-use seckill_shared::db::{self, FenceError};
-use seckill_shared::domain::{FailReason, OrderRecord, OrderStatus, UserId};
 use rdkafka::consumer::BaseConsumer;
+use seckill_shared::domain::{FailReason, OrderRecord, UserId};
+use seckill_shared::host::Connections;
 use seckill_shared::kafka;
 use seckill_shared::lock::{LockClient, LockGuard};
-use seckill_shared::tasks::Connections;
+use seckill_shared::shutdown::Background;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,10 +55,12 @@ pub struct SweepReport {
 }
 
 impl Sweeper {
-    /// A sweeper over the compensator's connections.
-    pub fn new(settings: Arc<Settings>, deps: Connections) -> Self {
-        let lock_name = deps.stock.sweeper_lock_key();
-        Self { locks: LockClient::new(deps.stock.connection()), settings, deps, lock_name, checkpoint: Default::default() }
+    /// A sweeper over the compensator's connections; its lock's watchdog
+    /// runs on `background`.
+    pub fn new(settings: Arc<Settings>, deps: Connections, background: Background) -> Self {
+        let lock_name = deps.stock.keys().sweeper_lock();
+        let locks = LockClient::new(deps.stock.connection(), background);
+        Self { locks, settings, deps, lock_name, checkpoint: Default::default() }
     }
 
     /// Competes for the lock; while holding it, sweeps every interval.
@@ -125,7 +127,7 @@ impl Sweeper {
         let previous = checkpoint.clone();
         // Is the order group past the last checkpoint? Then take a new one.
         let (passed, fresh) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let timeout = Duration::from_secs(5);
+            let timeout = kafka_settings.admin_timeout();
             let consumer: BaseConsumer =
                 kafka::consumer_config(&kafka_settings, &kafka::order_group(&kafka_settings)).create()?;
             let passed = match &previous {
@@ -165,22 +167,13 @@ impl Sweeper {
                     continue;
                 };
                 let user = UserId::new(state.user_id)?;
-                // Decide the fate under the fence: a stale sweeper's
-                // transaction rolls back here.
-                let mut tx = self.deps.db.begin().await?;
-                match db::check_fence(&mut tx, &self.lock_name, fence).await {
-                    Ok(()) => {}
-                    Err(FenceError::Stale { .. }) => anyhow::bail!("fencing token {fence} is stale; another sweeper leads"),
-                    Err(FenceError::Db(error)) => return Err(error.into()),
-                }
-                let status =
-                    db::settle_failed(&mut tx, &order_id, user, FailReason::PublishLost, Some(state.accepted_at)).await?;
-                tx.commit().await?;
                 let record = OrderRecord::new(order_id.clone(), sale, user, state.accepted_at);
-                settle_redis(&self.deps, &record, FailReason::PublishLost, status).await.map_err(anyhow::Error::msg)?;
-                match status {
-                    OrderStatus::Created => report.created += 1,
-                    _ => report.failed += 1,
+                // Decided under the fence: a stale sweeper's transaction
+                // rolls back before it writes.
+                let fence = Fence { lock: &self.lock_name, token: fence };
+                match settle::settle(&self.deps, &record, FailReason::PublishLost, Some(fence)).await? {
+                    Settled::AlreadyCreated => report.created += 1,
+                    Settled::Failed(_) => report.failed += 1,
                 }
             }
         }

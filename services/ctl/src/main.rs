@@ -11,23 +11,33 @@ mod reconcile;
 mod warmup;
 
 use clap::{Parser, Subcommand};
-use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings, TelemetrySettings};
+use seckill_shared::config::{DbSettings, KafkaSettings, LockSettings, RedisSettings, TelemetrySettings};
 use serde::{Deserialize, Serialize};
 use std::process::ExitCode;
 
 /// Where the servers are: the same settings (file + `SECKILL_*` variables) as
 /// the services.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
-    /// Redis.
     pub redis: RedisSettings,
-    /// Kafka.
     pub kafka: KafkaSettings,
-    /// PostgreSQL.
     pub database: DbSettings,
-    /// Logging.
     pub telemetry: TelemetrySettings,
+    /// Lease and wait of the warm-up lock (as the edge's `warmup_lock`).
+    pub warmup_lock: LockSettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            redis: RedisSettings::default(),
+            kafka: KafkaSettings::default(),
+            database: DbSettings::default(),
+            telemetry: TelemetrySettings::default(),
+            warmup_lock: LockSettings::warmup(),
+        }
+    }
 }
 
 #[derive(Parser)]
@@ -114,24 +124,12 @@ async fn migrate(settings: &Settings) -> Result<(), Failure> {
 }
 
 async fn lag(settings: &Settings, json: bool) -> Result<(), Failure> {
-    use seckill_shared::kafka;
-    let kafka_settings = settings.kafka.clone();
-    let (order, compensator) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let topics = kafka::Topics::new(&kafka_settings);
-        let timeout = std::time::Duration::from_secs(5);
-        Ok((
-            kafka::lag(&kafka_settings, &kafka::order_group(&kafka_settings), &topics.orders, timeout)?,
-            kafka::lag(&kafka_settings, &kafka::compensator_group(&kafka_settings), &topics.dlq, timeout)?,
-        ))
-    })
-    .await
-    .map_err(Failure::failed)?
-    .map_err(Failure::unreadable)?;
+    let lag = seckill_shared::kafka::pipeline_lag(&settings.kafka).await.map_err(Failure::unreadable)?;
     if json {
-        println!("{}", serde_json::json!({ "order": order, "compensator": compensator }));
+        println!("{}", serde_json::to_string(&lag).map_err(Failure::failed)?);
     } else {
-        println!("order service lag  {} {:?}", order.total, order.partitions);
-        println!("compensator lag    {} {:?}", compensator.total, compensator.partitions);
+        println!("order service lag  {} {:?}", lag.order.total, lag.order.partitions);
+        println!("compensator lag    {} {:?}", lag.compensator.total, lag.compensator.partitions);
     }
     Ok(())
 }

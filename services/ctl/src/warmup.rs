@@ -37,7 +37,8 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
     let (stock, db) = connect(settings).await?;
     seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
     let request = WarmupRequest { sale, stock: args.stock, starts_at: args.starts_at, ends_at: args.ends_at, force: args.force };
-    let row = warmup(&stock, &db, &request).await.map_err(|error| match error {
+    let locks = seckill_shared::lock::LockClient::new(stock.connection(), Default::default());
+    let row = warmup(&stock, &db, &locks, &settings.warmup_lock, &request).await.map_err(|error| match error {
         WarmupError::Redis(_) | WarmupError::Db(_) => Failure::unreadable(error),
         other => Failure::failed(other),
     })?;

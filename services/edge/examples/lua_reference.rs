@@ -48,7 +48,7 @@ async fn order(State(reference): State<Reference>, Json(request): Json<OrderRequ
             if let Some(publisher) = &reference.publisher {
                 let record = OrderRecord::new(order_id.clone(), sale, user, accepted_at);
                 if let outcome @ (PublishOutcome::NotPersisted(_) | PublishOutcome::Ambiguous(_)) =
-                    publisher.publish(&record, None).await
+                    publisher.publish(&record, Default::default()).await
                 {
                     return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"code": "TRY_AGAIN", "message": format!("{outcome:?}")})));
                 }

@@ -8,21 +8,27 @@
 
 pub mod http;
 pub mod limit;
+pub mod lookup;
 pub mod publish;
 pub mod settings;
 pub mod sold_out;
 
 use anyhow::Context;
 use http::AppState;
+use seckill_shared::shutdown::Background;
 pub use settings::Settings;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// A built edge: bound to its port, connected, ready to serve.
 pub struct Application {
     listener: tokio::net::TcpListener,
     state: AppState,
+    /// The edge's background tasks (lock watchdogs, limiter clean-up),
+    /// stopped after the last request is answered.
+    background: Background,
 }
 
 impl Application {
@@ -49,8 +55,9 @@ impl Application {
         let listener = tokio::net::TcpListener::bind(&settings.http_addr)
             .await
             .with_context(|| format!("binding {}", settings.http_addr))?;
-        let state = AppState::new(Arc::new(settings), stock, db, publisher);
-        Ok(Self { listener, state })
+        let background = Background::new(CancellationToken::new());
+        let state = AppState::new(Arc::new(settings), stock, db, publisher, &background)?;
+        Ok(Self { listener, state, background })
     }
 
     /// The address the edge listens on.
@@ -59,16 +66,20 @@ impl Application {
     }
 
     /// Serves until `shutdown`, then finishes in-flight requests (their
-    /// publishes complete or roll back) and flushes the producer.
+    /// publishes complete or roll back), flushes the producer and stops the
+    /// background tasks.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let Self { listener, state } = self;
+        let Self { listener, state, background } = self;
         tracing::info!(addr = %listener.local_addr()?, deduction = ?state.settings.deduction, "edge listening");
         let publisher = state.publisher.clone();
+        let timeout = Duration::from_millis(state.settings.shutdown_timeout_ms);
         let router = http::router(state);
         axum::serve(listener, router).with_graceful_shutdown(async move { shutdown.cancelled().await }).await?;
-        tokio::task::spawn_blocking(move || publisher.flush(std::time::Duration::from_secs(10)))
-            .await
-            .context("flushing the producer")?;
+        tokio::task::spawn_blocking(move || publisher.flush(timeout)).await.context("flushing the producer")?;
+        background.shutdown().cancel();
+        if !background.wait(timeout).await {
+            tracing::warn!(?timeout, "background tasks did not stop in time");
+        }
         tracing::info!("edge stopped");
         Ok(())
     }

@@ -7,7 +7,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use seckill_shared::config::KafkaSettings;
 use seckill_shared::domain::OrderRecord;
-use seckill_shared::kafka::REQUEST_ID_HEADER;
+use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use std::time::Duration;
 
 /// How a publish ended.
@@ -21,6 +21,15 @@ pub enum PublishOutcome {
     /// May or may not be in the log (timed out in flight): the deduction must
     /// stay; the reservation sweeper or the order service settles it.
     Ambiguous(String),
+}
+
+/// What follows the order through the pipeline as record headers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Trace<'a> {
+    /// The request's id.
+    pub request_id: Option<&'a str>,
+    /// The request's W3C trace context.
+    pub traceparent: Option<&'a str>,
 }
 
 /// The edge's producer.
@@ -43,17 +52,19 @@ impl Publisher {
     }
 
     /// Publishes one order (key = user id) and awaits its delivery report.
-    pub async fn publish(&self, record: &OrderRecord, request_id: Option<&str>) -> PublishOutcome {
+    pub async fn publish(&self, record: &OrderRecord, trace: Trace<'_>) -> PublishOutcome {
         let payload = match serde_json::to_vec(record) {
             Ok(payload) => payload,
             Err(error) => return PublishOutcome::NotPersisted(format!("encoding the record: {error}")),
         };
         let key = record.user_id.get().to_string();
-        let mut future_record = FutureRecord::to(&self.topic).key(&key).payload(&payload);
-        if let Some(request_id) = request_id {
-            future_record =
-                future_record.headers(OwnedHeaders::new().insert(Header { key: REQUEST_ID_HEADER, value: Some(request_id) }));
+        let mut headers = OwnedHeaders::new_with_capacity(2);
+        for (key, value) in [(REQUEST_ID_HEADER, trace.request_id), (TRACEPARENT_HEADER, trace.traceparent)] {
+            if let Some(value) = value {
+                headers = headers.insert(Header { key, value: Some(value) });
+            }
         }
+        let future_record = FutureRecord::to(&self.topic).key(&key).payload(&payload).headers(headers);
         // Enqueue errors (queue full, unknown topic, ...) mean the record never
         // left this process.
         let delivery = match self.producer.send_result(future_record) {

@@ -53,7 +53,8 @@ pub struct Settings {
     pub deduction: DeductionMode,
     /// Lease and wait of the lock deduction.
     pub lock: LockSettings,
-    /// Rate limits.
+    /// Lease and wait of the warm-up lock.
+    pub warmup_lock: LockSettings,
     pub rate_limit: RateLimitSettings,
     /// How long a sale's local sold-out flag is trusted before Redis is asked
     /// again, so restored units sell within about this long.
@@ -61,13 +62,13 @@ pub struct Settings {
     /// Create the topics at start when missing (off: a deployment whose
     /// topics are managed elsewhere).
     pub ensure_topics: bool,
-    /// Redis.
+    /// How long in-flight requests, the producer flush and background tasks
+    /// may take at shutdown.
+    pub shutdown_timeout_ms: u64,
     pub redis: RedisSettings,
-    /// Kafka.
     pub kafka: KafkaSettings,
-    /// PostgreSQL (warm-up, status fall-back, reconciliation).
+    /// PostgreSQL: warm-up, status fall-back, reconciliation.
     pub database: DbSettings,
-    /// Logging.
     pub telemetry: TelemetrySettings,
 }
 
@@ -80,9 +81,11 @@ impl Default for Settings {
             body_limit_bytes: 4096,
             deduction: DeductionMode::Lua,
             lock: LockSettings::default(),
+            warmup_lock: LockSettings::warmup(),
             rate_limit: RateLimitSettings::default(),
             sold_out_flag_ms: 1_000,
             ensure_topics: true,
+            shutdown_timeout_ms: 10_000,
             redis: RedisSettings::default(),
             kafka: KafkaSettings::default(),
             database: DbSettings { max_connections: 8, ..DbSettings::default() },

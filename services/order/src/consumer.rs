@@ -1,18 +1,47 @@
 //! The consume → write → settle → commit loop of one group member.
+//!
+//! [`Worker::run`] is the service's loop; [`Worker::try_execute_batch`] is
+//! one turn of it, for tests that drive the worker step by step.
 
-use crate::dlq::{DeadLetters, Origin};
+use crate::dlq::{DeadLetterError, DeadLetters};
 use crate::store::{self, BatchOutcome, WriteError};
 use crate::Settings;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
-use seckill_shared::domain::{FailReason, OrderId, OrderRecord, OrderStatus, UserId};
-use seckill_shared::kafka::{self, Topics};
-use seckill_shared::tasks::{retry_until, Connections};
+use seckill_shared::domain::{FailReason, OrderId, OrderRecord, OrderStatus, RecordError, UserId};
+use seckill_shared::host::{retry_until, Connections};
+use seckill_shared::kafka::{self, header_str, Topics, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use seckill_shared::redis_conn::RedisCallError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// Why a batch could not be finished. Every one is transient: the batch is
+/// tried again whole (idempotently), nothing is committed meanwhile.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// PostgreSQL did not take the batch.
+    #[error("writing orders: {0}")]
+    Write(#[from] WriteError),
+    /// Redis did not take the statuses or reservations.
+    #[error("settling order status in redis: {0}")]
+    Redis(#[from] RedisCallError),
+    /// A reject did not reach the dead-letter topic.
+    #[error(transparent)]
+    DeadLetter(#[from] DeadLetterError),
+}
+
+/// What one turn of the worker did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A batch of this many records was processed and committed.
+    Done { records: usize },
+    /// No record arrived within the wait.
+    Empty,
+}
 
 /// One member of the `seckill-order` group.
 pub struct Worker {
@@ -21,20 +50,19 @@ pub struct Worker {
     deps: Connections,
     dead_letters: DeadLetters,
     consumer: StreamConsumer,
+    /// A batch [`Worker::try_execute_batch`] could not finish: the next
+    /// turn tries it again before reading more (the consumer's position is
+    /// already past it).
+    unfinished: std::sync::Mutex<Option<Vec<OwnedMessage>>>,
 }
 
 impl Worker {
     /// Creates the consumer and subscribes it.
-    pub fn new(
-        index: usize,
-        settings: Arc<Settings>,
-        deps: Connections,
-        dead_letters: DeadLetters,
-    ) -> anyhow::Result<Self> {
+    pub fn new(index: usize, settings: Arc<Settings>, deps: Connections, dead_letters: DeadLetters) -> anyhow::Result<Self> {
         let consumer: StreamConsumer =
             kafka::consumer_config(&settings.kafka, &kafka::order_group(&settings.kafka)).create()?;
         consumer.subscribe(&[deps.topics.orders.as_str()])?;
-        Ok(Self { index, settings, deps, dead_letters, consumer })
+        Ok(Self { index, settings, deps, dead_letters, consumer, unfinished: Default::default() })
     }
 
     /// Consumes until `shutdown`, a batch at a time.
@@ -43,16 +71,13 @@ impl Worker {
         loop {
             // Safe point: the previous batch's commit is sent (or the batch
             // abandoned).
-            let Some(batch) = self.next_batch(&shutdown).await else { break };
-            let started = Instant::now();
-            let processed =
-                retry_until(self.settings.backoff(), "processing a batch", &shutdown, || self.process(&batch)).await;
+            let Some(batch) = self.next_batch(Some(&shutdown), None).await else { break };
+            let processed = retry_until(self.settings.retry, "processing a batch", &shutdown, || self.process(&batch)).await;
             if processed.is_none() {
                 // Shutting down mid-retry: commit nothing; the batch is
                 // consumed again by whoever gets these partitions.
                 break;
             }
-            metrics::histogram!("seckill_order_batch_seconds").record(started.elapsed().as_secs_f64());
             // Asynchronous: the next batch need not wait for the broker. A
             // commit lost to a crash only replays finished (idempotent) work.
             last_commit = Some(self.commit(&batch, CommitMode::Async));
@@ -66,13 +91,40 @@ impl Worker {
         Ok(())
     }
 
-    /// Waits for a first record, then gathers more for up to the batch wait.
-    async fn next_batch(&self, shutdown: &CancellationToken) -> Option<Vec<OwnedMessage>> {
+    /// One turn: the batch a failed turn left, or records waited for up to
+    /// `wait`; processed once and committed synchronously. On an error
+    /// nothing is committed and the batch waits for the next turn.
+    pub async fn try_execute_batch(&self, wait: Duration) -> Result<Outcome, ProcessError> {
+        let left = self.unfinished.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let batch = match left {
+            Some(batch) => batch,
+            None => match self.next_batch(None, Some(wait)).await {
+                Some(batch) => batch,
+                None => return Ok(Outcome::Empty),
+            },
+        };
+        if let Err(error) = self.process(&batch).await {
+            *self.unfinished.lock().unwrap_or_else(|p| p.into_inner()) = Some(batch);
+            return Err(error);
+        }
+        self.commit(&batch, CommitMode::Sync);
+        Ok(Outcome::Done { records: batch.len() })
+    }
+
+    /// Waits for a first record (until `shutdown`, or at most `wait`), then
+    /// gathers more for up to the batch wait. `None` when none came.
+    async fn next_batch(&self, shutdown: Option<&CancellationToken>, wait: Option<Duration>) -> Option<Vec<OwnedMessage>> {
+        let never = CancellationToken::new();
+        let shutdown = shutdown.unwrap_or(&never);
+        let give_up = tokio::time::sleep(wait.unwrap_or(Duration::MAX / 4));
+        tokio::pin!(give_up);
         let mut batch = Vec::with_capacity(self.settings.batch_size);
         while batch.is_empty() {
             tokio::select! {
                 // Stop between batches.
                 _ = shutdown.cancelled() => return None,
+                // Nothing came within the caller's wait.
+                _ = &mut give_up => return None,
                 received = self.consumer.recv() => match received {
                     Ok(message) => batch.push(message.detach()),
                     Err(error) => {
@@ -95,33 +147,39 @@ impl Worker {
         Some(batch)
     }
 
-    /// Writes the batch, settles Redis and dead-letters the rejects. Any
-    /// error is transient: the whole batch is tried again, idempotently.
-    async fn process(&self, batch: &[OwnedMessage]) -> Result<(), String> {
+    /// Writes the batch, settles Redis and dead-letters the rejects.
+    async fn process(&self, batch: &[OwnedMessage]) -> Result<(), ProcessError> {
+        let span = tracing::info_span!("batch", worker = self.index, records = batch.len());
+        let started = Instant::now();
+        self.process_in_span(batch).instrument(span).await?;
+        metrics::histogram!("seckill_order_batch_seconds").record(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    async fn process_in_span(&self, batch: &[OwnedMessage]) -> Result<(), ProcessError> {
         let mut records = Vec::with_capacity(batch.len());
         // The message each record came from, in the same order.
         let mut sources: Vec<&OwnedMessage> = Vec::with_capacity(batch.len());
         let mut malformed = Vec::new();
         for message in batch {
-            match message.payload().map(OrderRecord::decode) {
-                Some(Ok(record)) => {
+            match decode(message) {
+                Ok(record) => {
                     records.push(record);
                     sources.push(message);
                 }
-                Some(Err(error)) => malformed.push((message, error)),
-                None => malformed.push((message, "empty record".to_owned())),
+                Err(error) => malformed.push((message, error)),
             }
         }
 
         let started = Instant::now();
         let outcome = match store::write_batch(&self.deps.db, &records).await {
             Ok(outcome) => outcome,
-            Err(WriteError::Transient(error)) => return Err(format!("writing orders: {error}")),
             // One bad row must not fail the good ones: write row by row.
             Err(WriteError::Permanent(error)) => {
                 tracing::warn!(%error, "batch refused by the database; writing row by row");
                 self.write_row_by_row(&records).await?
             }
+            Err(transient) => return Err(transient.into()),
         };
         metrics::histogram!("seckill_order_transaction_seconds").record(started.elapsed().as_secs_f64());
         metrics::counter!("seckill_order_orders_written_total").increment(outcome.created.len() as u64);
@@ -136,7 +194,7 @@ impl Worker {
             }
         }
         settled.extend(outcome.rejected.iter().map(|(r, _, _)| r.order_id.clone()));
-        self.deps.stock.mark_created(&created).await.map_err(|e| format!("updating order status: {e}"))?;
+        self.deps.stock.mark_created(&created).await?;
 
         // Only rejects need their message back (rarely any): the first one
         // carrying the order id.
@@ -151,14 +209,14 @@ impl Worker {
             self.dead_letter(message, *reason, error).await?;
         }
         for (message, error) in &malformed {
-            self.dead_letter(message, FailReason::Malformed, error).await?;
+            self.dead_letter(message, FailReason::Malformed, &error.to_string()).await?;
         }
         // Dead-lettered orders are the compensator's now: no longer reserved.
-        self.deps.stock.unreserve(&settled).await.map_err(|e| format!("clearing reservations: {e}"))?;
+        self.deps.stock.unreserve(&settled).await?;
         Ok(())
     }
 
-    async fn write_row_by_row(&self, records: &[OrderRecord]) -> Result<BatchOutcome, String> {
+    async fn write_row_by_row(&self, records: &[OrderRecord]) -> Result<BatchOutcome, WriteError> {
         let mut total = BatchOutcome::default();
         for record in records {
             match store::write_batch(&self.deps.db, std::slice::from_ref(record)).await {
@@ -167,40 +225,41 @@ impl Worker {
                     total.already_done.extend(outcome.already_done);
                     total.rejected.extend(outcome.rejected);
                 }
-                Err(WriteError::Transient(error)) => return Err(format!("writing orders: {error}")),
-                Err(WriteError::Permanent(error)) => total.rejected.push((record.clone(), FailReason::DbRejected, error)),
+                Err(WriteError::Permanent(error)) => {
+                    total.rejected.push((record.clone(), FailReason::DbRejected, error.to_string()))
+                }
+                Err(transient) => return Err(transient),
             }
         }
         Ok(total)
     }
 
-    async fn dead_letter(&self, message: &OwnedMessage, reason: FailReason, error: &str) -> Result<(), String> {
-        let request_id = message.headers().and_then(|h| kafka::header_str(h, kafka::REQUEST_ID_HEADER)).unwrap_or("");
-        tracing::info!(
+    async fn dead_letter(&self, message: &OwnedMessage, reason: FailReason, error: &str) -> Result<(), DeadLetterError> {
+        let headers = message.headers();
+        let request_id = headers.and_then(|h| header_str(h, REQUEST_ID_HEADER)).unwrap_or("");
+        let traceparent = headers.and_then(|h| header_str(h, TRACEPARENT_HEADER)).unwrap_or("");
+        let span = tracing::info_span!(
+            "dead_letter",
             reason = reason.code(),
-            %error,
-            partition = message.partition(),
-            offset = message.offset(),
             request_id,
-            "dead-lettering a record"
+            traceparent,
+            partition = message.partition(),
+            offset = message.offset()
         );
-        let origin = Origin {
-            topic: message.topic(),
-            partition: message.partition(),
-            offset: message.offset(),
-            key: message.key(),
-            payload: message.payload(),
-            headers: message.headers(),
-        };
-        self.dead_letters.send(&origin, reason.code(), error).await
+        async {
+            tracing::info!(%error, "dead-lettering a record");
+            self.dead_letters.send(message, reason, error).await
+        }
+        .instrument(span)
+        .await
     }
 
     /// Commits the offset after each partition's last record of the batch;
     /// returns what it committed.
     fn commit(&self, batch: &[OwnedMessage], mode: CommitMode) -> TopicPartitionList {
-        let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
         for message in batch {
-            let entry = next.entry((message.topic().to_owned(), message.partition())).or_insert(0);
+            let entry = next.entry((message.topic(), message.partition())).or_insert(0);
             *entry = (*entry).max(message.offset() + 1);
         }
         let mut list = TopicPartitionList::new();
@@ -222,6 +281,26 @@ impl Worker {
     }
 }
 
+/// Decodes one record, in a span (debug level: one per record) that carries
+/// its order id, request id and trace context.
+fn decode(message: &OwnedMessage) -> Result<OrderRecord, RecordError> {
+    let decoded = message.payload().map_or(Err(RecordError::Empty), OrderRecord::decode);
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let headers = message.headers();
+        let order_id = decoded.as_ref().map(|r| r.order_id.as_str()).unwrap_or("");
+        tracing::debug_span!(
+            "record",
+            order_id,
+            request_id = headers.and_then(|h| header_str(h, REQUEST_ID_HEADER)).unwrap_or(""),
+            traceparent = headers.and_then(|h| header_str(h, TRACEPARENT_HEADER)).unwrap_or(""),
+            partition = message.partition(),
+            offset = message.offset()
+        )
+        .in_scope(|| tracing::debug!("consumed"));
+    }
+    decoded
+}
+
 /// Publishes the group's lag per partition as a gauge, every few seconds.
 pub async fn report_lag(settings: Arc<Settings>, shutdown: CancellationToken) -> anyhow::Result<()> {
     let topics = Topics::new(&settings.kafka);
@@ -234,11 +313,7 @@ pub async fn report_lag(settings: Arc<Settings>, shutdown: CancellationToken) ->
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
         let (kafka_settings, group, topic) = (settings.kafka.clone(), group.clone(), topics.orders.clone());
-        let measured = tokio::task::spawn_blocking(move || {
-            kafka::lag(&kafka_settings, &group, &topic, Duration::from_secs(3))
-        })
-        .await?;
-        match measured {
+        match tokio::task::spawn_blocking(move || kafka::lag::lag(&kafka_settings, &group, &topic)).await? {
             Ok(lag) => {
                 for (partition, behind) in lag.partitions {
                     metrics::gauge!("seckill_order_consumer_lag", "partition" => partition.to_string()).set(behind as f64);

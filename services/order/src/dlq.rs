@@ -2,56 +2,53 @@
 //! the original key and value and the headers that say why. Each delivery is
 //! awaited and checked before the caller may commit the original offset.
 
-use rdkafka::message::OwnedHeaders;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use seckill_shared::kafka::dlq_headers;
+use rdkafka::util::Timeout;
+use seckill_shared::config::KafkaSettings;
+use seckill_shared::domain::FailReason;
+use seckill_shared::kafka::{dlq_headers, Origin};
 use std::time::Duration;
 
-/// Where a dead-lettered record came from.
-pub struct Origin<'a> {
-    /// Original topic.
-    pub topic: &'a str,
-    /// Original partition.
-    pub partition: i32,
-    /// Original offset.
-    pub offset: i64,
-    /// Original key.
-    pub key: Option<&'a [u8]>,
-    /// Original value, unchanged.
-    pub payload: Option<&'a [u8]>,
-    /// Original headers (request id, earlier attempts).
-    pub headers: Option<&'a OwnedHeaders>,
-}
+/// A dead letter that did not reach the topic (the original is not
+/// committed, so it is tried again).
+#[derive(Debug, thiserror::Error)]
+#[error("dead-letter delivery failed: {0}")]
+pub struct DeadLetterError(#[from] pub KafkaError);
 
 /// The dead-letter producer.
 #[derive(Clone)]
 pub struct DeadLetters {
     producer: FutureProducer,
     topic: String,
+    /// How long a send waits for room in the producer's queue.
+    queue_timeout: Duration,
 }
 
 impl DeadLetters {
-    /// A producer for `topic`.
-    pub fn new(producer: FutureProducer, topic: String) -> Self {
-        Self { producer, topic }
+    /// A producer for `topic` (deliveries bounded by the message timeout).
+    pub fn new(settings: &KafkaSettings, topic: String) -> anyhow::Result<Self> {
+        let queue_timeout = Duration::from_millis(settings.message_timeout_ms);
+        Ok(Self { producer: seckill_shared::kafka::producer(settings)?, topic, queue_timeout })
     }
 
-    /// Sends one record and waits for the broker's acknowledgement.
-    pub async fn send(&self, origin: &Origin<'_>, reason: &str, error: &str) -> Result<(), String> {
-        let headers = dlq_headers(origin.headers, reason, error, origin.topic, origin.partition, origin.offset);
+    /// Sends `message` unchanged with headers saying why, and waits for the
+    /// broker's acknowledgement.
+    pub async fn send(&self, message: &OwnedMessage, reason: FailReason, error: &str) -> Result<(), DeadLetterError> {
+        let origin = Origin { topic: message.topic(), partition: message.partition(), offset: message.offset() };
+        let headers = dlq_headers(message.headers(), reason.code(), error, origin);
         let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
-        if let Some(key) = origin.key {
+        if let Some(key) = message.key() {
             record = record.key(key);
         }
-        if let Some(payload) = origin.payload {
+        if let Some(payload) = message.payload() {
             record = record.payload(payload);
         }
-        match self.producer.send(record, Duration::from_secs(5)).await {
-            Ok(_) => {
-                metrics::counter!("seckill_order_dlq_total", "reason" => reason.to_owned()).increment(1);
-                Ok(())
-            }
-            Err((error, _)) => Err(format!("dead-letter delivery failed: {error}")),
-        }
+        // Bounded twice: waiting for room in the queue, and the delivery by
+        // the producer's message timeout.
+        self.producer.send(record, Timeout::After(self.queue_timeout)).await.map_err(|(error, _)| error)?;
+        metrics::counter!("seckill_order_dlq_total", "reason" => reason.code()).increment(1);
+        Ok(())
     }
 }

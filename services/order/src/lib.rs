@@ -12,7 +12,7 @@ pub mod dlq;
 pub mod store;
 
 use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings, TelemetrySettings};
-use seckill_shared::tasks::{bind_health, host, report_exit, Backoff, Dependencies};
+use seckill_shared::host::{Host, HostSettings, RetrySettings};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,25 +36,14 @@ pub struct Settings {
     pub batch_wait_ms: u64,
     /// Consumers (group members) in this process.
     pub consumers: usize,
-    /// First retry delay after a transient failure.
-    pub retry_initial_ms: u64,
-    /// Longest retry delay.
-    pub retry_max_ms: u64,
-    /// Redis.
+    /// Delays while PostgreSQL, Redis or Kafka fail.
+    pub retry: RetrySettings,
+    /// How long the consumers may take to finish their batch at shutdown.
+    pub shutdown_timeout_ms: u64,
     pub redis: RedisSettings,
-    /// Kafka.
     pub kafka: KafkaSettings,
-    /// PostgreSQL.
     pub database: DbSettings,
-    /// Logging.
     pub telemetry: TelemetrySettings,
-}
-
-impl Settings {
-    /// Retry delays after transient failures.
-    pub fn backoff(&self) -> Backoff {
-        Backoff { initial: Duration::from_millis(self.retry_initial_ms), max: Duration::from_millis(self.retry_max_ms) }
-    }
 }
 
 impl Default for Settings {
@@ -64,8 +53,8 @@ impl Default for Settings {
             batch_size: 4_000,
             batch_wait_ms: 20,
             consumers: 2,
-            retry_initial_ms: 100,
-            retry_max_ms: 5_000,
+            retry: RetrySettings::default(),
+            shutdown_timeout_ms: 30_000,
             redis: RedisSettings::default(),
             kafka: KafkaSettings::default(),
             database: DbSettings::default(),
@@ -77,42 +66,45 @@ impl Default for Settings {
 /// A built order service, its health port bound.
 pub struct Service {
     settings: Arc<Settings>,
-    health: tokio::net::TcpListener,
+    host: Host,
 }
 
 impl Service {
     /// Binds the health port (port 0 picks a free one, for tests).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let health = bind_health(&settings.metrics_addr).await?;
-        Ok(Self { settings: Arc::new(settings), health })
+        let host = Host::bind(
+            "order service",
+            HostSettings {
+                metrics_addr: settings.metrics_addr.clone(),
+                redis: settings.redis.clone(),
+                database: settings.database.clone(),
+                kafka: settings.kafka.clone(),
+                retry: settings.retry,
+                shutdown_timeout: Duration::from_millis(settings.shutdown_timeout_ms),
+            },
+        )
+        .await?;
+        Ok(Self { settings: Arc::new(settings), host })
     }
 
     /// The health and metrics address.
     pub fn health_addr(&self) -> SocketAddr {
-        self.health.local_addr().expect("a bound listener has an address")
+        self.host.health_addr()
     }
 
     /// Runs until `shutdown`: waits for its dependencies, then consumes.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let settings = self.settings;
-        let dependencies = Dependencies {
-            redis: &settings.redis,
-            database: &settings.database,
-            kafka: &settings.kafka,
-            backoff: settings.backoff(),
-        };
-        host("order service", self.health, dependencies, shutdown.clone(), |connections, tracker| {
-            let dead_letters = dlq::DeadLetters::new(
-                seckill_shared::kafka::producer(&settings.kafka)?,
-                connections.topics.dlq.clone(),
-            );
-            for index in 0..settings.consumers.max(1) {
-                let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?;
-                tracker.spawn(report_exit("consumer", worker.run(shutdown.clone())));
-            }
-            tracker.spawn(report_exit("lag reporter", consumer::report_lag(settings.clone(), shutdown.clone())));
-            Ok(())
-        })
-        .await
+        self.host
+            .run(shutdown, |connections, background| {
+                let dead_letters = dlq::DeadLetters::new(&settings.kafka, connections.topics.dlq.clone())?;
+                for index in 0..settings.consumers.max(1) {
+                    let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?;
+                    background.spawn("consumer", worker.run(background.shutdown().clone()));
+                }
+                background.spawn("lag reporter", consumer::report_lag(settings.clone(), background.shutdown().clone()));
+                Ok(())
+            })
+            .await
     }
 }

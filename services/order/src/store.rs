@@ -38,10 +38,14 @@ pub enum WriteError {
     /// Retry later (database unreachable, serialization failure, timeout):
     /// commit nothing, skip nothing.
     #[error("transient: {0}")]
-    Transient(String),
+    Transient(#[source] sqlx::Error),
     /// The database refused the data: retrying will not help.
     #[error("permanent: {0}")]
-    Permanent(String),
+    Permanent(#[source] sqlx::Error),
+    /// The stock guard refused what was counted under the sale's lock: a
+    /// concurrent change (a re-warm) moved the sale; retry.
+    #[error("the stock guard refused a batch written under the sale's lock")]
+    GuardMoved,
 }
 
 impl From<sqlx::Error> for WriteError {
@@ -53,9 +57,9 @@ impl From<sqlx::Error> for WriteError {
     /// database is unwell would fail buyers for nothing.
     fn from(error: sqlx::Error) -> Self {
         if is_data_error(&error) {
-            Self::Permanent(error.to_string())
+            Self::Permanent(error)
         } else {
-            Self::Transient(error.to_string())
+            Self::Transient(error)
         }
     }
 }
@@ -203,7 +207,7 @@ async fn write_locked(pool: &PgPool, records: &[&OrderRecord]) -> Result<BatchOu
     let written = insert(&mut tx, &candidates, &sales, &mut outcome).await?;
     // Under the lock the guard cannot refuse what was counted above.
     if !take_stock(&mut tx, &written, &sales).await? {
-        return Err(WriteError::Transient("the stock guard refused a batch written under the sale's lock".into()));
+        return Err(WriteError::GuardMoved);
     }
     tx.commit().await?;
     Ok(outcome)

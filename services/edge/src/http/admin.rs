@@ -1,13 +1,13 @@
 //! The operator's API: warm a sale up, and read its reconciliation.
 
+use super::body::{from_serde, FromJsonBody, JsonBody};
 use super::{auth, ApiError, AppState};
-use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::put;
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use seckill_shared::domain::SaleKey;
+use seckill_shared::domain::{ActivityId, SaleKey, SkuId};
 use seckill_shared::reconcile::{self, ReconcileError};
 use seckill_shared::warmup::{self, WarmupError, WarmupRequest};
 use serde_json::Value;
@@ -30,36 +30,34 @@ struct WarmupBody {
     force: bool,
 }
 
+impl FromJsonBody for WarmupBody {
+    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+        from_serde(bytes)
+    }
+}
+
 fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
-    let parse = |name: &str, raw: &str| {
-        raw.parse::<i64>()
-            .ok()
-            .filter(|v| *v > 0)
-            .ok_or_else(|| ApiError::InvalidRequest(format!("{name} must be a positive integer within i64, got '{raw}'")))
-    };
-    SaleKey::from_raw(parse("activityId", activity)?, parse("skuId", sku)?)
-        .map_err(|e| ApiError::InvalidRequest(e.to_string()))
+    let activity: ActivityId = activity.parse().map_err(ApiError::invalid)?;
+    let sku: SkuId = sku.parse().map_err(ApiError::invalid)?;
+    Ok(SaleKey::new(activity, sku))
 }
 
 async fn warm_up(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
-    body: Body,
+    JsonBody(body): JsonBody<WarmupBody>,
 ) -> Result<Json<Value>, ApiError> {
     auth::require_admin(&state, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
-    let bytes = axum::body::to_bytes(body, state.settings.body_limit_bytes)
-        .await
-        .map_err(|_| ApiError::PayloadTooLarge(state.settings.body_limit_bytes))?;
-    let body: WarmupBody = serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     let request = WarmupRequest { sale, stock: body.stock, starts_at: body.starts_at, ends_at: body.ends_at, force: body.force };
-    let row = warmup::warmup(&state.stock, &state.db, &request).await.map_err(|error| match error {
-        WarmupError::Invalid(why) => ApiError::InvalidRequest(why),
-        WarmupError::Busy(_) | WarmupError::InFlight(_) => ApiError::SaleBusy(error.to_string()),
-        WarmupError::Redis(e) => ApiError::TryAgain(format!("redis unavailable: {e}")),
-        WarmupError::Db(e) => ApiError::TryAgain(format!("database unavailable: {e}")),
-    })?;
+    let row = warmup::warmup(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, &request)
+        .await
+        .map_err(|error| match error {
+            WarmupError::Invalid(why) => ApiError::InvalidRequest(why),
+            WarmupError::Busy(_) | WarmupError::InFlight(_) => ApiError::SaleBusy(error.to_string()),
+            WarmupError::Redis(_) | WarmupError::Db(_) => ApiError::TryAgain(error.into()),
+        })?;
     // Units may have come back: this edge stops trusting its flag at once
     // (other edges within their flag's time to live).
     state.sold_out.clear(sale);
@@ -78,7 +76,7 @@ async fn report(
         .await
         .map_err(|error| match error {
             ReconcileError::SaleNotFound(_) => ApiError::SaleNotFound,
-            ReconcileError::Source { .. } => ApiError::TryAgain(error.to_string()),
+            ReconcileError::Source { .. } => ApiError::TryAgain(error.into()),
         })?;
     Ok(Json(serde_json::to_value(report).map_err(anyhow::Error::from)?))
 }

@@ -26,11 +26,10 @@ struct Claims {
 
 /// When user auth is on, checks the JWT and that its `sub` is `user`.
 pub fn require_user(state: &AppState, headers: &HeaderMap, user: UserId) -> Result<(), ApiError> {
-    let Some(secret) = state.settings.user_jwt_secret.as_deref() else { return Ok(()) };
+    let Some(key) = state.user_key.as_ref() else { return Ok(()) };
     let token = bearer(headers).ok_or_else(|| ApiError::Unauthorized("missing bearer token".into()))?;
-    let key = jsonwebtoken::DecodingKey::from_secret(secret.as_bytes());
     let validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
-    let data = jsonwebtoken::decode::<Claims>(token, &key, &validation)
+    let data = jsonwebtoken::decode::<Claims>(token, key, &validation)
         .map_err(|e| ApiError::Unauthorized(format!("invalid token: {e}")))?;
     let subject = match &data.claims.sub {
         serde_json::Value::String(s) => s.clone(),

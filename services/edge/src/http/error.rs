@@ -1,6 +1,7 @@
 //! The edge's one error type: every 4xx/5xx of the contract, each with its
-//! status and `{"code","message"}` body. Internal details never reach the
-//! client; they are logged once, by the `log_errors` middleware.
+//! status and `{"code","message"}` body. A 5xx answers a fixed message; its
+//! cause travels to the `observe` middleware, which logs it once with the
+//! request's ids.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -44,9 +45,10 @@ pub enum ApiError {
     /// A warm-up that would disturb orders in flight, or another warm-up.
     #[error("{0}")]
     SaleBusy(String),
-    /// Redis or Kafka unavailable; nothing was kept.
-    #[error("{0}")]
-    TryAgain(String),
+    /// Redis, Kafka or PostgreSQL unavailable, or the sale busy; nothing
+    /// was kept. The cause is logged, never answered.
+    #[error("temporarily unavailable; nothing was kept, try again")]
+    TryAgain(#[source] anyhow::Error),
     /// A bug or an unexpected failure. The client sees a generic message.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -61,6 +63,11 @@ fn retry_after_secs(wait: Duration) -> u64 {
 }
 
 impl ApiError {
+    /// A 400 saying what is wrong with the input.
+    pub fn invalid(why: impl std::fmt::Display) -> Self {
+        Self::InvalidRequest(why.to_string())
+    }
+
     /// The contract's stable code.
     pub fn code(&self) -> &'static str {
         match self {
@@ -109,6 +116,10 @@ impl IntoResponse for ApiError {
             Self::Internal(_) => "internal error".to_owned(),
             other => other.to_string(),
         };
+        let detail = match &self {
+            Self::Internal(cause) | Self::TryAgain(cause) => Some(format!("{cause:#}")),
+            _ => None,
+        };
         let mut body = serde_json::json!({ "code": self.code(), "message": message });
         if let Self::AlreadyPurchased(Some(order_id)) = &self {
             body["orderId"] = serde_json::Value::String(order_id.clone());
@@ -118,11 +129,7 @@ impl IntoResponse for ApiError {
             let secs = retry_after_secs(*wait).max(1);
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        if status.is_server_error() {
-            let detail = match &self {
-                Self::Internal(error) => format!("{error:#}"),
-                other => other.to_string(),
-            };
+        if let Some(detail) = detail {
             response.extensions_mut().insert(ErrorDetail(Arc::new(detail)));
         }
         response
@@ -146,11 +153,21 @@ mod tests {
             (ApiError::AlreadyPurchased(None), 409, "ALREADY_PURCHASED"),
             (ApiError::SoldOut, 410, "SOLD_OUT"),
             (ApiError::OrderNotFound, 404, "ORDER_NOT_FOUND"),
-            (ApiError::TryAgain("x".into()), 503, "TRY_AGAIN"),
+            (ApiError::TryAgain(anyhow::anyhow!("x")), 503, "TRY_AGAIN"),
         ] {
             assert_eq!(error.status_code().as_u16(), status, "{code}");
             assert_eq!(error.code(), code);
         }
+    }
+
+    #[test]
+    fn a_try_again_never_answers_its_cause() {
+        let response = ApiError::TryAgain(anyhow::anyhow!("redis: connection refused to 10.0.0.7")).into_response();
+        let detail = response.extensions().get::<ErrorDetail>().expect("the cause is kept for the log");
+        assert!(detail.0.contains("10.0.0.7"));
+        let body = futures::executor::block_on(axum::body::to_bytes(response.into_body(), 4096)).unwrap();
+        let text = String::from_utf8_lossy(&body);
+        assert!(!text.contains("10.0.0.7") && text.contains("TRY_AGAIN"), "{text}");
     }
 
     #[test]

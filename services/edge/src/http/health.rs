@@ -6,7 +6,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use std::time::Duration;
 
 /// Health routes.
 pub fn router() -> Router<AppState> {
@@ -17,13 +16,12 @@ pub fn router() -> Router<AppState> {
 }
 
 async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
-    let mut conn = state.stock.connection();
-    let redis = tokio::time::timeout(Duration::from_secs(2), redis::cmd("PING").query_async::<String>(&mut conn)).await;
-    if !matches!(redis, Ok(Ok(_))) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "redis unreachable".into());
+    if let Err(error) = state.stock.connection().ping().await {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("redis unreachable: {error}"));
     }
     let publisher = state.publisher.clone();
-    let kafka = tokio::task::spawn_blocking(move || publisher.ping(Duration::from_secs(2))).await;
+    let timeout = state.settings.kafka.admin_timeout();
+    let kafka = tokio::task::spawn_blocking(move || publisher.ping(timeout)).await;
     match kafka {
         Ok(Ok(())) => (StatusCode::OK, "ready".into()),
         Ok(Err(error)) => (StatusCode::SERVICE_UNAVAILABLE, format!("kafka unreachable: {error}")),

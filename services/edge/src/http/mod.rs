@@ -1,10 +1,14 @@
-//! The edge's HTTP surface: shared state, the router and its middleware.
-//! Each submodule owns its routes.
+//! The edge's HTTP surface: shared state and the router. Each submodule
+//! owns its routes; [`observe`] wraps every request (ids, span, metrics,
+//! the one log line of a failure); [`body`] is the one way a JSON body is
+//! read.
 
 mod admin;
 mod auth;
+mod body;
 mod error;
 mod health;
+mod observe;
 mod order;
 
 pub use error::ApiError;
@@ -13,18 +17,15 @@ use crate::limit::RateLimits;
 use crate::publish::Publisher;
 use crate::settings::Settings;
 use crate::sold_out::SoldOutFlags;
-use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::HeaderValue;
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
 use axum::Router;
 use seckill_shared::lock::LockClient;
+use seckill_shared::shutdown::Background;
 use seckill_shared::stock::Stock;
 use sqlx::PgPool;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use std::time::Duration;
 
 /// Everything a handler needs, behind one `Arc`: axum clones the state for
 /// every request.
@@ -40,47 +41,63 @@ impl std::ops::Deref for AppState {
 
 /// What the handlers share.
 pub struct Shared {
-    /// The edge's settings.
     pub settings: Arc<Settings>,
-    /// Redis.
     pub stock: Stock,
-    /// PostgreSQL (warm-up, status fall-back, reconciliation).
+    /// PostgreSQL: warm-up, status fall-back, reconciliation.
     pub db: PgPool,
-    /// Kafka.
     pub publisher: Publisher,
-    /// Rate limits.
     pub limits: Arc<RateLimits>,
-    /// Local sold-out flags.
     pub sold_out: Arc<SoldOutFlags>,
-    /// Locks for the lock deduction.
+    /// Locks for the lock deduction and the warm-up.
     pub locks: LockClient,
+    /// The key user JWTs are checked with; `None`: user auth is off.
+    pub user_key: Option<jsonwebtoken::DecodingKey>,
 }
 
 impl AppState {
-    /// State from its parts.
-    pub fn new(settings: Arc<Settings>, stock: Stock, db: PgPool, publisher: Publisher) -> Self {
+    /// State from its parts; the limiter's clean-up runs on `background`.
+    pub fn new(
+        settings: Arc<Settings>,
+        stock: Stock,
+        db: PgPool,
+        publisher: Publisher,
+        background: &Background,
+    ) -> anyhow::Result<Self> {
+        let user_key = match settings.user_jwt_secret.as_deref() {
+            Some(secret) => Some(
+                jsonwebtoken::DecodingKey::from_secret(secret.as_bytes())
+                    .map_err(|e| anyhow::anyhow!("SECKILL_USER_JWT_SECRET is not a usable HS256 key: {e}"))?,
+            ),
+            None => None,
+        };
         let limits = Arc::new(RateLimits::new(&settings.rate_limit));
-        // Forget per-user limiter state of users who went quiet.
-        let shrinking = Arc::downgrade(&limits);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(30));
-            loop {
-                tick.tick().await;
-                match shrinking.upgrade() {
-                    Some(limits) => limits.shrink(),
-                    None => return,
-                }
-            }
-        });
-        Self(Arc::new(Shared {
+        background.spawn("limiter clean-up", forget_quiet_users(limits.clone(), background.shutdown().clone()));
+        Ok(Self(Arc::new(Shared {
             sold_out: Arc::new(SoldOutFlags::new(Duration::from_millis(settings.sold_out_flag_ms))),
-            locks: LockClient::new(stock.connection()),
+            locks: LockClient::new(stock.connection(), background.clone()),
             limits,
+            user_key,
             settings,
             stock,
             db,
             publisher,
-        }))
+        })))
+    }
+}
+
+/// Forgets per-user limiter state of users who went quiet, until shutdown.
+async fn forget_quiet_users(
+    limits: Arc<RateLimits>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<(), std::convert::Infallible> {
+    let mut tick = tokio::time::interval(Duration::from_secs(30));
+    loop {
+        tokio::select! {
+            // Stop with the edge.
+            _ = shutdown.cancelled() => return Ok(()),
+            // Time to clean up.
+            _ = tick.tick() => limits.shrink(),
+        }
     }
 }
 
@@ -93,48 +110,6 @@ pub fn router(state: AppState) -> Router {
         .merge(admin::router())
         .merge(health::router())
         .layer(DefaultBodyLimit::disable())
-        .layer(middleware::from_fn(observe))
-        .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(SetRequestIdLayer::x_request_id(SequentialRequestId::new()))
+        .layer(middleware::from_fn(observe::observe))
         .with_state(state)
-}
-
-/// Request ids for requests that come without one: a random per-process
-/// prefix and a counter (`1f3a9c2e-4d2`). Unique enough to follow a request
-/// through the logs and the Kafka header, and costs no system call (a UUID v4
-/// asks the kernel for randomness on every request).
-#[derive(Clone)]
-struct SequentialRequestId {
-    prefix: u32,
-    next: Arc<AtomicU64>,
-}
-
-impl SequentialRequestId {
-    fn new() -> Self {
-        Self { prefix: rand::random(), next: Arc::new(AtomicU64::new(1)) }
-    }
-}
-
-impl MakeRequestId for SequentialRequestId {
-    fn make_request_id<B>(&mut self, _request: &axum::http::Request<B>) -> Option<RequestId> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::from_str(&format!("{:08x}-{n:x}", self.prefix)).ok().map(RequestId::new)
-    }
-}
-
-/// Counts every answer by code and logs each 5xx once, with its detail.
-async fn observe(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    // Cheap clones (shared buffers): only a failed request needs them.
-    let method = request.method().clone();
-    let uri = request.uri().clone();
-    let request_id = request.headers().get("x-request-id").cloned();
-    let response = next.run(request).await;
-    let status = response.status();
-    if let Some(detail) = response.extensions().get::<error::ErrorDetail>() {
-        let request_id = request_id.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("");
-        tracing::error!(%method, path = uri.path(), request_id, status = status.as_u16(), error = %detail.0, "request failed");
-    }
-    metrics::histogram!("seckill_edge_request_seconds").record(started.elapsed().as_secs_f64());
-    response
 }

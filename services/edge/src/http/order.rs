@@ -1,16 +1,17 @@
 //! The buyer's API: place an order, read an order, read a user's result.
 
+use super::body::{FromJsonBody, JsonBody};
 use super::{auth, ApiError, AppState};
+use crate::lookup::{self, LookupError, OrderView};
 use crate::publish::PublishOutcome;
 use crate::settings::DeductionMode;
-use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use seckill_shared::db::OrderRow;
 use seckill_shared::domain::{ActivityId, FailReason, OrderId, OrderRecord, SaleKey, SkuId, UserId};
-use seckill_shared::stock::{Deduction, OrderState};
+use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use seckill_shared::stock::Deduction;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -31,27 +32,8 @@ struct OrderRequest {
     user: UserId,
 }
 
-/// Reads the body within the limit: 413 over it, 400 when it cannot be read.
-async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|error| {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
-        let mut too_large = false;
-        while let Some(current) = source {
-            too_large |= current.is::<http_body_util::LengthLimitError>();
-            source = current.source();
-        }
-        if too_large {
-            ApiError::PayloadTooLarge(limit)
-        } else {
-            ApiError::InvalidRequest(format!("could not read the request body: {error}"))
-        }
-    })
-}
-
 const ORDER_FIELDS: [&str; 3] = ["activityId", "skuId", "userId"];
 
-/// Strict parse: a JSON object with exactly the three ids, each a positive
-/// integer within i64. Every refusal names the field.
 /// The well-formed body, parsed without building a JSON tree (the hot path).
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -61,6 +43,14 @@ struct FastOrderRequest {
     user_id: i64,
 }
 
+impl FromJsonBody for OrderRequest {
+    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+        parse_order_request(bytes)
+    }
+}
+
+/// Strict parse: a JSON object with exactly the three ids, each a positive
+/// integer within i64. Every refusal names the field.
 fn parse_order_request(bytes: &[u8]) -> Result<OrderRequest, ApiError> {
     // A derived struct would also take `[1,2,3]`: only objects qualify.
     let is_object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
@@ -81,9 +71,9 @@ fn parse_order_request(bytes: &[u8]) -> Result<OrderRequest, ApiError> {
         return Err(ApiError::InvalidRequest(format!("unknown field '{unknown}'")));
     }
     Ok(OrderRequest {
-        activity: ActivityId::new(positive_field(&object, "activityId")?).map_err(invalid)?,
-        sku: SkuId::new(positive_field(&object, "skuId")?).map_err(invalid)?,
-        user: UserId::new(positive_field(&object, "userId")?).map_err(invalid)?,
+        activity: ActivityId::new(positive_field(&object, "activityId")?).map_err(ApiError::invalid)?,
+        sku: SkuId::new(positive_field(&object, "skuId")?).map_err(ApiError::invalid)?,
+        user: UserId::new(positive_field(&object, "userId")?).map_err(ApiError::invalid)?,
     })
 }
 
@@ -112,16 +102,12 @@ fn json_type(value: &Value) -> &'static str {
     }
 }
 
-fn invalid(error: seckill_shared::domain::IdError) -> ApiError {
-    ApiError::InvalidRequest(error.to_string())
-}
-
 async fn place_order(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Body,
+    JsonBody(request): JsonBody<OrderRequest>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let result = place_order_inner(&state, &headers, body).await;
+    let result = place_order_inner(&state, &headers, request).await;
     let outcome = match &result {
         Ok(_) => "QUEUED",
         Err(error) => error.code(),
@@ -133,10 +119,8 @@ async fn place_order(
 async fn place_order_inner(
     state: &AppState,
     headers: &HeaderMap,
-    body: Body,
+    request: OrderRequest,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let bytes = read_body(body, state.settings.body_limit_bytes).await?;
-    let request = parse_order_request(&bytes)?;
     auth::require_user(state, headers, request.user)?;
     let sale = SaleKey::new(request.activity, request.sku);
     // A sale known sold out is answered before the rate limits: the answer
@@ -161,9 +145,9 @@ async fn place_order_inner(
     metrics::histogram!("seckill_edge_deduct_seconds").record(started.elapsed().as_secs_f64());
     // A Redis error may come after the script ran; then the reservation it
     // left is settled by the sweeper. Either way the client may try again.
-    let deduction = deduction.map_err(|e| ApiError::TryAgain(format!("stock service unavailable: {e}")))?;
+    let deduction = deduction.map_err(|e| ApiError::TryAgain(e.into()))?;
     let order_id = match deduction {
-        None => return Err(ApiError::TryAgain("the sale is busy (lock wait timed out); try again".into())),
+        None => return Err(ApiError::TryAgain(anyhow::anyhow!("the sale's lock was not had within its wait"))),
         Some(Deduction::Accepted { order_id, .. }) => order_id,
         Some(Deduction::SaleNotFound) => return Err(ApiError::SaleNotFound),
         Some(Deduction::NotActive) => return Err(ApiError::SaleNotActive),
@@ -174,11 +158,15 @@ async fn place_order_inner(
         }
     };
 
+    tracing::Span::current().record("order_id", order_id.as_str());
+
     let record = OrderRecord::new(order_id.clone(), sale, request.user, accepted_at);
-    let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok());
+    // The observe middleware gave every request both.
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let trace = crate::publish::Trace { request_id: header(REQUEST_ID_HEADER), traceparent: header(TRACEPARENT_HEADER) };
     let started = Instant::now();
     metrics::gauge!("seckill_edge_publishes_in_flight").increment(1.0);
-    let outcome = state.publisher.publish(&record, request_id).await;
+    let outcome = state.publisher.publish(&record, trace).await;
     metrics::gauge!("seckill_edge_publishes_in_flight").decrement(1.0);
     metrics::histogram!("seckill_edge_publish_seconds").record(started.elapsed().as_secs_f64());
     match outcome {
@@ -199,7 +187,7 @@ async fn place_order_inner(
                 // The reservation stays; the sweeper restores the unit.
                 Err(error) => tracing::error!(order_id = %order_id, %error, "rollback failed; left to the sweeper"),
             }
-            Err(ApiError::TryAgain("the order could not be queued and nothing was kept; try again".into()))
+            Err(ApiError::TryAgain(anyhow::anyhow!("publish failed, deduction rolled back: {why}")))
         }
     }
 }
@@ -208,43 +196,24 @@ fn queued(order_id: &OrderId) -> (StatusCode, Json<Value>) {
     (StatusCode::ACCEPTED, Json(json!({ "code": "QUEUED", "orderId": order_id.as_str() })))
 }
 
-fn status_body(order_id: &str, sale: SaleKey, user_id: i64, status: &str, reason: Option<&str>) -> Json<Value> {
+fn status_body(view: &OrderView) -> Json<Value> {
     let mut body = json!({
-        "orderId": order_id,
-        "activityId": sale.activity.get(),
-        "skuId": sale.sku.get(),
-        "userId": user_id,
-        "status": status,
+        "orderId": view.order_id,
+        "activityId": view.sale.activity.get(),
+        "skuId": view.sale.sku.get(),
+        "userId": view.user_id,
+        "status": view.status.as_str(),
     });
-    if let Some(reason) = reason {
-        body["reason"] = Value::String(reason.to_owned());
+    if let Some(reason) = &view.reason {
+        body["reason"] = Value::String(reason.clone());
     }
     Json(body)
 }
 
-fn from_redis(order_id: &OrderId, state: &OrderState) -> Json<Value> {
-    status_body(order_id.as_str(), order_id.sale(), state.user_id, state.status.as_str(), state.reason.as_deref())
-}
-
-fn from_db(row: &OrderRow) -> Json<Value> {
-    status_body(&row.order_id, row.sale, row.user_id, row.status.as_str(), row.reason.as_deref())
-}
-
-/// Redis first; PostgreSQL when Redis no longer has the order (expired keys,
-/// a Redis that lost data) or does not answer.
-async fn lookup_order(state: &AppState, order_id: &OrderId) -> Result<Json<Value>, ApiError> {
-    let redis_error = match state.stock.order_state(order_id).await {
-        Ok(Some(found)) => return Ok(from_redis(order_id, &found)),
-        Ok(None) => None,
-        Err(error) => Some(error),
-    };
-    match seckill_shared::db::find_order(&state.db, order_id).await {
-        Ok(Some(row)) => Ok(from_db(&row)),
-        Ok(None) => match redis_error {
-            Some(error) => Err(ApiError::TryAgain(format!("order status unavailable: {error}"))),
-            None => Err(ApiError::OrderNotFound),
-        },
-        Err(error) => Err(ApiError::TryAgain(format!("order status unavailable: {error}"))),
+fn lookup_error(error: LookupError) -> ApiError {
+    match error {
+        LookupError::NotFound => ApiError::OrderNotFound,
+        unavailable => ApiError::TryAgain(unavailable.into()),
     }
 }
 
@@ -253,16 +222,13 @@ async fn get_order(
     headers: HeaderMap,
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let order_id = OrderId::parse(&raw).map_err(invalid)?;
-    let body = lookup_order(&state, &order_id).await?;
+    let order_id = OrderId::parse(&raw).map_err(ApiError::invalid)?;
+    let view = lookup::order(&state.stock, &state.db, &order_id).await.map_err(lookup_error)?;
     if state.settings.user_jwt_secret.is_some() {
-        let owner = body.0["userId"].as_i64().and_then(|u| UserId::new(u).ok());
-        match owner {
-            Some(owner) => auth::require_user(&state, &headers, owner)?,
-            None => return Err(ApiError::OrderNotFound),
-        }
+        let owner = UserId::new(view.user_id).map_err(|_| ApiError::OrderNotFound)?;
+        auth::require_user(&state, &headers, owner)?;
     }
-    Ok(body)
+    Ok(status_body(&view))
 }
 
 async fn get_result(
@@ -270,30 +236,15 @@ async fn get_result(
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let field = |name: &str| -> Result<i64, ApiError> {
-        let raw = query.get(name).ok_or_else(|| ApiError::InvalidRequest(format!("missing query parameter '{name}'")))?;
-        raw.parse::<i64>()
-            .ok()
-            .filter(|v| *v > 0)
-            .ok_or_else(|| ApiError::InvalidRequest(format!("{name} must be a positive integer within i64, got '{raw}'")))
+    let field = |name: &str| -> Result<&str, ApiError> {
+        query.get(name).map(String::as_str).ok_or_else(|| ApiError::invalid(format!("missing query parameter '{name}'")))
     };
-    let sale = SaleKey::from_raw(field("activityId")?, field("skuId")?).map_err(invalid)?;
-    let user = UserId::new(field("userId")?).map_err(invalid)?;
+    let activity: ActivityId = field("activityId")?.parse().map_err(ApiError::invalid)?;
+    let sku: SkuId = field("skuId")?.parse().map_err(ApiError::invalid)?;
+    let user: UserId = field("userId")?.parse().map_err(ApiError::invalid)?;
     auth::require_user(&state, &headers, user)?;
-    match state.stock.user_order(sale, user).await {
-        Ok(Some(raw)) => {
-            if let Ok(order_id) = OrderId::parse(&raw) {
-                return lookup_order(&state, &order_id).await;
-            }
-        }
-        Ok(None) => {}
-        Err(error) => tracing::warn!(%error, "redis unavailable for a result lookup; asking the database"),
-    }
-    match seckill_shared::db::find_user_order(&state.db, sale, user).await {
-        Ok(Some(row)) => Ok(from_db(&row)),
-        Ok(None) => Err(ApiError::OrderNotFound),
-        Err(error) => Err(ApiError::TryAgain(format!("order status unavailable: {error}"))),
-    }
+    let view = lookup::user_order(&state.stock, &state.db, SaleKey::new(activity, sku), user).await.map_err(lookup_error)?;
+    Ok(status_body(&view))
 }
 
 #[cfg(test)]

@@ -1,0 +1,102 @@
+//! What wraps every request: its request id (the client's, or one made
+//! here) and W3C trace context (the client's, or a new trace), a span that
+//! carries both (and the order id once one is minted), the latency metric,
+//! and the one log line of a failed request.
+
+use super::error::ErrorDetail;
+use axum::extract::Request;
+use axum::http::{HeaderName, HeaderValue};
+use axum::middleware::Next;
+use axum::response::Response;
+use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+use std::time::Instant;
+use tracing::Instrument;
+
+/// Request ids for requests that come without one: a random per-process
+/// prefix and a counter (`1f3a9c2e-4d2`). Unique enough to follow a request
+/// through the logs and the Kafka header, and costs no system call (a UUID v4
+/// asks the kernel for randomness on every request).
+struct SequentialRequestId {
+    prefix: u32,
+    next: AtomicU64,
+}
+
+static REQUEST_IDS: LazyLock<SequentialRequestId> =
+    LazyLock::new(|| SequentialRequestId { prefix: rand::random(), next: AtomicU64::new(1) });
+
+impl SequentialRequestId {
+    fn make(&self) -> HeaderValue {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        HeaderValue::from_str(&format!("{:08x}-{n:x}", self.prefix)).expect("hex and a dash are a valid header")
+    }
+}
+
+/// A `traceparent` of a new trace (version 00, sampled).
+fn new_traceparent() -> HeaderValue {
+    let value = format!("00-{:032x}-{:016x}-01", rand::random::<u128>() | 1, rand::random::<u64>() | 1);
+    HeaderValue::from_str(&value).expect("hex and dashes are a valid header")
+}
+
+/// Whether a client's `traceparent` has the W3C shape
+/// (`vv-<32 hex>-<16 hex>-<2 hex>`); a malformed one starts a new trace.
+fn valid_traceparent(value: &HeaderValue) -> bool {
+    let bytes = value.as_bytes();
+    let hex = |range: std::ops::Range<usize>| bytes[range].iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
+    bytes.len() == 55
+        && bytes[2] == b'-'
+        && bytes[35] == b'-'
+        && bytes[52] == b'-'
+        && hex(0..2)
+        && hex(3..35)
+        && hex(36..52)
+        && hex(53..55)
+}
+
+/// Gives every request its ids, runs it in its span, records its latency
+/// and logs a 5xx once, with its detail.
+pub async fn observe(mut request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let headers = request.headers_mut();
+    let request_id = match headers.get(REQUEST_ID_HEADER) {
+        Some(id) => id.clone(),
+        None => {
+            let id = REQUEST_IDS.make();
+            headers.insert(HeaderName::from_static(REQUEST_ID_HEADER), id.clone());
+            id
+        }
+    };
+    if !headers.get(TRACEPARENT_HEADER).is_some_and(valid_traceparent) {
+        headers.insert(HeaderName::from_static(TRACEPARENT_HEADER), new_traceparent());
+    }
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = request.uri().path(),
+        request_id = request_id.to_str().unwrap_or(""),
+        order_id = tracing::field::Empty,
+    );
+    let mut response = next.run(request).instrument(span.clone()).await;
+    if let Some(detail) = response.extensions().get::<ErrorDetail>() {
+        span.in_scope(|| tracing::error!(status = response.status().as_u16(), error = %detail.0, "request failed"));
+    }
+    response.headers_mut().insert(HeaderName::from_static(REQUEST_ID_HEADER), request_id);
+    metrics::histogram!("seckill_edge_request_seconds").record(started.elapsed().as_secs_f64());
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparents_are_checked_for_shape() {
+        let good = HeaderValue::from_static("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        assert!(valid_traceparent(&good));
+        assert!(valid_traceparent(&new_traceparent()));
+        for bad in ["", "00-xyz", "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01", "00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"] {
+            assert!(!valid_traceparent(&HeaderValue::from_static(bad)), "{bad}");
+        }
+    }
+}

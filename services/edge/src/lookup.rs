@@ -1,0 +1,97 @@
+//! Order status for buyers: Redis first (it answers within the sale), then
+//! PostgreSQL (when Redis no longer holds the order — its keys expired, or
+//! Redis lost data — or does not answer). The SQL here is the edge's own.
+
+use seckill_shared::domain::{OrderId, OrderStatus, SaleKey, UserId};
+use seckill_shared::redis_conn::RedisCallError;
+use seckill_shared::stock::Stock;
+use sqlx::{PgPool, Row};
+
+/// One order's status as the buyer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderView {
+    pub order_id: String,
+    pub sale: SaleKey,
+    pub user_id: i64,
+    pub status: OrderStatus,
+    /// Why it failed, if it did.
+    pub reason: Option<String>,
+}
+
+/// Why a status could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    /// Neither Redis nor PostgreSQL knows the order.
+    #[error("order not found")]
+    NotFound,
+    /// PostgreSQL failed.
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    /// Redis failed and PostgreSQL did not know the order either.
+    #[error(transparent)]
+    Redis(#[from] RedisCallError),
+}
+
+/// Looks an order up by id.
+pub async fn order(stock: &Stock, db: &PgPool, order_id: &OrderId) -> Result<OrderView, LookupError> {
+    let redis_error = match stock.order_state(order_id).await {
+        Ok(Some(found)) => {
+            return Ok(OrderView {
+                order_id: order_id.to_string(),
+                sale: order_id.sale(),
+                user_id: found.user_id,
+                status: found.status,
+                reason: found.reason,
+            })
+        }
+        Ok(None) => None,
+        Err(error) => Some(error),
+    };
+    let row = sqlx::query("SELECT order_id, activity_id, sku_id, user_id, status, reason FROM orders WHERE order_id = $1")
+        .bind(order_id.as_str())
+        .fetch_optional(db)
+        .await?;
+    match (row, redis_error) {
+        (Some(row), _) => Ok(view(&row)),
+        (None, Some(error)) => Err(error.into()),
+        (None, None) => Err(LookupError::NotFound),
+    }
+}
+
+/// The user's order in the sale's current round: the one Redis names, else
+/// PostgreSQL's CREATED one, else its latest FAILED one.
+pub async fn user_order(stock: &Stock, db: &PgPool, sale: SaleKey, user: UserId) -> Result<OrderView, LookupError> {
+    match stock.user_order(sale, user).await {
+        Ok(Some(raw)) => {
+            if let Ok(order_id) = OrderId::parse(&raw) {
+                return order(stock, db, &order_id).await;
+            }
+        }
+        Ok(None) => {}
+        Err(error) => tracing::warn!(%error, "redis unavailable for a result lookup; asking the database"),
+    }
+    let row = sqlx::query(
+        "SELECT o.order_id, o.activity_id, o.sku_id, o.user_id, o.status, o.reason
+           FROM orders o
+          WHERE o.activity_id = $1 AND o.sku_id = $2 AND o.user_id = $3
+            AND o.round = (SELECT round FROM sales WHERE activity_id = $1 AND sku_id = $2)
+          ORDER BY (o.status = 'CREATED') DESC, o.created_at DESC
+          LIMIT 1",
+    )
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .bind(user.get())
+    .fetch_optional(db)
+    .await?;
+    row.as_ref().map(view).ok_or(LookupError::NotFound)
+}
+
+fn view(r: &sqlx::postgres::PgRow) -> OrderView {
+    OrderView {
+        order_id: r.get("order_id"),
+        sale: SaleKey::from_raw(r.get("activity_id"), r.get("sku_id")).expect("the table holds positive ids"),
+        user_id: r.get("user_id"),
+        status: OrderStatus::parse(r.get::<&str, _>("status")).unwrap_or(OrderStatus::Failed),
+        reason: r.get("reason"),
+    }
+}

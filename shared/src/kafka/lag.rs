@@ -1,0 +1,99 @@
+//! How far the consumer groups are behind: per partition, the high
+//! watermark minus the group's committed offset. The reconciliation, the
+//! sweeper's checkpoints, `seckillctl lag` and the services' lag gauges all
+//! read it here.
+
+use super::{compensator_group, consumer_config, order_group, Topics};
+use crate::config::KafkaSettings;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The high watermark of every partition of `topic`: the offset the next
+/// record appended to it will get.
+pub fn high_watermarks(consumer: &BaseConsumer, topic: &str, timeout: Duration) -> anyhow::Result<BTreeMap<i32, i64>> {
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    let mut marks = BTreeMap::new();
+    for t in metadata.topics().iter().filter(|t| t.name() == topic) {
+        for p in t.partitions() {
+            marks.insert(p.id(), consumer.fetch_watermarks(topic, p.id(), timeout)?.1);
+        }
+    }
+    if marks.is_empty() {
+        anyhow::bail!("topic {topic} has no partitions (does it exist?)");
+    }
+    Ok(marks)
+}
+
+/// Where the consumer's group stands on each of `partitions`: its committed
+/// offset, or the partition's low watermark when it has committed nothing.
+pub fn committed_positions<'a>(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partitions: impl IntoIterator<Item = &'a i32>,
+    timeout: Duration,
+) -> anyhow::Result<BTreeMap<i32, i64>> {
+    let mut list = TopicPartitionList::new();
+    for p in partitions {
+        list.add_partition(topic, *p);
+    }
+    let committed = consumer.committed_offsets(list, timeout)?;
+    let mut positions = BTreeMap::new();
+    for entry in committed.elements_for_topic(topic) {
+        let position = match entry.offset() {
+            Offset::Offset(o) => o,
+            _ => consumer.fetch_watermarks(topic, entry.partition(), timeout)?.0,
+        };
+        positions.insert(entry.partition(), position);
+    }
+    Ok(positions)
+}
+
+/// Records not yet committed by a group on a topic, per partition and summed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lag {
+    /// Sum over partitions.
+    pub total: i64,
+    /// Per partition: high watermark minus committed offset.
+    pub partitions: BTreeMap<i32, i64>,
+}
+
+/// Measures `group`'s lag on `topic` (blocking).
+pub fn lag(settings: &KafkaSettings, group: &str, topic: &str) -> anyhow::Result<Lag> {
+    let timeout = settings.admin_timeout();
+    let consumer: BaseConsumer = consumer_config(settings, group).create()?;
+    let highs = high_watermarks(&consumer, topic, timeout)?;
+    let positions = committed_positions(&consumer, topic, highs.keys(), timeout)?;
+    let mut lag = Lag::default();
+    for (p, high) in highs {
+        let behind = (high - positions.get(&p).copied().unwrap_or(0)).max(0);
+        lag.partitions.insert(p, behind);
+        lag.total += behind;
+    }
+    Ok(lag)
+}
+
+/// Both consumer groups' lag.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PipelineLag {
+    /// The order service on the orders topic.
+    pub order: Lag,
+    /// The compensator on the dead-letter topic.
+    pub compensator: Lag,
+}
+
+/// Measures both groups' lag, off the async runtime (the Kafka calls block).
+pub async fn pipeline_lag(settings: &KafkaSettings) -> anyhow::Result<PipelineLag> {
+    let settings = settings.clone();
+    tokio::task::spawn_blocking(move || {
+        let topics = Topics::new(&settings);
+        Ok(PipelineLag {
+            order: lag(&settings, &order_group(&settings), &topics.orders)?,
+            compensator: lag(&settings, &compensator_group(&settings), &topics.dlq)?,
+        })
+    })
+    .await?
+}

@@ -1,0 +1,69 @@
+//! Settling a FAILED order's unit at most once (`lua/compensate.lua`).
+
+use super::{with_keys, Stock};
+use crate::domain::{FailReason, OrderId, UserId};
+use crate::redis_conn::RedisCallError;
+use redis::Script;
+use std::sync::LazyLock;
+
+static COMPENSATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/compensate.lua")));
+
+/// How a FAILED order's unit is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    /// Put the unit back on sale.
+    Restore,
+    /// The database never had the unit: bring Redis stock down to the
+    /// database's remaining stock (never up).
+    WriteOff { db_remaining: i64 },
+}
+
+/// The answer of [`Stock::compensate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compensation {
+    /// Settled now (unit restored or written off).
+    Settled,
+    /// An earlier call settled it: nothing done.
+    AlreadySettled,
+    /// Redis never minted this order (or lost it): nothing to restore.
+    UnknownOrder,
+    /// Redis says CREATED: never restored.
+    Created,
+    /// The edge rolled it back already.
+    RolledBack,
+}
+
+impl Stock {
+    /// Settles a FAILED order in Redis, at most once per order id.
+    pub async fn compensate(
+        &self,
+        order_id: &OrderId,
+        user: UserId,
+        reason: FailReason,
+        settlement: Settlement,
+    ) -> Result<Compensation, RedisCallError> {
+        let k = self.keys.sale(order_id.sale());
+        let (mode, db_remaining) = match settlement {
+            Settlement::Restore => ("restore", 0),
+            Settlement::WriteOff { db_remaining } => ("writeoff", db_remaining),
+        };
+        let mut invocation =
+            with_keys(&COMPENSATE, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off]);
+        invocation
+            .arg(order_id.as_str())
+            .arg(user.get())
+            .arg(reason.code())
+            .arg(if reason.lets_user_retry() { "1" } else { "0" })
+            .arg(mode)
+            .arg(db_remaining);
+        let answer: i64 = self.conn.invoke(&invocation).await?;
+        Ok(match answer {
+            1 => Compensation::Settled,
+            0 => Compensation::AlreadySettled,
+            -1 => Compensation::UnknownOrder,
+            -2 => Compensation::Created,
+            -3 => Compensation::RolledBack,
+            other => return Err(RedisCallError::Unexpected { script: "compensate.lua", answer: other.to_string() }),
+        })
+    }
+}

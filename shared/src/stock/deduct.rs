@@ -1,0 +1,121 @@
+//! The flash-sale decision (`lua/deduct.lua`), and the seed's lock-based
+//! deduction kept beside it for comparison.
+
+use super::keys::SaleLock;
+use super::status::OrderState;
+use super::{with_keys, Stock};
+use crate::config::LockSettings;
+use crate::domain::{OrderId, OrderStatus, SaleKey, UserId};
+use crate::lock::LockClient;
+use crate::redis_conn::RedisCallError;
+use redis::{AsyncCommands, Script};
+use std::sync::LazyLock;
+
+static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/deduct.lua")));
+
+/// The answer of one deduction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deduction {
+    /// A unit is the user's; the order id is new.
+    Accepted { order_id: OrderId, round: i64, stock_left: i64 },
+    /// No such sale in Redis (never warmed, expired, or Redis lost it).
+    SaleNotFound,
+    /// Outside the sale window.
+    NotActive,
+    /// The user already holds this order.
+    AlreadyPurchased { order_id: Option<String> },
+    /// No units left.
+    SoldOut,
+}
+
+impl Stock {
+    /// The flash-sale decision (`lua/deduct.lua`).
+    pub async fn deduct(&self, sale: SaleKey, user: UserId, now_ms: i64, nonce: &str) -> Result<Deduction, RedisCallError> {
+        let k = self.keys.sale(sale);
+        let mut invocation = with_keys(&DEDUCT, &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.seq]);
+        invocation.arg(user.get()).arg(now_ms).arg(nonce).arg(sale.activity.get()).arg(sale.sku.get());
+        let answer: Vec<redis::Value> = self.conn.invoke(&invocation).await?;
+        parse_deduction(&answer)
+    }
+
+    /// The seed's deduction, for comparison: a per-sale lock around separate
+    /// commands instead of one script. Same answers as [`Stock::deduct`];
+    /// `None` when the lock was not had within its wait.
+    pub async fn deduct_with_lock(
+        &self,
+        locks: &LockClient,
+        settings: &LockSettings,
+        sale: SaleKey,
+        user: UserId,
+        now_ms: i64,
+        nonce: &str,
+    ) -> Result<Option<Deduction>, RedisCallError> {
+        let k = self.keys.sale(sale);
+        let lock_name = self.keys.sale_lock(sale, SaleLock::Deduction);
+        let Some(guard) = locks.acquire(&lock_name, settings.lease(), settings.wait()).await? else {
+            return Ok(None);
+        };
+        let mut conn = self.conn.clone();
+        let result = async {
+            let meta: Vec<Option<i64>> = self.conn.bounded(conn.hmget(&k.meta, &["starts", "ends", "round"])).await?;
+            let Some(round) = meta[2] else { return Ok(Deduction::SaleNotFound) };
+            let (starts, ends) = (meta[0].unwrap_or(0), meta[1].unwrap_or(0));
+            if (starts > 0 && now_ms < starts) || (ends > 0 && now_ms >= ends) {
+                return Ok(Deduction::NotActive);
+            }
+            let existing: Option<String> = self.conn.bounded(conn.hget(&k.buyers, user.get())).await?;
+            if existing.is_some() {
+                return Ok(Deduction::AlreadyPurchased { order_id: existing });
+            }
+            let stock: Option<i64> = self.conn.bounded(conn.get(&k.stock)).await?;
+            let stock = stock.unwrap_or(0);
+            if stock <= 0 {
+                return Ok(Deduction::SoldOut);
+            }
+            let seq: i64 = self.conn.bounded(conn.incr(&k.seq, 1)).await?;
+            let order_id = OrderId::parse(&format!("{}-{}-{seq}-{nonce}", sale.activity, sale.sku))
+                .map_err(|e| RedisCallError::Unexpected { script: "deduct_with_lock", answer: e.to_string() })?;
+            let state = OrderState { status: OrderStatus::Queued, user_id: user.get(), reason: None, accepted_at: now_ms };
+            let mut write = redis::pipe();
+            write
+                .atomic()
+                .decr(&k.stock, 1)
+                .ignore()
+                .hset(&k.buyers, user.get(), order_id.as_str())
+                .ignore()
+                .hset(&k.orders, order_id.as_str(), state.encode())
+                .ignore()
+                .zadd(&k.reserved, order_id.as_str(), now_ms)
+                .ignore();
+            self.conn.pipe::<()>(&write).await?;
+            Ok(Deduction::Accepted { order_id, round, stock_left: stock - 1 })
+        }
+        .await;
+        guard.release().await;
+        result.map(Some)
+    }
+}
+
+fn parse_deduction(answer: &[redis::Value]) -> Result<Deduction, RedisCallError> {
+    let unexpected = || RedisCallError::Unexpected { script: "deduct.lua", answer: format!("{answer:?}") };
+    let int = |i: usize| match answer.get(i) {
+        Some(redis::Value::Int(n)) => Some(*n),
+        _ => None,
+    };
+    let text = |i: usize| match answer.get(i) {
+        Some(redis::Value::BulkString(bytes)) => String::from_utf8(bytes.clone()).ok(),
+        Some(redis::Value::SimpleString(s)) => Some(s.clone()),
+        _ => None,
+    };
+    match int(0).ok_or_else(unexpected)? {
+        1 => {
+            let order_id = text(2).and_then(|id| OrderId::parse(&id).ok()).ok_or_else(unexpected)?;
+            Ok(Deduction::Accepted { order_id, round: int(1).unwrap_or(0), stock_left: int(3).unwrap_or(0) })
+        }
+        -1 => Ok(Deduction::SaleNotFound),
+        -2 => Ok(Deduction::NotActive),
+        -3 => Ok(Deduction::AlreadyPurchased { order_id: text(2) }),
+        -4 => Ok(Deduction::SoldOut),
+        _ => Err(unexpected()),
+    }
+}

@@ -1,0 +1,21 @@
+//! Undoing a deduction whose publish definitely failed (`lua/rollback.lua`).
+
+use super::{with_keys, Stock};
+use crate::domain::{FailReason, OrderId, UserId};
+use crate::redis_conn::RedisCallError;
+use redis::Script;
+use std::sync::LazyLock;
+
+static ROLLBACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/rollback.lua")));
+
+impl Stock {
+    /// Puts the unit back, frees the buyer and marks the order FAILED, if the
+    /// order is still QUEUED. Returns whether a unit went back.
+    pub async fn rollback(&self, order_id: &OrderId, user: UserId, reason: FailReason) -> Result<bool, RedisCallError> {
+        let k = self.keys.sale(order_id.sale());
+        let mut invocation = with_keys(&ROLLBACK, &[&k.stock, &k.buyers, &k.orders, &k.reserved]);
+        invocation.arg(order_id.as_str()).arg(user.get()).arg(reason.code());
+        let restored: i64 = self.conn.invoke(&invocation).await?;
+        Ok(restored == 1)
+    }
+}

@@ -1,0 +1,141 @@
+//! A sale's whole Redis state as the reconciliation, the warm-up and the
+//! sweeper read it: counters, and which of a list of orders Redis accepted
+//! or settled.
+
+use super::Stock;
+use crate::domain::SaleKey;
+use crate::redis_conn::RedisCallError;
+use redis::AsyncCommands;
+
+/// A sale's Redis state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SaleSnapshot {
+    /// Whether the sale exists in Redis at all.
+    pub exists: bool,
+    /// Warm-up round.
+    pub round: i64,
+    /// Units warmed up.
+    pub total: i64,
+    /// Units left.
+    pub remaining: i64,
+    /// Users holding an order.
+    pub buyers: i64,
+    /// Accepted orders not yet seen by the order service.
+    pub reservations: i64,
+    /// Orders accepted and not yet settled either way.
+    pub queued: i64,
+    /// Orders Redis knows as CREATED.
+    pub created: i64,
+    /// Orders Redis knows as FAILED.
+    pub failed: i64,
+    /// Units restored by the compensator or sweeper.
+    pub compensated: i64,
+    /// Units written off (the database never had them).
+    pub written_off: i64,
+}
+
+impl Stock {
+    /// Reads everything the reconciliation needs of one sale.
+    pub async fn snapshot(&self, sale: SaleKey) -> Result<SaleSnapshot, RedisCallError> {
+        let k = self.keys.sale(sale);
+        let mut conn = self.conn.clone();
+        let (meta, stock, buyers, reservations, compensated, written_off): (
+            Vec<Option<i64>>,
+            Option<i64>,
+            i64,
+            i64,
+            i64,
+            i64,
+        ) = self
+            .conn
+            .bounded(
+                redis::pipe()
+                    .hmget(&k.meta, &["total", "round"])
+                    .get(&k.stock)
+                    .hlen(&k.buyers)
+                    .zcard(&k.reserved)
+                    .scard(&k.compensated)
+                    .scard(&k.written_off)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        let statuses: Vec<String> = self.conn.bounded(conn.hvals(&k.orders)).await?;
+        let mut snapshot = SaleSnapshot {
+            exists: meta.get(1).copied().flatten().is_some(),
+            total: meta.first().copied().flatten().unwrap_or(0),
+            round: meta.get(1).copied().flatten().unwrap_or(0),
+            remaining: stock.unwrap_or(0),
+            buyers,
+            reservations,
+            compensated,
+            written_off,
+            ..SaleSnapshot::default()
+        };
+        for value in &statuses {
+            match value.split('|').next() {
+                Some("QUEUED") => snapshot.queued += 1,
+                Some("CREATED") => snapshot.created += 1,
+                _ => snapshot.failed += 1,
+            }
+        }
+        Ok(snapshot)
+    }
+
+    /// Whether the previous round has orders in flight (reserved or QUEUED).
+    pub async fn has_orders_in_flight(&self, sale: SaleKey) -> Result<bool, RedisCallError> {
+        let snapshot = self.snapshot(sale).await?;
+        Ok(snapshot.reservations > 0 || snapshot.queued > 0)
+    }
+
+    /// Every sale ever warmed with this prefix.
+    pub async fn sales(&self) -> Result<Vec<SaleKey>, RedisCallError> {
+        let mut conn = self.conn.clone();
+        let members: Vec<String> = self.conn.bounded(conn.smembers(self.keys.registry())).await?;
+        Ok(members
+            .iter()
+            .filter_map(|m| {
+                let (a, s) = m.split_once(':')?;
+                SaleKey::from_raw(a.parse().ok()?, s.parse().ok()?).ok()
+            })
+            .collect())
+    }
+
+    /// How many of `ids` Redis has a status for (orders Redis accepted).
+    pub async fn count_known_orders(&self, sale: SaleKey, ids: &[String]) -> Result<i64, RedisCallError> {
+        let key = self.keys.sale(sale).orders;
+        self.count_in_chunks(ids, 1, |pipe, id| {
+            pipe.hexists(&key, id);
+        })
+        .await
+    }
+
+    /// How many of `ids` were settled: their unit restored or written off.
+    pub async fn count_settled(&self, sale: SaleKey, ids: &[String]) -> Result<i64, RedisCallError> {
+        let k = self.keys.sale(sale);
+        self.count_in_chunks(ids, 2, |pipe, id| {
+            pipe.sismember(&k.compensated, id).sismember(&k.written_off, id);
+        })
+        .await
+    }
+
+    /// Asks `per_id` questions of each id, a thousand ids per round trip, and
+    /// counts the ids with at least one yes.
+    async fn count_in_chunks(
+        &self,
+        ids: &[String],
+        per_id: usize,
+        ask: impl Fn(&mut redis::Pipeline, &str),
+    ) -> Result<i64, RedisCallError> {
+        let mut count = 0;
+        for chunk in ids.chunks(1000) {
+            let mut pipe = redis::pipe();
+            for id in chunk {
+                ask(&mut pipe, id);
+            }
+            let answers: Vec<bool> = self.conn.pipe(&pipe).await?.unwrap_or_default();
+            count += answers.chunks(per_id).filter(|yes| yes.iter().any(|y| *y)).count() as i64;
+        }
+        Ok(count)
+    }
+}

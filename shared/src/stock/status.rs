@@ -1,0 +1,114 @@
+//! Each order's status in Redis, and the reservations of orders not yet
+//! settled: read for the buyer, settled in bulk by the order service,
+//! swept by the reservation sweeper.
+
+use super::Stock;
+use crate::domain::{OrderId, OrderStatus, SaleKey, UserId};
+use crate::redis_conn::RedisCallError;
+use redis::AsyncCommands;
+use std::collections::BTreeMap;
+
+/// What Redis knows of one order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderState {
+    /// QUEUED, CREATED or FAILED.
+    pub status: OrderStatus,
+    /// The buyer.
+    pub user_id: i64,
+    /// Why it failed, if it did.
+    pub reason: Option<String>,
+    /// When the edge accepted it (ms).
+    pub accepted_at: i64,
+}
+
+impl OrderState {
+    /// Parses `STATUS|user|reason|accepted_ms`.
+    pub fn parse(value: &str) -> Option<Self> {
+        let mut parts = value.splitn(4, '|');
+        let status = OrderStatus::parse(parts.next()?)?;
+        let user_id = parts.next()?.parse().ok()?;
+        let reason = parts.next().filter(|r| !r.is_empty()).map(str::to_owned);
+        let accepted_at = parts.next()?.parse().ok()?;
+        Some(Self { status, user_id, reason, accepted_at })
+    }
+
+    /// `STATUS|user|reason|accepted_ms`, as the scripts write it.
+    pub(super) fn encode(&self) -> String {
+        format!("{}|{}|{}|{}", self.status.as_str(), self.user_id, self.reason.as_deref().unwrap_or(""), self.accepted_at)
+    }
+}
+
+impl Stock {
+    /// What Redis knows of one order.
+    pub async fn order_state(&self, order_id: &OrderId) -> Result<Option<OrderState>, RedisCallError> {
+        let k = self.keys.sale(order_id.sale());
+        let mut conn = self.conn.clone();
+        let value: Option<String> = self.conn.bounded(conn.hget(&k.orders, order_id.as_str())).await?;
+        Ok(value.as_deref().and_then(OrderState::parse))
+    }
+
+    /// The user's order id in the sale, if Redis holds one.
+    pub async fn user_order(&self, sale: SaleKey, user: UserId) -> Result<Option<String>, RedisCallError> {
+        let k = self.keys.sale(sale);
+        let mut conn = self.conn.clone();
+        self.conn.bounded(conn.hget(&k.buyers, user.get())).await
+    }
+
+    /// Marks orders CREATED and clears their reservations, in one pipelined
+    /// round trip of two variadic commands per sale (`HSET` of every status,
+    /// `ZREM` of every reservation). Called after PostgreSQL committed their
+    /// rows.
+    pub async fn mark_created(&self, orders: &[(OrderId, UserId, i64)]) -> Result<(), RedisCallError> {
+        let mut by_sale: BTreeMap<SaleKey, Vec<(&str, String)>> = BTreeMap::new();
+        for (order_id, user, accepted_at) in orders {
+            let state = OrderState { status: OrderStatus::Created, user_id: user.get(), reason: None, accepted_at: *accepted_at };
+            by_sale.entry(order_id.sale()).or_default().push((order_id.as_str(), state.encode()));
+        }
+        let mut pipe = redis::pipe();
+        for (sale, states) in &by_sale {
+            let k = self.keys.sale(*sale);
+            let ids: Vec<&str> = states.iter().map(|(id, _)| *id).collect();
+            pipe.hset_multiple(&k.orders, states).ignore();
+            pipe.zrem(&k.reserved, ids).ignore();
+        }
+        self.conn.pipe::<()>(&pipe).await.map(drop)
+    }
+
+    /// Clears reservations of orders the order service has taken charge of
+    /// (written, already done, or sent to the dead-letter topic): one
+    /// variadic `ZREM` per sale.
+    pub async fn unreserve(&self, orders: &[OrderId]) -> Result<(), RedisCallError> {
+        let mut by_sale: BTreeMap<SaleKey, Vec<&str>> = BTreeMap::new();
+        for order_id in orders {
+            by_sale.entry(order_id.sale()).or_default().push(order_id.as_str());
+        }
+        let mut pipe = redis::pipe();
+        for (sale, ids) in &by_sale {
+            pipe.zrem(&self.keys.sale(*sale).reserved, ids).ignore();
+        }
+        self.conn.pipe::<()>(&pipe).await.map(drop)
+    }
+
+    /// Reservations accepted before `cutoff_ms`, oldest first, at most `limit`.
+    pub async fn stale_reservations(&self, sale: SaleKey, cutoff_ms: i64, limit: isize) -> Result<Vec<OrderId>, RedisCallError> {
+        let k = self.keys.sale(sale);
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> =
+            self.conn.bounded(conn.zrangebyscore_limit(&k.reserved, "-inf", format!("({cutoff_ms}"), 0, limit)).await?;
+        Ok(ids.iter().filter_map(|id| OrderId::parse(id).ok()).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_states_round_trip() {
+        let state = OrderState { status: OrderStatus::Failed, user_id: 42, reason: Some("NO_DB_STOCK".into()), accepted_at: 7 };
+        assert_eq!(OrderState::parse(&state.encode()), Some(state));
+        let queued = OrderState::parse("QUEUED|9||123").expect("valid");
+        assert_eq!(queued.reason, None);
+        assert_eq!(OrderState::parse("garbage"), None);
+    }
+}
