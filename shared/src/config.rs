@@ -85,7 +85,6 @@ impl KafkaSettings {
 pub struct DbSettings {
     /// `postgres://user:password@host:port/db`.
     pub url: String,
-    /// Pool size.
     pub max_connections: u32,
     /// Bound on waiting for a pooled connection.
     pub acquire_timeout_ms: u64,
@@ -109,6 +108,18 @@ pub struct TelemetrySettings {
     pub json: bool,
     /// `EnvFilter` directives; `RUST_LOG` wins when set; default `info`.
     pub filter: Option<String>,
+}
+
+/// The servers a service talks to, and its logging. Flattened into each
+/// service's settings: the keys `redis`, `kafka`, `database` and
+/// `telemetry` stay top-level sections.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Servers {
+    pub redis: RedisSettings,
+    pub kafka: KafkaSettings,
+    pub database: DbSettings,
+    pub telemetry: TelemetrySettings,
 }
 
 /// Lease and wait of one use of the distributed lock.
@@ -159,17 +170,28 @@ const CONTRACT_VARS: &[(&str, &[&str])] = &[
     ("SECKILL_USER_JWT_SECRET", &["user_jwt_secret"]),
 ];
 
+/// Whether a key the settings do not have is an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownKeys {
+    /// A service: a misspelt key must not be silently ignored.
+    Refuse,
+    /// The operator's tool, which shares its environment with every service
+    /// and reads only the servers' parts of it.
+    Ignore,
+}
+
 /// Loads settings: defaults, then the TOML file named by `SECKILL_CONFIG`,
 /// then environment overrides. A bad key or value fails naming it.
-pub fn load<T: DeserializeOwned + Serialize + Default>() -> anyhow::Result<T> {
+pub fn load<T: DeserializeOwned + Serialize + Default>(unknown: UnknownKeys) -> anyhow::Result<T> {
     let vars: Vec<(String, String)> = std::env::vars().collect();
-    load_from(std::env::var("SECKILL_CONFIG").ok().as_deref(), &vars)
+    load_from(std::env::var("SECKILL_CONFIG").ok().as_deref(), &vars, unknown)
 }
 
 /// [`load`] with the file and the environment given, for tests.
 pub fn load_from<T: DeserializeOwned + Serialize + Default>(
     file: Option<&str>,
     vars: &[(String, String)],
+    unknown: UnknownKeys,
 ) -> anyhow::Result<T> {
     let mut table = match file {
         Some(path) => {
@@ -198,7 +220,38 @@ pub fn load_from<T: DeserializeOwned + Serialize + Default>(
             set_path(&mut table, &path, infer_value(value), name)?;
         }
     }
+    match unknown {
+        UnknownKeys::Refuse => refuse_unknown_keys(&table, &schema, "")?,
+        UnknownKeys::Ignore => drop_unknown_keys(&mut table, &schema),
+    }
     T::deserialize(toml::Value::Table(table)).map_err(|e| anyhow::anyhow!("invalid settings: {e}"))
+}
+
+/// Removes the keys of `table` the settings do not have.
+fn drop_unknown_keys(table: &mut toml::Table, schema: &serde_json::Value) {
+    let Some(known) = schema.as_object() else { return };
+    table.retain(|key, _| known.contains_key(key));
+    for (key, value) in table.iter_mut() {
+        if let toml::Value::Table(inner) = value {
+            drop_unknown_keys(inner, &known[key]);
+        }
+    }
+}
+
+/// Fails naming the first key of `table` that the settings do not have
+/// (`schema`: the defaults, serialized). Settings structs flatten shared
+/// parts, which serde's `deny_unknown_fields` cannot check, so the check is
+/// made here, once, for every service.
+fn refuse_unknown_keys(table: &toml::Table, schema: &serde_json::Value, path: &str) -> anyhow::Result<()> {
+    let Some(known) = schema.as_object() else { return Ok(()) };
+    for (key, value) in table {
+        let name = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+        let Some(expected) = known.get(key) else { bail!("unknown setting '{name}'") };
+        if let toml::Value::Table(inner) = value {
+            refuse_unknown_keys(inner, expected, &name)?;
+        }
+    }
+    Ok(())
 }
 
 fn infer_value(raw: &str) -> toml::Value {
@@ -247,10 +300,7 @@ mod tests {
 
     #[test]
     fn contract_variables_set_their_keys_as_strings() {
-        let s: Sample = load_from(
-            None,
-            &vars(&[("SECKILL_ADMIN_TOKEN", "12345"), ("SECKILL_KEY_PREFIX", "t1:"), ("SECKILL_HTTP_ADDR", "0.0.0.0:1")]),
-        )
+        let s: Sample = load_from(None, &vars(&[("SECKILL_ADMIN_TOKEN", "12345"), ("SECKILL_KEY_PREFIX", "t1:"), ("SECKILL_HTTP_ADDR", "0.0.0.0:1")]), UnknownKeys::Refuse)
         .unwrap();
         assert_eq!(s.admin_token.as_deref(), Some("12345"), "a numeric-looking token stays a string");
         assert_eq!(s.redis.key_prefix, "t1:");
@@ -267,22 +317,35 @@ mod tests {
     #[test]
     fn contract_variables_a_service_lacks_are_ignored() {
         let s: NoHttp =
-            load_from(None, &vars(&[("SECKILL_ADMIN_TOKEN", "x"), ("SECKILL_HTTP_ADDR", "y"), ("SECKILL_KEY_PREFIX", "p:")]))
+            load_from(None, &vars(&[("SECKILL_ADMIN_TOKEN", "x"), ("SECKILL_HTTP_ADDR", "y"), ("SECKILL_KEY_PREFIX", "p:")]), UnknownKeys::Refuse)
                 .unwrap();
         assert_eq!(s.redis.key_prefix, "p:");
     }
 
     #[test]
     fn nested_overrides_are_typed() {
-        let s: Sample = load_from(None, &vars(&[("SECKILL__KAFKA__ORDER_PARTITIONS", "3")])).unwrap();
+        let s: Sample = load_from(None, &vars(&[("SECKILL__KAFKA__ORDER_PARTITIONS", "3")]), UnknownKeys::Refuse).unwrap();
         assert_eq!(s.kafka.order_partitions, 3);
     }
 
     #[test]
+    fn unknown_keys_in_a_file_are_named() {
+        let dir = std::env::temp_dir().join(format!("seckill-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, "[kafka]\nbrokers = \"b:1\"\nlinger = 3\n").unwrap();
+        let err = load_from::<Sample>(path.to_str(), &[], UnknownKeys::Refuse).unwrap_err();
+        assert!(err.to_string().contains("kafka.linger"), "{err}");
+        std::fs::write(&path, "typo_addr = \"x\"\n").unwrap();
+        let err = load_from::<Sample>(path.to_str(), &[], UnknownKeys::Refuse).unwrap_err();
+        assert!(err.to_string().contains("typo_addr"), "{err}");
+    }
+
+    #[test]
     fn a_bad_key_is_named() {
-        let err = load_from::<Sample>(None, &vars(&[("SECKILL__KAFKA__NO_SUCH_KEY", "1")])).unwrap_err();
+        let err = load_from::<Sample>(None, &vars(&[("SECKILL__KAFKA__NO_SUCH_KEY", "1")]), UnknownKeys::Refuse).unwrap_err();
         assert!(err.to_string().contains("no_such_key"), "{err}");
-        let err = load_from::<Sample>(None, &vars(&[("SECKILL__KAFKA__ORDER_PARTITIONS", "many")])).unwrap_err();
+        let err = load_from::<Sample>(None, &vars(&[("SECKILL__KAFKA__ORDER_PARTITIONS", "many")]), UnknownKeys::Refuse).unwrap_err();
         assert!(err.to_string().contains("order_partitions") || err.to_string().contains("invalid type"), "{err}");
     }
 }

@@ -34,9 +34,7 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SaleRow {
-    /// The sale.
     pub activity_id: i64,
-    /// The SKU.
     pub sku_id: i64,
     /// Warm-up round; each warm-up starts a new one.
     pub round: i32,

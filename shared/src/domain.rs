@@ -79,9 +79,7 @@ positive_id!(UserId, "userId", "A buyer.");
 /// hash tag `{activity:sku}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SaleKey {
-    /// The activity.
     pub activity: ActivityId,
-    /// The SKU.
     pub sku: SkuId,
 }
 

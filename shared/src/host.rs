@@ -1,9 +1,9 @@
 //! The skeleton both consuming services (order service, compensator) run
-//! in: a health and metrics port served at once, dependencies connected with
+//! in ([`Service`]): a health and metrics port served at once, dependencies connected with
 //! retries while `/readyz` says 503, the service's tasks started on one
 //! tracker, and a bounded wait for them at shutdown, each exit logged.
 
-use crate::config::{DbSettings, KafkaSettings, RedisSettings};
+use crate::config::Servers;
 use crate::kafka::Topics;
 use crate::shutdown::Background;
 use crate::stock::Stock;
@@ -88,7 +88,7 @@ impl ReadyFlag {
                 if ready {
                     Ok(())
                 } else {
-                    Err("connecting to redis, postgresql and kafka".to_owned())
+                    Err(crate::telemetry::NotReady("connecting to redis, postgresql and kafka"))
                 }
             })
         })
@@ -98,7 +98,6 @@ impl ReadyFlag {
 /// The connections a consuming service works with.
 #[derive(Clone)]
 pub struct Connections {
-    /// Redis.
     pub stock: Stock,
     /// PostgreSQL, migrated.
     pub db: sqlx::PgPool,
@@ -106,41 +105,59 @@ pub struct Connections {
     pub topics: Topics,
 }
 
-/// What a consuming service needs from its settings to be hosted.
-#[derive(Debug, Clone)]
-pub struct HostSettings {
+/// What both consuming services' settings have besides their servers
+/// (flattened into them: the keys stay top-level).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServiceSettings {
     /// Health and metrics listener (port 0 picks a free one, for tests).
     pub metrics_addr: String,
-    /// Redis.
-    pub redis: RedisSettings,
-    /// PostgreSQL.
-    pub database: DbSettings,
-    /// Kafka.
-    pub kafka: KafkaSettings,
-    /// Delays while a dependency does not answer.
+    /// Delays while PostgreSQL, Redis or Kafka fail.
     pub retry: RetrySettings,
-    /// How long tasks may take to stop.
-    pub shutdown_timeout: Duration,
+    /// How long the tasks may take to finish their work at shutdown.
+    pub shutdown_timeout_ms: u64,
 }
 
-/// A consuming service's host: its health port bound, its dependencies
-/// known.
-pub struct Host {
-    name: &'static str,
+impl ServiceSettings {
+    /// Defaults, listening on `metrics_addr`.
+    pub fn listening_on(metrics_addr: &str) -> Self {
+        Self { metrics_addr: metrics_addr.to_owned(), retry: RetrySettings::default(), shutdown_timeout_ms: 30_000 }
+    }
+}
+
+impl Default for ServiceSettings {
+    fn default() -> Self {
+        Self::listening_on("127.0.0.1:0")
+    }
+}
+
+/// A consuming service as the host runs it: its settings say where it
+/// listens and what it connects to, and it starts its own tasks.
+pub trait Hosted: Send + Sync + Sized + 'static {
+    /// Its name in logs.
+    const NAME: &'static str;
+    /// Its listener, retries and shutdown bound, and the servers it
+    /// connects to.
+    fn hosting(&self) -> (&ServiceSettings, &Servers);
+    /// Spawns its tasks on `background`, once its dependencies answer.
+    fn start(settings: Arc<Self>, connections: Connections, background: &Background) -> anyhow::Result<()>;
+}
+
+/// A built consuming service, its health port bound.
+pub struct Service<S> {
+    settings: Arc<S>,
     health: tokio::net::TcpListener,
-    settings: HostSettings,
 }
 
-impl Host {
-    /// Binds the health port and installs the metrics recorder before
-    /// anything records.
-    pub async fn bind(name: &'static str, settings: HostSettings) -> anyhow::Result<Self> {
+impl<S: Hosted> Service<S> {
+    /// Binds the health port (port 0 picks a free one, for tests) and
+    /// installs the metrics recorder before anything records.
+    pub async fn build(settings: S) -> anyhow::Result<Self> {
         use anyhow::Context;
         crate::telemetry::metrics_handle();
-        let health = tokio::net::TcpListener::bind(&settings.metrics_addr)
-            .await
-            .with_context(|| format!("binding {}", settings.metrics_addr))?;
-        Ok(Self { name, health, settings })
+        let addr = &settings.hosting().0.metrics_addr;
+        let health = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        Ok(Self { settings: Arc::new(settings), health })
     }
 
     /// The health and metrics address.
@@ -149,44 +166,41 @@ impl Host {
     }
 
     /// Serves health at once, connects (retrying; `/readyz` says 503
-    /// meanwhile), lets `start` spawn the service's tasks, then waits for
-    /// `shutdown` and for every task to finish (bounded).
-    pub async fn run(
-        self,
-        shutdown: CancellationToken,
-        start: impl FnOnce(Connections, &Background) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
-        let Self { name, health, settings } = self;
+    /// meanwhile), starts the service's tasks, then waits for `shutdown` and
+    /// for every task to finish (bounded).
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let Self { settings, health } = self;
+        let (service, servers) = settings.hosting();
         let background = Background::new(shutdown.clone());
         let ready = ReadyFlag::default();
         background.spawn("health server", crate::telemetry::serve_health(health, ready.check(), shutdown.clone()));
-        if let Some(connections) = connect(&settings, &shutdown).await? {
+        if let Some(connections) = connect(servers, service.retry, &shutdown).await? {
             ready.set();
-            start(connections, &background)?;
-            tracing::info!(service = name, "running");
+            S::start(settings.clone(), connections, &background)?;
+            tracing::info!(service = S::NAME, "running");
         }
         shutdown.cancelled().await;
-        if !background.wait(settings.shutdown_timeout).await {
-            tracing::warn!(service = name, timeout = ?settings.shutdown_timeout, "tasks did not stop in time");
+        let timeout = Duration::from_millis(service.shutdown_timeout_ms);
+        if !background.wait(timeout).await {
+            tracing::warn!(service = S::NAME, ?timeout, "tasks did not stop in time");
         }
-        tracing::info!(service = name, "stopped");
+        tracing::info!(service = S::NAME, "stopped");
         Ok(())
     }
 }
 
 /// Redis, PostgreSQL (migrated) and Kafka (topics created), each retried
 /// until it answers; `None` when `shutdown` came first.
-async fn connect(settings: &HostSettings, shutdown: &CancellationToken) -> anyhow::Result<Option<Connections>> {
-    let retry = settings.retry;
-    let Some(stock) = retry_until(retry, "connecting to redis", shutdown, || Stock::connect(&settings.redis)).await else {
+async fn connect(servers: &Servers, retry: RetrySettings, shutdown: &CancellationToken) -> anyhow::Result<Option<Connections>> {
+    let Some(stock) = retry_until(retry, "connecting to redis", shutdown, || Stock::connect(&servers.redis)).await else {
         return Ok(None);
     };
-    let db = crate::db::connect_lazy(&settings.database)?;
+    let db = crate::db::connect_lazy(&servers.database)?;
     if retry_until(retry, "migrating the database", shutdown, || crate::db::migrate(&db)).await.is_none() {
         return Ok(None);
     }
     let Some(topics) =
-        retry_until(retry, "creating topics", shutdown, || crate::kafka::ensure_topics(&settings.kafka)).await
+        retry_until(retry, "creating topics", shutdown, || crate::kafka::ensure_topics(&servers.kafka)).await
     else {
         return Ok(None);
     };

@@ -18,9 +18,7 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
-    /// The sale.
     pub activity_id: i64,
-    /// The SKU.
     pub sku_id: i64,
     /// Warm-up round (PostgreSQL).
     pub round: i32,
@@ -105,19 +103,15 @@ pub async fn reconcile(
     let row = crate::db::find_sale(pool, sale).await.map_err(&pg)?.ok_or(ReconcileError::SaleNotFound(sale))?;
     let snapshot = stock.snapshot(sale).await.map_err(&redis)?;
 
-    let (created, duplicate_users): (i64, i64) = sqlx::query_as(
-        "SELECT count(*), count(*) - count(DISTINCT user_id) FROM orders
-          WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'CREATED'",
-    )
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
-    .bind(row.round)
-    .fetch_one(pool)
-    .await
-    .map_err(&pg)?;
-    let failed_rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT order_id, COALESCE(reason, '') FROM orders
-          WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED'",
+    // Per status and reason: how many, by how many users, and (FAILED only)
+    // which orders — each FAILED order Redis had accepted must have had its
+    // unit restored or written off.
+    let by_status: Vec<(String, Option<String>, i64, i64, Option<Vec<String>>)> = sqlx::query_as(
+        "SELECT status, reason, count(*), count(DISTINCT user_id),
+                array_agg(order_id) FILTER (WHERE status = 'FAILED')
+           FROM orders
+          WHERE activity_id = $1 AND sku_id = $2 AND round = $3
+          GROUP BY status, reason",
     )
     .bind(sale.activity.get())
     .bind(sale.sku.get())
@@ -125,12 +119,19 @@ pub async fn reconcile(
     .fetch_all(pool)
     .await
     .map_err(&pg)?;
-    let failed = failed_rows.len() as i64;
+    let (mut created, mut duplicate_users, mut failed) = (0, 0, 0);
     let mut failed_by_reason = BTreeMap::new();
-    for (_, reason) in &failed_rows {
-        *failed_by_reason.entry(reason.clone()).or_insert(0) += 1;
+    let mut failed_ids = Vec::new();
+    for (status, reason, count, users, ids) in by_status {
+        if status == "CREATED" {
+            created += count;
+            duplicate_users += count - users;
+        } else {
+            failed += count;
+            *failed_by_reason.entry(reason.unwrap_or_default()).or_insert(0) += count;
+            failed_ids.extend(ids.unwrap_or_default());
+        }
     }
-    let failed_ids: Vec<String> = failed_rows.into_iter().map(|(id, _)| id).collect();
     let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(&redis)?;
 
     let (order_lag, compensator_lag) = match kafka_settings {

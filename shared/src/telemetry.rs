@@ -48,9 +48,14 @@ pub fn metrics_handle() -> PrometheusHandle {
         .clone()
 }
 
+/// Why a service is not ready: what it is waiting for, in words.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotReady(pub &'static str);
+
 /// A readiness probe: resolves to `Ok` when every dependency answers.
 pub type ReadinessCheck =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), NotReady>> + Send>> + Send + Sync>;
 
 /// `/healthz` (alive), `/readyz` (dependencies answer) and `/metrics`.
 pub fn health_router(ready: ReadinessCheck) -> Router {
@@ -63,7 +68,7 @@ pub fn health_router(ready: ReadinessCheck) -> Router {
                 async move {
                     match ready().await {
                         Ok(()) => (StatusCode::OK, "ready".to_owned()).into_response(),
-                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why.to_string()).into_response(),
                     }
                 }
             }),

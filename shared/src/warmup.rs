@@ -18,7 +18,6 @@ pub const KEY_TTL_AFTER_END: Duration = Duration::from_secs(24 * 3600);
 /// What to warm up.
 #[derive(Debug, Clone)]
 pub struct WarmupRequest {
-    /// The sale.
     pub sale: SaleKey,
     /// Units on sale (set, never added).
     pub stock: i64,

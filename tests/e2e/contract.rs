@@ -239,7 +239,7 @@ async fn definite_publish_failures_roll_back_and_the_sale_recovers() {
     let mut missing = env.kafka.clone();
     missing.topic_prefix = format!("{}missing.", env.kafka.topic_prefix);
     let (edge, client) = edge_with(&env, |s| {
-        s.kafka = missing.clone();
+        s.servers.kafka = missing.clone();
         s.ensure_topics = false;
         s.sold_out_flag_ms = 200;
     })
@@ -257,7 +257,7 @@ async fn definite_publish_failures_roll_back_and_the_sale_recovers() {
 
     seckill_shared::kafka::ensure_topics(&missing).await.expect("creating the topics");
     let mut order_settings = env.order_settings();
-    order_settings.kafka = missing.clone();
+    order_settings.servers.kafka = missing.clone();
     let order = env.spawn_order(order_settings).await;
     // Retry with new users until the 3 units sold (bounded).
     let mut accepted = 0;

@@ -12,8 +12,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use seckill_shared::config::{DbSettings, KafkaSettings, LockSettings, RedisSettings};
-use seckill_shared::host::RetrySettings;
+use seckill_shared::config::{DbSettings, KafkaSettings, LockSettings, RedisSettings, Servers};
+use seckill_shared::host::{RetrySettings, ServiceSettings};
 use seckill_shared::lock::LockClient;
 use seckill_shared::shutdown::Background;
 use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
@@ -71,7 +71,8 @@ impl TestEnv {
         let mut admin = sqlx::PgConnection::connect(ADMIN_DATABASE_URL)
             .await
             .expect("PostgreSQL must run on 127.0.0.1:5432 (infra/local/up.sh)");
-        sqlx::query(&format!("CREATE DATABASE {database_name}")).execute(&mut admin).await.expect("creating the test database");
+        // A database name cannot be a bind parameter; this one is the harness's own hex id.
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database_name}"))).execute(&mut admin).await.expect("creating the test database");
         let database = DbSettings {
             url: format!("postgres://seckill:seckill@127.0.0.1:5432/{database_name}"),
             max_connections: 8,
@@ -100,35 +101,35 @@ impl TestEnv {
         seckill_edge::Settings {
             http_addr: "127.0.0.1:0".into(),
             admin_token: Some(ADMIN_TOKEN.into()),
-            redis: self.redis.clone(),
-            kafka: self.kafka.clone(),
-            database: self.database.clone(),
+            servers: self.servers(),
             ..seckill_edge::Settings::default()
         }
     }
 
+    /// The servers of this test (its prefixes, its database).
+    pub fn servers(&self) -> Servers {
+        Servers { redis: self.redis.clone(), kafka: self.kafka.clone(), database: self.database.clone(), ..Servers::default() }
+    }
+
+    /// What both consuming services get in tests: a free port, short retries.
+    fn service(&self) -> ServiceSettings {
+        ServiceSettings { retry: RetrySettings { max_ms: 1_000, ..RetrySettings::default() }, ..ServiceSettings::default() }
+    }
+
     /// Order service settings for this test (port 0).
     pub fn order_settings(&self) -> seckill_order::Settings {
-        seckill_order::Settings {
-            metrics_addr: "127.0.0.1:0".into(),
-            retry: RetrySettings { max_ms: 1_000, ..RetrySettings::default() },
-            redis: self.redis.clone(),
-            kafka: self.kafka.clone(),
-            database: self.database.clone(),
-            ..seckill_order::Settings::default()
-        }
+        seckill_order::Settings { service: self.service(), servers: self.servers(), ..seckill_order::Settings::default() }
     }
 
     /// Compensator settings for this test (port 0, short sweeper grace).
     pub fn compensator_settings(&self) -> seckill_compensator::Settings {
         let mut settings = seckill_compensator::Settings {
-            metrics_addr: "127.0.0.1:0".into(),
-            retry: RetrySettings { max_ms: 1_000, ..RetrySettings::default() },
-            redis: self.redis.clone(),
-            kafka: KafkaSettings { message_timeout_ms: 1_000, ..self.kafka.clone() },
-            database: self.database.clone(),
+            service: self.service(),
+            servers: self.servers(),
             ..seckill_compensator::Settings::default()
         };
+        settings.servers.kafka.message_timeout_ms = 1_000;
+        settings.servers.database.max_connections = 4;
         settings.sweeper.grace_ms = 1_000;
         settings.sweeper.interval_ms = 300;
         settings.sweeper.lock_lease_ms = 3_000;
@@ -145,7 +146,7 @@ impl TestEnv {
             topics: self.topics(),
         };
         let dead_letters =
-            seckill_order::dlq::DeadLetters::new(&settings.kafka, connections.topics.dlq.clone()).expect("dead-letter producer");
+            seckill_order::dlq::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone()).expect("dead-letter producer");
         seckill_order::consumer::Worker::new(0, settings, connections, dead_letters).expect("a worker")
     }
 
@@ -325,7 +326,7 @@ impl TestEnv {
     /// the current ones: PostgreSQL "down" for this test only.
     pub async fn set_database_reachable(&self, reachable: bool) {
         let mut admin = sqlx::PgConnection::connect(ADMIN_DATABASE_URL).await.expect("admin connection");
-        sqlx::query(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS {}", self.database_name, reachable))
+        sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {} ALLOW_CONNECTIONS {}", self.database_name, reachable)))
             .execute(&mut admin)
             .await
             .expect("altering the database");

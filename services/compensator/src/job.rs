@@ -28,7 +28,7 @@ impl DlqJob {
     /// Creates the consumer and subscribes it to the dead-letter topic.
     pub fn new(settings: Arc<Settings>, deps: Connections) -> anyhow::Result<Self> {
         let consumer: StreamConsumer =
-            kafka::consumer_config(&settings.kafka, &kafka::compensator_group(&settings.kafka)).create()?;
+            kafka::consumer_config(&settings.servers.kafka, &kafka::compensator_group(&settings.servers.kafka)).create()?;
         consumer.subscribe(&[deps.topics.dlq.as_str()])?;
         Ok(Self { settings, deps, consumer })
     }
@@ -77,7 +77,7 @@ impl DlqJob {
         };
         tracing::Span::current().record("order_id", record.order_id.as_str());
         let reason = FailReason::parse(reason_code).unwrap_or(FailReason::DbRejected);
-        let settled: Option<Settled> = retry_until(self.settings.retry, "settling a dead-lettered order", shutdown, || {
+        let settled: Option<Settled> = retry_until(self.settings.service.retry, "settling a dead-lettered order", shutdown, || {
             settle::settle(&self.deps, &record, reason, None)
         })
         .await;

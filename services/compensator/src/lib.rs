@@ -12,13 +12,12 @@ pub mod job;
 pub mod settle;
 pub mod sweeper;
 
-use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings, TelemetrySettings};
-use seckill_shared::host::{Host, HostSettings, RetrySettings};
+use seckill_shared::config::Servers;
+use seckill_shared::host::{Connections, Hosted, ServiceSettings};
+use seckill_shared::shutdown::Background;
 use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// The reservation sweeper's settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -46,85 +45,50 @@ impl Default for SweeperSettings {
 
 /// Settings of `seckill-compensator`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Settings {
-    /// Health and metrics listener.
-    pub metrics_addr: String,
-    /// Delays while PostgreSQL, Redis or Kafka fail.
-    pub retry: RetrySettings,
-    /// How long the tasks may take to finish at shutdown.
-    pub shutdown_timeout_ms: u64,
     pub sweeper: SweeperSettings,
-    pub redis: RedisSettings,
-    pub kafka: KafkaSettings,
-    pub database: DbSettings,
-    pub telemetry: TelemetrySettings,
+    #[serde(flatten)]
+    pub service: ServiceSettings,
+    #[serde(flatten)]
+    pub servers: Servers,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self {
-            metrics_addr: "127.0.0.1:9102".into(),
-            retry: RetrySettings::default(),
-            shutdown_timeout_ms: 30_000,
-            sweeper: SweeperSettings::default(),
-            redis: RedisSettings::default(),
-            kafka: KafkaSettings::default(),
-            database: DbSettings { max_connections: 4, ..DbSettings::default() },
-            telemetry: TelemetrySettings::default(),
-        }
+        let mut servers = Servers::default();
+        // One record at a time, and the sweeper: few connections suffice.
+        servers.database.max_connections = 4;
+        Self { sweeper: SweeperSettings::default(), service: ServiceSettings::listening_on("127.0.0.1:9102"), servers }
     }
 }
 
 impl Settings {
     /// The sweeper's grace period, never shorter than a publish can take.
     pub fn grace(&self) -> Duration {
-        Duration::from_millis(self.sweeper.grace_ms.max(self.kafka.message_timeout_ms + 5_000))
+        Duration::from_millis(self.sweeper.grace_ms.max(self.servers.kafka.message_timeout_ms + 5_000))
     }
 }
 
-/// A built compensator, its health port bound.
-pub struct Service {
-    settings: Arc<Settings>,
-    host: Host,
-}
+/// The compensator: hosted by the shared skeleton, which connects and then
+/// calls [`Hosted::start`].
+pub type Service = seckill_shared::host::Service<Settings>;
 
-impl Service {
-    /// Binds the health port (port 0 picks a free one, for tests).
-    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let host = Host::bind(
-            "compensator",
-            HostSettings {
-                metrics_addr: settings.metrics_addr.clone(),
-                redis: settings.redis.clone(),
-                database: settings.database.clone(),
-                kafka: settings.kafka.clone(),
-                retry: settings.retry,
-                shutdown_timeout: Duration::from_millis(settings.shutdown_timeout_ms),
-            },
-        )
-        .await?;
-        Ok(Self { settings: Arc::new(settings), host })
+impl Hosted for Settings {
+    const NAME: &'static str = "compensator";
+
+    fn hosting(&self) -> (&ServiceSettings, &Servers) {
+        (&self.service, &self.servers)
     }
 
-    /// The health and metrics address.
-    pub fn health_addr(&self) -> SocketAddr {
-        self.host.health_addr()
-    }
-
-    /// Runs the DLQ consumer and the sweeper until `shutdown`.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let settings = self.settings;
-        self.host
-            .run(shutdown, |connections, background| {
-                let dlq = job::DlqJob::new(settings.clone(), connections.clone())?;
-                background.spawn("dlq consumer", dlq.run(background.shutdown().clone()));
-                if settings.sweeper.enabled {
-                    let sweeper = sweeper::Sweeper::new(settings.clone(), connections, background.clone());
-                    background.spawn("reservation sweeper", sweeper.run(background.shutdown().clone()));
-                }
-                Ok(())
-            })
-            .await
+    /// The DLQ consumer and (when enabled) the sweeper.
+    fn start(settings: Arc<Self>, connections: Connections, background: &Background) -> anyhow::Result<()> {
+        let dlq = job::DlqJob::new(settings.clone(), connections.clone())?;
+        background.spawn("dlq consumer", dlq.run(background.shutdown().clone()));
+        if settings.sweeper.enabled {
+            let sweeper = sweeper::Sweeper::new(settings, connections, background.clone());
+            background.spawn("reservation sweeper", sweeper.run(background.shutdown().clone()));
+        }
+        Ok(())
     }
 }

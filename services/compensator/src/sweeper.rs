@@ -122,7 +122,7 @@ impl Sweeper {
     /// One sweep over every sale, with the lock's fencing token.
     pub async fn sweep_once(&self, fence: i64) -> anyhow::Result<SweepReport> {
         let mut checkpoint = self.checkpoint.lock().await;
-        let kafka_settings = self.settings.kafka.clone();
+        let kafka_settings = self.settings.servers.kafka.clone();
         let topic = self.deps.topics.orders.clone();
         let previous = checkpoint.clone();
         // Is the order group past the last checkpoint? Then take a new one.

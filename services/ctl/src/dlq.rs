@@ -189,7 +189,7 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
 }
 
 fn reader(settings: &Settings, group: &str) -> anyhow::Result<BaseConsumer> {
-    Ok(kafka::consumer_config(&settings.kafka, group).create()?)
+    Ok(kafka::consumer_config(&settings.servers.kafka, group).create()?)
 }
 
 /// Reads the DLQ from the beginning (or from `group`'s committed position)
@@ -200,7 +200,7 @@ fn read_dlq(
     group: Option<&str>,
     mut visit: impl FnMut(&BaseConsumer, &OwnedMessage) -> anyhow::Result<bool>,
 ) -> anyhow::Result<()> {
-    let topic = Topics::new(&settings.kafka).dlq;
+    let topic = Topics::new(&settings.servers.kafka).dlq;
     let throwaway = format!("seckillctl-reader-{}", rand::random::<u64>());
     let consumer = reader(settings, group.unwrap_or(&throwaway))?;
     let timeout = Duration::from_secs(10);
@@ -234,7 +234,7 @@ fn read_dlq(
 }
 
 fn read_one(settings: &Settings, partition: i32, offset: i64) -> anyhow::Result<Option<OwnedMessage>> {
-    let topic = Topics::new(&settings.kafka).dlq;
+    let topic = Topics::new(&settings.servers.kafka).dlq;
     let consumer = reader(settings, &format!("seckillctl-reader-{}", rand::random::<u64>()))?;
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(&topic, partition, Offset::Offset(offset))?;
@@ -255,9 +255,9 @@ fn read_one(settings: &Settings, partition: i32, offset: i64) -> anyhow::Result<
 }
 
 async fn replay(settings: Settings, filter: Filter, rate: Option<f64>, dry_run: bool) -> Result<(), Failure> {
-    let producer: FutureProducer = kafka::producer(&settings.kafka).map_err(Failure::unreadable)?;
-    let group = format!("{}seckillctl-replay-{}", settings.kafka.topic_prefix, filter.group_suffix());
-    let dlq_topic = Topics::new(&settings.kafka).dlq;
+    let producer: FutureProducer = kafka::producer(&settings.servers.kafka).map_err(Failure::unreadable)?;
+    let group = format!("{}seckillctl-replay-{}", settings.servers.kafka.topic_prefix, filter.group_suffix());
+    let dlq_topic = Topics::new(&settings.servers.kafka).dlq;
     // The reader runs on a blocking thread and hands chosen records over; each
     // is committed only after its delivery was acknowledged.
     let (to_send, mut chosen) = tokio::sync::mpsc::channel::<OwnedMessage>(1);
@@ -289,7 +289,7 @@ async fn replay(settings: Settings, filter: Filter, rate: Option<f64>, dry_run: 
     let mut sent = 0u64;
     while let Some(message) = chosen.recv().await {
         let e = entry(&message);
-        let original_topic = e.headers.get(dlq_header::ORIGINAL_TOPIC).cloned().unwrap_or_else(|| Topics::new(&settings.kafka).orders);
+        let original_topic = e.headers.get(dlq_header::ORIGINAL_TOPIC).cloned().unwrap_or_else(|| Topics::new(&settings.servers.kafka).orders);
         if dry_run {
             println!("would replay {} ({}, order {}) to {original_topic}", e.position, e.reason, e.order_id);
             let _ = acked_tx.send(true);

@@ -11,7 +11,7 @@ mod reconcile;
 mod warmup;
 
 use clap::{Parser, Subcommand};
-use seckill_shared::config::{DbSettings, KafkaSettings, LockSettings, RedisSettings, TelemetrySettings};
+use seckill_shared::config::{LockSettings, Servers, TelemetrySettings};
 use serde::{Deserialize, Serialize};
 use std::process::ExitCode;
 
@@ -20,23 +20,15 @@ use std::process::ExitCode;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
-    pub redis: RedisSettings,
-    pub kafka: KafkaSettings,
-    pub database: DbSettings,
-    pub telemetry: TelemetrySettings,
     /// Lease and wait of the warm-up lock (as the edge's `warmup_lock`).
     pub warmup_lock: LockSettings,
+    #[serde(flatten)]
+    pub servers: Servers,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self {
-            redis: RedisSettings::default(),
-            kafka: KafkaSettings::default(),
-            database: DbSettings::default(),
-            telemetry: TelemetrySettings::default(),
-            warmup_lock: LockSettings::warmup(),
-        }
+        Self { warmup_lock: LockSettings::warmup(), servers: Servers::default() }
     }
 }
 
@@ -90,14 +82,14 @@ impl Failure {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let settings: Settings = match seckill_shared::config::load() {
+    let settings: Settings = match seckill_shared::config::load(seckill_shared::config::UnknownKeys::Ignore) {
         Ok(settings) => settings,
         Err(error) => {
             eprintln!("seckillctl: loading settings: {error:#}");
             return ExitCode::from(2);
         }
     };
-    let telemetry = TelemetrySettings { filter: Some(settings.telemetry.filter.clone().unwrap_or_else(|| "warn".into())), ..settings.telemetry.clone() };
+    let telemetry = TelemetrySettings { filter: Some(settings.servers.telemetry.filter.clone().unwrap_or_else(|| "warn".into())), ..settings.servers.telemetry.clone() };
     seckill_shared::telemetry::init_tracing(&telemetry);
     let result = match cli.command {
         Command::Migrate => migrate(&settings).await,
@@ -117,14 +109,14 @@ async fn main() -> ExitCode {
 }
 
 async fn migrate(settings: &Settings) -> Result<(), Failure> {
-    let db = seckill_shared::db::connect_lazy(&settings.database).map_err(Failure::unreadable)?;
+    let db = seckill_shared::db::connect_lazy(&settings.servers.database).map_err(Failure::unreadable)?;
     seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
     println!("migrations applied");
     Ok(())
 }
 
 async fn lag(settings: &Settings, json: bool) -> Result<(), Failure> {
-    let lag = seckill_shared::kafka::pipeline_lag(&settings.kafka).await.map_err(Failure::unreadable)?;
+    let lag = seckill_shared::kafka::pipeline_lag(&settings.servers.kafka).await.map_err(Failure::unreadable)?;
     if json {
         println!("{}", serde_json::to_string(&lag).map_err(Failure::failed)?);
     } else {
@@ -136,9 +128,9 @@ async fn lag(settings: &Settings, json: bool) -> Result<(), Failure> {
 
 /// Connects to Redis and PostgreSQL.
 pub async fn connect(settings: &Settings) -> Result<(seckill_shared::stock::Stock, sqlx::PgPool), Failure> {
-    let stock = seckill_shared::stock::Stock::connect(&settings.redis)
+    let stock = seckill_shared::stock::Stock::connect(&settings.servers.redis)
         .await
         .map_err(|e| Failure::unreadable(anyhow::anyhow!("connecting to redis: {e}")))?;
-    let db = seckill_shared::db::connect_lazy(&settings.database).map_err(Failure::unreadable)?;
+    let db = seckill_shared::db::connect_lazy(&settings.servers.database).map_err(Failure::unreadable)?;
     Ok((stock, db))
 }

@@ -41,7 +41,7 @@ pub async fn report(settings: &Settings, args: &Args) -> Result<Report, Failure>
     let read = || {
         let (stock, db) = (&stock, &db);
         async move {
-            reconcile(stock, db, Some(&settings.kafka), sale, false).await.map_err(|error| match error {
+            reconcile(stock, db, Some(&settings.servers.kafka), sale, false).await.map_err(|error| match error {
                 ReconcileError::SaleNotFound(_) => Failure::failed(error),
                 ReconcileError::Source { .. } => Failure::unreadable(error),
             })

@@ -37,21 +37,21 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         // Install the metrics recorder before anything records.
         seckill_shared::telemetry::metrics_handle();
-        let stock = seckill_shared::stock::Stock::connect(&settings.redis).await.context("connecting to redis")?;
-        let db = seckill_shared::db::connect_lazy(&settings.database).context("configuring the database pool")?;
+        let stock = seckill_shared::stock::Stock::connect(&settings.servers.redis).await.context("connecting to redis")?;
+        let db = seckill_shared::db::connect_lazy(&settings.servers.database).context("configuring the database pool")?;
         // The hot path does not need PostgreSQL; a database that is down at
         // start only delays warm-ups and status fall-backs.
         if let Err(error) = seckill_shared::db::migrate(&db).await {
             tracing::warn!(%error, "could not apply migrations at start");
         }
-        let topics = seckill_shared::kafka::Topics::new(&settings.kafka);
+        let topics = seckill_shared::kafka::Topics::new(&settings.servers.kafka);
         if settings.ensure_topics {
-            if let Err(error) = seckill_shared::kafka::ensure_topics(&settings.kafka).await {
+            if let Err(error) = seckill_shared::kafka::ensure_topics(&settings.servers.kafka).await {
                 // Publishes answer 503 until Kafka is back; they never sell.
                 tracing::warn!(%error, "could not ensure topics at start");
             }
         }
-        let publisher = publish::Publisher::new(&settings.kafka, topics.orders.clone()).context("creating the producer")?;
+        let publisher = publish::Publisher::new(&settings.servers.kafka, topics.orders.clone()).context("creating the producer")?;
         let listener = tokio::net::TcpListener::bind(&settings.http_addr)
             .await
             .with_context(|| format!("binding {}", settings.http_addr))?;

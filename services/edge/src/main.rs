@@ -9,8 +9,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let settings: seckill_edge::Settings = seckill_shared::config::load().context("loading settings")?;
-    seckill_shared::telemetry::init_tracing(&settings.telemetry);
+    let settings: seckill_edge::Settings = seckill_shared::config::load(seckill_shared::config::UnknownKeys::Refuse).context("loading settings")?;
+    seckill_shared::telemetry::init_tracing(&settings.servers.telemetry);
     let shutdown = seckill_shared::shutdown::shutdown_signal();
     let app = seckill_edge::Application::build(settings).await.context("starting the edge")?;
     app.run(shutdown).await

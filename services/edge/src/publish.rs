@@ -81,12 +81,8 @@ impl Publisher {
     }
 
     /// Whether a broker answers a metadata request.
-    pub fn ping(&self, timeout: Duration) -> Result<(), String> {
-        self.producer
-            .client()
-            .fetch_metadata(Some(&self.topic), timeout)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+    pub fn ping(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.client().fetch_metadata(Some(&self.topic), timeout).map(drop)
     }
 
     /// Waits for queued records to be delivered.

@@ -1,6 +1,6 @@
 //! The edge's settings.
 
-use seckill_shared::config::{DbSettings, KafkaSettings, LockSettings, RedisSettings, TelemetrySettings};
+use seckill_shared::config::{LockSettings, Servers};
 use serde::{Deserialize, Serialize};
 
 /// How the edge deducts stock.
@@ -39,7 +39,7 @@ impl Default for RateLimitSettings {
 
 /// Settings of `seckill-edge`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Settings {
     /// Where to listen.
     pub http_addr: String,
@@ -65,11 +65,10 @@ pub struct Settings {
     /// How long in-flight requests, the producer flush and background tasks
     /// may take at shutdown.
     pub shutdown_timeout_ms: u64,
-    pub redis: RedisSettings,
-    pub kafka: KafkaSettings,
-    /// PostgreSQL: warm-up, status fall-back, reconciliation.
-    pub database: DbSettings,
-    pub telemetry: TelemetrySettings,
+    /// Redis, Kafka, PostgreSQL (warm-up, status fall-back, reconciliation)
+    /// and logging.
+    #[serde(flatten)]
+    pub servers: Servers,
 }
 
 impl Default for Settings {
@@ -86,10 +85,7 @@ impl Default for Settings {
             sold_out_flag_ms: 1_000,
             ensure_topics: true,
             shutdown_timeout_ms: 10_000,
-            redis: RedisSettings::default(),
-            kafka: KafkaSettings::default(),
-            database: DbSettings { max_connections: 8, ..DbSettings::default() },
-            telemetry: TelemetrySettings::default(),
+            servers: Servers::default(),
         }
     }
 }

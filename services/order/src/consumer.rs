@@ -60,7 +60,7 @@ impl Worker {
     /// Creates the consumer and subscribes it.
     pub fn new(index: usize, settings: Arc<Settings>, deps: Connections, dead_letters: DeadLetters) -> anyhow::Result<Self> {
         let consumer: StreamConsumer =
-            kafka::consumer_config(&settings.kafka, &kafka::order_group(&settings.kafka)).create()?;
+            kafka::consumer_config(&settings.servers.kafka, &kafka::order_group(&settings.servers.kafka)).create()?;
         consumer.subscribe(&[deps.topics.orders.as_str()])?;
         Ok(Self { index, settings, deps, dead_letters, consumer, unfinished: Default::default() })
     }
@@ -72,7 +72,7 @@ impl Worker {
             // Safe point: the previous batch's commit is sent (or the batch
             // abandoned).
             let Some(batch) = self.next_batch(Some(&shutdown), None).await else { break };
-            let processed = retry_until(self.settings.retry, "processing a batch", &shutdown, || self.process(&batch)).await;
+            let processed = retry_until(self.settings.service.retry, "processing a batch", &shutdown, || self.process(&batch)).await;
             if processed.is_none() {
                 // Shutting down mid-retry: commit nothing; the batch is
                 // consumed again by whoever gets these partitions.
@@ -303,8 +303,8 @@ fn decode(message: &OwnedMessage) -> Result<OrderRecord, RecordError> {
 
 /// Publishes the group's lag per partition as a gauge, every few seconds.
 pub async fn report_lag(settings: Arc<Settings>, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let topics = Topics::new(&settings.kafka);
-    let group = kafka::order_group(&settings.kafka);
+    let topics = Topics::new(&settings.servers.kafka);
+    let group = kafka::order_group(&settings.servers.kafka);
     loop {
         tokio::select! {
             // Stop with the service.
@@ -312,7 +312,7 @@ pub async fn report_lag(settings: Arc<Settings>, shutdown: CancellationToken) ->
             // Measure again.
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
-        let (kafka_settings, group, topic) = (settings.kafka.clone(), group.clone(), topics.orders.clone());
+        let (kafka_settings, group, topic) = (settings.servers.kafka.clone(), group.clone(), topics.orders.clone());
         match tokio::task::spawn_blocking(move || kafka::lag::lag(&kafka_settings, &group, &topic)).await? {
             Ok(lag) => {
                 for (partition, behind) in lag.partitions {

@@ -11,20 +11,16 @@ pub mod consumer;
 pub mod dlq;
 pub mod store;
 
-use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings, TelemetrySettings};
-use seckill_shared::host::{Host, HostSettings, RetrySettings};
+use seckill_shared::config::Servers;
+use seckill_shared::host::{Connections, Hosted, ServiceSettings};
+use seckill_shared::shutdown::Background;
 use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// Settings of `seckill-order`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Settings {
-    /// Health and metrics listener.
-    pub metrics_addr: String,
     /// Most records written in one transaction. Larger batches spread each
     /// transaction's fixed costs (begin, stock update, commit, the Redis
     /// round trip, the offset commit) over more orders: draining a 200,000-
@@ -36,75 +32,69 @@ pub struct Settings {
     pub batch_wait_ms: u64,
     /// Consumers (group members) in this process.
     pub consumers: usize,
-    /// Delays while PostgreSQL, Redis or Kafka fail.
-    pub retry: RetrySettings,
-    /// How long the consumers may take to finish their batch at shutdown.
-    pub shutdown_timeout_ms: u64,
-    pub redis: RedisSettings,
-    pub kafka: KafkaSettings,
-    pub database: DbSettings,
-    pub telemetry: TelemetrySettings,
+    #[serde(flatten)]
+    pub service: ServiceSettings,
+    #[serde(flatten)]
+    pub servers: Servers,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            metrics_addr: "127.0.0.1:9101".into(),
             batch_size: 4_000,
             batch_wait_ms: 20,
             consumers: 2,
-            retry: RetrySettings::default(),
-            shutdown_timeout_ms: 30_000,
-            redis: RedisSettings::default(),
-            kafka: KafkaSettings::default(),
-            database: DbSettings::default(),
-            telemetry: TelemetrySettings::default(),
+            service: ServiceSettings::listening_on("127.0.0.1:9101"),
+            servers: Servers::default(),
         }
     }
 }
 
-/// A built order service, its health port bound.
-pub struct Service {
-    settings: Arc<Settings>,
-    host: Host,
+/// The order service: hosted by the shared skeleton, which connects and
+/// then calls [`Hosted::start`].
+pub type Service = seckill_shared::host::Service<Settings>;
+
+impl Hosted for Settings {
+    const NAME: &'static str = "order service";
+
+    fn hosting(&self) -> (&ServiceSettings, &Servers) {
+        (&self.service, &self.servers)
+    }
+
+    /// The consumers, members of one group, and the lag reporter.
+    fn start(settings: Arc<Self>, connections: Connections, background: &Background) -> anyhow::Result<()> {
+        let dead_letters = dlq::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone())?;
+        for index in 0..settings.consumers.max(1) {
+            let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?;
+            background.spawn("consumer", worker.run(background.shutdown().clone()));
+        }
+        background.spawn("lag reporter", consumer::report_lag(settings, background.shutdown().clone()));
+        Ok(())
+    }
 }
 
-impl Service {
-    /// Binds the health port (port 0 picks a free one, for tests).
-    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let host = Host::bind(
-            "order service",
-            HostSettings {
-                metrics_addr: settings.metrics_addr.clone(),
-                redis: settings.redis.clone(),
-                database: settings.database.clone(),
-                kafka: settings.kafka.clone(),
-                retry: settings.retry,
-                shutdown_timeout: Duration::from_millis(settings.shutdown_timeout_ms),
-            },
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seckill_shared::config::{load_from, UnknownKeys};
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn flattened_keys_stay_top_level() {
+        let settings: Settings = load_from(
+            None,
+            &vars(&[("SECKILL__METRICS_ADDR", "127.0.0.1:1"), ("SECKILL__RETRY__MAX_MS", "7"), ("SECKILL_KEY_PREFIX", "p:"), ("SECKILL__BATCH_SIZE", "9")]),
+            UnknownKeys::Refuse,
         )
-        .await?;
-        Ok(Self { settings: Arc::new(settings), host })
-    }
-
-    /// The health and metrics address.
-    pub fn health_addr(&self) -> SocketAddr {
-        self.host.health_addr()
-    }
-
-    /// Runs until `shutdown`: waits for its dependencies, then consumes.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let settings = self.settings;
-        self.host
-            .run(shutdown, |connections, background| {
-                let dead_letters = dlq::DeadLetters::new(&settings.kafka, connections.topics.dlq.clone())?;
-                for index in 0..settings.consumers.max(1) {
-                    let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?;
-                    background.spawn("consumer", worker.run(background.shutdown().clone()));
-                }
-                background.spawn("lag reporter", consumer::report_lag(settings.clone(), background.shutdown().clone()));
-                Ok(())
-            })
-            .await
+        .unwrap();
+        assert_eq!(settings.service.metrics_addr, "127.0.0.1:1");
+        assert_eq!(settings.service.retry.max_ms, 7);
+        assert_eq!(settings.servers.redis.key_prefix, "p:");
+        assert_eq!(settings.batch_size, 9);
+        let err = load_from::<Settings>(None, &vars(&[("SECKILL__BATCH_SIZ", "9")]), UnknownKeys::Refuse).unwrap_err();
+        assert!(err.to_string().contains("batch_siz"), "{err}");
     }
 }

@@ -34,11 +34,8 @@ pub mod dlq_header {
 /// Where a record came from, for its dead-letter headers.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin<'a> {
-    /// Original topic.
     pub topic: &'a str,
-    /// Original partition.
     pub partition: i32,
-    /// Original offset.
     pub offset: i64,
 }
 

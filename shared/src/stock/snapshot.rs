@@ -13,11 +13,9 @@ use redis::AsyncCommands;
 pub struct SaleSnapshot {
     /// Whether the sale exists in Redis at all.
     pub exists: bool,
-    /// Warm-up round.
     pub round: i64,
     /// Units warmed up.
     pub total: i64,
-    /// Units left.
     pub remaining: i64,
     /// Users holding an order.
     pub buyers: i64,

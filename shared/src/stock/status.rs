@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 pub struct OrderState {
     /// QUEUED, CREATED or FAILED.
     pub status: OrderStatus,
-    /// The buyer.
     pub user_id: i64,
     /// Why it failed, if it did.
     pub reason: Option<String>,

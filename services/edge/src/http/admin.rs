@@ -72,7 +72,7 @@ async fn report(
 ) -> Result<Json<Value>, ApiError> {
     auth::require_admin(&state, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
-    let report = reconcile::reconcile(&state.stock, &state.db, Some(&state.settings.kafka), sale, false)
+    let report = reconcile::reconcile(&state.stock, &state.db, Some(&state.settings.servers.kafka), sale, false)
         .await
         .map_err(|error| match error {
             ReconcileError::SaleNotFound(_) => ApiError::SaleNotFound,

@@ -20,7 +20,7 @@ async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("redis unreachable: {error}"));
     }
     let publisher = state.publisher.clone();
-    let timeout = state.settings.kafka.admin_timeout();
+    let timeout = state.settings.servers.kafka.admin_timeout();
     let kafka = tokio::task::spawn_blocking(move || publisher.ping(timeout)).await;
     match kafka {
         Ok(Ok(())) => (StatusCode::OK, "ready".into()),
