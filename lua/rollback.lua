@@ -1,6 +1,6 @@
 -- rollback.lua: undo one deduction whose publish definitely failed.
 --
--- KEYS[1] stock, KEYS[2] buyers, KEYS[3] orders, KEYS[4] reserved
+-- KEYS[1] stock, KEYS[2] buyers, KEYS[3] orders, KEYS[4] reserved, KEYS[5] meta
 -- ARGV[1] order id, ARGV[2] user id, ARGV[3] reason
 --
 -- Returns 1 when the unit was restored, 0 when the order was no longer
@@ -15,5 +15,7 @@ if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
   redis.call('HDEL', KEYS[2], ARGV[2])
 end
 redis.call('HSET', KEYS[3], ARGV[1], 'FAILED|' .. ARGV[2] .. '|' .. ARGV[3] .. '|' .. accepted)
+redis.call('HINCRBY', KEYS[5], 'queued', -1)
+redis.call('HINCRBY', KEYS[5], 'failed', 1)
 redis.call('ZREM', KEYS[4], ARGV[1])
 return 1

@@ -18,3 +18,7 @@ mod compensator;
 mod ctl;
 #[path = "e2e/chaos_short.rs"]
 mod chaos_short;
+#[path = "e2e/hardening.rs"]
+mod hardening;
+#[path = "e2e/poison.rs"]
+mod poison;

@@ -75,7 +75,7 @@ fn sale_row(r: &sqlx::postgres::PgRow) -> SaleRow {
 
 /// Creates a sale or starts its next round: stock is set, never added.
 pub async fn upsert_sale(
-    pool: &PgPool,
+    db: &mut sqlx::PgConnection,
     sale: SaleKey,
     stock: i64,
     starts_at: Option<DateTime<Utc>>,
@@ -94,7 +94,7 @@ pub async fn upsert_sale(
     .bind(stock)
     .bind(starts_at)
     .bind(ends_at)
-    .fetch_one(pool)
+    .fetch_one(db)
     .await?;
     Ok(sale_row(&r))
 }

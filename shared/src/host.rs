@@ -30,6 +30,21 @@ impl Default for RetrySettings {
     }
 }
 
+impl RetrySettings {
+    /// The delays between attempts: exponential with jitter, endless.
+    pub fn delays(&self) -> impl Iterator<Item = Duration> {
+        use backon::BackoffBuilder;
+        let max = Duration::from_millis(self.max_ms);
+        backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(self.initial_ms))
+            .with_max_delay(max)
+            .with_jitter()
+            .without_max_times()
+            .build()
+            .chain(std::iter::repeat(max))
+    }
+}
+
 /// Retries `attempt` with exponential backoff and jitter until it succeeds,
 /// or `shutdown` is cancelled (then `None`: the caller abandons its work,
 /// having committed nothing, so nothing is lost).
@@ -43,19 +58,12 @@ where
     E: std::fmt::Display,
     F: std::future::Future<Output = Result<T, E>>,
 {
-    use backon::BackoffBuilder;
-    let max = Duration::from_millis(retry.max_ms);
-    let mut delays = backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(retry.initial_ms))
-        .with_max_delay(max)
-        .with_jitter()
-        .without_max_times()
-        .build();
+    let mut delays = retry.delays();
     loop {
         match attempt().await {
             Ok(value) => return Some(value),
             Err(error) => {
-                let delay = delays.next().unwrap_or(max);
+                let delay = delays.next().unwrap_or_default();
                 tracing::warn!(%error, retry_in = ?delay, "{what} failed; retrying");
                 metrics::counter!("seckill_retries_total", "what" => what.to_owned()).increment(1);
                 tokio::select! {
@@ -116,12 +124,21 @@ pub struct ServiceSettings {
     pub retry: RetrySettings,
     /// How long the tasks may take to finish their work at shutdown.
     pub shutdown_timeout_ms: u64,
+    /// Attempts (with backoff) at a record that fails for a reason trying
+    /// again cannot cure, before it is parked so the partition moves on. A
+    /// dependency that is down is waited for instead, however long.
+    pub park_after_attempts: u32,
 }
 
 impl ServiceSettings {
     /// Defaults, listening on `metrics_addr`.
     pub fn listening_on(metrics_addr: &str) -> Self {
-        Self { metrics_addr: metrics_addr.to_owned(), retry: RetrySettings::default(), shutdown_timeout_ms: 30_000 }
+        Self {
+            metrics_addr: metrics_addr.to_owned(),
+            retry: RetrySettings::default(),
+            shutdown_timeout_ms: 30_000,
+            park_after_attempts: 5,
+        }
     }
 }
 

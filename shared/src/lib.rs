@@ -8,9 +8,11 @@
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod fate;
 pub mod host;
 pub mod kafka;
 pub mod lock;
+pub mod parked;
 pub mod reconcile;
 pub mod redis_conn;
 pub mod shutdown;

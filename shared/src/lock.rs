@@ -10,8 +10,14 @@
 //!   guard lives; stops at release, at drop, and at the first renewal that
 //!   finds the lock gone, cancelling [`LockGuard::lost`].
 //! - **Fencing token**: strictly increasing per lock. Holders pass it to the
-//!   writes the lock guards ([`crate::db::check_fence`]), which refuse a token
-//!   lower than one already seen.
+//!   writes the lock guards (the sweeper's fenced transaction), which refuse
+//!   a token lower than one already seen, or equal to it from another
+//!   holder. The counter lives in Redis, so a Redis that lost it would mint
+//!   old tokens again: a holder whose storage records tokens passes the
+//!   newest one recorded (`fence_floor`) and the counter is moved past it.
+//! - **Dropped guards** (a request cancelled by a client disconnect) release
+//!   their lock in the background at once, instead of holding it for the
+//!   rest of the lease.
 //!
 //! What it does **not** promise: mutual exclusion across a Redis failover that
 //! loses the lock key (a replica promoted before replication), or across a
@@ -48,6 +54,9 @@ pub struct LockGuard {
     lost: CancellationToken,
     /// Stops the watchdog when the guard goes away.
     _watchdog: Option<DropGuard>,
+    /// Where a dropped (unreleased) guard's release runs.
+    background: Background,
+    released: bool,
 }
 
 impl LockClient {
@@ -59,13 +68,25 @@ impl LockClient {
     /// Tries to take `key` for `lease`, waiting at most `wait`. `None` when
     /// another holder kept it for the whole wait.
     pub async fn acquire(&self, key: &str, lease: Duration, wait: Duration) -> Result<Option<LockGuard>, RedisCallError> {
+        self.acquire_above(key, lease, wait, 0).await
+    }
+
+    /// [`LockClient::acquire`], with a fencing token greater than
+    /// `fence_floor` (the newest token the guarded storage has seen).
+    pub async fn acquire_above(
+        &self,
+        key: &str,
+        lease: Duration,
+        wait: Duration,
+        fence_floor: i64,
+    ) -> Result<Option<LockGuard>, RedisCallError> {
         let token = uuid::Uuid::new_v4().to_string();
         let fence_key = fence_key(key);
         let deadline = tokio::time::Instant::now() + wait;
         let lease_ms = lease.as_millis().max(1) as u64;
         loop {
             let mut invocation = LOCK.prepare_invoke();
-            invocation.key(key).key(&fence_key).arg(&token).arg(lease_ms);
+            invocation.key(key).key(&fence_key).arg(&token).arg(lease_ms).arg(fence_floor);
             let fence: i64 = self.conn.invoke(&invocation).await?;
             if fence > 0 {
                 return Ok(Some(LockGuard {
@@ -75,6 +96,8 @@ impl LockClient {
                     fence,
                     lost: CancellationToken::new(),
                     _watchdog: None,
+                    background: self.background.clone(),
+                    released: false,
                 }));
             }
             let now = tokio::time::Instant::now();
@@ -86,15 +109,16 @@ impl LockClient {
         }
     }
 
-    /// Like [`LockClient::acquire`], with a watchdog renewing the lease every
-    /// lease/3 until the guard is released or dropped.
+    /// Like [`LockClient::acquire_above`], with a watchdog renewing the lease
+    /// every lease/3 until the guard is released or dropped.
     pub async fn acquire_with_watchdog(
         &self,
         key: &str,
         lease: Duration,
         wait: Duration,
+        fence_floor: i64,
     ) -> Result<Option<LockGuard>, RedisCallError> {
-        let Some(mut guard) = self.acquire(key, lease, wait).await? else { return Ok(None) };
+        let Some(mut guard) = self.acquire_above(key, lease, wait, fence_floor).await? else { return Ok(None) };
         let stop = CancellationToken::new();
         let watchdog_stop = stop.clone();
         let lost = guard.lost.clone();
@@ -141,6 +165,11 @@ impl LockGuard {
         &self.key
     }
 
+    /// This holder's unique token: who wrote with a fencing token.
+    pub fn holder(&self) -> &str {
+        &self.token
+    }
+
     /// Cancelled when the watchdog finds the lock lost.
     pub fn lost(&self) -> CancellationToken {
         self.lost.clone()
@@ -148,19 +177,40 @@ impl LockGuard {
 
     /// Releases the lock if this holder still owns it; returns whether it did.
     /// A `false` means the lease ran out first — it was too short for the work.
-    pub async fn release(self) -> bool {
-        let mut invocation = UNLOCK.prepare_invoke();
-        invocation.key(&self.key).arg(&self.token);
-        match self.conn.invoke::<i64>(&invocation).await {
-            Ok(1) => true,
-            Ok(_) => {
-                tracing::warn!(lock = %self.key, "released a lock that was no longer ours: the lease was too short");
-                false
-            }
-            Err(error) => {
-                tracing::warn!(lock = %self.key, %error, "lock release failed; the lease will expire");
-                false
-            }
+    pub async fn release(mut self) -> bool {
+        self.released = true;
+        unlock(&self.conn, &self.key, &self.token).await
+    }
+}
+
+impl Drop for LockGuard {
+    /// A guard dropped without [`LockGuard::release`] (its task cancelled)
+    /// releases in the background, so the lock is free at once.
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let (conn, key, token) = (self.conn.clone(), std::mem::take(&mut self.key), std::mem::take(&mut self.token));
+        self.background.spawn("lock release", async move {
+            unlock(&conn, &key, &token).await;
+            Ok::<(), RedisCallError>(())
+        });
+    }
+}
+
+/// Compare-and-delete; whether the lock was still this holder's.
+async fn unlock(conn: &RedisConn, key: &str, token: &str) -> bool {
+    let mut invocation = UNLOCK.prepare_invoke();
+    invocation.key(key).arg(token);
+    match conn.invoke::<i64>(&invocation).await {
+        Ok(1) => true,
+        Ok(_) => {
+            tracing::warn!(lock = %key, "released a lock that was no longer ours: the lease was too short");
+            false
+        }
+        Err(error) => {
+            tracing::warn!(lock = %key, %error, "lock release failed; the lease will expire");
+            false
         }
     }
 }

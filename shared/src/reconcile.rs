@@ -49,6 +49,8 @@ pub struct Report {
     pub failed_accepted: i64,
     /// CREATED orders beyond one per user (always 0 unless the schema is broken).
     pub duplicate_users: i64,
+    /// This sale's records parked for an operator (never settled).
+    pub parked: i64,
     /// The order service's lag on the orders topic (all sales).
     pub order_lag: Option<i64>,
     /// The compensator's lag on the dead-letter topic (all sales).
@@ -133,6 +135,7 @@ pub async fn reconcile(
         }
     }
     let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(&redis)?;
+    let parked = crate::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
 
     let (order_lag, compensator_lag) = match kafka_settings {
         Some(settings) => {
@@ -159,6 +162,7 @@ pub async fn reconcile(
         written_off: snapshot.written_off,
         failed_accepted,
         duplicate_users,
+        parked,
         order_lag,
         compensator_lag,
         redis: snapshot,
@@ -211,6 +215,12 @@ pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
     }
     if r.duplicate_users > 0 {
         violations.push(format!("duplicate_users {} > 0", r.duplicate_users));
+    }
+    if r.parked > 0 {
+        violations.push(format!(
+            "parked {} > 0: records no service could settle wait for an operator (seckillctl dlq parked)",
+            r.parked
+        ));
     }
     if r.compensated + r.written_off != r.failed_accepted {
         violations.push(format!(

@@ -68,14 +68,17 @@ pub async fn warmup(
     }
     let sale = request.sale;
     let lock_name = stock.keys().sale_lock(sale, SaleLock::Warmup);
-    let Some(guard) = locks.acquire_with_watchdog(&lock_name, lock.lease(), lock.wait()).await? else {
+    let Some(guard) = locks.acquire_with_watchdog(&lock_name, lock.lease(), lock.wait(), 0).await? else {
         return Err(WarmupError::Busy(sale));
     };
     let result = async {
-        if !request.force && stock.has_orders_in_flight(sale).await? {
-            return Err(WarmupError::InFlight(sale));
-        }
-        let row = db::upsert_sale(pool, sale, request.stock, request.starts_at, request.ends_at).await?;
+        // The new round is numbered by PostgreSQL, and committed there only
+        // once Redis has loaded it: a round Redis refused (orders in flight)
+        // leaves PostgreSQL as it was. A commit that fails after the load
+        // leaves Redis a round ahead; every order of it then fails
+        // ROUND_REPLACED, unit restored, until the warm-up is run again.
+        let mut tx = pool.begin().await?;
+        let row = db::upsert_sale(&mut tx, sale, request.stock, request.starts_at, request.ends_at).await?;
         let ms = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis()).unwrap_or(0);
         let expire_at = request.ends_at.map(|e| e.timestamp_millis() + KEY_TTL_AFTER_END.as_millis() as i64).unwrap_or(0);
         let round = Round {
@@ -84,8 +87,12 @@ pub async fn warmup(
             ends_ms: ms(request.ends_at),
             round: i64::from(row.round),
             expire_at_ms: expire_at,
+            force: request.force,
         };
-        stock.warmup(sale, round).await?;
+        if !stock.warmup(sale, round).await? {
+            return Err(WarmupError::InFlight(sale));
+        }
+        tx.commit().await?;
         Ok(row)
     }
     .await;

@@ -4,18 +4,10 @@
 use seckill_e2e::{eventually, Child, TestEnv};
 use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
 use seckill_shared::kafka::dlq_header;
-use seckill_shared::stock::Deduction;
 use std::time::Duration;
 
-/// Deducts like the edge (without publishing) and returns the record the
-/// edge would have sent.
 async fn deduct(env: &TestEnv, sale: SaleKey, user: i64) -> OrderRecord {
-    let now = seckill_shared::now_ms();
-    let user = UserId::new(user).unwrap();
-    match env.stock.deduct(sale, user, now, &format!("{:08x}", rand::random::<u32>())).await.unwrap() {
-        Deduction::Accepted { order_id, .. } => OrderRecord::new(order_id, sale, user, now),
-        other => panic!("deduction refused: {other:?}"),
-    }
+    env.deduct(sale, user).await
 }
 
 async fn dead_letter(env: &TestEnv, record: &OrderRecord, reason: &str) {

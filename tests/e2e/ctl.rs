@@ -122,13 +122,8 @@ async fn replaying_a_compensated_order_does_not_resurrect_it() {
     let env = TestEnv::new().await;
     let sale = env.sale();
     env.warmup(sale, 5).await;
-    let user = seckill_shared::domain::UserId::new(3).unwrap();
-    let now = seckill_shared::now_ms();
-    let order_id = match env.stock.deduct(sale, user, now, "abcd1234").await.unwrap() {
-        seckill_shared::stock::Deduction::Accepted { order_id, .. } => order_id,
-        other => panic!("{other:?}"),
-    };
-    let record = OrderRecord::new(order_id.clone(), sale, user, now);
+    let record = env.deduct(sale, 3).await;
+    let order_id = record.order_id.clone();
     dead_letter(&env, &record, "DB_REJECTED").await;
     let compensator = env.spawn_compensator(env.compensator_settings()).await;
     eventually("the order FAILED and its unit back", Duration::from_secs(30), || async {

@@ -105,7 +105,7 @@ async fn warmup_sets_stock_and_requires_the_admin_token() {
 
     // An order still in flight: a re-warm is refused unless forced.
     let user = seckill_shared::domain::UserId::new(5).unwrap();
-    env.stock.deduct(sale, user, seckill_shared::now_ms(), "abcd0001").await.unwrap();
+    env.stock.deduct(sale, user, "abcd0001abcd0001", Duration::from_secs(60)).await.unwrap();
     let busy = client.send(hyper::Method::PUT, &path, Some(br#"{"stock":50}"#), &[("authorization", &auth)]).await;
     assert_eq!((busy.status.as_u16(), busy.code()), (409, "SALE_BUSY"), "{}", busy.text);
     assert_eq!(env.redis_stock(sale).await, 99, "a refused warm-up changes nothing");

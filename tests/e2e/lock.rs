@@ -58,11 +58,19 @@ async fn an_expired_holder_deletes_nothing_and_its_stale_writes_are_refused() {
 
     // The newer holder writes; then the stale one tries.
     let mut tx = env.db.begin().await.unwrap();
-    check_fence(&mut tx, Fence { lock: &key, token: second.fence() }).await.expect("current token accepted");
+    let current = Fence { lock: &key, token: second.fence(), holder: second.holder() };
+    check_fence(&mut tx, current).await.expect("current token accepted");
+    check_fence(&mut tx, current).await.expect("the same holder writes again with its token");
     tx.commit().await.unwrap();
     let mut tx = env.db.begin().await.unwrap();
-    let stale = check_fence(&mut tx, Fence { lock: &key, token: first.fence() }).await;
+    let stale = check_fence(&mut tx, Fence { lock: &key, token: first.fence(), holder: first.holder() }).await;
     assert!(matches!(stale, Err(SettleError::StaleFence { .. })), "stale token refused");
+    drop(tx);
+    // The same token minted again for another holder (a Redis that lost the
+    // counter): refused, not a second writer.
+    let mut tx = env.db.begin().await.unwrap();
+    let twin = check_fence(&mut tx, Fence { lock: &key, token: second.fence(), holder: "another-holder" }).await;
+    assert!(matches!(twin, Err(SettleError::StaleFence { .. })), "an equal token from another holder is refused");
     drop(tx);
 
     // Releasing a lock one no longer owns deletes nothing.
@@ -79,7 +87,7 @@ async fn the_watchdog_keeps_the_lock_and_stops_with_the_guard() {
     let locks = LockClient::new(env.stock.connection(), Background::default());
     let key = format!("{}seckill:{{lock-test}}:watchdog", env.redis.key_prefix);
     let lease = Duration::from_millis(300);
-    let guard = locks.acquire_with_watchdog(&key, lease, Duration::ZERO).await.unwrap().expect("free lock");
+    let guard = locks.acquire_with_watchdog(&key, lease, Duration::ZERO, 0).await.unwrap().expect("free lock");
     // Wait for four renewals: the lock's time to live goes back up each time.
     let mut conn = env.stock.connection();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -99,14 +107,54 @@ async fn the_watchdog_keeps_the_lock_and_stops_with_the_guard() {
     assert!(guard.release().await, "released by its owner");
 
     // Dropped without release: renewals stop and the lease runs out.
-    let guard = locks.acquire_with_watchdog(&key, lease, Duration::ZERO).await.unwrap().expect("free lock");
+    let guard = locks.acquire_with_watchdog(&key, lease, Duration::ZERO, 0).await.unwrap().expect("free lock");
     drop(guard);
     let again = locks.acquire(&key, lease, lease * 4).await.unwrap();
     assert!(again.is_some(), "the lock frees itself once its watchdog stopped");
 
     // A lock taken from under the watchdog is reported lost.
     let _ = again.unwrap().release().await;
-    let guard = locks.acquire_with_watchdog(&key, lease, Duration::ZERO).await.unwrap().expect("free lock");
+    let guard = locks.acquire_with_watchdog(&key, lease, Duration::ZERO, 0).await.unwrap().expect("free lock");
     let _: () = redis::cmd("SET").arg(&key).arg("someone-else").query_async(&mut conn).await.unwrap();
     tokio::time::timeout(lease * 3, guard.lost().cancelled()).await.expect("the watchdog notices the loss");
+}
+
+/// A holder that goes away without releasing (a request dropped by a client
+/// disconnect) frees the lock at once, not after its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_releases_its_lock() {
+    let env = TestEnv::new().await;
+    let locks = LockClient::new(env.stock.connection(), Background::default());
+    let key = format!("{}seckill:{{lock-test}}:dropped", env.redis.key_prefix);
+    for watchdog in [false, true] {
+        let guard = if watchdog {
+            locks.acquire_with_watchdog(&key, Duration::from_secs(60), Duration::ZERO, 0).await
+        } else {
+            locks.acquire(&key, Duration::from_secs(60), Duration::ZERO).await
+        };
+        drop(guard.unwrap().expect("a free lock"));
+        let again = locks.acquire(&key, Duration::from_secs(60), Duration::from_secs(5)).await.unwrap();
+        assert!(again.is_some(), "watchdog {watchdog}: the lock of a dropped guard is free within 5 s, not 60");
+        assert!(again.unwrap().release().await);
+    }
+}
+
+/// The fencing counter lives in Redis; a holder whose storage has seen
+/// token N gets a token above N even after Redis lost the counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_minted_past_the_floor_storage_has_seen() {
+    let env = TestEnv::new().await;
+    let locks = LockClient::new(env.stock.connection(), Background::default());
+    let key = format!("{}seckill:{{lock-test}}:floor", env.redis.key_prefix);
+    let first = locks.acquire(&key, Duration::from_secs(5), Duration::ZERO).await.unwrap().expect("free lock");
+    assert!(first.release().await);
+    // Redis loses the counter; storage remembers 500.
+    let mut conn = env.stock.connection();
+    let _: () = redis::cmd("DEL").arg(format!("{key}:fence")).query_async(&mut conn).await.unwrap();
+    let second = locks.acquire_above(&key, Duration::from_secs(5), Duration::ZERO, 500).await.unwrap().expect("free lock");
+    assert_eq!(second.fence(), 501);
+    assert!(second.release().await);
+    let third = locks.acquire(&key, Duration::from_secs(5), Duration::ZERO).await.unwrap().expect("free lock");
+    assert_eq!(third.fence(), 502, "the counter moved past the floor");
+    assert!(third.release().await);
 }

@@ -43,7 +43,11 @@ async fn ten_thousand_records_become_ten_thousand_orders_once() {
     let env = TestEnv::new().await;
     let sale = env.sale();
     env.warmup(sale, 20_000).await;
-    let records = env.produce_orders(sale, 1..10_001).await;
+    // One order the edge accepted (Redis knows it), the rest straight to the
+    // topic.
+    let accepted = env.deduct(sale, 10_000).await;
+    env.produce_records(std::slice::from_ref(&accepted)).await;
+    let records = env.produce_orders(sale, 1..10_000).await;
     let order = env.spawn_order(env.order_settings()).await;
     wait_created(&env, sale, 10_000, Duration::from_secs(120)).await;
     wait_drained(&env).await;
@@ -54,8 +58,11 @@ async fn ten_thousand_records_become_ten_thousand_orders_once() {
     wait_drained(&env).await;
     assert_eq!(total_rows(&env, sale).await, 10_000, "one row per order id");
     assert_eq!(remaining(&env, sale).await, 10_000);
-    let status = env.stock.order_state(&records[0].order_id).await.unwrap().expect("status in redis");
+    let status = env.stock.order_state(&accepted.order_id).await.unwrap().expect("status in redis");
     assert_eq!(status.status.as_str(), "CREATED");
+    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    assert_eq!((snapshot.queued, snapshot.created, snapshot.reservations), (0, 1, 0), "Redis counts the order it accepted");
+    assert_eq!(env.stock.order_state(&records[0].order_id).await.unwrap(), None, "and adds none it never accepted");
     order.stop().await;
 }
 

@@ -227,12 +227,8 @@ async fn inject(test: &TestEnv, sale: seckill_shared::domain::SaleKey, pipeline:
         Fault::DeadLetters(n) => {
             let mut records = Vec::new();
             for i in 0..i64::from(n) {
-                let user = seckill_shared::domain::UserId::new(900_000_000 + i).expect("positive");
-                let now = seckill_shared::now_ms();
-                if let Ok(seckill_shared::stock::Deduction::Accepted { order_id, .. }) =
-                    test.stock.deduct(sale, user, now, &format!("{:08x}", rand::random::<u32>())).await
-                {
-                    records.push(seckill_shared::domain::OrderRecord::new(order_id, sale, user, now));
+                if let Ok(record) = test.try_deduct(sale, 900_000_000 + i).await {
+                    records.push(record);
                 }
             }
             eprintln!("chaos: dead-lettering {} orders", records.len());

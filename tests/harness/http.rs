@@ -46,7 +46,14 @@ impl Client {
         self.try_send(method, path, body, headers).await.expect("HTTP request")
     }
 
-    /// Sends a request; `Err` when no answer came (connection refused, ...).
+    /// Sends a request with exactly the headers given (no content type
+    /// added); panics if it cannot be sent.
+    pub async fn send_raw(&self, method: Method, path: &str, body: Option<Vec<u8>>, headers: &[(&str, &str)]) -> Reply {
+        self.exchange(method, path, body.map(Bytes::from), headers).await.expect("HTTP request")
+    }
+
+    /// Sends a request (a body as JSON); `Err` when no answer came
+    /// (connection refused, ...).
     pub async fn try_send(
         &self,
         method: Method,
@@ -54,14 +61,19 @@ impl Client {
         body: Option<&[u8]>,
         headers: &[(&str, &str)],
     ) -> Result<Reply, String> {
-        let mut builder = Request::builder().method(method).uri(format!("{}{}", self.base, path));
-        if body.is_some() {
-            builder = builder.header("content-type", "application/json");
+        let mut all = headers.to_vec();
+        if body.is_some() && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
+            all.push(("content-type", "application/json"));
         }
+        self.exchange(method, path, body.map(Bytes::copy_from_slice), &all).await
+    }
+
+    async fn exchange(&self, method: Method, path: &str, body: Option<Bytes>, headers: &[(&str, &str)]) -> Result<Reply, String> {
+        let mut builder = Request::builder().method(method).uri(format!("{}{}", self.base, path));
         for (k, v) in headers {
             builder = builder.header(*k, *v);
         }
-        let request = builder.body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default()))).expect("request");
+        let request = builder.body(Full::new(body.unwrap_or_default())).expect("request");
         let response = self.inner.request(request).await.map_err(|e| e.to_string())?;
         let status = response.status();
         let headers = response.headers().clone();

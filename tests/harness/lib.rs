@@ -7,6 +7,7 @@
 
 pub mod chaos;
 pub mod http;
+pub mod proxy;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -140,11 +141,7 @@ impl TestEnv {
     /// turn by turn ([`seckill_order::consumer::Worker::try_execute_batch`]).
     pub async fn order_worker(&self) -> seckill_order::consumer::Worker {
         let settings = std::sync::Arc::new(self.order_settings());
-        let connections = seckill_shared::host::Connections {
-            stock: self.stock.clone(),
-            db: self.db.clone(),
-            topics: self.topics(),
-        };
+        let connections = self.connections();
         let dead_letters =
             seckill_order::dlq::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone()).expect("dead-letter producer");
         seckill_order::consumer::Worker::new(0, settings, connections, dead_letters).expect("a worker")
@@ -153,8 +150,18 @@ impl TestEnv {
     /// Starts an edge in this process.
     pub async fn spawn_edge(&self, settings: seckill_edge::Settings) -> Running {
         let app = seckill_edge::Application::build(settings).await.expect("building the edge");
+        Self::run_edge(app)
+    }
+
+    /// Runs an edge the test built itself (to keep a handle on its parts).
+    pub fn run_edge(app: seckill_edge::Application) -> Running {
         let addr = app.local_addr();
         Running::spawn(addr, |shutdown| app.run(shutdown))
+    }
+
+    /// Everything the consuming services work with, over this test's servers.
+    pub fn connections(&self) -> seckill_shared::host::Connections {
+        seckill_shared::host::Connections { stock: self.stock.clone(), db: self.db.clone(), topics: self.topics() }
     }
 
     /// Starts an order service in this process.
@@ -191,6 +198,26 @@ impl TestEnv {
         let request = seckill_shared::warmup::WarmupRequest { sale, stock, starts_at: None, ends_at: None, force: true };
         let locks = LockClient::new(self.stock.connection(), Background::default());
         seckill_shared::warmup::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request).await.expect("warming up");
+    }
+
+    /// Deducts a unit for `user` as the edge would, without publishing (an
+    /// edge that died right after the deduction), and returns the record
+    /// the edge would have sent. The publish deadline is a second: the
+    /// sweeper may settle the order soon after.
+    pub async fn deduct(&self, sale: SaleKey, user: i64) -> OrderRecord {
+        self.try_deduct(sale, user).await.unwrap_or_else(|other| panic!("deduction refused: {other:?}"))
+    }
+
+    /// [`TestEnv::deduct`], or what the deduction answered instead.
+    pub async fn try_deduct(&self, sale: SaleKey, user: i64) -> Result<OrderRecord, seckill_shared::stock::Deduction> {
+        let user = UserId::new(user).expect("positive user");
+        let nonce = format!("{:016x}", rand::random::<u64>());
+        match self.stock.deduct(sale, user, &nonce, Duration::from_secs(1)).await.expect("deducting") {
+            seckill_shared::stock::Deduction::Accepted { order_id, round, accepted_at, .. } => {
+                Ok(OrderRecord::new(order_id, sale, user, accepted_at).in_round(round))
+            }
+            other => Err(other),
+        }
     }
 
     /// Orders in PostgreSQL for the sale, by status.

@@ -3,15 +3,18 @@
 //! For each record, [`settle`](crate::settle::settle) decides the order's
 //! fate in PostgreSQL and brings Redis in line; then the offset is
 //! committed. A crash anywhere before the commit replays the record, and the
-//! replay restores nothing twice.
+//! replay restores nothing twice. A dependency that is down is retried
+//! with backoff for as long as it takes; a record the database refuses
+//! (SQLSTATE 22 or 23) is tried a bounded number of times, then parked.
 
-use crate::settle::{self, Settled};
+use crate::settle::{self, SettleError};
 use crate::Settings;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use seckill_shared::domain::{FailReason, OrderRecord};
 use seckill_shared::host::{retry_until, Connections};
 use seckill_shared::kafka::{self, dlq_header, header_str, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use seckill_shared::parked::{self, Parking};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -61,8 +64,8 @@ impl DlqJob {
         Ok(())
     }
 
-    /// Settles one record, retrying until it is done; `false` when shutdown
-    /// came first (nothing is committed, the record is replayed).
+    /// Settles one record, retrying until it is done or parked; `false` when
+    /// shutdown came first (nothing is committed, the record is replayed).
     async fn handle(&self, message: &BorrowedMessage<'_>, shutdown: &CancellationToken) -> bool {
         let reason_code = message.headers().and_then(|h| header_str(h, dlq_header::REASON)).unwrap_or("");
         let record = match message.payload().map(OrderRecord::decode) {
@@ -77,17 +80,54 @@ impl DlqJob {
         };
         tracing::Span::current().record("order_id", record.order_id.as_str());
         let reason = FailReason::parse(reason_code).unwrap_or(FailReason::DbRejected);
-        let settled: Option<Settled> = retry_until(self.settings.service.retry, "settling a dead-lettered order", shutdown, || {
-            settle::settle(&self.deps, &record, reason, None)
-        })
-        .await;
-        match settled {
-            Some(settled) => {
-                tracing::info!(?settled, "dead letter settled");
-                true
+        let mut delays = self.settings.service.retry.delays();
+        let mut refusals = 0;
+        loop {
+            match settle::settle(&self.deps, &record, reason, None).await {
+                Ok(settled) => {
+                    tracing::info!(?settled, "dead letter settled");
+                    return true;
+                }
+                // The database refused the data: trying again cannot cure
+                // it, so after a bounded number of attempts the record is
+                // parked and the partition behind it moves on.
+                Err(error) if error.is_permanent() => {
+                    refusals += 1;
+                    tracing::warn!(%error, attempt = refusals, "dead letter refused by the database");
+                    if refusals >= self.settings.service.park_after_attempts {
+                        return self.park(message, reason_code, &error, refusals, shutdown).await;
+                    }
+                }
+                // A dependency that is down: waited for, however long.
+                Err(error) => {
+                    tracing::warn!(%error, "settling a dead letter failed; retrying");
+                    metrics::counter!("seckill_retries_total", "what" => "settling a dead letter").increment(1);
+                }
             }
-            None => false,
+            tokio::select! {
+                // Stop: nothing is committed; the record is replayed.
+                _ = shutdown.cancelled() => return false,
+                // Try again.
+                _ = tokio::time::sleep(delays.next().unwrap_or_default()) => {}
+            }
         }
+    }
+
+    /// Parks a record that can never be settled; `false` when shutdown came
+    /// first (then it is replayed, and parked by whoever gets it).
+    async fn park(
+        &self,
+        message: &BorrowedMessage<'_>,
+        reason: &str,
+        error: &SettleError,
+        attempts: u32,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let error = error.to_string();
+        let parking = Parking { message, reason, error: &error, attempts, parked_by: "compensator" };
+        retry_until(self.settings.service.retry, "parking a dead letter", shutdown, || parked::park(&self.deps.db, &parking))
+            .await
+            .is_some()
     }
 }
 

@@ -17,7 +17,6 @@ use seckill_shared::host::{Connections, Hosted, ServiceSettings};
 use seckill_shared::shutdown::Background;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The reservation sweeper's settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -25,9 +24,9 @@ use std::time::Duration;
 pub struct SweeperSettings {
     /// Run the sweeper in this process (one instance sweeps at a time).
     pub enabled: bool,
-    /// How old a reservation must be before it is settled. Never less than
-    /// the producer's delivery timeout plus 5 s, so a record still in flight
-    /// is never mistaken for a lost one.
+    /// Margin after a reservation's publish deadline (set by the edge from
+    /// its own delivery timeout, on Redis's clock) before it may be swept:
+    /// room for a broker that appends a record the edge already gave up on.
     pub grace_ms: u64,
     /// Time between sweeps.
     pub interval_ms: u64,
@@ -39,7 +38,7 @@ pub struct SweeperSettings {
 
 impl Default for SweeperSettings {
     fn default() -> Self {
-        Self { enabled: true, grace_ms: 30_000, interval_ms: 2_000, lock_lease_ms: 10_000, batch: 500 }
+        Self { enabled: true, grace_ms: 10_000, interval_ms: 2_000, lock_lease_ms: 10_000, batch: 500 }
     }
 }
 
@@ -60,13 +59,6 @@ impl Default for Settings {
         // One record at a time, and the sweeper: few connections suffice.
         servers.database.max_connections = 4;
         Self { sweeper: SweeperSettings::default(), service: ServiceSettings::listening_on("127.0.0.1:9102"), servers }
-    }
-}
-
-impl Settings {
-    /// The sweeper's grace period, never shorter than a publish can take.
-    pub fn grace(&self) -> Duration {
-        Duration::from_millis(self.sweeper.grace_ms.max(self.servers.kafka.message_timeout_ms + 5_000))
     }
 }
 

@@ -11,21 +11,14 @@
 //! (first row wins) and the second records what it did.
 
 use chrono::{DateTime, Utc};
-use seckill_shared::db::{self, is_data_error};
-use seckill_shared::domain::{FailReason, OrderRecord, OrderStatus};
+use seckill_shared::db::is_data_error;
+use seckill_shared::domain::{FailReason, Fate, OrderRecord};
+use seckill_shared::fate::{self, FollowError, Followed};
 use seckill_shared::host::Connections;
-use seckill_shared::redis_conn::RedisCallError;
-use seckill_shared::stock::{Compensation, Settlement};
 use sqlx::{Postgres, Transaction};
 
-/// What settling one order did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settled {
-    /// The row is FAILED and Redis was settled (or had been already).
-    Failed(Compensation),
-    /// The row is CREATED: nothing restored.
-    AlreadyCreated,
-}
+/// What settling one order did: Redis followed the fate PostgreSQL holds.
+pub type Settled = Followed;
 
 /// The lock a sweeper holds while it writes, and its fencing token.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +27,9 @@ pub struct Fence<'a> {
     pub lock: &'a str,
     /// The token of this holder's acquisition.
     pub token: i64,
+    /// The holder's unique id: the same token from another holder (minted
+    /// again by a Redis that lost the counter) is refused.
+    pub holder: &'a str,
 }
 
 /// Why an order could not be settled.
@@ -42,9 +38,10 @@ pub enum SettleError {
     /// PostgreSQL failed or refused the row.
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
-    /// Redis failed.
+    /// Redis (or, for a write-off, the sale's database stock) could not be
+    /// brought in line.
     #[error(transparent)]
-    Redis(#[from] RedisCallError),
+    Follow(#[from] FollowError),
     /// A newer lock holder has written since: this holder's lease expired.
     #[error("fencing token {token} for '{lock}' is stale (a newer holder wrote)")]
     StaleFence {
@@ -60,7 +57,7 @@ impl SettleError {
     /// itself (SQLSTATE 22 or 23). Everything else is a dependency that may
     /// come back.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, Self::Db(error) if is_data_error(error))
+        matches!(self, Self::Db(error) | Self::Follow(FollowError::Db(error)) if is_data_error(error))
     }
 }
 
@@ -76,24 +73,26 @@ pub async fn settle(
     if let Some(fence) = fence {
         check_fence(&mut tx, fence).await?;
     }
-    let status = write_failed(&mut tx, record, reason).await?;
+    let fate = write_failed(&mut tx, record, reason).await?;
     tx.commit().await?;
-    settle_redis(deps, record, reason, status).await
+    Ok(fate::follow(&deps.stock, &deps.db, record, fate).await?)
 }
 
 /// Records `fence.token` as the newest for its lock, inside the caller's
-/// transaction, refusing it when a higher one was already seen. Call it
-/// first in every transaction a lock guards, so a stale holder's writes
-/// roll back.
+/// transaction, refusing it when a higher one was already seen, or the same
+/// one from another holder. Call it first in every transaction a lock
+/// guards, so a stale holder's writes roll back.
 pub async fn check_fence(tx: &mut Transaction<'_, Postgres>, fence: Fence<'_>) -> Result<(), SettleError> {
     let accepted: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO lock_fences (name, token) VALUES ($1, $2)
-         ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
-           WHERE lock_fences.token <= EXCLUDED.token
+        "INSERT INTO lock_fences (name, token, holder) VALUES ($1, $2, $3)
+         ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder, updated_at = now()
+           WHERE lock_fences.token < EXCLUDED.token
+              OR (lock_fences.token = EXCLUDED.token AND lock_fences.holder = EXCLUDED.holder)
          RETURNING token",
     )
     .bind(fence.lock)
     .bind(fence.token)
+    .bind(fence.holder)
     .fetch_optional(&mut **tx)
     .await?;
     match accepted {
@@ -102,17 +101,23 @@ pub async fn check_fence(tx: &mut Transaction<'_, Postgres>, fence: Fence<'_>) -
     }
 }
 
-/// Writes the order's row as FAILED unless it already has one, and returns
-/// the status the row has afterwards: the first row written wins.
-async fn write_failed(
-    tx: &mut Transaction<'_, Postgres>,
-    record: &OrderRecord,
-    reason: FailReason,
-) -> sqlx::Result<OrderStatus> {
+/// The newest fencing token PostgreSQL has recorded for `lock` (0 when
+/// none): a new holder's token must be above it.
+pub async fn newest_fence(db: &sqlx::PgPool, lock: &str) -> sqlx::Result<i64> {
+    let token: Option<i64> =
+        sqlx::query_scalar("SELECT token FROM lock_fences WHERE name = $1").bind(lock).fetch_optional(db).await?;
+    Ok(token.unwrap_or(0))
+}
+
+/// Writes the order's row as FAILED, in the round the record names (the
+/// sale's current one when it names none), unless it already has a row;
+/// returns the fate the row holds afterwards: the first row written wins.
+async fn write_failed(tx: &mut Transaction<'_, Postgres>, record: &OrderRecord, reason: FailReason) -> sqlx::Result<Fate> {
     let sale = record.sale();
     sqlx::query(
         "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, reason, accepted_at)
-         SELECT $1, $2, $3, COALESCE((SELECT round FROM sales WHERE activity_id = $2 AND sku_id = $3), 1),
+         SELECT $1, $2, $3,
+                COALESCE($7::int, (SELECT round FROM sales WHERE activity_id = $2 AND sku_id = $3), 1),
                 $4, 'FAILED', $5, $6
          ON CONFLICT DO NOTHING",
     )
@@ -122,38 +127,12 @@ async fn write_failed(
     .bind(record.user_id.get())
     .bind(reason.code())
     .bind(DateTime::<Utc>::from_timestamp_millis(record.accepted_at))
+    .bind(record.round.map(|r| r as i32))
     .execute(&mut **tx)
     .await?;
-    let status: Option<String> = sqlx::query_scalar("SELECT status FROM orders WHERE order_id = $1")
+    let (status, reason): (String, Option<String>) = sqlx::query_as("SELECT status, reason FROM orders WHERE order_id = $1")
         .bind(record.order_id.as_str())
-        .fetch_optional(&mut **tx)
+        .fetch_one(&mut **tx)
         .await?;
-    Ok(status.as_deref().and_then(OrderStatus::parse).unwrap_or(OrderStatus::Failed))
-}
-
-/// Brings Redis in line with the fate PostgreSQL decided (`status`).
-/// Idempotent.
-async fn settle_redis(
-    deps: &Connections,
-    record: &OrderRecord,
-    reason: FailReason,
-    status: OrderStatus,
-) -> Result<Settled, SettleError> {
-    if status == OrderStatus::Created {
-        deps.stock.mark_created(&[(record.order_id.clone(), record.user_id, record.accepted_at)]).await?;
-        return Ok(Settled::AlreadyCreated);
-    }
-    let settlement = if reason == FailReason::NoDbStock {
-        // Redis counted a unit the database does not have: selling it again
-        // would only make another doomed order. Bring Redis down instead.
-        let remaining = db::find_sale(&deps.db, record.sale()).await?.map(|sale| sale.remaining_stock).unwrap_or(0);
-        Settlement::WriteOff { db_remaining: remaining }
-    } else {
-        Settlement::Restore
-    };
-    let compensation = deps.stock.compensate(&record.order_id, record.user_id, reason, settlement).await?;
-    if compensation == Compensation::Settled {
-        metrics::counter!("seckill_compensator_compensations_total", "reason" => reason.code()).increment(1);
-    }
-    Ok(Settled::Failed(compensation))
+    Ok(Fate::from_row(&status, reason.as_deref()))
 }

@@ -7,15 +7,24 @@
 //! transaction it writes, so a sweeper that lost the lock (paused past its
 //! lease) cannot write after its successor.
 //!
+//! Its fencing tokens outlive Redis: before competing it reads the newest
+//! token PostgreSQL recorded and has the lock mint one above it, so a Redis
+//! that lost its counter cannot hand out a token PostgreSQL would refuse
+//! forever. A holder whose token is refused anyway (a newer holder wrote)
+//! gives the lock up at once.
+//!
 //! A reservation is settled only once the order service has provably seen
-//! every record that could belong to it. Each sweep notes the orders topic's
-//! high watermarks and the time (a checkpoint); a later sweep that finds the
-//! order group committed past that checkpoint knows every record appended
-//! before it was processed (and would have cleared its reservation). A
-//! publish can land at most the producer's delivery timeout after its
-//! deduction, and the grace period is longer than that, so reservations
-//! accepted more than the grace period before the checkpoint, still
+//! every record that could belong to it. Each reservation carries its
+//! publish deadline — the deduction's time plus the edge's own delivery
+//! timeout, both on Redis's clock — after which its record is in the log or
+//! never will be. Each sweep notes Redis's time and then the orders topic's
+//! high watermarks (a checkpoint); a later sweep that finds the order group
+//! committed past that checkpoint knows every record appended before it was
+//! processed (and would have cleared its reservation). So reservations
+//! whose deadline (plus a grace margin) passed before the checkpoint, still
 //! reserved, never had a record: they are settled FAILED (`PUBLISH_LOST`).
+//! One clock decides, whatever the services' clocks say, and the deadline
+//! is the edge's, whatever the compensator's own Kafka settings are.
 //! While the order service lags (PostgreSQL down, service stopped) the
 //! checkpoint is not passed and nothing is swept, so a slow pipeline never
 //! fails orders that are merely waiting; under steady load checkpoints keep
@@ -28,6 +37,7 @@ use seckill_shared::domain::{FailReason, OrderRecord, UserId};
 use seckill_shared::host::Connections;
 use seckill_shared::kafka;
 use seckill_shared::lock::{LockClient, LockGuard};
+use crate::settle::SettleError;
 use seckill_shared::shutdown::Background;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -68,10 +78,10 @@ impl Sweeper {
         let interval = Duration::from_millis(self.settings.sweeper.interval_ms);
         let lease = Duration::from_millis(self.settings.sweeper.lock_lease_ms);
         loop {
-            let guard = match self.locks.acquire_with_watchdog(&self.lock_name, lease, Duration::ZERO).await {
+            let guard = match self.compete(lease).await {
                 Ok(guard) => guard,
                 Err(error) => {
-                    tracing::warn!(%error, "sweeper lock unavailable");
+                    tracing::warn!(error = %format!("{error:#}"), "cannot compete for the sweeper lock");
                     None
                 }
             };
@@ -96,14 +106,29 @@ impl Sweeper {
         }
     }
 
+    /// Tries once to take the lock, with a token above every one
+    /// PostgreSQL has recorded.
+    async fn compete(&self, lease: Duration) -> anyhow::Result<Option<LockGuard>> {
+        let floor = settle::newest_fence(&self.deps.db, &self.lock_name).await?;
+        Ok(self.locks.acquire_with_watchdog(&self.lock_name, lease, Duration::ZERO, floor).await?)
+    }
+
     /// Sweeps while the lock is held. Returns `true` on shutdown.
     async fn lead(&self, guard: &LockGuard, shutdown: &CancellationToken, interval: Duration) -> bool {
         let lost = guard.lost();
+        let fence = Fence { lock: &self.lock_name, token: guard.fence(), holder: guard.holder() };
         loop {
-            match self.sweep_once(guard.fence()).await {
+            match self.sweep_once(fence).await {
                 Ok(report) if report != SweepReport::default() => tracing::info!(?report, "sweep settled reservations"),
                 Ok(_) => {}
-                Err(error) => tracing::warn!(%error, "sweep failed"),
+                Err(error) if matches!(error.downcast_ref(), Some(SettleError::StaleFence { .. })) => {
+                    // A newer holder wrote: this one must not lead. Giving
+                    // the lock up lets whoever competes next (this instance
+                    // too) take it with a token above the newer one.
+                    tracing::warn!(%error, "sweeper token refused; giving the lock up");
+                    return false;
+                }
+                Err(error) => tracing::warn!(error = %format!("{error:#}"), "sweep failed"),
             }
             tokio::select! {
                 // Stop with the service; the lock is released by the caller.
@@ -119,9 +144,12 @@ impl Sweeper {
         }
     }
 
-    /// One sweep over every sale, with the lock's fencing token.
-    pub async fn sweep_once(&self, fence: i64) -> anyhow::Result<SweepReport> {
+    /// One sweep over every sale, writing under `fence`.
+    pub async fn sweep_once(&self, fence: Fence<'_>) -> anyhow::Result<SweepReport> {
         let mut checkpoint = self.checkpoint.lock().await;
+        // Redis's time, read before the watermarks: every record of an order
+        // whose deadline passed before it is below them, or never lands.
+        let now = self.deps.stock.now_ms().await?;
         let kafka_settings = self.settings.servers.kafka.clone();
         let topic = self.deps.topics.orders.clone();
         let previous = checkpoint.clone();
@@ -138,10 +166,7 @@ impl Sweeper {
                 None => false,
             };
             let fresh = if passed || previous.is_none() {
-                // The time is read before the watermarks: every record of an
-                // order accepted before it is below them, or never lands.
-                let at = seckill_shared::now_ms();
-                Some((at, kafka::high_watermarks(&consumer, &topic, timeout)?))
+                Some((now, kafka::high_watermarks(&consumer, &topic, timeout)?))
             } else {
                 None
             };
@@ -156,7 +181,7 @@ impl Sweeper {
             return Ok(SweepReport::default());
         };
         drop(checkpoint);
-        let cutoff = checkpoint_at - self.settings.grace().as_millis() as i64;
+        let cutoff = checkpoint_at - self.settings.sweeper.grace_ms as i64;
         let mut report = SweepReport::default();
         for sale in self.deps.stock.sales().await? {
             let stale = self.deps.stock.stale_reservations(sale, cutoff, self.settings.sweeper.batch as isize).await?;
@@ -167,12 +192,13 @@ impl Sweeper {
                     continue;
                 };
                 let user = UserId::new(state.user_id)?;
+                // A reservation is of the sale's current round (a warm-up
+                // clears them): the record names no round.
                 let record = OrderRecord::new(order_id.clone(), sale, user, state.accepted_at);
                 // Decided under the fence: a stale sweeper's transaction
                 // rolls back before it writes.
-                let fence = Fence { lock: &self.lock_name, token: fence };
                 match settle::settle(&self.deps, &record, FailReason::PublishLost, Some(fence)).await? {
-                    Settled::AlreadyCreated => report.created += 1,
+                    Settled::Created => report.created += 1,
                     Settled::Failed(_) => report.failed += 1,
                 }
             }

@@ -41,6 +41,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Records no service could settle after bounded attempts, parked in
+    /// PostgreSQL for an operator.
+    Parked {
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Re-produce chosen records to their original topic.
     Replay {
         #[command(flatten)]
@@ -184,8 +194,27 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
             }
             Ok(())
         }
+        Command::Parked { limit, json } => parked(&settings, limit, json).await,
         Command::Replay { filter, rate, dry_run } => replay(settings, filter, rate, dry_run).await,
     }
+}
+
+async fn parked(settings: &Settings, limit: i64, json: bool) -> Result<(), Failure> {
+    let db = seckill_shared::db::connect_lazy(&settings.servers.database).map_err(Failure::unreadable)?;
+    seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
+    let rows = seckill_shared::parked::list(&db, limit).await.map_err(Failure::unreadable)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::failed)?);
+        return Ok(());
+    }
+    println!("{:<6} {:<40} {:<36} {:<14} {:<8} {:<12} error", "id", "record", "order", "reason", "attempts", "parked by");
+    for r in &rows {
+        let position = format!("{}:{}:{}", r.topic, r.partition, r.offset);
+        let order = r.order_id.as_deref().unwrap_or("-");
+        println!("{:<6} {:<40} {:<36} {:<14} {:<8} {:<12} {}", r.id, position, order, r.reason, r.attempts, r.parked_by, r.error);
+    }
+    println!("{} parked record(s)", rows.len());
+    Ok(())
 }
 
 fn reader(settings: &Settings, group: &str) -> anyhow::Result<BaseConsumer> {

@@ -102,6 +102,7 @@ pub fn print(report: &Report, json: bool) {
         ("database remaining", report.db_remaining.to_string()),
         ("buyers (redis)", report.buyers.to_string()),
         ("users with two orders", report.duplicate_users.to_string()),
+        ("records parked", report.parked.to_string()),
         ("order service lag", lag(report.order_lag)),
         ("compensator lag", lag(report.compensator_lag)),
     ];

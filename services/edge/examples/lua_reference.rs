@@ -42,11 +42,10 @@ async fn order(State(reference): State<Reference>, Json(request): Json<OrderRequ
     let (Ok(sale), Ok(user)) = (SaleKey::from_raw(request.activity_id, request.sku_id), UserId::new(request.user_id)) else {
         return (StatusCode::BAD_REQUEST, Json(json!({"code": "INVALID_REQUEST"})));
     };
-    let accepted_at = seckill_shared::now_ms();
-    match reference.stock.deduct(sale, user, accepted_at, "ref00000").await {
-        Ok(Deduction::Accepted { order_id, .. }) => {
+    match reference.stock.deduct(sale, user, "ref00000", std::time::Duration::from_secs(10)).await {
+        Ok(Deduction::Accepted { order_id, round, accepted_at, .. }) => {
             if let Some(publisher) = &reference.publisher {
-                let record = OrderRecord::new(order_id.clone(), sale, user, accepted_at);
+                let record = OrderRecord::new(order_id.clone(), sale, user, accepted_at).in_round(round);
                 if let outcome @ (PublishOutcome::NotPersisted(_) | PublishOutcome::Ambiguous(_)) =
                     publisher.publish(&record, Default::default()).await
                 {

@@ -35,6 +35,7 @@ impl Application {
     /// Connects to Redis, Kafka and PostgreSQL and binds the HTTP port
     /// (port 0 picks a free one, for tests).
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        settings.validate()?;
         // Install the metrics recorder before anything records.
         seckill_shared::telemetry::metrics_handle();
         let stock = seckill_shared::stock::Stock::connect(&settings.servers.redis).await.context("connecting to redis")?;
@@ -58,6 +59,12 @@ impl Application {
         let background = Background::new(CancellationToken::new());
         let state = AppState::new(Arc::new(settings), stock, db, publisher, &background)?;
         Ok(Self { listener, state, background })
+    }
+
+    /// The edge's producer, for tests that inject its faults.
+    #[cfg(feature = "fault-injection")]
+    pub fn publisher(&self) -> publish::Publisher {
+        self.state.publisher.clone()
     }
 
     /// The address the edge listens on.

@@ -27,13 +27,22 @@ pub struct RateLimitSettings {
     pub per_user_per_second: u32,
     /// Burst per user.
     pub per_user_burst: u32,
+    /// How many users' limiter states to keep before forgetting those that
+    /// fully recovered (bounds memory under a flood of distinct user ids).
+    pub max_tracked_users: usize,
 }
 
 impl Default for RateLimitSettings {
     fn default() -> Self {
         // Generous globally (the seed's 200-way burst of distinct users must
         // pass), strict per user (one buyer cannot hammer the sale).
-        Self { global_per_second: 200_000, global_burst: 50_000, per_user_per_second: 5, per_user_burst: 10 }
+        Self {
+            global_per_second: 200_000,
+            global_burst: 50_000,
+            per_user_per_second: 5,
+            per_user_burst: 10,
+            max_tracked_users: 500_000,
+        }
     }
 }
 
@@ -69,6 +78,19 @@ pub struct Settings {
     /// and logging.
     #[serde(flatten)]
     pub servers: Servers,
+}
+
+impl Settings {
+    /// Refuses what would start an edge that is open, or closed, by
+    /// accident: a secret that is set but empty.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        for (value, name) in [(&self.admin_token, "SECKILL_ADMIN_TOKEN (admin_token)"), (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)")] {
+            if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                anyhow::bail!("{name} is set but empty; unset it, or give it a value");
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for Settings {

@@ -9,7 +9,9 @@ use crate::Settings;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
-use seckill_shared::domain::{FailReason, OrderId, OrderRecord, OrderStatus, RecordError, UserId};
+use seckill_shared::domain::{FailReason, Fate, OrderId, OrderRecord, RecordError, UserId};
+use seckill_shared::fate::{self, FollowError};
+use seckill_shared::parked::{self, Parking};
 use seckill_shared::host::{retry_until, Connections};
 use seckill_shared::kafka::{self, header_str, Topics, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use seckill_shared::redis_conn::RedisCallError;
@@ -32,6 +34,12 @@ pub enum ProcessError {
     /// A reject did not reach the dead-letter topic.
     #[error(transparent)]
     DeadLetter(#[from] DeadLetterError),
+    /// An order PostgreSQL had already failed could not be settled in Redis.
+    #[error(transparent)]
+    Follow(#[from] FollowError),
+    /// A record that cannot even be dead-lettered could not be parked.
+    #[error("parking a record: {0}")]
+    Park(#[source] sqlx::Error),
 }
 
 /// What one turn of the worker did.
@@ -186,15 +194,20 @@ impl Worker {
 
         let mut created: Vec<(OrderId, UserId, i64)> =
             outcome.created.iter().map(|r| (r.order_id.clone(), r.user_id, r.accepted_at)).collect();
-        let mut settled: Vec<OrderId> = Vec::new();
-        for (record, status) in &outcome.already_done {
-            match status {
-                OrderStatus::Created => created.push((record.order_id.clone(), record.user_id, record.accepted_at)),
-                _ => settled.push(record.order_id.clone()),
+        let mut failed_earlier = Vec::new();
+        for (record, fate) in &outcome.already_done {
+            match fate {
+                Fate::Created => created.push((record.order_id.clone(), record.user_id, record.accepted_at)),
+                Fate::Failed(_) => failed_earlier.push((record, *fate)),
             }
         }
-        settled.extend(outcome.rejected.iter().map(|(r, _, _)| r.order_id.clone()));
-        self.deps.stock.mark_created(&created).await?;
+        self.deps.stock.settle_created(&created).await?;
+        // PostgreSQL failed these first (the sweeper or the compensator won),
+        // perhaps without settling Redis before it stopped: settle it now,
+        // at most once per order, whoever else does too.
+        for (record, fate) in failed_earlier {
+            fate::follow(&self.deps.stock, &self.deps.db, record, fate).await?;
+        }
 
         // Only rejects need their message back (rarely any): the first one
         // carrying the order id.
@@ -212,7 +225,8 @@ impl Worker {
             self.dead_letter(message, FailReason::Malformed, &error.to_string()).await?;
         }
         // Dead-lettered orders are the compensator's now: no longer reserved.
-        self.deps.stock.unreserve(&settled).await?;
+        let handed_over: Vec<OrderId> = outcome.rejected.iter().map(|(r, _, _)| r.order_id.clone()).collect();
+        self.deps.stock.unreserve(&handed_over).await?;
         Ok(())
     }
 
@@ -234,7 +248,11 @@ impl Worker {
         Ok(total)
     }
 
-    async fn dead_letter(&self, message: &OwnedMessage, reason: FailReason, error: &str) -> Result<(), DeadLetterError> {
+    /// Dead-letters one record. A record the topic refuses for good (too
+    /// large, invalid) is parked after bounded attempts instead, so the
+    /// partition moves on; a broker that is down fails the batch, which is
+    /// retried whole.
+    async fn dead_letter(&self, message: &OwnedMessage, reason: FailReason, error: &str) -> Result<(), ProcessError> {
         let headers = message.headers();
         let request_id = headers.and_then(|h| header_str(h, REQUEST_ID_HEADER)).unwrap_or("");
         let traceparent = headers.and_then(|h| header_str(h, TRACEPARENT_HEADER)).unwrap_or("");
@@ -248,7 +266,24 @@ impl Worker {
         );
         async {
             tracing::info!(%error, "dead-lettering a record");
-            self.dead_letters.send(message, reason, error).await
+            let mut delays = self.settings.service.retry.delays();
+            let mut refusals = 0;
+            loop {
+                match self.dead_letters.send(message, reason, error).await {
+                    Ok(()) => return Ok(()),
+                    Err(refused) if refused.is_permanent() => {
+                        refusals += 1;
+                        if refusals >= self.settings.service.park_after_attempts {
+                            let why = refused.to_string();
+                            let parking = Parking { message, reason: reason.code(), error: &why, attempts: refusals, parked_by: "order" };
+                            return parked::park(&self.deps.db, &parking).await.map_err(ProcessError::Park);
+                        }
+                        tracing::warn!(error = %refused, attempt = refusals, "the dead-letter topic refused the record");
+                        tokio::time::sleep(delays.next().unwrap_or_default()).await;
+                    }
+                    Err(transient) => return Err(transient.into()),
+                }
+            }
         }
         .instrument(span)
         .await

@@ -2,7 +2,7 @@
 //! the original key and value and the headers that say why. Each delivery is
 //! awaited and checked before the caller may commit the original offset.
 
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -16,6 +16,22 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[error("dead-letter delivery failed: {0}")]
 pub struct DeadLetterError(#[from] pub KafkaError);
+
+impl DeadLetterError {
+    /// Whether the topic refuses this record for good: trying again cannot
+    /// help (it is too large, or not a valid record).
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self.0.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::MessageSizeTooLarge
+                    | RDKafkaErrorCode::InvalidMessageSize
+                    | RDKafkaErrorCode::InvalidMessage
+                    | RDKafkaErrorCode::InvalidRecord
+            )
+        )
+    }
+}
 
 /// The dead-letter producer.
 #[derive(Clone)]

@@ -26,7 +26,7 @@
 //! is transient, and the batch is retried.
 
 use seckill_shared::db::is_data_error;
-use seckill_shared::domain::{FailReason, OrderRecord, OrderStatus, SaleKey};
+use seckill_shared::domain::{FailReason, Fate, OrderRecord, SaleKey};
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::{PgConnection, PgPool, Postgres, Row};
@@ -70,7 +70,7 @@ pub struct BatchOutcome {
     /// Written now, CREATED.
     pub created: Vec<OrderRecord>,
     /// Already had a row (a duplicate, a replay, or settled FAILED first).
-    pub already_done: Vec<(OrderRecord, OrderStatus)>,
+    pub already_done: Vec<(OrderRecord, Fate)>,
     /// Can never be written: to the dead-letter topic.
     pub rejected: Vec<(OrderRecord, FailReason, String)>,
 }
@@ -87,6 +87,14 @@ fn sale_of(record: &OrderRecord) -> Sale {
 struct SaleState {
     round: i32,
     remaining: i64,
+}
+
+impl SaleState {
+    /// Whether `record` may become an order of this round: it names this
+    /// round, or (a record from before rounds travelled) none.
+    fn takes(&self, record: &OrderRecord) -> bool {
+        record.round.is_none_or(|round| round == i64::from(self.round))
+    }
 }
 
 /// Writes `records` in one transaction. Records with the same order id as
@@ -112,10 +120,12 @@ async fn write_optimistic(pool: &PgPool, records: &[&OrderRecord]) -> Result<Opt
     let sales = read_sales(&mut tx, records, false).await?;
     let mut candidates = Vec::with_capacity(records.len());
     for &record in records {
-        if sales.contains_key(&sale_of(record)) {
-            candidates.push(record);
-        } else {
-            outcome.rejected.push(sale_not_found(record));
+        match sales.get(&sale_of(record)) {
+            // Another round's record may be a replay of a finished order:
+            // the locked way looks its row up first.
+            Some(state) if !state.takes(record) => return Ok(None),
+            Some(_) => candidates.push(record),
+            None => outcome.rejected.push(sale_not_found(record)),
         }
     }
     let columns = OrderColumns::new(&candidates, &sales);
@@ -179,14 +189,22 @@ async fn write_locked(pool: &PgPool, records: &[&OrderRecord]) -> Result<BatchOu
     let mut candidates: Vec<&OrderRecord> = Vec::new();
     for &record in records {
         let sale = sale_of(record);
-        if let Some(status) = existing.get(record.order_id.as_str()) {
-            outcome.already_done.push((record.clone(), *status));
+        if let Some(fate) = existing.get(record.order_id.as_str()) {
+            outcome.already_done.push((record.clone(), *fate));
             continue;
         }
         let Some(remaining) = left.get_mut(&sale) else {
             outcome.rejected.push(sale_not_found(record));
             continue;
         };
+        if !sales[&sale].takes(record) {
+            outcome.rejected.push((
+                record.clone(),
+                FailReason::RoundReplaced,
+                format!("order of round {:?}; sale {} is in round {}", record.round, record.sale(), sales[&sale].round),
+            ));
+            continue;
+        }
         if !holders.insert((sale.0, sale.1, record.user_id.get())) {
             outcome.rejected.push(duplicate_user(record));
             continue;
@@ -244,17 +262,17 @@ async fn read_sales(
         .collect())
 }
 
-/// The statuses of those of `ids` that have a row.
-async fn statuses(tx: &mut PgConnection, ids: &[&str]) -> Result<HashMap<String, OrderStatus>, sqlx::Error> {
+/// The fates of those of `ids` that have a row.
+async fn statuses(tx: &mut PgConnection, ids: &[&str]) -> Result<HashMap<String, Fate>, sqlx::Error> {
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
-    Ok(sqlx::query("SELECT order_id, status FROM orders WHERE order_id = ANY($1)")
+    Ok(sqlx::query("SELECT order_id, status, reason FROM orders WHERE order_id = ANY($1)")
         .bind(ids)
         .fetch_all(tx)
         .await?
         .iter()
-        .map(|r| (r.get::<String, _>(0), OrderStatus::parse(r.get(1)).unwrap_or(OrderStatus::Failed)))
+        .map(|r| (r.get::<String, _>(0), Fate::from_row(r.get(1), r.get(2))))
         .collect())
 }
 
@@ -288,8 +306,8 @@ async fn insert(
         if inserted.contains(record.order_id.as_str()) {
             *written.entry(sale_of(record)).or_insert(0) += 1;
             outcome.created.push(record.clone());
-        } else if let Some(status) = existing.get(record.order_id.as_str()) {
-            outcome.already_done.push((record.clone(), *status));
+        } else if let Some(fate) = existing.get(record.order_id.as_str()) {
+            outcome.already_done.push((record.clone(), *fate));
         } else {
             outcome.rejected.push(duplicate_user(record));
         }

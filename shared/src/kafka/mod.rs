@@ -47,7 +47,15 @@ pub fn compensator_group(settings: &KafkaSettings) -> String {
 /// Producer: acks from every in-sync replica, idempotent (no duplicates from
 /// retries), a short linger for batching, and a bounded delivery time.
 pub fn producer(settings: &KafkaSettings) -> anyhow::Result<FutureProducer> {
-    Ok(ClientConfig::new()
+    Ok(producer_config(settings).create()?)
+}
+
+/// The producer configuration [`producer`] uses, for producers with a
+/// context of their own (the edge's, which reads each record's persistence
+/// status in its delivery callback).
+pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", &settings.brokers)
         .set("acks", "all")
         .set("enable.idempotence", "true")
@@ -60,8 +68,8 @@ pub fn producer(settings: &KafkaSettings) -> anyhow::Result<FutureProducer> {
         // A topic missing from the cluster fails its records within 2 s
         // (definitely not persisted) instead of waiting 30 s for it to appear.
         .set("topic.metadata.propagation.max.ms", "2000")
-        .set("topic.metadata.refresh.interval.ms", "10000")
-        .create()?)
+        .set("topic.metadata.refresh.interval.ms", "10000");
+    config
 }
 
 /// Consumer in `group`: offsets are committed by the caller, only after the

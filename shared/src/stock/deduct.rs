@@ -1,7 +1,7 @@
 //! The flash-sale decision (`lua/deduct.lua`), and the seed's lock-based
 //! deduction kept beside it for comparison.
 
-use super::keys::SaleLock;
+use super::keys::{SaleKeys, SaleLock};
 use super::status::OrderState;
 use super::{with_keys, Stock};
 use crate::config::LockSettings;
@@ -10,14 +10,16 @@ use crate::lock::LockClient;
 use crate::redis_conn::RedisCallError;
 use redis::{AsyncCommands, Script};
 use std::sync::LazyLock;
+use std::time::Duration;
 
 static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/deduct.lua")));
 
 /// The answer of one deduction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Deduction {
-    /// A unit is the user's; the order id is new.
-    Accepted { order_id: OrderId, round: i64, stock_left: i64 },
+    /// A unit is the user's; the order id is new; `accepted_at` is Redis's
+    /// clock (ms) at the deduction.
+    Accepted { order_id: OrderId, round: i64, stock_left: i64, accepted_at: i64 },
     /// No such sale in Redis (never warmed, expired, or Redis lost it).
     SaleNotFound,
     /// Outside the sale window.
@@ -29,11 +31,24 @@ pub enum Deduction {
 }
 
 impl Stock {
-    /// The flash-sale decision (`lua/deduct.lua`).
-    pub async fn deduct(&self, sale: SaleKey, user: UserId, now_ms: i64, nonce: &str) -> Result<Deduction, RedisCallError> {
+    /// The flash-sale decision (`lua/deduct.lua`). `publish_deadline` is how
+    /// long the caller may take to learn whether the order's record is in
+    /// the log: the reservation is not swept before it has passed.
+    pub async fn deduct(
+        &self,
+        sale: SaleKey,
+        user: UserId,
+        nonce: &str,
+        publish_deadline: Duration,
+    ) -> Result<Deduction, RedisCallError> {
         let k = self.keys.sale(sale);
         let mut invocation = with_keys(&DEDUCT, &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.seq]);
-        invocation.arg(user.get()).arg(now_ms).arg(nonce).arg(sale.activity.get()).arg(sale.sku.get());
+        invocation
+            .arg(user.get())
+            .arg(nonce)
+            .arg(sale.activity.get())
+            .arg(sale.sku.get())
+            .arg(publish_deadline.as_millis() as u64);
         let answer: Vec<redis::Value> = self.conn.invoke(&invocation).await?;
         parse_deduction(&answer)
     }
@@ -41,58 +56,83 @@ impl Stock {
     /// The seed's deduction, for comparison: a per-sale lock around separate
     /// commands instead of one script. Same answers as [`Stock::deduct`];
     /// `None` when the lock was not had within its wait.
+    ///
+    /// The lock alone cannot keep holders apart (a holder slower than its
+    /// lease overlaps the next one, whatever the watchdog does), so the
+    /// writes re-check what the reads saw: the stock is decremented first
+    /// and put back if that took it below zero, and the buyer is recorded
+    /// only if absent (`HSETNX`), the unit put back otherwise.
     pub async fn deduct_with_lock(
         &self,
         locks: &LockClient,
         settings: &LockSettings,
         sale: SaleKey,
         user: UserId,
-        now_ms: i64,
         nonce: &str,
+        publish_deadline: Duration,
     ) -> Result<Option<Deduction>, RedisCallError> {
         let k = self.keys.sale(sale);
         let lock_name = self.keys.sale_lock(sale, SaleLock::Deduction);
-        let Some(guard) = locks.acquire(&lock_name, settings.lease(), settings.wait()).await? else {
+        let Some(guard) = locks.acquire_with_watchdog(&lock_name, settings.lease(), settings.wait(), 0).await? else {
             return Ok(None);
         };
-        let mut conn = self.conn.clone();
-        let result = async {
-            let meta: Vec<Option<i64>> = self.conn.bounded(conn.hmget(&k.meta, &["starts", "ends", "round"])).await?;
-            let Some(round) = meta[2] else { return Ok(Deduction::SaleNotFound) };
-            let (starts, ends) = (meta[0].unwrap_or(0), meta[1].unwrap_or(0));
-            if (starts > 0 && now_ms < starts) || (ends > 0 && now_ms >= ends) {
-                return Ok(Deduction::NotActive);
-            }
-            let existing: Option<String> = self.conn.bounded(conn.hget(&k.buyers, user.get())).await?;
-            if existing.is_some() {
-                return Ok(Deduction::AlreadyPurchased { order_id: existing });
-            }
-            let stock: Option<i64> = self.conn.bounded(conn.get(&k.stock)).await?;
-            let stock = stock.unwrap_or(0);
-            if stock <= 0 {
-                return Ok(Deduction::SoldOut);
-            }
-            let seq: i64 = self.conn.bounded(conn.incr(&k.seq, 1)).await?;
-            let order_id = OrderId::parse(&format!("{}-{}-{seq}-{nonce}", sale.activity, sale.sku))
-                .map_err(|e| RedisCallError::Unexpected { script: "deduct_with_lock", answer: e.to_string() })?;
-            let state = OrderState { status: OrderStatus::Queued, user_id: user.get(), reason: None, accepted_at: now_ms };
-            let mut write = redis::pipe();
-            write
-                .atomic()
-                .decr(&k.stock, 1)
-                .ignore()
-                .hset(&k.buyers, user.get(), order_id.as_str())
-                .ignore()
-                .hset(&k.orders, order_id.as_str(), state.encode())
-                .ignore()
-                .zadd(&k.reserved, order_id.as_str(), now_ms)
-                .ignore();
-            self.conn.pipe::<()>(&write).await?;
-            Ok(Deduction::Accepted { order_id, round, stock_left: stock - 1 })
-        }
-        .await;
+        let result = self.deduct_holding_lock(&k, sale, user, nonce, publish_deadline).await;
         guard.release().await;
         result.map(Some)
+    }
+
+    async fn deduct_holding_lock(
+        &self,
+        k: &SaleKeys,
+        sale: SaleKey,
+        user: UserId,
+        nonce: &str,
+        publish_deadline: Duration,
+    ) -> Result<Deduction, RedisCallError> {
+        let mut conn = self.conn.clone();
+        let meta: Vec<Option<i64>> = self.conn.bounded(conn.hmget(&k.meta, &["starts", "ends", "round"])).await?;
+        let Some(round) = meta[2] else { return Ok(Deduction::SaleNotFound) };
+        let now = self.now_ms().await?;
+        let (starts, ends) = (meta[0].unwrap_or(0), meta[1].unwrap_or(0));
+        if (starts > 0 && now < starts) || (ends > 0 && now >= ends) {
+            return Ok(Deduction::NotActive);
+        }
+        let existing: Option<String> = self.conn.bounded(conn.hget(&k.buyers, user.get())).await?;
+        if existing.is_some() {
+            return Ok(Deduction::AlreadyPurchased { order_id: existing });
+        }
+        let stock: Option<i64> = self.conn.bounded(conn.get(&k.stock)).await?;
+        if stock.unwrap_or(0) <= 0 {
+            return Ok(Deduction::SoldOut);
+        }
+        let left: i64 = self.conn.bounded(conn.decr(&k.stock, 1)).await?;
+        if left < 0 {
+            // Another holder took the last unit after our read.
+            let _: i64 = self.conn.bounded(conn.incr(&k.stock, 1)).await?;
+            return Ok(Deduction::SoldOut);
+        }
+        let seq: i64 = self.conn.bounded(conn.incr(&k.seq, 1)).await?;
+        let order_id = OrderId::parse(&format!("{}-{}-{seq}-{nonce}", sale.activity, sale.sku))
+            .map_err(|e| RedisCallError::Unexpected { script: "deduct_with_lock", answer: e.to_string() })?;
+        let first: bool = self.conn.bounded(conn.hset_nx(&k.buyers, user.get(), order_id.as_str())).await?;
+        if !first {
+            // Another holder recorded this user after our read.
+            let _: i64 = self.conn.bounded(conn.incr(&k.stock, 1)).await?;
+            let existing: Option<String> = self.conn.bounded(conn.hget(&k.buyers, user.get())).await?;
+            return Ok(Deduction::AlreadyPurchased { order_id: existing });
+        }
+        let state = OrderState { status: OrderStatus::Queued, user_id: user.get(), reason: None, accepted_at: now };
+        let mut write = redis::pipe();
+        write
+            .atomic()
+            .hset(&k.orders, order_id.as_str(), state.encode())
+            .ignore()
+            .hincr(&k.meta, "queued", 1)
+            .ignore()
+            .zadd(&k.reserved, order_id.as_str(), now + publish_deadline.as_millis() as i64)
+            .ignore();
+        self.conn.pipe::<()>(&write).await?;
+        Ok(Deduction::Accepted { order_id, round, stock_left: left, accepted_at: now })
     }
 }
 
@@ -110,7 +150,12 @@ fn parse_deduction(answer: &[redis::Value]) -> Result<Deduction, RedisCallError>
     match int(0).ok_or_else(unexpected)? {
         1 => {
             let order_id = text(2).and_then(|id| OrderId::parse(&id).ok()).ok_or_else(unexpected)?;
-            Ok(Deduction::Accepted { order_id, round: int(1).unwrap_or(0), stock_left: int(3).unwrap_or(0) })
+            Ok(Deduction::Accepted {
+                order_id,
+                round: int(1).unwrap_or(0),
+                stock_left: int(3).unwrap_or(0),
+                accepted_at: int(4).ok_or_else(unexpected)?,
+            })
         }
         -1 => Ok(Deduction::SaleNotFound),
         -2 => Ok(Deduction::NotActive),

@@ -13,7 +13,7 @@ pub mod warmup;
 
 pub use compensate::{Compensation, Settlement};
 pub use deduct::Deduction;
-pub use keys::{KeyLayout, SaleLock};
+pub use keys::{KeyLayout, SaleKeys, SaleLock};
 pub use snapshot::SaleSnapshot;
 pub use status::OrderState;
 
@@ -42,6 +42,14 @@ impl Stock {
     /// The key layout under this deployment's prefix.
     pub fn keys(&self) -> &KeyLayout {
         &self.keys
+    }
+
+    /// Redis's clock (`TIME`), in ms: the one clock deductions and the
+    /// sweeper agree on, whatever the services' own clocks say.
+    pub async fn now_ms(&self) -> Result<i64, RedisCallError> {
+        let mut conn = self.conn.clone();
+        let (secs, micros): (i64, i64) = self.conn.bounded(redis::cmd("TIME").query_async(&mut conn)).await?;
+        Ok(secs * 1000 + micros / 1000)
     }
 }
 

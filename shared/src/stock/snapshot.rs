@@ -1,6 +1,5 @@
-//! A sale's whole Redis state as the reconciliation, the warm-up and the
-//! sweeper read it: counters, and which of a list of orders Redis accepted
-//! or settled.
+//! A sale's whole Redis state as the reconciliation and the sweeper read
+//! it: counters, and which of a list of orders Redis accepted or settled.
 
 use super::Stock;
 use crate::domain::SaleKey;
@@ -34,56 +33,35 @@ pub struct SaleSnapshot {
 }
 
 impl Stock {
-    /// Reads everything the reconciliation needs of one sale.
+    /// Reads everything the reconciliation needs of one sale: one round trip
+    /// of constant-time reads, whatever the number of orders (the status
+    /// counts are counters the scripts keep, not a scan of the orders).
     pub async fn snapshot(&self, sale: SaleKey) -> Result<SaleSnapshot, RedisCallError> {
         let k = self.keys.sale(sale);
-        let mut conn = self.conn.clone();
-        let (meta, stock, buyers, reservations, compensated, written_off): (
-            Vec<Option<i64>>,
-            Option<i64>,
-            i64,
-            i64,
-            i64,
-            i64,
-        ) = self
-            .conn
-            .bounded(
-                redis::pipe()
-                    .hmget(&k.meta, &["total", "round"])
-                    .get(&k.stock)
-                    .hlen(&k.buyers)
-                    .zcard(&k.reserved)
-                    .scard(&k.compensated)
-                    .scard(&k.written_off)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        let statuses: Vec<String> = self.conn.bounded(conn.hvals(&k.orders)).await?;
-        let mut snapshot = SaleSnapshot {
-            exists: meta.get(1).copied().flatten().is_some(),
-            total: meta.first().copied().flatten().unwrap_or(0),
-            round: meta.get(1).copied().flatten().unwrap_or(0),
+        let mut pipe = redis::pipe();
+        pipe.hmget(&k.meta, &["total", "round", "queued", "created", "failed"])
+            .get(&k.stock)
+            .hlen(&k.buyers)
+            .zcard(&k.reserved)
+            .scard(&k.compensated)
+            .scard(&k.written_off);
+        type Reads = (Vec<Option<i64>>, Option<i64>, i64, i64, i64, i64);
+        let (meta, stock, buyers, reservations, compensated, written_off): Reads =
+            self.conn.pipe(&pipe).await?.unwrap_or_default();
+        let field = |i: usize| meta.get(i).copied().flatten();
+        Ok(SaleSnapshot {
+            exists: field(1).is_some(),
+            total: field(0).unwrap_or(0),
+            round: field(1).unwrap_or(0),
+            queued: field(2).unwrap_or(0),
+            created: field(3).unwrap_or(0),
+            failed: field(4).unwrap_or(0),
             remaining: stock.unwrap_or(0),
             buyers,
             reservations,
             compensated,
             written_off,
-            ..SaleSnapshot::default()
-        };
-        for value in &statuses {
-            match value.split('|').next() {
-                Some("QUEUED") => snapshot.queued += 1,
-                Some("CREATED") => snapshot.created += 1,
-                _ => snapshot.failed += 1,
-            }
-        }
-        Ok(snapshot)
-    }
-
-    /// Whether the previous round has orders in flight (reserved or QUEUED).
-    pub async fn has_orders_in_flight(&self, sale: SaleKey) -> Result<bool, RedisCallError> {
-        let snapshot = self.snapshot(sale).await?;
-        Ok(snapshot.reservations > 0 || snapshot.queued > 0)
+        })
     }
 
     /// Every sale ever warmed with this prefix.

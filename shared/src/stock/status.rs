@@ -2,11 +2,15 @@
 //! settled: read for the buyer, settled in bulk by the order service,
 //! swept by the reservation sweeper.
 
-use super::Stock;
+use super::{with_keys, Stock};
 use crate::domain::{OrderId, OrderStatus, SaleKey, UserId};
 use crate::redis_conn::RedisCallError;
-use redis::AsyncCommands;
+use redis::{AsyncCommands, Script};
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+static SETTLE_CREATED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/settle_created.lua")));
 
 /// What Redis knows of one order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,24 +57,24 @@ impl Stock {
         self.conn.bounded(conn.hget(&k.buyers, user.get())).await
     }
 
-    /// Marks orders CREATED and clears their reservations, in one pipelined
-    /// round trip of two variadic commands per sale (`HSET` of every status,
-    /// `ZREM` of every reservation). Called after PostgreSQL committed their
-    /// rows.
-    pub async fn mark_created(&self, orders: &[(OrderId, UserId, i64)]) -> Result<(), RedisCallError> {
-        let mut by_sale: BTreeMap<SaleKey, Vec<(&str, String)>> = BTreeMap::new();
-        for (order_id, user, accepted_at) in orders {
-            let state = OrderState { status: OrderStatus::Created, user_id: user.get(), reason: None, accepted_at: *accepted_at };
-            by_sale.entry(order_id.sale()).or_default().push((order_id.as_str(), state.encode()));
+    /// Marks orders CREATED and clears their reservations
+    /// (`lua/settle_created.lua`): one script call per sale, every order of
+    /// the sale in it, the status counters kept. Called after PostgreSQL
+    /// committed their rows.
+    pub async fn settle_created(&self, orders: &[(OrderId, UserId, i64)]) -> Result<(), RedisCallError> {
+        let mut by_sale: BTreeMap<SaleKey, Vec<&(OrderId, UserId, i64)>> = BTreeMap::new();
+        for order in orders {
+            by_sale.entry(order.0.sale()).or_default().push(order);
         }
-        let mut pipe = redis::pipe();
-        for (sale, states) in &by_sale {
-            let k = self.keys.sale(*sale);
-            let ids: Vec<&str> = states.iter().map(|(id, _)| *id).collect();
-            pipe.hset_multiple(&k.orders, states).ignore();
-            pipe.zrem(&k.reserved, ids).ignore();
+        for (sale, orders) in by_sale {
+            let k = self.keys.sale(sale);
+            let mut invocation = with_keys(&SETTLE_CREATED, &[&k.meta, &k.orders, &k.reserved]);
+            for (order_id, user, accepted_at) in orders {
+                invocation.arg(order_id.as_str()).arg(user.get()).arg(*accepted_at);
+            }
+            let _: i64 = self.conn.invoke(&invocation).await?;
         }
-        self.conn.pipe::<()>(&pipe).await.map(drop)
+        Ok(())
     }
 
     /// Clears reservations of orders the order service has taken charge of
@@ -88,7 +92,8 @@ impl Stock {
         self.conn.pipe::<()>(&pipe).await.map(drop)
     }
 
-    /// Reservations accepted before `cutoff_ms`, oldest first, at most `limit`.
+    /// Reservations whose publish deadline passed before `cutoff_ms` (Redis
+    /// clock), oldest first, at most `limit`.
     pub async fn stale_reservations(&self, sale: SaleKey, cutoff_ms: i64, limit: isize) -> Result<Vec<OrderId>, RedisCallError> {
         let k = self.keys.sale(sale);
         let mut conn = self.conn.clone();

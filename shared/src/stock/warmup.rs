@@ -19,24 +19,37 @@ pub struct Round {
     pub ends_ms: i64,
     /// The round number PostgreSQL gave it.
     pub round: i64,
-    /// When the keys expire (ms), 0 = never.
+    /// When the keys expire (ms), 0 = never (the order counter never does).
     pub expire_at_ms: i64,
+    /// Replace the previous round even if it has orders in flight.
+    pub force: bool,
 }
 
 impl Stock {
-    /// Loads a sale round, replacing the previous one, and registers the
+    /// Loads a sale round, replacing the previous one — unless that one has
+    /// orders in flight and `force` is off: then nothing changes and this
+    /// answers `false` (checked and loaded in one script). Registers the
     /// sale for the sweeper.
-    pub async fn warmup(&self, sale: SaleKey, round: Round) -> Result<(), RedisCallError> {
+    pub async fn warmup(&self, sale: SaleKey, round: Round) -> Result<bool, RedisCallError> {
         let k = self.keys.sale(sale);
         let mut invocation = with_keys(
             &WARMUP,
             &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off, &k.seq],
         );
-        invocation.arg(round.stock).arg(round.starts_ms).arg(round.ends_ms).arg(round.round).arg(round.expire_at_ms);
-        let _: i64 = self.conn.invoke(&invocation).await?;
+        invocation
+            .arg(round.stock)
+            .arg(round.starts_ms)
+            .arg(round.ends_ms)
+            .arg(round.round)
+            .arg(round.expire_at_ms)
+            .arg(if round.force { "1" } else { "0" });
+        let loaded: i64 = self.conn.invoke(&invocation).await?;
+        if loaded == 0 {
+            return Ok(false);
+        }
         let mut register = redis::pipe();
         register.sadd(self.keys.registry(), sale.to_string()).ignore();
         self.conn.pipe::<()>(&register).await?;
-        Ok(())
+        Ok(true)
     }
 }

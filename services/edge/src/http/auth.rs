@@ -24,9 +24,10 @@ struct Claims {
     sub: serde_json::Value,
 }
 
-/// When user auth is on, checks the JWT and that its `sub` is `user`.
-pub fn require_user(state: &AppState, headers: &HeaderMap, user: UserId) -> Result<(), ApiError> {
-    let Some(key) = state.user_key.as_ref() else { return Ok(()) };
+/// The user the request's JWT is for: `None` when user auth is off, 401
+/// when it is on and the token is missing or invalid.
+pub fn caller(state: &AppState, headers: &HeaderMap) -> Result<Option<UserId>, ApiError> {
+    let Some(key) = state.user_key.as_ref() else { return Ok(None) };
     let token = bearer(headers).ok_or_else(|| ApiError::Unauthorized("missing bearer token".into()))?;
     let validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
     let data = jsonwebtoken::decode::<Claims>(token, key, &validation)
@@ -36,10 +37,14 @@ pub fn require_user(state: &AppState, headers: &HeaderMap, user: UserId) -> Resu
         serde_json::Value::Number(n) => n.to_string(),
         _ => return Err(ApiError::Unauthorized("token subject is not a user id".into())),
     };
-    if subject == user.to_string() {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden("the token is for another user".into()))
+    subject.parse().map(Some).map_err(|_| ApiError::Unauthorized("token subject is not a user id".into()))
+}
+
+/// When user auth is on, checks the JWT and that its `sub` is `user`.
+pub fn require_user(state: &AppState, headers: &HeaderMap, user: UserId) -> Result<(), ApiError> {
+    match caller(state, headers)? {
+        Some(subject) if subject != user => Err(ApiError::Forbidden("the token is for another user".into())),
+        _ => Ok(()),
     }
 }
 

@@ -1,10 +1,12 @@
-//! The one way a handler reads a JSON body: within the configured limit
-//! (413 over it), as UTF-8 JSON of the expected shape (400 otherwise),
-//! every refusal an [`ApiError`].
+//! The one way a handler reads a JSON body: declared `application/json`
+//! (415 otherwise — a browser's simple cross-origin POST is `text/plain`
+//! and must not place an order), within the configured limit (413 over it),
+//! of the expected shape (400 otherwise), every refusal an [`ApiError`].
 
 use super::{ApiError, AppState};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
+use axum::http::header;
 
 /// A body parsed into `T`.
 pub struct JsonBody<T>(pub T);
@@ -19,9 +21,19 @@ impl<T: FromJsonBody> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let content_type = request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        if !content_type.is_some_and(is_json) {
+            return Err(ApiError::UnsupportedMediaType(content_type.unwrap_or("none").chars().take(64).collect()));
+        }
         let bytes = read(request, state.settings.body_limit_bytes).await?;
         T::from_json(&bytes).map(JsonBody)
     }
+}
+
+/// `application/json`, with or without parameters (`; charset=utf-8`).
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
 }
 
 /// Parses with serde (derived types: the admin API).
@@ -44,4 +56,23 @@ async fn read(request: Request, limit: usize) -> Result<Bytes, ApiError> {
             ApiError::InvalidRequest(format!("could not read the request body: {error}"))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json;
+
+    #[test]
+    fn only_json_is_json() {
+        for (value, json) in [
+            ("application/json", true),
+            ("Application/JSON; charset=utf-8", true),
+            ("text/plain", false),
+            ("application/x-www-form-urlencoded", false),
+            ("application/jsonp", false),
+            ("", false),
+        ] {
+            assert_eq!(is_json(value), json, "{value}");
+        }
+    }
 }

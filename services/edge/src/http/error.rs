@@ -18,6 +18,9 @@ pub enum ApiError {
     /// Body over the limit.
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
+    /// A body that is not declared `application/json` (what was declared).
+    #[error("request body must be application/json, got '{0}'")]
+    UnsupportedMediaType(String),
     /// Missing or bad credentials.
     #[error("{0}")]
     Unauthorized(String),
@@ -73,6 +76,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => "INVALID_REQUEST",
             Self::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
+            Self::UnsupportedMediaType(_) => "UNSUPPORTED_MEDIA_TYPE",
             Self::Unauthorized(_) => "UNAUTHORIZED",
             Self::Forbidden(_) => "FORBIDDEN",
             Self::RateLimited(_) => "RATE_LIMITED",
@@ -92,6 +96,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) | Self::SaleNotActive => StatusCode::FORBIDDEN,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -145,6 +150,7 @@ mod tests {
         for (error, status, code) in [
             (ApiError::InvalidRequest("x".into()), 400, "INVALID_REQUEST"),
             (ApiError::PayloadTooLarge(4096), 413, "PAYLOAD_TOO_LARGE"),
+            (ApiError::UnsupportedMediaType("text/plain".into()), 415, "UNSUPPORTED_MEDIA_TYPE"),
             (ApiError::Unauthorized("x".into()), 401, "UNAUTHORIZED"),
             (ApiError::Forbidden("x".into()), 403, "FORBIDDEN"),
             (ApiError::RateLimited(Duration::from_millis(1)), 429, "RATE_LIMITED"),

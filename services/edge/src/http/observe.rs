@@ -1,5 +1,7 @@
-//! What wraps every request: its request id (the client's, or one made
-//! here) and W3C trace context (the client's, or a new trace), a span that
+//! What wraps every request: its request id (the client's when it is at
+//! most 128 visible ASCII characters, else one made here, so a client can
+//! never make the pipeline carry kilobytes in every header of its order)
+//! and W3C trace context (the client's, or a new trace), a span that
 //! carries both (and the order id once one is minted), the latency metric,
 //! and the one log line of a failed request.
 
@@ -33,6 +35,13 @@ impl SequentialRequestId {
     }
 }
 
+/// Whether a client's request id may be carried: 1 to 128 visible ASCII
+/// characters.
+fn valid_request_id(value: &HeaderValue) -> bool {
+    let bytes = value.as_bytes();
+    (1..=128).contains(&bytes.len()) && bytes.iter().all(|b| (0x21..=0x7e).contains(b))
+}
+
 /// A `traceparent` of a new trace (version 00, sampled).
 fn new_traceparent() -> HeaderValue {
     let value = format!("00-{:032x}-{:016x}-01", rand::random::<u128>() | 1, rand::random::<u64>() | 1);
@@ -59,7 +68,7 @@ fn valid_traceparent(value: &HeaderValue) -> bool {
 pub async fn observe(mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let headers = request.headers_mut();
-    let request_id = match headers.get(REQUEST_ID_HEADER) {
+    let request_id = match headers.get(REQUEST_ID_HEADER).filter(|id| valid_request_id(id)) {
         Some(id) => id.clone(),
         None => {
             let id = REQUEST_IDS.make();
@@ -89,6 +98,16 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_ids_are_short_and_visible() {
+        let long = "x".repeat(129);
+        for (id, ok) in [("abc-123", true), ("x", true), ("a b", false), ("a\tb", false), ("é", false), (long.as_str(), false)] {
+            let value = HeaderValue::from_bytes(id.as_bytes()).unwrap();
+            assert_eq!(valid_request_id(&value), ok, "{id:?}");
+        }
+        assert!(valid_request_id(&HeaderValue::from_str(&"y".repeat(128)).unwrap()));
+    }
 
     #[test]
     fn traceparents_are_checked_for_shape() {

@@ -54,12 +54,20 @@ impl FromJsonBody for OrderRequest {
 fn parse_order_request(bytes: &[u8]) -> Result<OrderRequest, ApiError> {
     // A derived struct would also take `[1,2,3]`: only objects qualify.
     let is_object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    if let Some(Ok(fast)) = is_object.then(|| serde_json::from_slice::<FastOrderRequest>(bytes)) {
-        if let (Ok(activity), Ok(sku), Ok(user)) =
-            (ActivityId::new(fast.activity_id), SkuId::new(fast.sku_id), UserId::new(fast.user_id))
-        {
-            return Ok(OrderRequest { activity, sku, user });
+    match is_object.then(|| serde_json::from_slice::<FastOrderRequest>(bytes)) {
+        Some(Ok(fast)) => {
+            if let (Ok(activity), Ok(sku), Ok(user)) =
+                (ActivityId::new(fast.activity_id), SkuId::new(fast.sku_id), UserId::new(fast.user_id))
+            {
+                return Ok(OrderRequest { activity, sku, user });
+            }
         }
+        // The derived parse refuses a key given twice; a JSON tree would
+        // silently keep the last one.
+        Some(Err(error)) if error.to_string().starts_with("duplicate field") => {
+            return Err(ApiError::InvalidRequest(format!("request body: {error}")));
+        }
+        _ => {}
     }
     // Anything else is refused; this slower path finds the words for why.
     let value: Value = serde_json::from_slice(bytes)
@@ -129,26 +137,27 @@ async fn place_order_inner(
         return Err(ApiError::SoldOut);
     }
     state.limits.check(request.user).map_err(ApiError::RateLimited)?;
+    // A producer retired by a fatal error could not publish: deduct nothing.
+    state.publisher.ensure_usable().map_err(|e| ApiError::TryAgain(e.into()))?;
 
-    let nonce = format!("{:08x}", rand::random::<u32>());
-    let accepted_at = seckill_shared::now_ms();
+    // 64 random bits: ids stay unique even if the order counter went back.
+    let nonce = format!("{:016x}", rand::random::<u64>());
+    let deadline = state.publisher.deadline();
     let started = Instant::now();
     let deduction = match state.settings.deduction {
-        DeductionMode::Lua => state.stock.deduct(sale, request.user, accepted_at, &nonce).await.map(Some),
+        DeductionMode::Lua => state.stock.deduct(sale, request.user, &nonce, deadline).await.map(Some),
         DeductionMode::Lock => {
-            state
-                .stock
-                .deduct_with_lock(&state.locks, &state.settings.lock, sale, request.user, accepted_at, &nonce)
-                .await
+            let (locks, lock) = (&state.locks, &state.settings.lock);
+            state.stock.deduct_with_lock(locks, lock, sale, request.user, &nonce, deadline).await
         }
     };
     metrics::histogram!("seckill_edge_deduct_seconds").record(started.elapsed().as_secs_f64());
     // A Redis error may come after the script ran; then the reservation it
     // left is settled by the sweeper. Either way the client may try again.
     let deduction = deduction.map_err(|e| ApiError::TryAgain(e.into()))?;
-    let order_id = match deduction {
+    let (order_id, round, accepted_at) = match deduction {
         None => return Err(ApiError::TryAgain(anyhow::anyhow!("the sale's lock was not had within its wait"))),
-        Some(Deduction::Accepted { order_id, .. }) => order_id,
+        Some(Deduction::Accepted { order_id, round, accepted_at, .. }) => (order_id, round, accepted_at),
         Some(Deduction::SaleNotFound) => return Err(ApiError::SaleNotFound),
         Some(Deduction::NotActive) => return Err(ApiError::SaleNotActive),
         Some(Deduction::AlreadyPurchased { order_id }) => return Err(ApiError::AlreadyPurchased(order_id)),
@@ -160,7 +169,7 @@ async fn place_order_inner(
 
     tracing::Span::current().record("order_id", order_id.as_str());
 
-    let record = OrderRecord::new(order_id.clone(), sale, request.user, accepted_at);
+    let record = OrderRecord::new(order_id.clone(), sale, request.user, accepted_at).in_round(round);
     // The observe middleware gave every request both.
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
     let trace = crate::publish::Trace { request_id: header(REQUEST_ID_HEADER), traceparent: header(TRACEPARENT_HEADER) };
@@ -222,13 +231,20 @@ async fn get_order(
     headers: HeaderMap,
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    // With user auth on, the token comes first: whether an order id exists
+    // is told to its owner only.
+    let caller = auth::caller(&state, &headers)?;
+    match caller {
+        Some(user) => state.limits.check(user),
+        None => state.limits.check_global(),
+    }
+    .map_err(ApiError::RateLimited)?;
     let order_id = OrderId::parse(&raw).map_err(ApiError::invalid)?;
     let view = lookup::order(&state.stock, &state.db, &order_id).await.map_err(lookup_error)?;
-    if state.settings.user_jwt_secret.is_some() {
-        let owner = UserId::new(view.user_id).map_err(|_| ApiError::OrderNotFound)?;
-        auth::require_user(&state, &headers, owner)?;
+    match caller {
+        Some(user) if user.get() != view.user_id => Err(ApiError::Forbidden("the order is another user's".into())),
+        _ => Ok(status_body(&view)),
     }
-    Ok(status_body(&view))
 }
 
 async fn get_result(
@@ -243,6 +259,7 @@ async fn get_result(
     let sku: SkuId = field("skuId")?.parse().map_err(ApiError::invalid)?;
     let user: UserId = field("userId")?.parse().map_err(ApiError::invalid)?;
     auth::require_user(&state, &headers, user)?;
+    state.limits.check(user).map_err(ApiError::RateLimited)?;
     let view = lookup::user_order(&state.stock, &state.db, SaleKey::new(activity, sku), user).await.map_err(lookup_error)?;
     Ok(status_body(&view))
 }
@@ -264,6 +281,7 @@ mod tests {
             (r#"{"activityId":1,"skuId":2,"userId":null}"#, "userId", "null id"),
             (r#"[1,2,3]"#, "object", "not an object"),
             (r#"{"activityId":1,"#, "JSON", "truncated JSON"),
+            (r#"{"activityId":1,"skuId":2,"userId":4,"userId":5}"#, "duplicate field `userId`", "a key given twice"),
         ] {
             let error = parse_order_request(body.as_bytes()).expect_err(why);
             assert_eq!(error.code(), "INVALID_REQUEST", "{why}");

@@ -1,0 +1,99 @@
+//! The edge producer's context: each record's delivery report, with
+//! librdkafka's own verdict on whether the record may be in the log, handed
+//! to the request that waits for it; and the producer's fatal errors.
+
+use rdkafka::bindings::{rd_kafka_message_status, rd_kafka_msg_status_t};
+use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
+use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::ClientContext;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// Whether a record that failed may be in the log anyway (librdkafka's
+/// `rd_kafka_message_status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// Never sent, or refused before being appended.
+    NotPersisted,
+    /// Sent, with no answer (a timeout, a connection lost mid-request; or a
+    /// later retry failed after an earlier attempt timed out in flight).
+    PossiblyPersisted,
+    /// Acknowledged by the broker.
+    Persisted,
+}
+
+/// One record's delivery report.
+#[derive(Debug)]
+pub enum Report {
+    /// In the log, acknowledged by all in-sync replicas.
+    Delivered,
+    /// Failed; the error and whether the record may be in the log anyway.
+    Failed { error: KafkaError, persistence: Persistence },
+}
+
+/// Hands each delivery report to its waiting request, and notes fatal
+/// producer errors.
+pub struct DeliveryContext {
+    /// Set by a fatal error: this producer must not be used again.
+    pub fatal: Arc<AtomicBool>,
+}
+
+impl ClientContext for DeliveryContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(error.rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::Fatal)) {
+            self.fatal.store(true, Ordering::SeqCst);
+            tracing::error!(%error, reason, "the producer failed fatally; it will be rebuilt");
+        } else {
+            tracing::warn!(%error, reason, "producer error");
+        }
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = Box<oneshot::Sender<Report>>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, waiting: Self::DeliveryOpaque) {
+        let report = match result {
+            Ok(_) => Report::Delivered,
+            Err((error, message)) => Report::Failed { error: error.clone(), persistence: persistence(message) },
+        };
+        // The request may have stopped waiting (its own deadline): the
+        // reservation sweeper settles such an order.
+        let _ = waiting.send(report);
+    }
+}
+
+/// librdkafka's persistence status of a record, read in its delivery
+/// callback.
+#[allow(unsafe_code)]
+fn persistence(message: &BorrowedMessage<'_>) -> Persistence {
+    // SAFETY: `message` wraps the `rd_kafka_message_t` librdkafka passes to
+    // the delivery callback, valid for the whole callback; the function only
+    // reads its status field.
+    let status = unsafe { rd_kafka_message_status(message.ptr()) };
+    match status {
+        rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_NOT_PERSISTED => Persistence::NotPersisted,
+        rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED => Persistence::PossiblyPersisted,
+        rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_PERSISTED => Persistence::Persisted,
+    }
+}
+
+/// Raises a fatal error in `producer` with librdkafka's own test hook.
+#[cfg(feature = "fault-injection")]
+#[allow(unsafe_code)]
+pub fn inject_fatal_error(producer: &rdkafka::producer::ThreadedProducer<DeliveryContext>) {
+    use rdkafka::producer::Producer;
+    let reason = c"injected by a test";
+    // SAFETY: the client pointer is the live producer's, valid while
+    // `producer` is borrowed; the reason is a NUL-terminated string librdkafka
+    // copies.
+    unsafe {
+        rdkafka::bindings::rd_kafka_test_fatal_error(
+            producer.client().native_ptr(),
+            rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+            reason.as_ptr(),
+        );
+    }
+}

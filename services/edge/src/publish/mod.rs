@@ -1,0 +1,215 @@
+//! Publishing accepted orders to `seckill.orders`, and telling apart a
+//! publish that definitely failed (safe to roll back) from one whose
+//! outcome is unknown (the record may be in the log: never roll back).
+//!
+//! The verdict is librdkafka's own persistence status of the record, read
+//! in the delivery callback ([`delivery`]): an error code alone cannot say
+//! whether an earlier attempt of the same record reached the log (a broker
+//! error on a retry after a timed-out attempt may be "possibly persisted").
+//! A fatal error of the idempotent producer retires it: the edge reports
+//! not ready and answers 503 before deducting anything, and the producer is
+//! rebuilt on the next request or readiness probe.
+
+mod delivery;
+
+pub use delivery::{Persistence, Report};
+
+use delivery::DeliveryContext;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use seckill_shared::config::KafkaSettings;
+use seckill_shared::domain::OrderRecord;
+use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// How a publish ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// In the log, acknowledged by all in-sync replicas.
+    Delivered,
+    /// Definitely not in the log (never left the client, or refused before
+    /// being appended): the deduction may be rolled back.
+    NotPersisted(String),
+    /// May or may not be in the log: the deduction must stay; the
+    /// reservation sweeper or the order service settles it.
+    Ambiguous(String),
+}
+
+/// What follows the order through the pipeline as record headers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Trace<'a> {
+    /// The request's id.
+    pub request_id: Option<&'a str>,
+    /// The request's W3C trace context.
+    pub traceparent: Option<&'a str>,
+}
+
+/// The producer was retired by a fatal error; a new one is being made.
+#[derive(Debug, thiserror::Error)]
+#[error("the Kafka producer failed fatally and is being rebuilt")]
+pub struct ProducerRetired;
+
+/// One producer and the flag its fatal errors set.
+struct Live {
+    producer: ThreadedProducer<DeliveryContext>,
+    fatal: Arc<AtomicBool>,
+}
+
+impl Live {
+    fn create(settings: &KafkaSettings) -> anyhow::Result<Self> {
+        let fatal = Arc::new(AtomicBool::new(false));
+        let context = DeliveryContext { fatal: fatal.clone() };
+        let producer = seckill_shared::kafka::producer_config(settings).create_with_context(context)?;
+        Ok(Self { producer, fatal })
+    }
+
+    fn is_fatal(&self) -> bool {
+        self.fatal.load(Ordering::SeqCst) || self.producer.client().fatal_error().is_some()
+    }
+}
+
+/// The edge's producer (cheap to clone: clones share it).
+#[derive(Clone)]
+pub struct Publisher {
+    live: Arc<RwLock<Arc<Live>>>,
+    settings: Arc<KafkaSettings>,
+    topic: Arc<str>,
+    /// How long until a publish's outcome is known: the delivery timeout
+    /// and a margin. The reservation is not swept before it has passed.
+    deadline: Duration,
+}
+
+impl Publisher {
+    /// A producer for `topic`.
+    pub fn new(settings: &KafkaSettings, topic: String) -> anyhow::Result<Self> {
+        Ok(Self {
+            live: Arc::new(RwLock::new(Arc::new(Live::create(settings)?))),
+            settings: Arc::new(settings.clone()),
+            topic: topic.into(),
+            deadline: Duration::from_millis(settings.message_timeout_ms + 2_000),
+        })
+    }
+
+    /// How long until a publish's outcome is known.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    fn live(&self) -> Arc<Live> {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// `Ok` when the producer can take records. A producer retired by a
+    /// fatal error is replaced now, and this call answers `Err`: the caller
+    /// has deducted nothing and answers 503.
+    pub fn ensure_usable(&self) -> Result<(), ProducerRetired> {
+        if !self.live().is_fatal() {
+            return Ok(());
+        }
+        let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
+        // Another caller may have replaced it meanwhile.
+        if live.is_fatal() {
+            match Live::create(&self.settings) {
+                Ok(fresh) => {
+                    tracing::warn!("the producer was retired by a fatal error; a new one replaces it");
+                    metrics::counter!("seckill_edge_producer_rebuilt_total").increment(1);
+                    // In-flight records of the old one still get their
+                    // delivery reports, each judged by its own status.
+                    *live = Arc::new(fresh);
+                }
+                Err(error) => tracing::error!(%error, "could not create a new producer"),
+            }
+        }
+        Err(ProducerRetired)
+    }
+
+    /// Publishes one order (key = user id) and awaits its delivery report.
+    pub async fn publish(&self, record: &OrderRecord, trace: Trace<'_>) -> PublishOutcome {
+        let payload = match serde_json::to_vec(record) {
+            Ok(payload) => payload,
+            Err(error) => return PublishOutcome::NotPersisted(format!("encoding the record: {error}")),
+        };
+        let key = record.user_id.get().to_string();
+        let mut headers = OwnedHeaders::new_with_capacity(2);
+        for (key, value) in [(REQUEST_ID_HEADER, trace.request_id), (TRACEPARENT_HEADER, trace.traceparent)] {
+            if let Some(value) = value {
+                headers = headers.insert(Header { key, value: Some(value) });
+            }
+        }
+        let (report, reported) = oneshot::channel();
+        let base = BaseRecord::with_opaque_to(&self.topic, Box::new(report)).key(&key).payload(&payload).headers(headers);
+        // An enqueue error (queue full, unknown partition, producer failed)
+        // means the record never left this process.
+        if let Err((error, _)) = self.live().producer.send(base) {
+            return PublishOutcome::NotPersisted(error.to_string());
+        }
+        match tokio::time::timeout(self.deadline, reported).await {
+            Ok(Ok(report)) => classify(report),
+            // The producer went away with the record possibly sent.
+            Ok(Err(_)) => PublishOutcome::Ambiguous("producer dropped the delivery report".into()),
+            Err(_) => PublishOutcome::Ambiguous(format!("no delivery report within {:?}", self.deadline)),
+        }
+    }
+
+    /// Whether a broker answers a metadata request, with a usable producer.
+    pub fn ping(&self, timeout: Duration) -> anyhow::Result<()> {
+        self.ensure_usable()?;
+        self.live().producer.client().fetch_metadata(Some(&self.topic), timeout)?;
+        Ok(())
+    }
+
+    /// Waits for queued records to be delivered.
+    pub fn flush(&self, timeout: Duration) {
+        if let Err(error) = self.live().producer.flush(timeout) {
+            tracing::warn!(%error, "producer flush did not complete");
+        }
+    }
+
+    /// Raises a fatal error in the producer, as the idempotent producer does
+    /// when it cannot keep its guarantees (for the tests of what follows).
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_fatal_error(&self) {
+        delivery::inject_fatal_error(&self.live().producer);
+    }
+}
+
+/// The outcome of a delivery report: only a record librdkafka says was not
+/// persisted may be rolled back.
+fn classify(report: Report) -> PublishOutcome {
+    match report {
+        Report::Delivered => PublishOutcome::Delivered,
+        Report::Failed { error, persistence: Persistence::NotPersisted } => PublishOutcome::NotPersisted(error.to_string()),
+        Report::Failed { error, persistence } => PublishOutcome::Ambiguous(format!("{error} ({persistence:?})")),
+    }
+}
+
+/// `KafkaError`s that end a delivery, for the table below.
+#[cfg(test)]
+fn failed(code: rdkafka::types::RDKafkaErrorCode, persistence: Persistence) -> Report {
+    Report::Failed { error: rdkafka::error::KafkaError::MessageProduction(code), persistence }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::types::RDKafkaErrorCode as Code;
+
+    #[test]
+    fn only_what_was_never_persisted_is_rolled_back() {
+        for (report, rolled_back, why) in [
+            (failed(Code::UnknownTopic, Persistence::NotPersisted), true, "a topic that does not exist"),
+            (failed(Code::MessageTimedOut, Persistence::NotPersisted), true, "timed out before it was ever sent"),
+            (failed(Code::MessageTimedOut, Persistence::PossiblyPersisted), false, "timed out in flight"),
+            (failed(Code::NotEnoughReplicas, Persistence::PossiblyPersisted), false, "a broker error on a retry after a timed-out attempt"),
+            (failed(Code::NotEnoughReplicas, Persistence::NotPersisted), true, "a broker refused it before appending"),
+            (failed(Code::OutOfOrderSequenceNumber, Persistence::Persisted), false, "persisted, reported as failed"),
+        ] {
+            let outcome = classify(report);
+            assert_eq!(matches!(outcome, PublishOutcome::NotPersisted(_)), rolled_back, "{why}: {outcome:?}");
+        }
+        assert_eq!(classify(Report::Delivered), PublishOutcome::Delivered);
+    }
+}

@@ -1,0 +1,105 @@
+//! Parked records: what no service could process after bounded attempts —
+//! a dead letter PostgreSQL can never take, a record too large to be
+//! dead-lettered — kept in PostgreSQL so the partition behind it moves on.
+//! Each stays until an operator deals with it: `seckillctl dlq parked`
+//! lists them and the reconciliation reports a sale's as violations.
+
+use crate::domain::{OrderRecord, SaleKey};
+use crate::kafka::headers_map;
+use rdkafka::Message;
+use sqlx::PgPool;
+
+/// One record to park.
+pub struct Parking<'a, M: Message> {
+    /// The record, as it was consumed.
+    pub message: &'a M,
+    /// Why it went wrong: its `dlq.reason`, or what stopped it.
+    pub reason: &'a str,
+    /// The last error, in words.
+    pub error: &'a str,
+    /// How many times it was tried.
+    pub attempts: u32,
+    /// Which service parked it.
+    pub parked_by: &'static str,
+}
+
+/// Parks a record (a replay of one already parked changes nothing).
+pub async fn park<M: Message>(db: &PgPool, parking: &Parking<'_, M>) -> sqlx::Result<()> {
+    let message = parking.message;
+    let record = message.payload().and_then(|p| OrderRecord::decode(p).ok());
+    let headers = serde_json::to_value(message.headers().map(headers_map).unwrap_or_default()).unwrap_or_default();
+    sqlx::query(
+        r#"INSERT INTO parked_records
+             (topic, partition, "offset", key, payload, headers, order_id, activity_id, sku_id, reason, error, attempts, parked_by)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+           ON CONFLICT (topic, partition, "offset") DO NOTHING"#,
+    )
+    .bind(message.topic())
+    .bind(message.partition())
+    .bind(message.offset())
+    .bind(message.key())
+    .bind(message.payload())
+    .bind(headers)
+    .bind(record.as_ref().map(|r| r.order_id.as_str()))
+    .bind(record.as_ref().map(|r| r.activity_id.get()))
+    .bind(record.as_ref().map(|r| r.sku_id.get()))
+    .bind(parking.reason)
+    .bind(parking.error)
+    .bind(parking.attempts as i32)
+    .bind(parking.parked_by)
+    .execute(db)
+    .await?;
+    metrics::counter!("seckill_parked_records_total", "by" => parking.parked_by).increment(1);
+    tracing::error!(
+        topic = message.topic(),
+        partition = message.partition(),
+        offset = message.offset(),
+        order_id = record.as_ref().map(|r| r.order_id.as_str()).unwrap_or(""),
+        reason = parking.reason,
+        error = parking.error,
+        attempts = parking.attempts,
+        "record parked: an operator must deal with it"
+    );
+    Ok(())
+}
+
+/// A parked record, as operators see it.
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct ParkedRow {
+    pub id: i64,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub order_id: Option<String>,
+    pub activity_id: Option<i64>,
+    pub sku_id: Option<i64>,
+    pub reason: String,
+    pub error: String,
+    pub attempts: i32,
+    pub parked_by: String,
+    pub parked_at: chrono::DateTime<chrono::Utc>,
+    /// The value as text (lossy), at most 512 bytes of it.
+    pub value: Option<String>,
+}
+
+/// The parked records, oldest first, at most `limit`.
+pub async fn list(db: &PgPool, limit: i64) -> sqlx::Result<Vec<ParkedRow>> {
+    sqlx::query_as(
+        r#"SELECT id, topic, partition, "offset", order_id, activity_id, sku_id, reason, error, attempts, parked_by,
+                  parked_at, convert_from(substring(payload from 1 for 512), 'SQL_ASCII') AS value
+             FROM parked_records ORDER BY id LIMIT $1"#,
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// How many of a sale's records are parked.
+pub async fn count_for_sale(db: &PgPool, sale: SaleKey) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM parked_records WHERE activity_id = $1 AND sku_id = $2")
+        .bind(sale.activity.get())
+        .bind(sale.sku.get())
+        .fetch_one(db)
+        .await
+}
