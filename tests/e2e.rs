@@ -22,3 +22,5 @@ mod chaos_short;
 mod hardening;
 #[path = "e2e/poison.rs"]
 mod poison;
+#[path = "e2e/browser.rs"]
+mod browser;

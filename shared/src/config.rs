@@ -110,6 +110,21 @@ pub struct TelemetrySettings {
     pub filter: Option<String>,
 }
 
+/// A list setting that also reads from one environment variable: a TOML
+/// array, or a comma-separated string (`SECKILL__CORS__ALLOWED_ORIGINS=a,b`).
+pub fn list_or_comma_separated<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        List(Vec<String>),
+        Text(String),
+    }
+    Ok(match Either::deserialize(deserializer)? {
+        Either::List(list) => list,
+        Either::Text(text) => text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+    })
+}
+
 /// The servers a service talks to, and its logging. Flattened into each
 /// service's settings: the keys `redis`, `kafka`, `database` and
 /// `telemetry` stay top-level sections.

@@ -46,6 +46,25 @@ impl Default for RateLimitSettings {
     }
 }
 
+/// Which web origins may call the buyer's API from a browser.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CorsSettings {
+    /// Origins allowed to call `/api/*` (e.g. `https://shop.example`); empty:
+    /// no CORS headers at all; `*`: any origin. The admin API never answers
+    /// cross-origin. From the environment: comma-separated.
+    #[serde(deserialize_with = "seckill_shared::config::list_or_comma_separated")]
+    pub allowed_origins: Vec<String>,
+    /// How long a browser may cache a preflight's answer.
+    pub max_age_secs: u64,
+}
+
+impl Default for CorsSettings {
+    fn default() -> Self {
+        Self { allowed_origins: Vec::new(), max_age_secs: 600 }
+    }
+}
+
 /// Settings of `seckill-edge`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
@@ -65,6 +84,7 @@ pub struct Settings {
     /// Lease and wait of the warm-up lock.
     pub warmup_lock: LockSettings,
     pub rate_limit: RateLimitSettings,
+    pub cors: CorsSettings,
     /// How long a sale's local sold-out flag is trusted before Redis is asked
     /// again, so restored units sell within about this long.
     pub sold_out_flag_ms: u64,
@@ -89,6 +109,15 @@ impl Settings {
                 anyhow::bail!("{name} is set but empty; unset it, or give it a value");
             }
         }
+        for origin in &self.cors.allowed_origins {
+            let plausible = origin == "*"
+                || ((origin.starts_with("https://") || origin.starts_with("http://"))
+                    && !origin.ends_with('/')
+                    && origin.bytes().all(|b| b.is_ascii_graphic()));
+            if !plausible {
+                anyhow::bail!("cors.allowed_origins: '{origin}' is not an origin (scheme://host[:port], no path) or '*'");
+            }
+        }
         Ok(())
     }
 }
@@ -104,10 +133,29 @@ impl Default for Settings {
             lock: LockSettings::default(),
             warmup_lock: LockSettings::warmup(),
             rate_limit: RateLimitSettings::default(),
+            cors: CorsSettings::default(),
             sold_out_flag_ms: 1_000,
             ensure_topics: true,
             shutdown_timeout_ms: 10_000,
             servers: Servers::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seckill_shared::config::{load_from, UnknownKeys};
+
+    #[test]
+    fn allowed_origins_come_as_a_list_or_comma_separated() {
+        let vars = [("SECKILL__CORS__ALLOWED_ORIGINS".to_owned(), "https://shop.example, https://m.shop.example".to_owned())];
+        let settings: Settings = load_from(None, &vars, UnknownKeys::Refuse).unwrap();
+        assert_eq!(settings.cors.allowed_origins, ["https://shop.example", "https://m.shop.example"]);
+        settings.validate().unwrap();
+        for bad in ["shop.example", "https://shop.example/", "https://shop example"] {
+            let settings = Settings { cors: CorsSettings { allowed_origins: vec![bad.into()], ..CorsSettings::default() }, ..Settings::default() };
+            assert!(settings.validate().is_err(), "{bad} is not an origin");
         }
     }
 }

@@ -45,6 +45,12 @@ pub enum ApiError {
     /// Unknown order.
     #[error("order not found")]
     OrderNotFound,
+    /// No such path.
+    #[error("no such path")]
+    NotFound,
+    /// The path exists, not with this method (the `Allow` header says which).
+    #[error("method not allowed on this path")]
+    MethodNotAllowed,
     /// A warm-up that would disturb orders in flight, or another warm-up.
     #[error("{0}")]
     SaleBusy(String),
@@ -85,6 +91,8 @@ impl ApiError {
             Self::AlreadyPurchased(_) => "ALREADY_PURCHASED",
             Self::SoldOut => "SOLD_OUT",
             Self::OrderNotFound => "ORDER_NOT_FOUND",
+            Self::NotFound => "NOT_FOUND",
+            Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::SaleBusy(_) => "SALE_BUSY",
             Self::TryAgain(_) => "TRY_AGAIN",
             Self::Internal(_) => "INTERNAL",
@@ -100,7 +108,8 @@ impl ApiError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) | Self::SaleNotActive => StatusCode::FORBIDDEN,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            Self::SaleNotFound | Self::OrderNotFound => StatusCode::NOT_FOUND,
+            Self::SaleNotFound | Self::OrderNotFound | Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::AlreadyPurchased(_) | Self::SaleBusy(_) => StatusCode::CONFLICT,
             Self::SoldOut => StatusCode::GONE,
             Self::TryAgain(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -159,6 +168,8 @@ mod tests {
             (ApiError::AlreadyPurchased(None), 409, "ALREADY_PURCHASED"),
             (ApiError::SoldOut, 410, "SOLD_OUT"),
             (ApiError::OrderNotFound, 404, "ORDER_NOT_FOUND"),
+            (ApiError::NotFound, 404, "NOT_FOUND"),
+            (ApiError::MethodNotAllowed, 405, "METHOD_NOT_ALLOWED"),
             (ApiError::TryAgain(anyhow::anyhow!("x")), 503, "TRY_AGAIN"),
         ] {
             assert_eq!(error.status_code().as_u16(), status, "{code}");

@@ -6,6 +6,7 @@
 mod admin;
 mod auth;
 mod body;
+mod cors;
 mod error;
 mod health;
 mod observe;
@@ -101,14 +102,24 @@ async fn forget_quiet_users(
     }
 }
 
-/// The whole edge router.
+/// The whole edge router. CORS covers the buyer's API only; every path or
+/// method nothing serves answers the contract's JSON error.
 pub fn router(state: AppState) -> Router {
+    // Each group answers a wrong method itself, inside its layers: a CORS
+    // preflight to the buyer's API is answered by its CORS layer first.
+    let method_not_allowed = || async { ApiError::MethodNotAllowed };
+    let api = order::router().method_not_allowed_fallback(method_not_allowed);
+    let api = match cors::layer(&state.settings.cors) {
+        Some(cors) => api.layer(cors).layer(middleware::map_response(cors::preflight_no_content)),
+        None => api,
+    };
     // The body limit is enforced by our own extractor (413 with the
     // contract's body); axum's default limit must not answer first.
     Router::new()
-        .merge(order::router())
-        .merge(admin::router())
-        .merge(health::router())
+        .merge(api)
+        .merge(admin::router().method_not_allowed_fallback(method_not_allowed))
+        .merge(health::router().method_not_allowed_fallback(method_not_allowed))
+        .fallback(|| async { ApiError::NotFound })
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(observe::observe))
         .with_state(state)
