@@ -24,3 +24,5 @@ mod hardening;
 mod poison;
 #[path = "e2e/browser.rs"]
 mod browser;
+#[path = "e2e/cli.rs"]
+mod cli;

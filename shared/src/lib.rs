@@ -5,6 +5,7 @@
 //! Services (`services/*`) are thin: they wire these parts together. Anything
 //! two services need lives here, next to the concern it belongs to.
 
+pub mod cli;
 pub mod config;
 pub mod db;
 pub mod domain;

@@ -8,6 +8,10 @@
 //!   (first row wins), and only a FAILED row restores the unit in Redis, at
 //!   most once per order id.
 
+
+/// What `--help` says the service does.
+pub const ABOUT: &str = "The compensator: consumes seckill.orders.dlq in the seckill-compensator group and settles each dead-lettered order (FAILED in PostgreSQL, its unit restored in Redis at most once), and runs the reservation sweeper (one across all instances) for orders whose record never reached the order service. Health and metrics on metrics_addr.";
+
 pub mod job;
 pub mod settle;
 pub mod sweeper;

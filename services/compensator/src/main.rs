@@ -1,10 +1,13 @@
-//! `seckill-compensator`: load settings, start telemetry, run until SIGINT/SIGTERM.
+//! `seckill-compensator`: read the command line and settings, start
+//! telemetry, run until SIGINT/SIGTERM.
 
 use anyhow::Context;
+use seckill_shared::cli::ServiceArgs;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let settings: seckill_compensator::Settings = seckill_shared::config::load(seckill_shared::config::UnknownKeys::Refuse).context("loading settings")?;
+    let args = ServiceArgs::parse_for("seckill-compensator", seckill_compensator::ABOUT);
+    let Some(settings) = args.settings::<seckill_compensator::Settings>()? else { return Ok(()) };
     seckill_shared::telemetry::init_tracing(&settings.servers.telemetry);
     let shutdown = seckill_shared::shutdown::shutdown_signal();
     let service = seckill_compensator::Service::build(settings).await.context("starting the compensator")?;

@@ -58,6 +58,9 @@ pub enum Command {
         /// Records per second at most.
         #[arg(long)]
         rate: Option<f64>,
+        /// Replay at most this many (the next run resumes after them).
+        #[arg(long)]
+        limit: Option<u64>,
         /// List what would be sent; send and commit nothing.
         #[arg(long)]
         dry_run: bool,
@@ -195,7 +198,7 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Parked { limit, json } => parked(&settings, limit, json).await,
-        Command::Replay { filter, rate, dry_run } => replay(settings, filter, rate, dry_run).await,
+        Command::Replay { filter, rate, limit, dry_run } => replay(settings, filter, rate, limit, dry_run).await,
     }
 }
 
@@ -283,7 +286,7 @@ fn read_one(settings: &Settings, partition: i32, offset: i64) -> anyhow::Result<
     Ok(None)
 }
 
-async fn replay(settings: Settings, filter: Filter, rate: Option<f64>, dry_run: bool) -> Result<(), Failure> {
+async fn replay(settings: Settings, filter: Filter, rate: Option<f64>, limit: Option<u64>, dry_run: bool) -> Result<(), Failure> {
     let producer: FutureProducer = kafka::producer(&settings.servers.kafka).map_err(Failure::unreadable)?;
     let group = format!("{}seckillctl-replay-{}", settings.servers.kafka.topic_prefix, filter.group_suffix());
     let dlq_topic = Topics::new(&settings.servers.kafka).dlq;
@@ -317,10 +320,15 @@ async fn replay(settings: Settings, filter: Filter, rate: Option<f64>, dry_run: 
     let progress = indicatif::ProgressBar::new_spinner();
     let mut sent = 0u64;
     while let Some(message) = chosen.recv().await {
+        if limit.is_some_and(|limit| sent >= limit) {
+            // Not sent, not committed: the next run starts here.
+            break;
+        }
         let e = entry(&message);
         let original_topic = e.headers.get(dlq_header::ORIGINAL_TOPIC).cloned().unwrap_or_else(|| Topics::new(&settings.servers.kafka).orders);
         if dry_run {
             println!("would replay {} ({}, order {}) to {original_topic}", e.position, e.reason, e.order_id);
+            sent += 1;
             let _ = acked_tx.send(true);
             continue;
         }
@@ -361,6 +369,10 @@ async fn replay(settings: Settings, filter: Filter, rate: Option<f64>, dry_run: 
         }
     }
     progress.finish_and_clear();
+    // Stops the reader if the limit did: it waits for an acknowledgement
+    // that will not come, and commits nothing past what was sent.
+    drop(acked_tx);
+    drop(chosen);
     reader.await.map_err(Failure::failed)?.map_err(Failure::unreadable)?;
     println!("{} record(s) {}", sent, if dry_run { "would be replayed (dry run)" } else { "replayed" });
     Ok(())

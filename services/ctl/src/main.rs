@@ -33,7 +33,7 @@ impl Default for Settings {
 }
 
 #[derive(Parser)]
-#[command(name = "seckillctl", version, about = "Operate the seckill pipeline: warm-up, reconciliation, dead letters, load tests")]
+#[command(name = "seckillctl", version = seckill_shared::cli::VERSION, about = "Operate the seckill pipeline: warm-up, reconciliation, dead letters, load tests")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -58,6 +58,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A service's effective settings, as it would load them in this
+    /// environment (its binary's `--print-config`), secrets masked.
+    Config {
+        /// Which service.
+        #[arg(long, value_enum)]
+        service: Service,
+    },
+}
+
+/// The service binaries `config` asks.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Service {
+    Edge,
+    Order,
+    Compensator,
 }
 
 /// An error with the exit code it deserves.
@@ -82,6 +97,10 @@ impl Failure {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Config { service } = cli.command {
+        // The service's own binary loads and validates its settings.
+        return config(service);
+    }
     let settings: Settings = match seckill_shared::config::load(seckill_shared::config::UnknownKeys::Ignore) {
         Ok(settings) => settings,
         Err(error) => {
@@ -98,6 +117,7 @@ async fn main() -> ExitCode {
         Command::Dlq(command) => dlq::run(&settings, command).await,
         Command::Bench(args) => bench::run(&settings, args).await,
         Command::Lag { json } => lag(&settings, json).await,
+        Command::Config { .. } => unreachable!("answered before the settings are loaded"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -124,6 +144,25 @@ async fn lag(settings: &Settings, json: bool) -> Result<(), Failure> {
         println!("compensator lag    {} {:?}", lag.compensator.total, lag.compensator.partitions);
     }
     Ok(())
+}
+
+/// Runs `seckill-<service> --print-config` (next to this binary, else on
+/// the PATH) and exits as it does.
+fn config(service: Service) -> ExitCode {
+    let name = match service {
+        Service::Edge => "seckill-edge",
+        Service::Order => "seckill-order",
+        Service::Compensator => "seckill-compensator",
+    };
+    let sibling = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join(name))).filter(|p| p.exists());
+    let program = sibling.unwrap_or_else(|| name.into());
+    match std::process::Command::new(&program).arg("--print-config").status() {
+        Ok(status) => ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8),
+        Err(error) => {
+            eprintln!("seckillctl: running {}: {error}", program.display());
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// Connects to Redis and PostgreSQL.

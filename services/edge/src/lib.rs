@@ -6,6 +6,10 @@
 //! is awaited before answering. A publish that definitely failed is rolled
 //! back in one Lua call; an ambiguous one is left to the reservation sweeper.
 
+
+/// What `--help` says the service does.
+pub const ABOUT: &str = "The flash-sale edge: the buyer's HTTP API (place an order, read its status), the admin API (warm a sale up, reconcile it), health and Prometheus metrics. Each order: rate limits, one atomic Redis deduction, a publish to Kafka acknowledged by every in-sync replica, a rollback when the publish definitely failed.";
+
 pub mod http;
 pub mod limit;
 pub mod lookup;

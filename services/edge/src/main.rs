@@ -1,6 +1,8 @@
-//! `seckill-edge`: load settings, start telemetry, serve until SIGINT/SIGTERM.
+//! `seckill-edge`: read the command line and settings, start telemetry,
+//! serve until SIGINT/SIGTERM.
 
 use anyhow::Context;
+use seckill_shared::cli::ServiceArgs;
 
 // Every request allocates a little (the order record, its id, the response);
 // mimalloc's thread-local free lists beat glibc's arenas at that.
@@ -9,7 +11,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let settings: seckill_edge::Settings = seckill_shared::config::load(seckill_shared::config::UnknownKeys::Refuse).context("loading settings")?;
+    let args = ServiceArgs::parse_for("seckill-edge", seckill_edge::ABOUT);
+    let Some(settings) = args.settings::<seckill_edge::Settings>()? else { return Ok(()) };
     seckill_shared::telemetry::init_tracing(&settings.servers.telemetry);
     let shutdown = seckill_shared::shutdown::shutdown_signal();
     let app = seckill_edge::Application::build(settings).await.context("starting the edge")?;

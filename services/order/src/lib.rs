@@ -7,6 +7,10 @@
 //! its statuses reached Redis and its rejects reached the dead-letter topic:
 //! a crash anywhere replays the batch, and replays are idempotent.
 
+
+/// What `--help` says the service does.
+pub const ABOUT: &str = "The order service: consumes seckill.orders in the seckill-order group, writes each batch of orders to PostgreSQL in one idempotent transaction with the database's stock guard, marks them CREATED in Redis, dead-letters what can never be written, and commits offsets only after all of that. Health and metrics on metrics_addr.";
+
 pub mod consumer;
 pub mod dlq;
 pub mod store;

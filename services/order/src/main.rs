@@ -1,10 +1,13 @@
-//! `seckill-order`: load settings, start telemetry, consume until SIGINT/SIGTERM.
+//! `seckill-order`: read the command line and settings, start telemetry,
+//! consume until SIGINT/SIGTERM.
 
 use anyhow::Context;
+use seckill_shared::cli::ServiceArgs;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let settings: seckill_order::Settings = seckill_shared::config::load(seckill_shared::config::UnknownKeys::Refuse).context("loading settings")?;
+    let args = ServiceArgs::parse_for("seckill-order", seckill_order::ABOUT);
+    let Some(settings) = args.settings::<seckill_order::Settings>()? else { return Ok(()) };
     seckill_shared::telemetry::init_tracing(&settings.servers.telemetry);
     let shutdown = seckill_shared::shutdown::shutdown_signal();
     let service = seckill_order::Service::build(settings).await.context("starting the order service")?;

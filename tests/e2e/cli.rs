@@ -1,0 +1,111 @@
+//! The service binaries' command line: `--help`, `--version`, usage errors,
+//! `--print-config` with secrets masked, and `seckillctl config` and
+//! `dlq replay --limit`.
+
+use seckill_e2e::{binary, TestEnv};
+use seckill_shared::kafka::dlq_header;
+use std::time::Duration;
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(name: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let output = std::process::Command::new(binary(name))
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .envs(env.iter().copied())
+        .output()
+        .expect("running a project binary");
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+const SERVICES: [(&str, &str); 3] = [("seckill-edge", "edge"), ("seckill-order", "order service"), ("seckill-compensator", "compensator")];
+
+#[test]
+fn every_service_answers_help_version_and_refuses_unknown_arguments() {
+    for (name, what) in SERVICES {
+        let help = run(name, &["--help"], &[]);
+        assert_eq!(help.code, 0, "{name} --help: {}", help.stderr);
+        assert!(help.stdout.to_lowercase().contains(what), "{name} --help says what it is: {}", help.stdout);
+        for wanted in ["SECKILL_CONFIG", "SECKILL_REDIS_URL", "SECKILL_DATABASE_URL", "SECKILL_KAFKA_BROKERS", "SECKILL__SECTION__KEY", "--print-config"] {
+            assert!(help.stdout.contains(wanted), "{name} --help names {wanted}");
+        }
+        let version = run(name, &["--version"], &[]);
+        assert_eq!(version.code, 0, "{name} --version");
+        assert!(version.stdout.contains(env!("CARGO_PKG_VERSION")) && version.stdout.contains("commit "), "{}", version.stdout);
+        let bogus = run(name, &["--bogus"], &[]);
+        assert_eq!(bogus.code, 2, "{name} --bogus is a usage error, never a start: {}", bogus.stderr);
+        assert!(bogus.stderr.contains("--bogus"), "{}", bogus.stderr);
+    }
+}
+
+#[test]
+fn print_config_shows_the_effective_settings_with_secrets_masked() {
+    let secrets = [
+        ("SECKILL_ADMIN_TOKEN", "admin-s3cret"),
+        ("SECKILL_USER_JWT_SECRET", "jwt-s3cret"),
+        ("SECKILL_DATABASE_URL", "postgres://seckill:db-s3cret@db.internal:5432/seckill"),
+        ("SECKILL_KEY_PREFIX", "prod:"),
+        ("SECKILL__KAFKA__LINGER_MS", "7"),
+    ];
+    for (name, _) in SERVICES {
+        let printed = run(name, &["--print-config"], &secrets);
+        assert_eq!(printed.code, 0, "{name}: {}", printed.stderr);
+        assert!(!printed.stdout.contains("s3cret"), "{name} printed a secret:\n{}", printed.stdout);
+        assert!(printed.stdout.contains("postgres://seckill:********@db.internal:5432/seckill"), "{}", printed.stdout);
+        assert!(printed.stdout.contains(r#"key_prefix = "prod:""#) && printed.stdout.contains("linger_ms = 7"), "{}", printed.stdout);
+        let parsed: toml::Table = printed.stdout.parse().expect("the output is TOML");
+        assert!(parsed.contains_key("redis") && parsed.contains_key("kafka"));
+    }
+    let edge = run("seckill-edge", &["--print-config"], &secrets);
+    assert!(edge.stdout.contains(r#"admin_token = "********""#), "{}", edge.stdout);
+
+    let invalid = run("seckill-order", &["--print-config"], &[("SECKILL__BATCH_SIZ", "3")]);
+    assert_ne!(invalid.code, 0);
+    assert!(invalid.stderr.contains("batch_siz"), "the bad key is named: {}", invalid.stderr);
+    let wrong_type = run("seckill-compensator", &["--print-config"], &[("SECKILL__SWEEPER__INTERVAL_MS", "soon")]);
+    assert_ne!(wrong_type.code, 0);
+    assert!(wrong_type.stderr.contains("interval_ms") || wrong_type.stderr.contains("invalid type"), "{}", wrong_type.stderr);
+
+    let via_ctl = run("seckillctl", &["config", "--service", "edge"], &secrets);
+    assert_eq!(via_ctl.code, 0, "{}", via_ctl.stderr);
+    assert!(via_ctl.stdout.contains("http_addr") && !via_ctl.stdout.contains("s3cret"), "{}", via_ctl.stdout);
+    assert_eq!(run("seckillctl", &["config", "--service", "nope"], &[]).code, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_takes_a_limit_and_the_next_run_resumes_after_it() {
+    let env = TestEnv::with_partitions(1).await;
+    let sale = env.sale();
+    env.warmup(sale, 100).await;
+    let records = env.order_records(sale, 1..11);
+    let dlq = env.topics().dlq;
+    for record in &records {
+        let payload = serde_json::to_vec(record).unwrap();
+        env.produce(&dlq, "k", &payload, &[(dlq_header::REASON, "DB_REJECTED"), (dlq_header::ATTEMPTS, "1")]).await;
+    }
+    for (run, expected) in [(1, 4), (2, 4), (3, 2), (4, 0)] {
+        let replay = env.ctl(&["dlq", "replay", "--limit", "4"]).await;
+        assert_eq!(replay.code, 0, "run {run}: {replay:?}");
+        let lines = replay.stdout.lines().filter(|l| l.starts_with("replayed ")).count();
+        assert_eq!(lines, expected, "run {run}:\n{}", replay.stdout);
+    }
+    let replayed = env.read_topic(&env.topics().orders, 10, Duration::from_secs(30)).await;
+    let mut sources: Vec<String> = replayed
+        .iter()
+        .filter_map(|m| {
+            let headers = rdkafka::Message::headers(m)?;
+            seckill_shared::kafka::header_str(headers, dlq_header::REPLAYED_FROM).map(str::to_owned)
+        })
+        .collect();
+    sources.sort();
+    sources.dedup();
+    assert_eq!(sources.len(), 10, "each dead letter replayed once across the limited runs");
+}
