@@ -200,9 +200,9 @@ def main():
     sha = subprocess.run(["redis-cli", "SCRIPT", "LOAD", (ROOT / "lua/deduct.lua").read_text()], capture_output=True, text=True).stdout.strip()
     base = f"{RUN}:seckill:{{{sale(1)}:1}}"
     keys = [f"{base}:{k}" for k in ("meta", "stock", "buyers", "orders", "reserved", "seq")]
-    now = str(int(time.time() * 1000))
+    # ARGV: user, nonce, activity, sku, publish deadline (ms): as the edge calls it.
     rb = subprocess.run(["redis-benchmark", "-c", str(CONNS), "-n", "200000", "-r", "1000000000", "--csv",
-                         "EVALSHA", sha, "6", *keys, "__rand_int__", now, "bench000", str(sale(1)), "1"],
+                         "EVALSHA", sha, "6", *keys, "__rand_int__", "00000000bench000", str(sale(1)), "1", "7000"],
                         capture_output=True, text=True)
     rows = [line for line in rb.stdout.splitlines() if line.startswith('"EVALSHA')]
     redis_rps = float(rows[-1].split(",")[1].strip('"')) if rows else 0.0

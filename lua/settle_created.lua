@@ -10,21 +10,49 @@
 -- statuses in the orders hash: each order moves from the status it had. An
 -- order the hash does not hold (another round's, or one Redis lost) is not
 -- added: its status is PostgreSQL's to tell.
+--
+-- A batch holds thousands of orders: the reads, writes and removals go in
+-- variadic commands of up to CHUNK orders, the counters move once.
+local CHUNK = 1000
+local n = #ARGV / 3
+local moved = { queued = 0, failed = 0 }
 local changed = 0
-for i = 1, #ARGV, 3 do
-  local id = ARGV[i]
-  local old = redis.call('HGET', KEYS[2], id)
-  local status = old and string.match(old, '^([^|]*)')
-  if old and status ~= 'CREATED' then
-    if status == 'QUEUED' then
-      redis.call('HINCRBY', KEYS[1], 'queued', -1)
-    elseif status == 'FAILED' then
-      redis.call('HINCRBY', KEYS[1], 'failed', -1)
-    end
-    redis.call('HINCRBY', KEYS[1], 'created', 1)
-    redis.call('HSET', KEYS[2], id, 'CREATED|' .. ARGV[i + 1] .. '||' .. ARGV[i + 2])
-    changed = changed + 1
+for first = 1, n, CHUNK do
+  local last = math.min(first + CHUNK - 1, n)
+  local ids = {}
+  for i = first, last do
+    ids[#ids + 1] = ARGV[3 * i - 2]
   end
-  redis.call('ZREM', KEYS[3], id)
+  local old = redis.call('HMGET', KEYS[2], unpack(ids))
+  local statuses = {}
+  for j = 1, #ids do
+    local value = old[j]
+    -- The first letter says the status: Q(UEUED), C(REATED), F(AILED).
+    local letter = value and string.sub(value, 1, 1)
+    if letter and letter ~= 'C' then
+      if letter == 'Q' then
+        moved.queued = moved.queued + 1
+      else
+        moved.failed = moved.failed + 1
+      end
+      local i = first + j - 1
+      statuses[#statuses + 1] = ids[j]
+      statuses[#statuses + 1] = 'CREATED|' .. ARGV[3 * i - 1] .. '||' .. ARGV[3 * i]
+    end
+  end
+  if #statuses > 0 then
+    redis.call('HSET', KEYS[2], unpack(statuses))
+    changed = changed + #statuses / 2
+  end
+  redis.call('ZREM', KEYS[3], unpack(ids))
+end
+-- HINCRBY refuses "-0": only counters that moved are touched.
+for status, count in pairs(moved) do
+  if count > 0 then
+    redis.call('HINCRBY', KEYS[1], status, -count)
+  end
+end
+if changed > 0 then
+  redis.call('HINCRBY', KEYS[1], 'created', changed)
 end
 return changed

@@ -52,6 +52,21 @@ apt_install() {
 
 pid_alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# stop_pidfile NAME PIDFILE SECONDS: SIGTERM, then SIGKILL after SECONDS.
+stop_pidfile() {
+  local name="$1" pidfile="$2" seconds="$3"
+  pid_alive "$pidfile" || { log "$name not running"; return 0; }
+  local pid; pid="$(cat "$pidfile")"
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + seconds))
+  while kill -0 "$pid" 2>/dev/null; do
+    if (( SECONDS >= deadline )); then log "$name did not stop in ${seconds}s; killing"; kill -KILL "$pid" 2>/dev/null || true; fi
+    sleep 0.2
+  done
+  rm -f "$pidfile"
+  log "$name stopped"
+}
+
 redis_ping() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; }
 pg_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; }
 kafka_ready() { python3 "$ROOT/infra/local/kafka_ready.py" 127.0.0.1 "$KAFKA_PORT"; }
@@ -60,3 +75,11 @@ kafka_ready() { python3 "$ROOT/infra/local/kafka_ready.py" 127.0.0.1 "$KAFKA_POR
 selected() {
   if (( $# == 0 )); then echo "redis postgres kafka"; else echo "$@"; fi
 }
+
+# `--cluster` as the first argument selects the replicated topology.
+TOPOLOGY=single
+if [[ "${1:-}" == "--cluster" ]]; then
+  TOPOLOGY=cluster
+  shift
+fi
+source "$ROOT/infra/local/cluster.sh"

@@ -1,21 +1,13 @@
 #!/usr/bin/env bash
 # Stops the local servers: infra/local/down.sh [redis|postgres|kafka]... (all
-# when none is named). Data stays, so up.sh brings each back with its data.
+# when none is named), or `--cluster`: the replicated topology's Kafka nodes,
+# Redis, Sentinels and HAProxy. Data stays, so up.sh brings each back.
 source "$(dirname "$0")/common.sh"
 
-stop_pidfile() {
-  local name="$1" pidfile="$2" seconds="$3"
-  pid_alive "$pidfile" || { log "$name not running"; return; }
-  local pid; pid="$(cat "$pidfile")"
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + seconds))
-  while kill -0 "$pid" 2>/dev/null; do
-    if (( SECONDS >= deadline )); then log "$name did not stop in ${seconds}s; killing"; kill -KILL "$pid" 2>/dev/null || true; fi
-    sleep 0.2
-  done
-  rm -f "$pidfile"
-  log "$name stopped"
-}
+if [[ $TOPOLOGY == cluster ]]; then
+  stop_cluster
+  exit 0
+fi
 
 for server in $(selected "$@"); do
   case "$server" in

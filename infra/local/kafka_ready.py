@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Exit 0 when a Kafka broker answers a metadata request naming at least one broker.
+"""Exit 0 when a Kafka broker answers a metadata request naming at least N brokers (default 1).
 
 Used by up.sh and status.sh, which run before any of the project's binaries are
 built, so it speaks the wire protocol itself: ApiVersions v0, then Metadata v4
@@ -31,6 +31,7 @@ def read_exact(sock, n):
 
 def main():
     host, port = sys.argv[1], int(sys.argv[2])
+    wanted = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     with socket.create_connection((host, port), timeout=3) as sock:
         sock.settimeout(3)
         response = request(sock, 18, 0, 1, b"")
@@ -40,8 +41,8 @@ def main():
         # Metadata v4: topics = null (all), allow_auto_topic_creation = false.
         response = request(sock, 3, 4, 2, struct.pack(">ib", -1, 0))
         brokers = struct.unpack(">i", response[8:12])[0]
-        if brokers < 1:
-            sys.exit("no broker in metadata yet")
+        if brokers < wanted:
+            sys.exit(f"{brokers} broker(s) in metadata, waiting for {wanted}")
 
 
 if __name__ == "__main__":

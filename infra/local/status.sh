@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Says which local servers run and answer. Exit 0 when all named (or all) do.
+# Says which local servers run and answer (`--cluster`: the replicated
+# topology). Exit 0 when all named (or all) do.
 source "$(dirname "$0")/common.sh"
 set +e
+if [[ $TOPOLOGY == cluster ]]; then
+  cluster_status
+  exit $?
+fi
 status=0
 for server in $(selected "$@"); do
   case "$server" in

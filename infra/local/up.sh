@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Starts the local servers the project needs, without Docker:
 #   infra/local/up.sh [redis|postgres|kafka]...   (all when none is named)
+#   infra/local/up.sh --cluster                   (the replicated topology:
+#                                                  see cluster.sh)
 # Installs what is missing (Debian packages; Kafka's jars from Maven Central),
 # is safe to run any number of times, and returns only when every named
 # server answers (Redis PING, pg_isready, a Kafka metadata request).
@@ -120,6 +122,22 @@ start_kafka() {
   wait_for kafka "$logfile" 120 kafka_ready
 }
 
+if [[ $TOPOLOGY == cluster ]]; then
+  # The single-node Kafka and Redis hold the same ports.
+  stop_pidfile kafka "$DATA/kafka/kafka.pid" 60
+  stop_pidfile redis "$DATA/redis/redis.pid" 20
+  start_postgres
+  start_cluster_redis
+  start_sentinels
+  start_cluster_kafka
+  start_haproxy
+  log "up: the replicated topology (infra/local/status.sh --cluster)"
+  exit 0
+fi
+if cluster_running; then
+  log "the replicated topology runs on the same ports: stopping it"
+  stop_cluster
+fi
 for server in $(selected "$@"); do
   case "$server" in
     redis) start_redis ;;

@@ -1,15 +1,29 @@
 //! The one Redis connection every part of `shared` talks through, and the
 //! one error a Redis call can end in.
 //!
+//! Two forms of `SECKILL_REDIS_URL`:
+//!
+//! - `redis://host:port/db` — one server; the connection reconnects by
+//!   itself.
+//! - `redis+sentinel://s1:p1,s2:p2,s3:p3/master[?db=N]` — the primary that
+//!   Redis Sentinel names for `master`. A call that fails the way a failover
+//!   fails (connection refused or dropped, an I/O error or timeout, a
+//!   `READONLY` answer from a demoted primary) drops the connection, and the
+//!   next call asks the Sentinels for the primary again: after a failover
+//!   every service reaches the new primary without a restart. Scripts are
+//!   reloaded there on `NOSCRIPT` (the script runner does that).
+//!
 //! Every call is bounded by the settings' `timeout_ms`: a Redis that does
 //! not answer is an error the caller can act on (answer 503, retry), never a
 //! request that hangs. A timed-out command may still have run — callers that
 //! change state treat that as "unknown", never as "did not happen".
 
 use crate::config::RedisSettings;
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
 use std::future::Future;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// What went wrong with one Redis call.
@@ -31,28 +45,95 @@ pub enum RedisCallError {
     },
 }
 
-/// A shared, self-reconnecting connection with a bound on every call.
-/// Cloning is cheap: clones share one multiplexed connection.
+/// A shared connection with a bound on every call. Cloning is cheap: clones
+/// share one multiplexed connection.
 #[derive(Clone)]
 pub struct RedisConn {
-    inner: ConnectionManager,
+    inner: Inner,
     timeout: Duration,
 }
 
+#[derive(Clone)]
+enum Inner {
+    /// One server, reconnecting by itself.
+    Direct(ConnectionManager),
+    /// The primary Sentinel names, found again after a failover.
+    Sentinel(Arc<SentinelPrimary>),
+}
+
+/// The primary of a Sentinel-watched master, and how to find it again.
+struct SentinelPrimary {
+    /// Asks the Sentinels (one lookup at a time).
+    sentinels: tokio::sync::Mutex<SentinelClient>,
+    /// The connection to the primary last named; `None` after a failure
+    /// that may have been a failover.
+    current: RwLock<Option<MultiplexedConnection>>,
+    config: AsyncConnectionConfig,
+}
+
+/// A `redis+sentinel://` URL, taken apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SentinelUrl {
+    sentinels: Vec<String>,
+    master: String,
+    db: i64,
+}
+
+impl SentinelUrl {
+    /// `redis+sentinel://h1:p1,h2:p2/master[?db=N]`; `None` for another scheme.
+    fn parse(url: &str) -> Option<Result<Self, String>> {
+        let rest = url.strip_prefix("redis+sentinel://")?;
+        let bad = |why: &str| Some(Err(format!("{url}: {why} (redis+sentinel://host:port[,host:port]/master[?db=N])")));
+        let (hosts, path) = match rest.split_once('/') {
+            Some(split) => split,
+            None => return bad("no master name"),
+        };
+        let (master, query) = path.split_once('?').unwrap_or((path, ""));
+        if master.is_empty() {
+            return bad("no master name");
+        }
+        let db = match query.strip_prefix("db=") {
+            Some(db) => match db.parse() {
+                Ok(db) => db,
+                Err(_) => return bad("db is not a number"),
+            },
+            None if query.is_empty() => 0,
+            None => return bad("unknown query"),
+        };
+        let sentinels: Vec<String> = hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("redis://{h}")).collect();
+        if sentinels.is_empty() {
+            return bad("no sentinel address");
+        }
+        Some(Ok(Self { sentinels, master: master.to_owned(), db }))
+    }
+}
+
 impl RedisConn {
-    /// Connects (the connection reconnects by itself afterwards).
+    /// Connects, to one server or to the primary Sentinel names.
     pub async fn connect(settings: &RedisSettings) -> Result<Self, RedisCallError> {
         let timeout = Duration::from_millis(settings.timeout_ms);
-        let client = redis::Client::open(settings.url.as_str())?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let inner = tokio::time::timeout(timeout * 2, ConnectionManager::new_with_config(client, config))
-            .await
-            .map_err(|_| RedisCallError::Timeout(timeout * 2))??;
-        Ok(Self { inner, timeout })
+        let inner = match SentinelUrl::parse(&settings.url) {
+            Some(url) => {
+                let url = url.map_err(|why| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad url", why)))?;
+                Inner::Sentinel(Arc::new(SentinelPrimary::new(&url, timeout)?))
+            }
+            None => {
+                let client = redis::Client::open(settings.url.as_str())?;
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                let manager = tokio::time::timeout(timeout * 2, ConnectionManager::new_with_config(client, config))
+                    .await
+                    .map_err(|_| RedisCallError::Timeout(timeout * 2))??;
+                Inner::Direct(manager)
+            }
+        };
+        let conn = Self { inner, timeout };
+        // Fail at start, not at the first request, when nothing answers.
+        conn.ping().await?;
+        Ok(conn)
     }
 
     /// The bound on every call.
@@ -64,7 +145,13 @@ impl RedisConn {
     pub async fn bounded<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, RedisCallError> {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => Ok(result?),
-            Err(_) => Err(RedisCallError::Timeout(self.timeout)),
+            Err(_) => {
+                // A primary that stopped answering may have been replaced.
+                if let Inner::Sentinel(primary) = &self.inner {
+                    primary.forget();
+                }
+                Err(RedisCallError::Timeout(self.timeout))
+            }
         }
     }
 
@@ -93,9 +180,67 @@ impl RedisConn {
     }
 }
 
+impl SentinelPrimary {
+    fn new(url: &SentinelUrl, timeout: Duration) -> redis::RedisResult<Self> {
+        let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(
+            redis::RedisConnectionInfo::default().set_db(url.db),
+        );
+        let sentinels = SentinelClient::build(url.sentinels.clone(), url.master.clone(), Some(node), SentinelServerType::Master)?;
+        let config = AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
+        Ok(Self { sentinels: tokio::sync::Mutex::new(sentinels), current: RwLock::new(None), config })
+    }
+
+    /// The primary's connection, asking the Sentinels when there is none.
+    async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
+        if let Some(conn) = self.current.read().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Ok(conn);
+        }
+        let mut sentinels = self.sentinels.lock().await;
+        // Another caller may have found it while this one waited.
+        if let Some(conn) = self.current.read().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Ok(conn);
+        }
+        let conn = sentinels.get_async_connection_with_config(&self.config).await?;
+        tracing::info!("connected to the primary Redis Sentinel names");
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Drops the connection: the next call asks the Sentinels again.
+    fn forget(&self) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// After a failed call: whether it failed the way a failover fails.
+    fn judge<T>(&self, result: &redis::RedisResult<T>) {
+        if let Err(error) = result {
+            let moved = error.is_io_error()
+                || error.is_connection_refusal()
+                || error.is_connection_dropped()
+                || error.is_timeout()
+                || error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+            if moved {
+                tracing::warn!(%error, "redis primary unreachable or demoted; asking the sentinels again");
+                self.forget();
+            }
+        }
+    }
+}
+
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.inner.req_packed_command(cmd)
+        match &mut self.inner {
+            Inner::Direct(manager) => manager.req_packed_command(cmd),
+            Inner::Sentinel(primary) => {
+                let primary = primary.clone();
+                Box::pin(async move {
+                    let mut conn = primary.connection().await?;
+                    let result = conn.req_packed_command(cmd).await;
+                    primary.judge(&result);
+                    result
+                })
+            }
+        }
     }
 
     fn req_packed_commands<'a>(
@@ -104,10 +249,42 @@ impl ConnectionLike for RedisConn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        self.inner.req_packed_commands(cmd, offset, count)
+        match &mut self.inner {
+            Inner::Direct(manager) => manager.req_packed_commands(cmd, offset, count),
+            Inner::Sentinel(primary) => {
+                let primary = primary.clone();
+                Box::pin(async move {
+                    let mut conn = primary.connection().await?;
+                    let result = conn.req_packed_commands(cmd, offset, count).await;
+                    primary.judge(&result);
+                    result
+                })
+            }
+        }
     }
 
     fn get_db(&self) -> i64 {
-        self.inner.get_db()
+        match &self.inner {
+            Inner::Direct(manager) => manager.get_db(),
+            Inner::Sentinel(_) => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_urls_name_their_sentinels_and_master() {
+        let url = SentinelUrl::parse("redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/seckill").unwrap().unwrap();
+        assert_eq!(url.sentinels.len(), 3);
+        assert_eq!((url.master.as_str(), url.db), ("seckill", 0));
+        let with_db = SentinelUrl::parse("redis+sentinel://s:1/m?db=2").unwrap().unwrap();
+        assert_eq!(with_db.db, 2);
+        assert!(SentinelUrl::parse("redis://127.0.0.1:6379/0").is_none(), "another scheme");
+        for bad in ["redis+sentinel://s:1", "redis+sentinel://s:1/", "redis+sentinel:///m", "redis+sentinel://s:1/m?db=x"] {
+            assert!(matches!(SentinelUrl::parse(bad), Some(Err(_))), "{bad}");
+        }
     }
 }
