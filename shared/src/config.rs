@@ -44,8 +44,13 @@ pub struct KafkaSettings {
     pub order_partitions: i32,
     /// Partitions of `seckill.orders.dlq` when the project creates it.
     pub dlq_partitions: i32,
-    /// Replication factor of created topics.
+    /// Replication factor of the topics the services create; 0 (the
+    /// default): as many brokers as the cluster has, at most 3 — never
+    /// silently 1 on a three-broker cluster.
     pub replication_factor: i32,
+    /// `min.insync.replicas` of created topics; 0 (the default): 2 when
+    /// replicated three ways or more, else 1.
+    pub min_insync_replicas: i32,
     /// How long the producer tries before a delivery fails.
     pub message_timeout_ms: u64,
     /// How long the producer waits to batch records.
@@ -63,7 +68,8 @@ impl Default for KafkaSettings {
             topic_prefix: String::new(),
             order_partitions: 8,
             dlq_partitions: 2,
-            replication_factor: 1,
+            replication_factor: 0,
+            min_insync_replicas: 0,
             message_timeout_ms: 5_000,
             linger_ms: 1,
             session_timeout_ms: 10_000,

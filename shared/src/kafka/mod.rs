@@ -90,16 +90,21 @@ pub fn consumer_config(settings: &KafkaSettings, group: &str) -> ClientConfig {
     config
 }
 
-/// Creates both topics when missing (never relying on broker auto-create).
+/// Creates both topics when missing (never relying on broker auto-create),
+/// replicated as the settings say or, by default, as the cluster allows.
 pub async fn ensure_topics(settings: &KafkaSettings) -> anyhow::Result<Topics> {
     let topics = Topics::new(settings);
     let admin: AdminClient<DefaultClientContext> =
         ClientConfig::new().set("bootstrap.servers", &settings.brokers).create()?;
-    let wanted = [
-        NewTopic::new(&topics.orders, settings.order_partitions, TopicReplication::Fixed(settings.replication_factor)),
-        NewTopic::new(&topics.dlq, settings.dlq_partitions, TopicReplication::Fixed(settings.replication_factor)),
-    ];
     let timeout = settings.admin_timeout();
+    let (replication, min_insync) = replication(settings, timeout).await?;
+    let min_insync = min_insync.to_string();
+    let wanted = [
+        NewTopic::new(&topics.orders, settings.order_partitions, TopicReplication::Fixed(replication))
+            .set("min.insync.replicas", &min_insync),
+        NewTopic::new(&topics.dlq, settings.dlq_partitions, TopicReplication::Fixed(replication))
+            .set("min.insync.replicas", &min_insync),
+    ];
     let options = AdminOptions::new().operation_timeout(Some(timeout));
     let results = tokio::time::timeout(timeout * 2, admin.create_topics(&wanted, &options))
         .await
@@ -111,4 +116,28 @@ pub async fn ensure_topics(settings: &KafkaSettings) -> anyhow::Result<Topics> {
         }
     }
     Ok(topics)
+}
+
+/// The replication factor and `min.insync.replicas` for new topics: the
+/// settings' when given, else from the cluster's broker count (at most 3
+/// copies; 2 in sync when there are 3).
+async fn replication(settings: &KafkaSettings, timeout: std::time::Duration) -> anyhow::Result<(i32, i32)> {
+    let replication = if settings.replication_factor > 0 {
+        settings.replication_factor
+    } else {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &settings.brokers);
+        let brokers = tokio::task::spawn_blocking(move || -> anyhow::Result<usize> {
+            let consumer: rdkafka::consumer::BaseConsumer = config.create()?;
+            Ok(rdkafka::consumer::Consumer::fetch_metadata(&consumer, None, timeout)?.brokers().len())
+        })
+        .await??;
+        (brokers as i32).clamp(1, 3)
+    };
+    let min_insync = match settings.min_insync_replicas {
+        0 if replication >= 3 => 2,
+        0 => 1,
+        given => given,
+    };
+    Ok((replication, min_insync))
 }
