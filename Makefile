@@ -6,13 +6,14 @@ CARGO ?= cargo
 PROFILE ?= release
 TEST_THREADS ?= 4
 
-.PHONY: help infra-up infra-down infra-status build-deps build test demo chaos bench clean-data
+.PHONY: help infra-up infra-down infra-status build-deps build test demo chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
 	@echo "make test    bring infra up and run every test against the real Redis, Kafka and PostgreSQL"
 	@echo "make bench   benchmarks against ceilings measured in the same run (writes BENCHMARKS.md)"
 	@echo "make chaos   the fault-injection suite (stops and starts the shared servers; a few minutes)"
+	@echo "make chaos-cluster | demo-cluster | bench-cluster   the same on the replicated topology (up.sh --cluster)"
 	@echo "make infra-up | infra-down | infra-status"
 
 infra-up:
@@ -34,6 +35,7 @@ build: build-deps
 test: infra-up build-deps
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace -- --test-threads=$(TEST_THREADS)
+	$(MAKE) chaos-cluster-short
 
 demo: infra-up build
 	PROFILE=$(PROFILE) infra/demo.sh
@@ -48,6 +50,29 @@ bench: infra-up build-deps
 chaos: infra-up build-deps
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --features chaos --test chaos -- --nocapture --test-threads=1
+
+# The replicated topology: three Kafka brokers, Redis with Sentinel, HAProxy
+# in front of two edges (infra/local/cluster.sh). It takes the single-node
+# servers' ports; `make test` and `make demo` switch back by themselves.
+cluster-up:
+	infra/local/up.sh --cluster
+
+chaos-cluster: cluster-up build-deps
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --features chaos-cluster --test chaos_cluster -- --nocapture --test-threads=1 --exact chaos_cluster
+
+# The short version `make test` ends with (it switches to the replicated
+# topology; `make demo` and `make test` switch back by themselves).
+chaos-cluster-short: cluster-up build-deps
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --features chaos-cluster --test chaos_cluster -- --nocapture --test-threads=1 --exact chaos_cluster_short
+
+demo-cluster: cluster-up build
+	PROFILE=$(PROFILE) infra/demo.sh --cluster
+
+bench-cluster: cluster-up build-deps
+	$(CARGO) build --release --workspace --bins --examples
+	infra/bench_cluster.py
 
 # Stops the servers and deletes their data (the next `make` starts afresh).
 clean-data: infra-down

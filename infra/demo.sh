@@ -3,8 +3,15 @@
 # the compensator against the local infra, runs the seed's curl check and a
 # 20,000-user load test, waits for the pipeline to drain, prints the
 # reconciliation, and stops everything it started.
+#
+# `infra/demo.sh --cluster` (`make demo-cluster`) does the same on the
+# replicated topology (infra/local/up.sh --cluster): two edges behind HAProxy
+# on :8080, two order services, two compensators, three Kafka brokers and
+# Redis found through Sentinel.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+CLUSTER=0
+[[ "${1:-}" == "--cluster" ]] && CLUSTER=1
 PROFILE="${PROFILE:-release}"
 BIN="$ROOT/target/$([[ $PROFILE == release ]] && echo release || echo debug)"
 LOGS="${SECKILL_DATA:-$ROOT/.data}/logs"
@@ -13,6 +20,16 @@ mkdir -p "$LOGS"
 export SECKILL_ADMIN_TOKEN="${SECKILL_ADMIN_TOKEN:-demo-admin-token}"
 export RUST_LOG="${RUST_LOG:-warn}"
 EDGE="${SECKILL_HTTP_ADDR:-127.0.0.1:8080}"
+if (( CLUSTER )); then
+  export SECKILL_REDIS_URL="redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/seckill"
+  export SECKILL_KAFKA_BROKERS="127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096"
+  EDGE=127.0.0.1:8080   # HAProxy
+  EDGE_ADDRS=(127.0.0.1:8081 127.0.0.1:8082)
+  HEALTH_ADDRS=(127.0.0.1:9101 127.0.0.1:9103 127.0.0.1:9102 127.0.0.1:9104)
+else
+  EDGE_ADDRS=("$EDGE")
+  HEALTH_ADDRS=(127.0.0.1:9101 127.0.0.1:9102)
+fi
 
 PIDS=()
 stop_all() {
@@ -24,16 +41,18 @@ stop_all() {
 }
 trap stop_all EXIT
 
-for port in "${EDGE##*:}" 9101 9102; do
+for addr in "${EDGE_ADDRS[@]}" "${HEALTH_ADDRS[@]}"; do
+  port="${addr##*:}"
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "demo: port $port is already in use (another demo or service running?)" >&2
     exit 1
   fi
 done
 
+# start NAME LOG-SUFFIX [VAR=VALUE]...: a service, with its own settings.
 start() {
-  local name="$1"
-  "$BIN/$name" >"$LOGS/demo-$name.log" 2>&1 &
+  local name="$1" suffix="$2"; shift 2
+  env "$@" "$BIN/$name" >"$LOGS/demo-$name$suffix.log" 2>&1 &
   PIDS+=($!)
 }
 wait_ready() {
@@ -42,18 +61,28 @@ wait_ready() {
     if curl -fsS "$url" >/dev/null 2>&1; then echo "  $name ready ($url)"; return; fi
     sleep 0.5
   done
-  echo "demo: $name did not become ready; see $LOGS/demo-$name.log" >&2
-  tail -n 20 "$LOGS/demo-$name.log" >&2 || true
+  echo "demo: $name did not become ready; see $LOGS/demo-*.log" >&2
+  tail -n 20 "$LOGS"/demo-seckill-*.log >&2 || true
   exit 1
 }
 
-echo "== starting the services ($PROFILE build)"
-start seckill-order
-start seckill-compensator
-start seckill-edge
-wait_ready seckill-edge "http://$EDGE/readyz"
-wait_ready seckill-order "http://127.0.0.1:9101/readyz"
-wait_ready seckill-compensator "http://127.0.0.1:9102/readyz"
+echo "== starting the services ($PROFILE build$( ((CLUSTER)) && echo ', replicated topology'))"
+if (( CLUSTER )); then
+  start seckill-order -1 SECKILL__METRICS_ADDR=127.0.0.1:9101
+  start seckill-order -2 SECKILL__METRICS_ADDR=127.0.0.1:9103
+  start seckill-compensator -1 SECKILL__METRICS_ADDR=127.0.0.1:9102
+  start seckill-compensator -2 SECKILL__METRICS_ADDR=127.0.0.1:9104
+  # Each edge takes its share of the global rate limit.
+  start seckill-edge -1 SECKILL_HTTP_ADDR=127.0.0.1:8081 SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND=100000
+  start seckill-edge -2 SECKILL_HTTP_ADDR=127.0.0.1:8082 SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND=100000
+else
+  start seckill-order ""
+  start seckill-compensator ""
+  start seckill-edge ""
+fi
+for addr in "${EDGE_ADDRS[@]}"; do wait_ready seckill-edge "http://$addr/readyz"; done
+for addr in "${HEALTH_ADDRS[@]}"; do wait_ready "service on $addr" "http://$addr/readyz"; done
+(( CLUSTER )) && wait_ready "haproxy" "http://$EDGE/readyz"
 
 CTL="$BIN/seckillctl"
 

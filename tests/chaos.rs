@@ -8,6 +8,7 @@ use std::time::Duration;
 fn scenario(name: &'static str, seed: u64, faults: Vec<(u64, Fault)>) -> Scenario {
     Scenario {
         name,
+        topology: seckill_e2e::Topology::Single,
         seed,
         stock: 3_000,
         users: 8_000,

@@ -11,6 +11,7 @@ use std::time::Duration;
 async fn crashes_and_outages_lose_nothing() {
     let outcome = run(Scenario {
         name: "short: kill -9 edge, order service, compensator (mid-record); database blocked 4 s; poison + duplicate",
+        topology: seckill_e2e::Topology::Single,
         seed: 11,
         stock: 1_500,
         users: 4_000,

@@ -32,10 +32,28 @@ pub const ADMIN_TOKEN: &str = "test-admin-token";
 
 const ADMIN_DATABASE_URL: &str = "postgres://seckill:seckill@127.0.0.1:5432/seckill";
 
+/// Which servers a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// One Redis, one Kafka broker (`infra/local/up.sh`): every test but the
+    /// replicated topology's.
+    Single,
+    /// Three Kafka brokers, Redis with Sentinel, HAProxy in front of the
+    /// edges (`infra/local/up.sh --cluster`).
+    Cluster,
+}
+
+/// The replicated topology's Redis, as every service finds it.
+pub const CLUSTER_REDIS_URL: &str = "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/seckill";
+/// The replicated topology's brokers.
+pub const CLUSTER_BROKERS: &str = "127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096";
+
 /// One test's isolated world.
 pub struct TestEnv {
     /// Unique id of this test run.
     pub id: String,
+    /// The servers it runs against.
+    pub topology: Topology,
     /// Redis settings with this test's key prefix.
     pub redis: RedisSettings,
     /// Kafka settings with this test's topic prefix.
@@ -57,17 +75,30 @@ impl TestEnv {
         Self::with_partitions(4).await
     }
 
+    /// A test on the replicated topology.
+    pub async fn on(topology: Topology) -> Self {
+        Self::build(topology, 4).await
+    }
+
     /// Like [`TestEnv::new`] with `partitions` partitions on the orders topic.
     pub async fn with_partitions(partitions: i32) -> Self {
+        Self::build(Topology::Single, partitions).await
+    }
+
+    async fn build(topology: Topology, partitions: i32) -> Self {
         let id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
-        let redis = RedisSettings { key_prefix: format!("t{id}:"), ..RedisSettings::default() };
-        let kafka = KafkaSettings {
+        let mut redis = RedisSettings { key_prefix: format!("t{id}:"), ..RedisSettings::default() };
+        let mut kafka = KafkaSettings {
             topic_prefix: format!("t{id}."),
             order_partitions: partitions,
             dlq_partitions: 2,
             session_timeout_ms: 6_000,
             ..KafkaSettings::default()
         };
+        if topology == Topology::Cluster {
+            redis.url = CLUSTER_REDIS_URL.into();
+            kafka.brokers = CLUSTER_BROKERS.into();
+        }
         let database_name = format!("seckill_t{id}");
         let mut admin = sqlx::PgConnection::connect(ADMIN_DATABASE_URL)
             .await
@@ -83,7 +114,7 @@ impl TestEnv {
         seckill_shared::db::migrate(&db).await.expect("migrating the test database");
         let stock = Stock::connect(&redis).await.expect("Redis must run on 127.0.0.1:6379 (infra/local/up.sh)");
         seckill_shared::kafka::ensure_topics(&kafka).await.expect("Kafka must run on 127.0.0.1:9092 (infra/local/up.sh)");
-        Self { id, redis, kafka, database, database_name, stock, db }
+        Self { id, topology, redis, kafka, database, database_name, stock, db }
     }
 
     /// A sale id pair no other test uses.
@@ -212,7 +243,13 @@ impl TestEnv {
     pub async fn try_deduct(&self, sale: SaleKey, user: i64) -> Result<OrderRecord, seckill_shared::stock::Deduction> {
         let user = UserId::new(user).expect("positive user");
         let nonce = format!("{:016x}", rand::random::<u64>());
-        match self.stock.deduct(sale, user, &nonce, Duration::from_secs(1)).await.expect("deducting") {
+        // Right after a Redis failover the first call on the old connection
+        // fails while the connection finds the new primary.
+        let deduction = eventually("a deduction", Duration::from_secs(30), || async {
+            self.stock.deduct(sale, user, &nonce, Duration::from_secs(1)).await.map_err(|e| e.to_string())
+        })
+        .await;
+        match deduction {
             seckill_shared::stock::Deduction::Accepted { order_id, round, accepted_at, .. } => {
                 Ok(OrderRecord::new(order_id, sale, user, accepted_at).in_round(round))
             }
@@ -347,6 +384,20 @@ impl TestEnv {
             .fetch_optional(&self.db)
             .await
             .expect("reading an order row")
+    }
+
+    /// The broker (node id) leading partition 0 of the orders topic.
+    pub async fn orders_leader(&self) -> i32 {
+        let (settings, topic) = (self.kafka.clone(), self.topics().orders);
+        tokio::task::spawn_blocking(move || {
+            use rdkafka::consumer::Consumer;
+            let consumer: BaseConsumer = seckill_shared::kafka::consumer_config(&settings, "leader-lookup").create().expect("client");
+            let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).expect("metadata");
+            let leader = metadata.topics()[0].partitions().iter().find(|p| p.id() == 0).expect("partition 0").leader();
+            leader
+        })
+        .await
+        .expect("metadata thread")
     }
 
     /// Blocks or allows new connections to this test's database, and drops

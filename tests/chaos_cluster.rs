@@ -1,0 +1,82 @@
+//! `make chaos-cluster`: the replicated topology (three Kafka brokers, Redis
+//! with Sentinel, two of each service behind HAProxy) under flash-sale load
+//! through the load balancer, with each fault of the topology. Runs
+//! serially against `infra/local/up.sh --cluster` and prints the table.
+//! `make test` runs the short version (`chaos_cluster_short`): every fault
+//! of the topology once, in one smaller sale.
+
+use seckill_e2e::chaos::{run, Fault, Scenario, TABLE_HEADER};
+use seckill_e2e::Topology;
+use std::time::Duration;
+
+fn scenario(name: &'static str, seed: u64, faults: Vec<(u64, Fault)>) -> Scenario {
+    Scenario {
+        name,
+        topology: Topology::Cluster,
+        seed,
+        stock: 3_000,
+        users: 8_000,
+        requests: 10_000,
+        rate: 500.0,
+        concurrency: 64,
+        retry_ratio: 0.1,
+        faults: faults.into_iter().map(|(ms, f)| (Duration::from_millis(ms), f)).collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_cluster() {
+    let secs = Duration::from_secs;
+    let only = std::env::var("CHAOS_ONLY").ok();
+    let scenarios = vec![
+        scenario("a kill -9 the leader broker of the orders topic", 21, vec![(4_000, Fault::KillLeaderBroker(secs(8)))]),
+        scenario("b1 kill -9 the Redis primary (Sentinel failover)", 22, vec![(4_000, Fault::KillRedisPrimary(secs(5)))]),
+        scenario("b2 kill -9 the Redis primary, its replica 2 s behind", 26, vec![(4_000, Fault::KillRedisPrimaryBehind(secs(2)))]),
+        scenario("c kill -9 one edge", 23, vec![(3_000, Fault::KillEdge), (9_000, Fault::KillEdge)]),
+        scenario("d kill -9 one order service and one compensator", 24, vec![
+            (2_500, Fault::DeadLetters(300)),
+            (3_000, Fault::KillOrder),
+            (3_200, Fault::KillCompensator),
+        ]),
+        Scenario {
+            requests: 14_000,
+            users: 11_000,
+            stock: 4_000,
+            ..scenario("e all of a-d together", 25, vec![
+                (3_000, Fault::DeadLetters(200)),
+                (3_300, Fault::KillOrder),
+                (3_500, Fault::KillCompensator),
+                (4_000, Fault::KillEdge),
+                (5_000, Fault::KillLeaderBroker(secs(8))),
+                (7_000, Fault::KillRedisPrimary(secs(5))),
+            ])
+        },
+    ];
+    let mut rows = Vec::new();
+    // CHAOS_ONLY=b2 runs the scenarios whose name starts with it.
+    for scenario in scenarios.into_iter().filter(|s| only.as_deref().is_none_or(|o| s.name.starts_with(o))) {
+        let outcome = run(scenario).await;
+        println!("{}", outcome.row());
+        rows.push(outcome.row());
+    }
+    println!("\n{TABLE_HEADER}\n{}", rows.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_cluster_short() {
+    let outcome = run(Scenario {
+        stock: 2_500,
+        users: 5_000,
+        requests: 6_000,
+        ..scenario("short: Redis primary (replica 1 s behind), one edge, one order service, one compensator, the leader broker", 31, vec![
+            (1_500, Fault::KillRedisPrimaryBehind(Duration::from_secs(1))),
+            (5_000, Fault::DeadLetters(100)),
+            (5_200, Fault::KillCompensator),
+            (5_500, Fault::KillOrder),
+            (6_000, Fault::KillEdge),
+            (7_000, Fault::KillLeaderBroker(Duration::from_secs(5))),
+        ])
+    })
+    .await;
+    println!("{TABLE_HEADER}\n{}", outcome.row());
+}

@@ -1,0 +1,201 @@
+//! What goes wrong, and how it is made to go wrong: process signals, the
+//! infra scripts, and records injected into the topics. Nothing else.
+
+use super::pipeline::{Kind, Pipeline};
+use crate::{TestEnv, Topology};
+use seckill_shared::domain::SaleKey;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// One thing that goes wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// `kill -9` an edge, restart it a second later.
+    KillEdge,
+    /// `kill -9` an order service, restart it a second later.
+    KillOrder,
+    /// `kill -9` a compensator, restart it a second later.
+    KillCompensator,
+    /// Stop the Kafka broker (`infra/local/down.sh kafka`) for this long.
+    StopKafka(Duration),
+    /// Stop the PostgreSQL server for this long (all databases).
+    StopPostgres(Duration),
+    /// Refuse connections to this test's database only, for this long (a
+    /// PostgreSQL outage that other tests running beside this one do not see).
+    BlockDatabase(Duration),
+    /// `kill -9` Redis and start it again (AOF everysec: up to a second of
+    /// writes may be lost).
+    KillRedis,
+    /// Produce an undecodable record and a duplicate of an accepted one to
+    /// the orders topic.
+    PoisonAndDuplicate,
+    /// Deduct this many units for users outside the load (as the edge
+    /// would) and dead-letter their orders (`DB_REJECTED`), so the
+    /// compensator has work to be killed in the middle of.
+    DeadLetters(u32),
+    /// Replicated topology: `kill -9` the broker leading partition 0 of the
+    /// orders topic; start it again after this long.
+    KillLeaderBroker(Duration),
+    /// Replicated topology: `kill -9` the Redis primary; Sentinel promotes
+    /// the replica; the old primary comes back after this long, as a replica.
+    KillRedisPrimary(Duration),
+    /// The same, while the replica is this far behind (it is frozen with
+    /// SIGSTOP, and the primary killed before it thaws): the
+    /// writes the primary acknowledged meanwhile are lost — the seed
+    /// article's section 5.3.
+    KillRedisPrimaryBehind(Duration),
+}
+
+impl Fault {
+    /// Whether Redis may lose acknowledged writes under this fault.
+    pub fn loses_redis_writes(self) -> bool {
+        matches!(self, Self::KillRedis | Self::KillRedisPrimary(_) | Self::KillRedisPrimaryBehind(_))
+    }
+}
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn infra(script: &str, args: &[&str]) {
+    let status = std::process::Command::new(repo_root().join("infra/local").join(script))
+        .args(args)
+        .status()
+        .expect("running an infra script");
+    assert!(status.success(), "infra/local/{script} {args:?} failed");
+}
+
+async fn infra_async(script: &'static str, args: &'static [&'static str]) {
+    tokio::task::spawn_blocking(move || infra(script, args)).await.expect("infra script");
+}
+
+fn kill9(pidfile: PathBuf) {
+    let pid = std::fs::read_to_string(&pidfile).unwrap_or_else(|_| panic!("{}", pidfile.display())).trim().to_owned();
+    let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
+}
+
+/// Injects `fault` into the running pipeline.
+pub async fn inject(test: &TestEnv, sale: SaleKey, pipeline: &mut Pipeline, fault: Fault) {
+    eprintln!("chaos: {fault:?}");
+    match fault {
+        Fault::KillEdge => pipeline.kill_and_restart(Kind::Edge).await,
+        Fault::KillOrder => pipeline.kill_and_restart(Kind::Order).await,
+        Fault::KillCompensator => pipeline.kill_and_restart(Kind::Compensator).await,
+        Fault::StopKafka(down) => {
+            infra_async("down.sh", &["kafka"]).await;
+            tokio::time::sleep(down).await;
+            infra_async("up.sh", &["kafka"]).await;
+        }
+        Fault::StopPostgres(down) => {
+            infra_async("down.sh", &["postgres"]).await;
+            tokio::time::sleep(down).await;
+            infra_async("up.sh", &["postgres"]).await;
+        }
+        Fault::BlockDatabase(down) => {
+            test.set_database_reachable(false).await;
+            tokio::time::sleep(down).await;
+            test.set_database_reachable(true).await;
+        }
+        Fault::KillRedis => {
+            kill9(repo_root().join(".data/redis/redis.pid"));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            infra_async("up.sh", &["redis"]).await;
+        }
+        Fault::DeadLetters(n) => {
+            let mut records = Vec::new();
+            for i in 0..i64::from(n) {
+                if let Ok(record) = test.try_deduct(sale, 900_000_000 + i).await {
+                    records.push(record);
+                }
+            }
+            eprintln!("chaos: dead-lettering {} orders", records.len());
+            test.produce_dead_letters(&records, "DB_REJECTED").await;
+        }
+        Fault::PoisonAndDuplicate => {
+            let topic = test.topics().orders;
+            test.produce(&topic, "1", b"\x00poison{", &[]).await;
+            if let Some(first) = test.read_topic(&topic, 1, Duration::from_secs(5)).await.first() {
+                use rdkafka::Message;
+                let key = first.key().map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default();
+                test.produce(&topic, &key, first.payload().unwrap_or_default(), &[]).await;
+            }
+        }
+        Fault::KillLeaderBroker(down) => {
+            assert_eq!(test.topology, Topology::Cluster, "a leader broker to kill needs the replicated topology");
+            let leader = test.orders_leader().await;
+            eprintln!("chaos: broker {leader} leads partition 0 of the orders topic");
+            kill9(repo_root().join(format!(".data/cluster/kafka-{leader}/kafka.pid")));
+            tokio::time::sleep(down).await;
+            infra_async("up.sh", &["--cluster"]).await;
+        }
+        Fault::KillRedisPrimary(down) => kill_redis_primary(test, None, down).await,
+        Fault::KillRedisPrimaryBehind(behind) => kill_redis_primary(test, Some(behind), Duration::from_secs(5)).await,
+    }
+}
+
+/// `kill -9` the primary (once its replica is `behind` when asked), wait for
+/// Sentinel to promote the replica, and bring the old primary back after
+/// `down`.
+async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Duration) {
+    assert_eq!(test.topology, Topology::Cluster, "a primary to kill needs the replicated topology");
+    wait_redis_replicated().await;
+    let primary = sentinel_primary();
+    eprintln!("chaos: redis :{primary} is the primary");
+    let replica_pid = || {
+        let replica = if primary == 6379 { 6380 } else { 6379 };
+        let pidfile = repo_root().join(format!(".data/cluster/redis-{replica}/redis.pid"));
+        std::fs::read_to_string(pidfile).expect("the replica's pid file").trim().to_owned()
+    };
+    let signal = |name: &str, pid: &str| {
+        let _ = std::process::Command::new("kill").args([name, pid]).status();
+    };
+    let stalled = behind.map(|_| replica_pid());
+    if let (Some(pid), Some(behind)) = (&stalled, behind) {
+        // The replica is frozen (SIGSTOP) and the primary drops its link,
+        // which the frozen replica cannot re-open: what the primary
+        // acknowledges from now on stays in its memory only, and it is
+        // killed before the replica thaws.
+        signal("-STOP", pid);
+        let _ = std::process::Command::new("redis-cli").args(["-p", &primary.to_string(), "client", "kill", "type", "replica"]).status();
+        tokio::time::sleep(behind).await;
+    }
+    kill9(repo_root().join(format!(".data/cluster/redis-{primary}/redis.pid")));
+    if let Some(pid) = &stalled {
+        signal("-CONT", pid);
+    }
+    let promoted = Instant::now();
+    while sentinel_primary() == primary {
+        assert!(promoted.elapsed() < Duration::from_secs(60), "Sentinel did not promote the replica within 60 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("chaos: Sentinel promoted :{} after {:?}", sentinel_primary(), promoted.elapsed());
+    tokio::time::sleep(down).await;
+    infra_async("up.sh", &["--cluster"]).await;
+}
+
+/// Waits (bounded) until the replicated topology's Redis replica is linked to
+/// the primary and done syncing: a failover then loses only what the
+/// replica had not been sent yet, never a resync in progress.
+pub async fn wait_redis_replicated() {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let replica = if sentinel_primary() == 6379 { 6380 } else { 6379 };
+        let output = std::process::Command::new("redis-cli").args(["-p", &replica.to_string(), "info", "replication"]).output();
+        let text = output.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        if text.contains("role:slave") && text.contains("master_link_status:up") && text.contains("master_sync_in_progress:0") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the Redis replica :{replica} did not sync within 90 s:\n{text}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The port of the primary the Sentinels name now.
+pub fn sentinel_primary() -> u16 {
+    let output = std::process::Command::new("redis-cli")
+        .args(["-p", "26379", "sentinel", "get-master-addr-by-name", "seckill"])
+        .output()
+        .expect("redis-cli");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines().nth(1).and_then(|port| port.trim().parse().ok()).expect("a primary's port from Sentinel")
+}
