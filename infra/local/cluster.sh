@@ -136,7 +136,14 @@ stop_cluster() {
   stop_pidfile haproxy "$CLUSTER/haproxy/haproxy.pid" 10
   for port in "${SENTINEL_PORTS[@]}"; do stop_pidfile "sentinel :$port" "$CLUSTER/sentinel-$port/sentinel.pid" 10; done
   for port in "${REDIS_PORTS[@]}"; do stop_pidfile "redis :$port" "$CLUSTER/redis-$port/redis.pid" 20; done
-  for node in "${KAFKA_NODES[@]}"; do stop_pidfile "kafka node $node" "$CLUSTER/kafka-$node/kafka.pid" 60; done
+  # All brokers at once: one stopped after the others would wait for a
+  # controller quorum that is gone.
+  local node pidfile
+  for node in "${KAFKA_NODES[@]}"; do
+    pidfile="$CLUSTER/kafka-$node/kafka.pid"
+    pid_alive "$pidfile" && kill -TERM "$(cat "$pidfile")" 2>/dev/null
+  done
+  for node in "${KAFKA_NODES[@]}"; do stop_pidfile "kafka node $node" "$CLUSTER/kafka-$node/kafka.pid" 30; done
 }
 
 cluster_running() {

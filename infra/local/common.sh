@@ -58,9 +58,15 @@ stop_pidfile() {
   pid_alive "$pidfile" || { log "$name not running"; return 0; }
   local pid; pid="$(cat "$pidfile")"
   kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + seconds))
-  while kill -0 "$pid" 2>/dev/null; do
-    if (( SECONDS >= deadline )); then log "$name did not stop in ${seconds}s; killing"; kill -KILL "$pid" 2>/dev/null || true; fi
+  local deadline=$((SECONDS + seconds)) killed=0
+  # A process already dead but not yet reaped (a zombie) still answers
+  # kill -0: ps says which.
+  while kill -0 "$pid" 2>/dev/null && [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" != Z* ]]; do
+    if (( SECONDS >= deadline && ! killed )); then
+      log "$name did not stop in ${seconds}s; killing"
+      kill -KILL "$pid" 2>/dev/null || true
+      killed=1
+    fi
     sleep 0.2
   done
   rm -f "$pidfile"

@@ -245,7 +245,29 @@ pub fn load_from<T: DeserializeOwned + Serialize + Default>(
         UnknownKeys::Refuse => refuse_unknown_keys(&table, &schema, "")?,
         UnknownKeys::Ignore => drop_unknown_keys(&mut table, &schema),
     }
-    T::deserialize(toml::Value::Table(table)).map_err(|e| anyhow::anyhow!("invalid settings: {e}"))
+    // What is given goes over the settings' own defaults, key by key: a
+    // service's defaults for the parts it flattens in (its metrics port, its
+    // pool size) hold, which serde's per-struct defaults would not do.
+    let mut settings = toml::Value::try_from(T::default()).context("describing the settings")?;
+    overlay(&mut settings, toml::Value::Table(table));
+    T::deserialize(settings).map_err(|e| anyhow::anyhow!("invalid settings: {e}"))
+}
+
+/// Puts `given` over `base`: tables merge key by key, anything else replaces.
+fn overlay(base: &mut toml::Value, given: toml::Value) {
+    match (base, given) {
+        (toml::Value::Table(base), toml::Value::Table(given)) => {
+            for (key, value) in given {
+                match base.get_mut(&key) {
+                    Some(existing) => overlay(existing, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (base, given) => *base = given,
+    }
 }
 
 /// Removes the keys of `table` the settings do not have.

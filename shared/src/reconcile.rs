@@ -51,6 +51,11 @@ pub struct Report {
     pub duplicate_users: i64,
     /// This sale's records parked for an operator (never settled).
     pub parked: i64,
+    /// Order events of this round written (relayed, pending or pruned):
+    /// one per order and state.
+    pub events: i64,
+    /// Of those, not yet relayed to `seckill.order-events`.
+    pub events_pending: i64,
     /// When the balance is off: CREATED orders Redis holds no status for —
     /// deductions Redis acknowledged and then lost (a restart without the
     /// last writes, a failover to a replica that had not received them).
@@ -69,9 +74,12 @@ pub struct Report {
 }
 
 impl Report {
-    /// Whether nothing is in flight anywhere.
+    /// Whether nothing is in flight anywhere (events relayed too).
     pub fn drained(&self) -> bool {
-        self.orders_in_flight == 0 && self.order_lag.unwrap_or(0) == 0 && self.compensator_lag.unwrap_or(0) == 0
+        self.orders_in_flight == 0
+            && self.order_lag.unwrap_or(0) == 0
+            && self.compensator_lag.unwrap_or(0) == 0
+            && self.events_pending == 0
     }
 }
 
@@ -141,6 +149,19 @@ pub async fn reconcile(
     }
     let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(&redis)?;
     let parked = crate::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
+    let (events, events_pending): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM order_events WHERE activity_id = $1 AND sku_id = $2 AND round = $3)
+              + (SELECT COALESCE(sum(count), 0)::bigint FROM order_events_pruned
+                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3),
+                (SELECT count(*) FROM order_events
+                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND relayed_at IS NULL)",
+    )
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .bind(row.round)
+    .fetch_one(pool)
+    .await
+    .map_err(&pg)?;
 
     let (order_lag, compensator_lag) = match kafka_settings {
         Some(settings) => {
@@ -168,6 +189,8 @@ pub async fn reconcile(
         failed_accepted,
         duplicate_users,
         parked,
+        events,
+        events_pending,
         created_unknown_to_redis: None,
         order_lag,
         compensator_lag,
@@ -248,6 +271,12 @@ pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
             r.parked
         ));
     }
+    if r.events != r.orders_created + r.orders_failed {
+        violations.push(format!(
+            "order events {} != orders_created {} + orders_failed {}: every order has one event per state",
+            r.events, r.orders_created, r.orders_failed
+        ));
+    }
     if r.compensated + r.written_off != r.failed_accepted {
         violations.push(format!(
             "compensated {} + written_off {} != failed orders redis had accepted {}",
@@ -256,8 +285,8 @@ pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
     }
     if require_drained && !r.drained() {
         violations.push(format!(
-            "not drained: orders_in_flight {}, order lag {:?}, compensator lag {:?}",
-            r.orders_in_flight, r.order_lag, r.compensator_lag
+            "not drained: orders_in_flight {}, order lag {:?}, compensator lag {:?}, events pending {}",
+            r.orders_in_flight, r.order_lag, r.compensator_lag, r.events_pending
         ));
     }
     violations

@@ -218,7 +218,7 @@ async fn when_one_of_two_instances_dies_the_other_takes_its_partitions() {
 /// PostgreSQL aborts one of them).
 async fn write(env: &TestEnv, batch: &[OrderRecord]) -> seckill_order::store::BatchOutcome {
     loop {
-        match seckill_order::store::write_batch(&env.db, batch).await {
+        match seckill_order::store::write_batch(&env.db, batch, &Default::default()).await {
             Ok(outcome) => return outcome,
             Err(seckill_order::store::WriteError::Transient(_)) => tokio::time::sleep(Duration::from_millis(50)).await,
             Err(error) => panic!("{error}"),

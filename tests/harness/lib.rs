@@ -233,8 +233,9 @@ impl TestEnv {
 
     /// Deducts a unit for `user` as the edge would, without publishing (an
     /// edge that died right after the deduction), and returns the record
-    /// the edge would have sent. The publish deadline is a second: the
-    /// sweeper may settle the order soon after.
+    /// the edge would have sent. The publish deadline is 5 s (as an edge
+    /// with a 3 s delivery timeout): the sweeper settles the order after
+    /// that, not before a test has sent its record or dead letter.
     pub async fn deduct(&self, sale: SaleKey, user: i64) -> OrderRecord {
         self.try_deduct(sale, user).await.unwrap_or_else(|other| panic!("deduction refused: {other:?}"))
     }
@@ -246,7 +247,7 @@ impl TestEnv {
         // Right after a Redis failover the first call on the old connection
         // fails while the connection finds the new primary.
         let deduction = eventually("a deduction", Duration::from_secs(30), || async {
-            self.stock.deduct(sale, user, &nonce, Duration::from_secs(1)).await.map_err(|e| e.to_string())
+            self.stock.deduct(sale, user, &nonce, Duration::from_secs(5)).await.map_err(|e| e.to_string())
         })
         .await;
         match deduction {

@@ -13,7 +13,7 @@ use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use seckill_shared::domain::{FailReason, OrderRecord};
 use seckill_shared::host::{retry_until, Connections};
-use seckill_shared::kafka::{self, dlq_header, header_str, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use seckill_shared::kafka::{self, dlq_header, header_str, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use seckill_shared::parked::{self, Parking};
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,7 +83,7 @@ impl DlqJob {
         let mut delays = self.settings.service.retry.delays();
         let mut refusals = 0;
         loop {
-            match settle::settle(&self.deps, &record, reason, None).await {
+            match settle::settle(&self.deps, &record, reason, None, Trace::of(message.headers())).await {
                 Ok(settled) => {
                     tracing::info!(?settled, "dead letter settled");
                     return true;

@@ -15,6 +15,7 @@ use seckill_shared::db::is_data_error;
 use seckill_shared::domain::{FailReason, Fate, OrderRecord};
 use seckill_shared::fate::{self, FollowError, Followed};
 use seckill_shared::host::Connections;
+use seckill_shared::kafka::Trace;
 use sqlx::{Postgres, Transaction};
 
 /// What settling one order did: Redis followed the fate PostgreSQL holds.
@@ -63,17 +64,20 @@ impl SettleError {
 
 /// Settles `record` as FAILED for `reason` unless PostgreSQL already holds
 /// its fate; with `fence`, only while the fence's token is the newest.
+/// `trace` (the record's request id and trace context) goes with the row and
+/// its event.
 pub async fn settle(
     deps: &Connections,
     record: &OrderRecord,
     reason: FailReason,
     fence: Option<Fence<'_>>,
+    trace: Trace<'_>,
 ) -> Result<Settled, SettleError> {
     let mut tx = deps.db.begin().await?;
     if let Some(fence) = fence {
         check_fence(&mut tx, fence).await?;
     }
-    let fate = write_failed(&mut tx, record, reason).await?;
+    let fate = write_failed(&mut tx, record, reason, trace).await?;
     tx.commit().await?;
     Ok(fate::follow(&deps.stock, &deps.db, record, fate).await?)
 }
@@ -112,13 +116,18 @@ pub async fn newest_fence(db: &sqlx::PgPool, lock: &str) -> sqlx::Result<i64> {
 /// Writes the order's row as FAILED, in the round the record names (the
 /// sale's current one when it names none), unless it already has a row;
 /// returns the fate the row holds afterwards: the first row written wins.
-async fn write_failed(tx: &mut Transaction<'_, Postgres>, record: &OrderRecord, reason: FailReason) -> sqlx::Result<Fate> {
+async fn write_failed(
+    tx: &mut Transaction<'_, Postgres>,
+    record: &OrderRecord,
+    reason: FailReason,
+    trace: Trace<'_>,
+) -> sqlx::Result<Fate> {
     let sale = record.sale();
     sqlx::query(
-        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, reason, accepted_at)
+        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, reason, accepted_at, request_id, traceparent)
          SELECT $1, $2, $3,
                 COALESCE($7::int, (SELECT round FROM sales WHERE activity_id = $2 AND sku_id = $3), 1),
-                $4, 'FAILED', $5, $6
+                $4, 'FAILED', $5, $6, $8, $9
          ON CONFLICT DO NOTHING",
     )
     .bind(record.order_id.as_str())
@@ -128,6 +137,8 @@ async fn write_failed(tx: &mut Transaction<'_, Postgres>, record: &OrderRecord, 
     .bind(reason.code())
     .bind(DateTime::<Utc>::from_timestamp_millis(record.accepted_at))
     .bind(record.round.map(|r| r as i32))
+    .bind(trace.request_id)
+    .bind(trace.traceparent)
     .execute(&mut **tx)
     .await?;
     let (status, reason): (String, Option<String>) = sqlx::query_as("SELECT status, reason FROM orders WHERE order_id = $1")

@@ -197,7 +197,8 @@ impl Sweeper {
                 let record = OrderRecord::new(order_id.clone(), sale, user, state.accepted_at);
                 // Decided under the fence: a stale sweeper's transaction
                 // rolls back before it writes.
-                match settle::settle(&self.deps, &record, FailReason::PublishLost, Some(fence)).await? {
+                // The request never reached the pipeline's records: no trace.
+                match settle::settle(&self.deps, &record, FailReason::PublishLost, Some(fence), Default::default()).await? {
                     Settled::Created => report.created += 1,
                     Settled::Failed(_) => report.failed += 1,
                 }

@@ -61,8 +61,8 @@ pub async fn report(settings: &Settings, args: &Args) -> Result<Report, Failure>
                     return Ok(report);
                 }
                 progress.set_message(format!(
-                    "waiting for the pipeline to drain: {} in flight, order lag {:?}, compensator lag {:?}",
-                    report.orders_in_flight, report.order_lag, report.compensator_lag
+                    "waiting for the pipeline to drain: {} in flight, order lag {:?}, compensator lag {:?}, events pending {}",
+                    report.orders_in_flight, report.order_lag, report.compensator_lag, report.events_pending
                 ));
             }
             // A source unreadable for a moment (a broker just restarted, its
@@ -103,6 +103,7 @@ pub fn print(report: &Report, json: bool) {
         ("buyers (redis)", report.buyers.to_string()),
         ("users with two orders", report.duplicate_users.to_string()),
         ("records parked", report.parked.to_string()),
+        ("order events (pending)", format!("{} ({})", report.events, report.events_pending)),
         ("order service lag", lag(report.order_lag)),
         ("compensator lag", lag(report.compensator_lag)),
     ];

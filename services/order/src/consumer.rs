@@ -13,7 +13,7 @@ use seckill_shared::domain::{FailReason, Fate, OrderId, OrderRecord, RecordError
 use seckill_shared::fate::{self, FollowError};
 use seckill_shared::parked::{self, Parking};
 use seckill_shared::host::{retry_until, Connections};
-use seckill_shared::kafka::{self, header_str, Topics, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use seckill_shared::kafka::{self, header_str, Topics, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use seckill_shared::redis_conn::RedisCallError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -179,13 +179,15 @@ impl Worker {
             }
         }
 
+        let traces: store::Traces<'_> =
+            records.iter().zip(&sources).map(|(r, m)| (r.order_id.as_str(), Trace::of(m.headers()))).collect();
         let started = Instant::now();
-        let outcome = match store::write_batch(&self.deps.db, &records).await {
+        let outcome = match store::write_batch(&self.deps.db, &records, &traces).await {
             Ok(outcome) => outcome,
             // One bad row must not fail the good ones: write row by row.
             Err(WriteError::Permanent(error)) => {
                 tracing::warn!(%error, "batch refused by the database; writing row by row");
-                self.write_row_by_row(&records).await?
+                self.write_row_by_row(&records, &traces).await?
             }
             Err(transient) => return Err(transient.into()),
         };
@@ -230,10 +232,10 @@ impl Worker {
         Ok(())
     }
 
-    async fn write_row_by_row(&self, records: &[OrderRecord]) -> Result<BatchOutcome, WriteError> {
+    async fn write_row_by_row(&self, records: &[OrderRecord], traces: &store::Traces<'_>) -> Result<BatchOutcome, WriteError> {
         let mut total = BatchOutcome::default();
         for record in records {
-            match store::write_batch(&self.deps.db, std::slice::from_ref(record)).await {
+            match store::write_batch(&self.deps.db, std::slice::from_ref(record), traces).await {
                 Ok(outcome) => {
                     total.created.extend(outcome.created);
                     total.already_done.extend(outcome.already_done);

@@ -5,7 +5,8 @@
 //! are processed in parallel while each partition's records stay in order.
 //! A batch's offsets are committed only after its transaction committed,
 //! its statuses reached Redis and its rejects reached the dead-letter topic:
-//! a crash anywhere replays the batch, and replays are idempotent.
+//! a crash anywhere replays the batch, and replays are idempotent. The
+//! [`relay`] publishes the order events the transactions wrote.
 
 
 /// What `--help` says the service does.
@@ -13,6 +14,7 @@ pub const ABOUT: &str = "The order service: consumes seckill.orders in the secki
 
 pub mod consumer;
 pub mod dlq;
+pub mod relay;
 pub mod store;
 
 use seckill_shared::config::Servers;
@@ -36,6 +38,8 @@ pub struct Settings {
     pub batch_wait_ms: u64,
     /// Consumers (group members) in this process.
     pub consumers: usize,
+    /// The relay of order events (`seckill.order-events`).
+    pub events: relay::EventSettings,
     #[serde(flatten)]
     pub service: ServiceSettings,
     #[serde(flatten)]
@@ -48,6 +52,7 @@ impl Default for Settings {
             batch_size: 4_000,
             batch_wait_ms: 20,
             consumers: 2,
+            events: relay::EventSettings::default(),
             service: ServiceSettings::listening_on("127.0.0.1:9101"),
             servers: Servers::default(),
         }
@@ -65,8 +70,13 @@ impl Hosted for Settings {
         (&self.service, &self.servers)
     }
 
-    /// The consumers, members of one group, and the lag reporter.
+    /// The consumers, members of one group, the event relay and the lag
+    /// reporter.
     fn start(settings: Arc<Self>, connections: Connections, background: &Background) -> anyhow::Result<()> {
+        if settings.events.enabled {
+            let relay = relay::Relay::new(settings.clone(), connections.clone())?;
+            background.spawn("event relay", relay.run(background.shutdown().clone()));
+        }
         let dead_letters = dlq::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone())?;
         for index in 0..settings.consumers.max(1) {
             let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?;
@@ -84,6 +94,14 @@ mod tests {
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn the_service_defaults_of_flattened_parts_hold() {
+        let settings: Settings = load_from(None, &[], UnknownKeys::Refuse).unwrap();
+        assert_eq!(settings.service.metrics_addr, "127.0.0.1:9101");
+        let settings: Settings = load_from(None, &vars(&[("SECKILL__RETRY__MAX_MS", "7")]), UnknownKeys::Refuse).unwrap();
+        assert_eq!((settings.service.metrics_addr.as_str(), settings.service.retry.max_ms), ("127.0.0.1:9101", 7));
     }
 
     #[test]

@@ -27,6 +27,7 @@
 
 use seckill_shared::db::is_data_error;
 use seckill_shared::domain::{FailReason, Fate, OrderRecord, SaleKey};
+use seckill_shared::kafka::Trace;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::{PgConnection, PgPool, Postgres, Row};
@@ -97,24 +98,32 @@ impl SaleState {
     }
 }
 
+/// The request id and trace context of each order (by order id), stored with
+/// its row and carried by its events; orders absent have none.
+pub type Traces<'a> = HashMap<&'a str, Trace<'a>>;
+
 /// Writes `records` in one transaction. Records with the same order id as
 /// an earlier one in the batch are dropped (the first decides).
-pub async fn write_batch(pool: &PgPool, records: &[OrderRecord]) -> Result<BatchOutcome, WriteError> {
+pub async fn write_batch(pool: &PgPool, records: &[OrderRecord], traces: &Traces<'_>) -> Result<BatchOutcome, WriteError> {
     let mut seen = HashSet::with_capacity(records.len());
     let records: Vec<&OrderRecord> = records.iter().filter(|r| seen.insert(r.order_id.as_str())).collect();
     if records.is_empty() {
         return Ok(BatchOutcome::default());
     }
-    if let Some(outcome) = write_optimistic(pool, &records).await? {
+    if let Some(outcome) = write_optimistic(pool, &records, traces).await? {
         return Ok(outcome);
     }
     metrics::counter!("seckill_order_locked_batches_total").increment(1);
-    write_locked(pool, &records).await
+    write_locked(pool, &records, traces).await
 }
 
 /// The optimistic way; `None` when a sale's guard refused the batch (rolled
 /// back, nothing written).
-async fn write_optimistic(pool: &PgPool, records: &[&OrderRecord]) -> Result<Option<BatchOutcome>, WriteError> {
+async fn write_optimistic(
+    pool: &PgPool,
+    records: &[&OrderRecord],
+    traces: &Traces<'_>,
+) -> Result<Option<BatchOutcome>, WriteError> {
     let mut outcome = BatchOutcome::default();
     let mut tx = pool.begin().await?;
     let sales = read_sales(&mut tx, records, false).await?;
@@ -128,7 +137,7 @@ async fn write_optimistic(pool: &PgPool, records: &[&OrderRecord]) -> Result<Opt
             None => outcome.rejected.push(sale_not_found(record)),
         }
     }
-    let columns = OrderColumns::new(&candidates, &sales);
+    let columns = OrderColumns::new(&candidates, &sales, traces);
     if let Err(error) = sqlx::query(INSERT_ORDERS).bind_orders(&columns).execute(&mut *tx).await {
         if !is_unique_violation(&error) {
             return Err(error.into());
@@ -152,7 +161,7 @@ async fn write_optimistic(pool: &PgPool, records: &[&OrderRecord]) -> Result<Opt
 }
 
 /// The locked way: every record classified under the sale rows' locks.
-async fn write_locked(pool: &PgPool, records: &[&OrderRecord]) -> Result<BatchOutcome, WriteError> {
+async fn write_locked(pool: &PgPool, records: &[&OrderRecord], traces: &Traces<'_>) -> Result<BatchOutcome, WriteError> {
     let mut outcome = BatchOutcome::default();
     let mut tx = pool.begin().await?;
     let sales = read_sales(&mut tx, records, true).await?;
@@ -222,7 +231,7 @@ async fn write_locked(pool: &PgPool, records: &[&OrderRecord]) -> Result<BatchOu
         candidates.push(record);
     }
 
-    let written = insert(&mut tx, &candidates, &sales, &mut outcome).await?;
+    let written = insert(&mut tx, &candidates, &sales, traces, &mut outcome).await?;
     // Under the lock the guard cannot refuse what was counted above.
     if !take_stock(&mut tx, &written, &sales).await? {
         return Err(WriteError::GuardMoved);
@@ -284,13 +293,14 @@ async fn insert(
     tx: &mut PgConnection,
     candidates: &[&OrderRecord],
     sales: &HashMap<Sale, SaleState>,
+    traces: &Traces<'_>,
     outcome: &mut BatchOutcome,
 ) -> Result<HashMap<Sale, i64>, sqlx::Error> {
     let mut written: HashMap<Sale, i64> = HashMap::new();
     if candidates.is_empty() {
         return Ok(written);
     }
-    let columns = OrderColumns::new(candidates, sales);
+    let columns = OrderColumns::new(candidates, sales, traces);
     let inserted: HashSet<String> = sqlx::query(INSERT_NEW_ORDERS)
         .bind_orders(&columns)
         .fetch_all(&mut *tx)
@@ -317,10 +327,11 @@ async fn insert(
 
 macro_rules! insert_orders {
     () => {
-        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)
-         SELECT order_id, activity_id, sku_id, round, user_id, 'CREATED', to_timestamp(accepted_ms / 1000.0)
-           FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[])
-                AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms)"
+        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at, request_id, traceparent)
+         SELECT order_id, activity_id, sku_id, round, user_id, 'CREATED', to_timestamp(accepted_ms / 1000.0),
+                request_id, traceparent
+           FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[], $7::text[], $8::text[])
+                AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms, request_id, traceparent)"
     };
 }
 
@@ -339,10 +350,13 @@ struct OrderColumns<'a> {
     rounds: Vec<i32>,
     users: Vec<i64>,
     accepted: Vec<i64>,
+    request_ids: Vec<Option<&'a str>>,
+    traceparents: Vec<Option<&'a str>>,
 }
 
 impl<'a> OrderColumns<'a> {
-    fn new(orders: &[&'a OrderRecord], sales: &HashMap<Sale, SaleState>) -> Self {
+    fn new(orders: &[&'a OrderRecord], sales: &HashMap<Sale, SaleState>, traces: &Traces<'a>) -> Self {
+        let trace = |r: &OrderRecord| traces.get(r.order_id.as_str()).copied().unwrap_or_default();
         Self {
             order_ids: orders.iter().map(|r| r.order_id.as_str()).collect(),
             activities: orders.iter().map(|r| r.activity_id.get()).collect(),
@@ -350,6 +364,8 @@ impl<'a> OrderColumns<'a> {
             rounds: orders.iter().map(|r| sales[&sale_of(r)].round).collect(),
             users: orders.iter().map(|r| r.user_id.get()).collect(),
             accepted: orders.iter().map(|r| r.accepted_at).collect(),
+            request_ids: orders.iter().map(|r| trace(r).request_id).collect(),
+            traceparents: orders.iter().map(|r| trace(r).traceparent).collect(),
         }
     }
 }
@@ -360,7 +376,14 @@ trait BindOrders<'q> {
 
 impl<'q> BindOrders<'q> for Query<'q, Postgres, PgArguments> {
     fn bind_orders(self, c: &'q OrderColumns<'q>) -> Self {
-        self.bind(&c.order_ids).bind(&c.activities).bind(&c.skus).bind(&c.rounds).bind(&c.users).bind(&c.accepted)
+        self.bind(&c.order_ids)
+            .bind(&c.activities)
+            .bind(&c.skus)
+            .bind(&c.rounds)
+            .bind(&c.users)
+            .bind(&c.accepted)
+            .bind(&c.request_ids)
+            .bind(&c.traceparents)
     }
 }
 

@@ -31,6 +31,35 @@ pub mod dlq_header {
     pub const REPLAYED_FROM: &str = "dlq.replayed-from";
 }
 
+/// What follows an order from its HTTP request on: the request id and the
+/// W3C trace context, carried as record headers and stored with the order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Trace<'a> {
+    pub request_id: Option<&'a str>,
+    pub traceparent: Option<&'a str>,
+}
+
+impl<'a> Trace<'a> {
+    /// The trace a record's headers carry.
+    pub fn of<H: Headers>(headers: Option<&'a H>) -> Self {
+        Self {
+            request_id: headers.and_then(|h| header_str(h, REQUEST_ID_HEADER)),
+            traceparent: headers.and_then(|h| header_str(h, TRACEPARENT_HEADER)),
+        }
+    }
+
+    /// As record headers.
+    pub fn headers(&self) -> OwnedHeaders {
+        let mut headers = OwnedHeaders::new_with_capacity(2);
+        for (key, value) in [(REQUEST_ID_HEADER, self.request_id), (TRACEPARENT_HEADER, self.traceparent)] {
+            if let Some(value) = value {
+                headers = headers.insert(Header { key, value: Some(value) });
+            }
+        }
+        headers
+    }
+}
+
 /// Where a record came from, for its dead-letter headers.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin<'a> {
@@ -39,23 +68,11 @@ pub struct Origin<'a> {
     pub offset: i64,
 }
 
-/// The headers that follow an order wherever it goes: request id and trace
-/// context, copied from `original`.
-pub fn tracing_headers<H: Headers>(original: Option<&H>) -> OwnedHeaders {
-    let mut headers = OwnedHeaders::new();
-    for key in [REQUEST_ID_HEADER, TRACEPARENT_HEADER] {
-        if let Some(value) = original.and_then(|h| header_str(h, key)) {
-            headers = headers.insert(Header { key, value: Some(value.as_bytes()) });
-        }
-    }
-    headers
-}
-
 /// Dead-letter headers for a record from `origin` that failed for `reason`;
 /// the request id and trace context stay, the attempt count goes up.
 pub fn dlq_headers<H: Headers>(original: Option<&H>, reason: &str, error: &str, origin: Origin<'_>) -> OwnedHeaders {
     let attempts = original.and_then(|h| header_str(h, dlq_header::ATTEMPTS)).and_then(|a| a.parse::<u32>().ok()).unwrap_or(0) + 1;
-    let mut headers = tracing_headers(original);
+    let mut headers = Trace::of(original).headers();
     for (key, value) in [
         (dlq_header::REASON, reason.to_owned()),
         (dlq_header::ERROR, error.to_owned()),

@@ -5,7 +5,7 @@
 pub mod headers;
 pub mod lag;
 
-pub use headers::{dlq_header, dlq_headers, header_str, headers_map, Origin, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+pub use headers::{dlq_header, dlq_headers, header_str, headers_map, Origin, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 pub use lag::{committed_positions, high_watermarks, pipeline_lag, Lag, PipelineLag};
 
 use crate::config::KafkaSettings;
@@ -15,13 +15,15 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::FutureProducer;
 
-/// The two topics, with the deployment's prefix.
+/// The topics, with the deployment's prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topics {
     /// Accepted orders.
     pub orders: String,
     /// Records the order service could never write.
     pub dlq: String,
+    /// Every change of an order's status, for consumers downstream.
+    pub events: String,
 }
 
 impl Topics {
@@ -30,6 +32,7 @@ impl Topics {
         Self {
             orders: format!("{}seckill.orders", settings.topic_prefix),
             dlq: format!("{}seckill.orders.dlq", settings.topic_prefix),
+            events: format!("{}seckill.order-events", settings.topic_prefix),
         }
     }
 }
@@ -59,6 +62,9 @@ pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {
         .set("bootstrap.servers", &settings.brokers)
         .set("acks", "all")
         .set("enable.idempotence", "true")
+        // Keys land where Java clients (Kafka's default partitioner) put
+        // them, so Java producers and consumers sharing the topics agree.
+        .set("partitioner", "murmur2_random")
         .set("linger.ms", settings.linger_ms.to_string())
         .set("message.timeout.ms", settings.message_timeout_ms.to_string())
         .set("request.timeout.ms", settings.message_timeout_ms.min(30_000).to_string())
@@ -90,7 +96,7 @@ pub fn consumer_config(settings: &KafkaSettings, group: &str) -> ClientConfig {
     config
 }
 
-/// Creates both topics when missing (never relying on broker auto-create),
+/// Creates the topics when missing (never relying on broker auto-create),
 /// replicated as the settings say or, by default, as the cluster allows.
 pub async fn ensure_topics(settings: &KafkaSettings) -> anyhow::Result<Topics> {
     let topics = Topics::new(settings);
@@ -103,6 +109,8 @@ pub async fn ensure_topics(settings: &KafkaSettings) -> anyhow::Result<Topics> {
         NewTopic::new(&topics.orders, settings.order_partitions, TopicReplication::Fixed(replication))
             .set("min.insync.replicas", &min_insync),
         NewTopic::new(&topics.dlq, settings.dlq_partitions, TopicReplication::Fixed(replication))
+            .set("min.insync.replicas", &min_insync),
+        NewTopic::new(&topics.events, settings.order_partitions, TopicReplication::Fixed(replication))
             .set("min.insync.replicas", &min_insync),
     ];
     let options = AdminOptions::new().operation_timeout(Some(timeout));

@@ -15,11 +15,10 @@ mod delivery;
 pub use delivery::{Persistence, Report};
 
 use delivery::DeliveryContext;
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use seckill_shared::config::KafkaSettings;
 use seckill_shared::domain::OrderRecord;
-use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+pub use seckill_shared::kafka::Trace;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -36,15 +35,6 @@ pub enum PublishOutcome {
     /// May or may not be in the log: the deduction must stay; the
     /// reservation sweeper or the order service settles it.
     Ambiguous(String),
-}
-
-/// What follows the order through the pipeline as record headers.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Trace<'a> {
-    /// The request's id.
-    pub request_id: Option<&'a str>,
-    /// The request's W3C trace context.
-    pub traceparent: Option<&'a str>,
 }
 
 /// The producer was retired by a fatal error; a new one is being made.
@@ -133,12 +123,7 @@ impl Publisher {
             Err(error) => return PublishOutcome::NotPersisted(format!("encoding the record: {error}")),
         };
         let key = record.user_id.get().to_string();
-        let mut headers = OwnedHeaders::new_with_capacity(2);
-        for (key, value) in [(REQUEST_ID_HEADER, trace.request_id), (TRACEPARENT_HEADER, trace.traceparent)] {
-            if let Some(value) = value {
-                headers = headers.insert(Header { key, value: Some(value) });
-            }
-        }
+        let headers = trace.headers();
         let (report, reported) = oneshot::channel();
         let base = BaseRecord::with_opaque_to(&self.topic, Box::new(report)).key(&key).payload(&payload).headers(headers);
         // An enqueue error (queue full, unknown partition, producer failed)

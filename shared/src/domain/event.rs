@@ -1,0 +1,57 @@
+//! The record on `seckill.order-events`: one per change of an order's
+//! status, for the teams downstream (payment, notification, fulfilment,
+//! analytics).
+//!
+//! Key: the user id, so one consumer sees all of a user's events, and every
+//! event of one order, in the order they happened. `eventId` is stable
+//! (`<orderId>:<type>`): an event sent twice (a relay restarted before it
+//! marked what it had sent) is the same event, for the consumer to drop.
+//! Headers carry `x-request-id` and `traceparent` of the order's request
+//! when the order came through the edge. Compatibility as for the order
+//! record: `v` is the major version; within it, fields are only added.
+
+use super::ids::{ActivityId, OrderId, SkuId, UserId};
+use serde::{Deserialize, Serialize};
+
+/// One state change of one order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderEvent {
+    /// Stable: `<orderId>:<type>`.
+    pub event_id: String,
+    /// What happened: `CREATED`, `FAILED`, or a later state of the order's
+    /// lifecycle.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub order_id: OrderId,
+    pub activity_id: ActivityId,
+    pub sku_id: SkuId,
+    /// The sale round the order belongs to.
+    pub round: i64,
+    pub user_id: UserId,
+    /// Why, for `FAILED` (a stable reason code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the change was written (ms since the epoch, PostgreSQL's clock).
+    pub occurred_at: i64,
+    /// Event format major version; 1.
+    pub v: u32,
+}
+
+impl OrderEvent {
+    /// The format this code writes.
+    pub const VERSION: u32 = 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_v1_event_fixture_decodes() {
+        let json = include_str!("../../../tests/fixtures/records/order-events-v1.json");
+        let event: OrderEvent = serde_json::from_str(json).expect("a v1 event");
+        assert_eq!((event.kind.as_str(), event.event_id.as_str()), ("FAILED", "1001-2001-7-9f3a1c07:FAILED"));
+        assert_eq!(event.reason.as_deref(), Some("NO_DB_STOCK"));
+    }
+}
