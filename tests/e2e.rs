@@ -26,3 +26,5 @@ mod poison;
 mod browser;
 #[path = "e2e/cli.rs"]
 mod cli;
+#[path = "e2e/downstream.rs"]
+mod downstream;

@@ -1,0 +1,223 @@
+//! The contract for teams downstream: order events through the outbox and
+//! its relay, records that match their JSON Schemas, and keys partitioned
+//! as Java clients partition them.
+
+use rdkafka::message::{Message, OwnedMessage};
+use seckill_e2e::http::Client;
+use seckill_e2e::{eventually, Child, TestEnv};
+use seckill_order::relay::Relay;
+use seckill_shared::domain::OrderEvent;
+use seckill_shared::kafka::{header_str, headers_map, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn schemas_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schemas")
+}
+
+fn load(file: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(schemas_dir().join(file)).expect("a schema file")).expect("schema JSON")
+}
+
+/// The schemas refer to each other by their `$id`s, answered from `schemas/`.
+struct LocalSchemas;
+
+impl jsonschema::Retrieve for LocalSchemas {
+    fn retrieve(&self, uri: &jsonschema::Uri<String>) -> Result<serde_json::Value, Box<dyn std::error::Error + Send + Sync>> {
+        let file = uri.path().as_str().rsplit('/').next().unwrap_or_default().to_owned();
+        Ok(load(&file))
+    }
+}
+
+fn schema(name: &str) -> jsonschema::Validator {
+    jsonschema::options().with_retriever(LocalSchemas).build(&load(name)).expect("a valid schema")
+}
+
+fn assert_valid(validator: &jsonschema::Validator, value: &serde_json::Value, what: &str) {
+    let errors: Vec<String> = validator.iter_errors(value).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "{what} does not match its schema: {errors:?}\n{value}");
+}
+
+fn json(message: &OwnedMessage) -> serde_json::Value {
+    serde_json::from_slice(message.payload().unwrap_or_default()).unwrap_or(serde_json::Value::Null)
+}
+
+/// Every record fixture of a version still decodes against its schema; a
+/// record of another major version does not.
+#[test]
+fn fixtures_match_their_schemas() {
+    let fixtures = schemas_dir().join("../tests/fixtures/records");
+    let orders = schema("orders.v1.json");
+    let events = schema("order-events.v1.json");
+    for (file, validator, valid) in [
+        ("orders-v1.json", &orders, true),
+        ("orders-v1-round.json", &orders, true),
+        ("orders-v1-newer.json", &orders, true),
+        ("orders-v2.json", &orders, false),
+        ("order-events-v1.json", &events, true),
+    ] {
+        let value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures.join(file)).unwrap()).unwrap();
+        assert_eq!(validator.is_valid(&value), valid, "{file}");
+    }
+}
+
+/// What the edge, the order service and the compensator actually write
+/// matches the schemas: orders, dead letters (value and headers), events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_pipeline_writes_matches_its_schemas() {
+    let env = TestEnv::new().await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    let compensator = env.spawn_compensator(env.compensator_settings()).await;
+    let client = Client::new(edge.url());
+    let sale = env.sale();
+    env.warmup(sale, 2).await;
+    for user in 1..=2 {
+        assert_eq!(client.order(sale.activity.get(), sale.sku.get(), user).await.status, 202);
+    }
+    // Two dead letters: an undecodable record, and an order beyond the
+    // database's stock.
+    let topics = env.topics();
+    env.produce(&topics.orders, "9", b"{broken", &[]).await;
+    let beyond = env.order_records(sale, 3..4);
+    env.produce_records(&beyond).await;
+    eventually("the pipeline drained, events relayed", Duration::from_secs(60), || async {
+        let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, Some(&env.kafka), sale, true).await.map_err(|e| e.to_string())?;
+        if report.drained() && report.orders_failed == 1 && report.events == 3 { Ok(()) } else { Err(format!("{:?}", report.violations)) }
+    })
+    .await;
+
+    let orders_schema = schema("orders.v1.json");
+    let orders = env.read_topic(&topics.orders, 4, Duration::from_secs(10)).await;
+    for message in orders.iter().filter(|m| m.payload() != Some(b"{broken")) {
+        assert_valid(&orders_schema, &json(message), "an orders record");
+    }
+    let from_edge: Vec<&OwnedMessage> = orders.iter().filter(|m| m.headers().and_then(|h| header_str(h, REQUEST_ID_HEADER)).is_some()).collect();
+    assert_eq!(from_edge.len(), 2, "the edge's records carry their request id");
+    assert!(from_edge.iter().all(|m| m.headers().and_then(|h| header_str(h, TRACEPARENT_HEADER)).is_some()), "and a traceparent");
+
+    let dlq_value = schema("orders-dlq.v1.json");
+    let dlq_headers = schema("orders-dlq-headers.v1.json");
+    let dead = env.read_topic(&topics.dlq, 2, Duration::from_secs(10)).await;
+    assert_eq!(dead.len(), 2);
+    for message in &dead {
+        let headers = serde_json::to_value(message.headers().map(headers_map).unwrap_or_default()).unwrap();
+        assert_valid(&dlq_headers, &headers, "dead-letter headers");
+        if headers["dlq.reason"] != "MALFORMED" {
+            assert_valid(&dlq_value, &json(message), "a dead letter's value");
+        }
+    }
+
+    let events_schema = schema("order-events.v1.json");
+    let events = env.read_topic(&topics.events, 3, Duration::from_secs(10)).await;
+    assert_eq!(events.len(), 3, "one event per order: two CREATED, one FAILED");
+    let mut kinds = BTreeMap::new();
+    for message in &events {
+        let value = json(message);
+        assert_valid(&events_schema, &value, "an order event");
+        let event: OrderEvent = serde_json::from_value(value).expect("an OrderEvent");
+        assert_eq!(message.key(), Some(event.user_id.to_string().as_bytes()), "keyed by user id");
+        *kinds.entry(event.kind.clone()).or_insert(0) += 1;
+        if event.kind == "CREATED" {
+            let headers = message.headers().expect("headers");
+            assert!(header_str(headers, REQUEST_ID_HEADER).is_some() && header_str(headers, TRACEPARENT_HEADER).is_some(), "the order's trace follows it");
+        } else {
+            assert_eq!(event.reason.as_deref(), Some("NO_DB_STOCK"));
+        }
+    }
+    assert_eq!(kinds, BTreeMap::from([("CREATED".to_owned(), 2), ("FAILED".to_owned(), 1)]));
+    compensator.stop().await;
+    order.stop().await;
+    edge.stop().await;
+}
+
+/// The relay killed mid-way: no event is lost, and an event sent again
+/// keeps its `eventId`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_way_the_relay_loses_no_event() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 5_000).await;
+    let mut child_env = env.child_env();
+    child_env.push(("SECKILL__METRICS_ADDR".into(), "127.0.0.1:0".into()));
+    child_env.push(("SECKILL__EVENTS__BATCH".into(), "100".into()));
+    let records = env.produce_orders(sale, 1..3_001).await;
+    let child = Child::start("seckill-order", &child_env);
+    let topic = env.topics().events;
+    eventually("some events relayed", Duration::from_secs(60), || async {
+        let n = env.read_topic(&topic, 1, Duration::from_millis(500)).await.len();
+        if n > 0 { Ok(()) } else { Err("none yet".into()) }
+    })
+    .await;
+    child.kill9().await;
+    let child = Child::start("seckill-order", &child_env);
+    eventually("every event relayed", Duration::from_secs(120), || async {
+        let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM order_events WHERE relayed_at IS NULL")
+            .fetch_one(&env.db)
+            .await
+            .map_err(|e| e.to_string())?;
+        let orders = env.count_orders(sale, "CREATED").await;
+        if orders == 3_000 && pending == 0 { Ok(()) } else { Err(format!("{orders} orders, {pending} events pending")) }
+    })
+    .await;
+    let events = env.read_topic(&topic, 3_000, Duration::from_secs(30)).await;
+    let ids: BTreeSet<String> = events.iter().map(|m| json(m)["eventId"].as_str().unwrap_or("").to_owned()).collect();
+    let expected: BTreeSet<String> = records.iter().map(|r| format!("{}:CREATED", r.order_id)).collect();
+    assert_eq!(ids, expected, "every order's event, under its stable id");
+    println!("relay killed mid-way: {} events read for {} orders ({} sent twice)", events.len(), expected.len(), events.len() - expected.len());
+    assert!(child.terminate().await);
+}
+
+/// With PostgreSQL down the relay waits; its events come once it returns.
+/// And relayed events are pruned, their counts kept for the books.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_waits_for_postgres_and_prunes_what_it_sent() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 100).await;
+    let mut settings = env.order_settings();
+    settings.events.retention_ms = 0;
+    let relay = Relay::new(std::sync::Arc::new(settings), env.connections()).expect("a relay");
+    let worker = env.order_worker().await;
+    env.produce_orders(sale, 1..11).await;
+    while env.count_orders(sale, "CREATED").await < 10 {
+        worker.try_execute_batch(Duration::from_secs(1)).await.expect("a turn");
+    }
+    let mut leadership = relay.lead().await.expect("the database").expect("the relay's lock");
+    assert!(relay.lead().await.expect("the database").is_none(), "one relay at a time");
+
+    env.set_database_reachable(false).await;
+    assert!(relay.relay_once(&mut leadership).await.is_err(), "no relaying without the database");
+    env.set_database_reachable(true).await;
+    let mut leadership = eventually("the relay's lock again", Duration::from_secs(30), || async {
+        relay.lead().await.map_err(|e| e.to_string())?.ok_or_else(|| "held".to_owned())
+    })
+    .await;
+    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn"), 10);
+    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn"), 0, "nothing sent twice");
+    assert_eq!(env.read_topic(&env.topics().events, 10, Duration::from_secs(10)).await.len(), 10);
+
+    assert_eq!(relay.prune(&mut leadership).await.expect("pruning"), 10);
+    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    assert_eq!((report.events, report.events_pending), (10, 0), "pruned events still counted");
+}
+
+/// Keys land on the partitions Java's default partitioner picks
+/// (`toPositive(murmur2(key)) % partitions`; the expected values were
+/// computed with Kafka's murmur2, checked against its own test vectors).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_land_where_java_clients_put_them() {
+    use rdkafka::producer::FutureRecord;
+    let env = TestEnv::with_partitions(8).await;
+    let producer = seckill_shared::kafka::producer(&env.kafka).expect("the project's producer");
+    let topic = env.topics().orders;
+    for (key, partition) in [("1", 7), ("2", 0), ("42", 4), ("1001", 4), ("123456789", 6), ("user-7", 4)] {
+        let delivered = producer
+            .send(FutureRecord::to(&topic).key(key).payload("x"), Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("delivered");
+        assert_eq!(delivered.partition, partition, "key {key}");
+    }
+}
