@@ -6,7 +6,7 @@ CARGO ?= cargo
 PROFILE ?= release
 TEST_THREADS ?= 4
 
-.PHONY: help infra-up infra-down infra-status build-deps build test demo chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
+.PHONY: help infra-up infra-down infra-status build-deps fuzz-deps build test demo chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
@@ -29,10 +29,14 @@ infra-status:
 build-deps:
 	infra/local/build-deps.sh
 
+# Schemathesis for the OpenAPI fuzzing test (a virtualenv under .data/).
+fuzz-deps:
+	infra/local/fuzz-deps.sh
+
 build: build-deps
 	$(CARGO) build --workspace --bins $(if $(filter release,$(PROFILE)),--release,)
 
-test: infra-up build-deps
+test: infra-up build-deps fuzz-deps
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace -- --test-threads=$(TEST_THREADS)
 	$(MAKE) chaos-cluster-short

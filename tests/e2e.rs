@@ -28,3 +28,5 @@ mod browser;
 mod cli;
 #[path = "e2e/downstream.rs"]
 mod downstream;
+#[path = "e2e/fuzz.rs"]
+mod fuzz;

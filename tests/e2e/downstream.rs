@@ -127,6 +127,9 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
         }
     }
     assert_eq!(kinds, BTreeMap::from([("CREATED".to_owned(), 2), ("FAILED".to_owned(), 1)]));
+    let tail = env.ctl(&["events", "tail", "--limit", "3", "--idle", "20", "--json"]).await;
+    assert_eq!(tail.code, 0, "{tail:?}");
+    assert_eq!(tail.stdout.lines().count(), 3, "seckillctl events tail prints each event once: {}", tail.stdout);
     compensator.stop().await;
     order.stop().await;
     edge.stop().await;

@@ -7,6 +7,7 @@
 
 mod bench;
 mod dlq;
+mod events;
 mod reconcile;
 mod warmup;
 
@@ -50,6 +51,9 @@ enum Command {
     /// Inspect and replay the dead-letter topic.
     #[command(subcommand)]
     Dlq(dlq::Command),
+    /// Consume the order events, as a team downstream would.
+    #[command(subcommand)]
+    Events(events::Command),
     /// Load-test the edge.
     Bench(bench::Args),
     /// Consumer-group lag of the order service and the compensator.
@@ -115,6 +119,7 @@ async fn main() -> ExitCode {
         Command::Warmup(args) => warmup::run(&settings, args).await,
         Command::Reconcile(args) => reconcile::run(&settings, args).await,
         Command::Dlq(command) => dlq::run(&settings, command).await,
+        Command::Events(command) => events::run(&settings, command).await,
         Command::Bench(args) => bench::run(&settings, args).await,
         Command::Lag { json } => lag(&settings, json).await,
         Command::Config { .. } => unreachable!("answered before the settings are loaded"),

@@ -1,6 +1,7 @@
 //! The operator's API: warm a sale up, and read its reconciliation.
 
 use super::body::{from_serde, FromJsonBody, JsonBody};
+use super::openapi::{ErrorBody, ReconciliationBody, SaleBody, WarmupBody as WarmupDoc};
 use super::{auth, ApiError, AppState};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -19,7 +20,7 @@ pub fn router() -> Router<AppState> {
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct WarmupBody {
+pub(super) struct WarmupBody {
     stock: i64,
     #[serde(default)]
     starts_at: Option<DateTime<Utc>>,
@@ -42,7 +43,25 @@ fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
     Ok(SaleKey::new(activity, sku))
 }
 
-async fn warm_up(
+/// Creates a sale or starts its next round.
+#[utoipa::path(
+    put,
+    path = "/admin/sales/{activityId}/{skuId}",
+    tag = "admin",
+    security(("admin" = [])),
+    params(("activityId" = i64, Path, minimum = 1), ("skuId" = i64, Path, minimum = 1)),
+    request_body(content = WarmupDoc, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Warmed up: stock set (never added), buyers cleared, keys expire a day after the end", body = SaleBody),
+        (status = 400, description = "INVALID_REQUEST: a bad id, stock or window", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED: no or a wrong admin token", body = ErrorBody),
+        (status = 409, description = "SALE_BUSY: another warm-up runs, or the previous round has orders in flight (force to replace it)", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE", body = ErrorBody),
+        (status = 503, description = "TRY_AGAIN: Redis or PostgreSQL unavailable", body = ErrorBody),
+    )
+)]
+pub(super) async fn warm_up(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
@@ -65,7 +84,22 @@ async fn warm_up(
     Ok(Json(serde_json::to_value(row).map_err(anyhow::Error::from)?))
 }
 
-async fn report(
+/// The sale's reconciliation: every term of the invariant and the verdict.
+#[utoipa::path(
+    get,
+    path = "/admin/sales/{activityId}/{skuId}",
+    tag = "admin",
+    security(("admin" = [])),
+    params(("activityId" = i64, Path, minimum = 1), ("skuId" = i64, Path, minimum = 1)),
+    responses(
+        (status = 200, description = "The report", body = ReconciliationBody),
+        (status = 400, description = "INVALID_REQUEST: a bad id", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 404, description = "SALE_NOT_FOUND", body = ErrorBody),
+        (status = 503, description = "TRY_AGAIN: a source could not be read", body = ErrorBody),
+    )
+)]
+pub(super) async fn report(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,

@@ -10,12 +10,34 @@ use axum::Router;
 /// Health routes.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
-        .route("/metrics", get(|| async { seckill_shared::telemetry::metrics_handle().render() }))
+        .route("/metrics", get(metrics))
 }
 
-async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
+/// Liveness: the process answers (no dependency is checked).
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "ok", content_type = "text/plain", body = String)))]
+pub(super) async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Prometheus metrics.
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
+pub(super) async fn metrics() -> String {
+    seckill_shared::telemetry::metrics_handle().render()
+}
+
+/// Readiness: Redis and Kafka answer, with a usable producer.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "ready", content_type = "text/plain", body = String),
+        (status = 503, description = "What is not reachable, in words", content_type = "text/plain", body = String),
+    )
+)]
+pub(super) async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
     if let Err(error) = state.stock.connection().ping().await {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("redis unreachable: {error}"));
     }

@@ -10,6 +10,7 @@ mod cors;
 mod error;
 mod health;
 mod observe;
+pub mod openapi;
 mod order;
 
 pub use error::ApiError;
@@ -119,6 +120,7 @@ pub fn router(state: AppState) -> Router {
         .merge(api)
         .merge(admin::router().method_not_allowed_fallback(method_not_allowed))
         .merge(health::router().method_not_allowed_fallback(method_not_allowed))
+        .merge(openapi::router())
         .fallback(|| async { ApiError::NotFound })
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(observe::observe))

@@ -1,6 +1,7 @@
 //! The buyer's API: place an order, read an order, read a user's result.
 
 use super::body::{FromJsonBody, JsonBody};
+use super::openapi::{ErrorBody, OrderRequestBody, OrderStatusBody, QueuedBody};
 use super::{auth, ApiError, AppState};
 use crate::lookup::{self, LookupError, OrderView};
 use crate::publish::PublishOutcome;
@@ -26,7 +27,7 @@ pub fn router() -> Router<AppState> {
 
 /// A validated order request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct OrderRequest {
+pub(super) struct OrderRequest {
     activity: ActivityId,
     sku: SkuId,
     user: UserId,
@@ -110,7 +111,31 @@ fn json_type(value: &Value) -> &'static str {
     }
 }
 
-async fn place_order(
+/// Places an order for one unit: rate limits, one atomic deduction in Redis,
+/// a publish to Kafka acknowledged by every in-sync replica.
+#[utoipa::path(
+    post,
+    path = "/api/seckill/order",
+    tag = "buyer",
+    request_body(content = OrderRequestBody, content_type = "application/json"),
+    security((), ("user" = [])),
+    params(("x-request-id" = Option<String>, Header, description = "At most 128 visible ASCII characters; else one is made")),
+    responses(
+        (status = 202, description = "QUEUED: accepted; follow it with GET /api/seckill/order/{orderId}", body = QueuedBody),
+        (status = 400, description = "INVALID_REQUEST: not JSON, a missing, unknown or repeated field, an id not a positive 64-bit integer", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED: user auth is on and the bearer JWT is missing or invalid", body = ErrorBody),
+        (status = 403, description = "SALE_NOT_ACTIVE: before the sale's start or after its end; FORBIDDEN: the JWT's subject is another user", body = ErrorBody),
+        (status = 404, description = "SALE_NOT_FOUND: unknown or not warmed up", body = ErrorBody),
+        (status = 405, description = "METHOD_NOT_ALLOWED (with Allow)", body = ErrorBody),
+        (status = 409, description = "ALREADY_PURCHASED: one order per user per sale (orderId: theirs)", body = ErrorBody),
+        (status = 410, description = "SOLD_OUT", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE: over the body limit (default 4 KiB)", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: not declared application/json", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        (status = 503, description = "TRY_AGAIN: Redis or Kafka unavailable; nothing was kept", body = ErrorBody),
+    )
+)]
+pub(super) async fn place_order(
     State(state): State<AppState>,
     headers: HeaderMap,
     JsonBody(request): JsonBody<OrderRequest>,
@@ -226,7 +251,24 @@ fn lookup_error(error: LookupError) -> ApiError {
     }
 }
 
-async fn get_order(
+/// An order's status (Redis first, PostgreSQL when Redis no longer has it).
+#[utoipa::path(
+    get,
+    path = "/api/seckill/order/{orderId}",
+    tag = "buyer",
+    security((), ("user" = [])),
+    params(("orderId" = String, Path, description = "As answered by POST /api/seckill/order", pattern = "^[1-9][0-9]*-[1-9][0-9]*-[1-9][0-9]*-[0-9A-Za-z]+$")),
+    responses(
+        (status = 200, description = "The order", body = OrderStatusBody),
+        (status = 400, description = "INVALID_REQUEST: not an order id", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED: user auth is on and the JWT is missing or invalid (checked before the lookup)", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: the order is another user's", body = ErrorBody),
+        (status = 404, description = "ORDER_NOT_FOUND", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        (status = 503, description = "TRY_AGAIN: neither Redis nor PostgreSQL answered", body = ErrorBody),
+    )
+)]
+pub(super) async fn get_order(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(raw): Path<String>,
@@ -247,7 +289,28 @@ async fn get_order(
     }
 }
 
-async fn get_result(
+/// A user's order in a sale's current round.
+#[utoipa::path(
+    get,
+    path = "/api/seckill/result",
+    tag = "buyer",
+    security((), ("user" = [])),
+    params(
+        ("activityId" = i64, Query, minimum = 1),
+        ("skuId" = i64, Query, minimum = 1),
+        ("userId" = i64, Query, minimum = 1),
+    ),
+    responses(
+        (status = 200, description = "The user's order", body = OrderStatusBody),
+        (status = 400, description = "INVALID_REQUEST: a missing or bad parameter", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 403, description = "FORBIDDEN: the JWT's subject is another user", body = ErrorBody),
+        (status = 404, description = "ORDER_NOT_FOUND: the user has no order in this sale", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        (status = 503, description = "TRY_AGAIN", body = ErrorBody),
+    )
+)]
+pub(super) async fn get_result(
     State(state): State<AppState>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,

@@ -1,0 +1,78 @@
+//! `seckillctl events tail`: a minimal consumer of `seckill.order-events`,
+//! and the shape of one: a consumer group, offsets committed after the
+//! event is handled, and events dropped when their `eventId` was seen (the
+//! relay may send one twice).
+
+use crate::{Failure, Settings};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::Message;
+use seckill_shared::domain::OrderEvent;
+use seckill_shared::kafka::{self, header_str, Topics, REQUEST_ID_HEADER};
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// `events` subcommands.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Print order events as they come (Ctrl-C stops).
+    Tail {
+        /// Consumer group: a group resumes where it stopped.
+        #[arg(long, default_value = "seckillctl-events-tail")]
+        group: String,
+        /// Stop after this many events.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Stop when nothing came for this many seconds.
+        #[arg(long)]
+        idle: Option<u64>,
+        /// Print each event as a JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs an `events` subcommand.
+pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
+    let Command::Tail { group, limit, idle, json } = command;
+    let kafka_settings = &settings.servers.kafka;
+    let topic = Topics::new(kafka_settings).events;
+    let group = format!("{}{group}", kafka_settings.topic_prefix);
+    let consumer: StreamConsumer = kafka::consumer_config(kafka_settings, &group).create().map_err(Failure::unreadable)?;
+    consumer.subscribe(&[&topic]).map_err(Failure::unreadable)?;
+    let mut seen = HashSet::new();
+    let mut printed = 0u64;
+    while limit.is_none_or(|limit| printed < limit) {
+        let received = match idle {
+            Some(idle) => match tokio::time::timeout(Duration::from_secs(idle), consumer.recv()).await {
+                Ok(received) => received,
+                Err(_) => break,
+            },
+            None => consumer.recv().await,
+        };
+        let message = received.map_err(Failure::unreadable)?;
+        let event: Result<OrderEvent, _> = serde_json::from_slice(message.payload().unwrap_or_default());
+        match event {
+            // Handle an event once, whatever the relay sent twice.
+            Ok(event) if seen.insert(event.event_id.clone()) => {
+                if json {
+                    println!("{}", serde_json::to_string(&event).map_err(Failure::failed)?);
+                } else {
+                    let request_id = message.headers().and_then(|h| header_str(h, REQUEST_ID_HEADER)).unwrap_or("-");
+                    println!(
+                        "{:<10} {:<36} user {:<10} {:<16} request {request_id}",
+                        event.kind,
+                        event.order_id,
+                        event.user_id,
+                        event.reason.as_deref().unwrap_or("")
+                    );
+                }
+                printed += 1;
+            }
+            Ok(_) => {}
+            Err(error) => eprintln!("seckillctl: skipping a record that is not an order event: {error}"),
+        }
+        // Only after the event was handled: a crash re-delivers it.
+        consumer.commit_message(&message, CommitMode::Async).map_err(Failure::unreadable)?;
+    }
+    Ok(())
+}
