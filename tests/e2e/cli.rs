@@ -109,3 +109,21 @@ async fn replay_takes_a_limit_and_the_next_run_resumes_after_it() {
     sources.dedup();
     assert_eq!(sources.len(), 10, "each dead letter replayed once across the limited runs");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn probe_exits_zero_only_on_a_2xx_answer() {
+    let env = TestEnv::new().await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    // The command runs in a blocking thread: the edge answers on this runtime.
+    let probe = |url: String| tokio::task::spawn_blocking(move || run("seckillctl", &["probe", &url, "--timeout-ms", "2000"], &[]));
+    let healthy = probe(format!("http://{}/healthz", edge.addr)).await.unwrap();
+    assert_eq!(healthy.code, 0, "a live edge's /healthz: {}", healthy.stderr);
+    let missing = probe(format!("http://{}/no-such-path", edge.addr)).await.unwrap();
+    assert_eq!(missing.code, 1, "a 404 is not healthy");
+    assert!(missing.stderr.contains("404"), "{}", missing.stderr);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let refused = probe(format!("http://{closed}/healthz")).await.unwrap();
+    assert_eq!(refused.code, 1, "nothing listening: {}", refused.stderr);
+    let bad = probe("not a url".to_owned()).await.unwrap();
+    assert_eq!(bad.code, 2, "an unparsable URL is a usage error");
+}

@@ -8,6 +8,7 @@
 mod bench;
 mod dlq;
 mod events;
+mod probe;
 mod reconcile;
 mod warmup;
 
@@ -62,6 +63,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Exit 0 when a URL answers 2xx (a health check for shell-less images).
+    Probe(probe::Args),
     /// A service's effective settings, as it would load them in this
     /// environment (its binary's `--print-config`), secrets masked.
     Config {
@@ -101,9 +104,12 @@ impl Failure {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Config { service } = cli.command {
+    match cli.command {
         // The service's own binary loads and validates its settings.
-        return config(service);
+        Command::Config { service } => return config(service),
+        // Needs no settings: it runs where nothing else is configured.
+        Command::Probe(args) => return exit_code(probe::run(args).await),
+        _ => {}
     }
     let settings: Settings = match seckill_shared::config::load(seckill_shared::config::UnknownKeys::Ignore) {
         Ok(settings) => settings,
@@ -122,8 +128,12 @@ async fn main() -> ExitCode {
         Command::Events(command) => events::run(&settings, command).await,
         Command::Bench(args) => bench::run(&settings, args).await,
         Command::Lag { json } => lag(&settings, json).await,
-        Command::Config { .. } => unreachable!("answered before the settings are loaded"),
+        Command::Config { .. } | Command::Probe(_) => unreachable!("answered before the settings are loaded"),
     };
+    exit_code(result)
+}
+
+fn exit_code(result: Result<(), Failure>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
