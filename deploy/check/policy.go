@@ -1,0 +1,361 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/types"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// How long each component may take to stop after SIGTERM, in ms, with the
+// services' defaults and the settings that change them (the services'
+// --print-config shows both).
+var drainBudget = map[string][]struct {
+	setting string
+	ms      int64
+}{
+	"edge":        {{"SECKILL__SHUTDOWN_TIMEOUT_MS", 10_000}, {"SECKILL__KAFKA__MESSAGE_TIMEOUT_MS", 5_000}},
+	"order":       {{"SECKILL__SHUTDOWN_TIMEOUT_MS", 30_000}},
+	"compensator": {{"SECKILL__SHUTDOWN_TIMEOUT_MS", 30_000}},
+}
+
+// A user and password inside a URL.
+var credentialsInURL = regexp.MustCompile(`://[^/@:\s]+:[^/@\s]+@`)
+
+// A $(VAR) reference in an env value.
+var envReference = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+type world struct {
+	configMaps  map[string]*corev1.ConfigMap
+	secrets     map[string]*corev1.Secret
+	deployments []*appsv1.Deployment
+	jobs        []*batchv1.Job
+	services    []*corev1.Service
+	budgets     []*policyv1.PodDisruptionBudget
+	autoscalers []*autoscalingv2.HorizontalPodAutoscaler
+}
+
+func index(objects []runtime.Object) (*world, []string) {
+	w := &world{configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}}
+	var problems []string
+	for _, object := range objects {
+		switch o := object.(type) {
+		case *corev1.ConfigMap:
+			w.configMaps[o.Name] = o
+		case *corev1.Secret:
+			w.secrets[o.Name] = o
+		case *appsv1.Deployment:
+			w.deployments = append(w.deployments, o)
+		case *batchv1.Job:
+			w.jobs = append(w.jobs, o)
+		case *corev1.Service:
+			w.services = append(w.services, o)
+		case *policyv1.PodDisruptionBudget:
+			w.budgets = append(w.budgets, o)
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			w.autoscalers = append(w.autoscalers, o)
+		case *corev1.Namespace:
+		default:
+			problems = append(problems, fmt.Sprintf("%T: a kind this deployment does not use", object))
+		}
+	}
+	return w, problems
+}
+
+// policy: what every rendering of deploy/k8s must hold.
+func policy(objects []runtime.Object) []string {
+	w, problems := index(objects)
+	for name, configMap := range w.configMaps {
+		for key, value := range configMap.Data {
+			if looksSecret(key) {
+				problems = append(problems, fmt.Sprintf("ConfigMap %s: %s looks like a secret: put it in a Secret", name, key))
+			}
+			if credentialsInURL.MatchString(value) {
+				problems = append(problems, fmt.Sprintf("ConfigMap %s: %s carries credentials in a URL", name, key))
+			}
+		}
+	}
+	for _, d := range w.deployments {
+		where := "Deployment " + d.Name
+		problems = append(problems, w.pod(where, &d.Spec.Template.Spec)...)
+		problems = append(problems, probes(where, &d.Spec.Template.Spec)...)
+		problems = append(problems, w.grace(where, d.Spec.Template.Labels["app.kubernetes.io/component"], &d.Spec.Template.Spec)...)
+		if !w.hasBudget(d) {
+			problems = append(problems, where+": no PodDisruptionBudget selects its pods")
+		}
+	}
+	if len(w.deployments) == 0 {
+		problems = append(problems, "no Deployment")
+	}
+	migrations := 0
+	for _, job := range w.jobs {
+		problems = append(problems, w.pod("Job "+job.Name, &job.Spec.Template.Spec)...)
+		if c := job.Spec.Template.Spec.Containers; len(c) > 0 && len(c[0].Command) > 1 && c[0].Command[1] == "migrate" {
+			migrations++
+		}
+	}
+	if migrations != 1 {
+		problems = append(problems, fmt.Sprintf("%d migration Jobs (want one)", migrations))
+	}
+	for _, s := range w.services {
+		if d := w.selected(s.Spec.Selector); d == nil {
+			problems = append(problems, fmt.Sprintf("Service %s: selects no Deployment's pods", s.Name))
+		} else {
+			for _, port := range s.Spec.Ports {
+				if port.TargetPort.StrVal != "" && !hasPort(d.Spec.Template.Spec.Containers, port.TargetPort.StrVal) {
+					problems = append(problems, fmt.Sprintf("Service %s: target port %q is no container port", s.Name, port.TargetPort.StrVal))
+				}
+			}
+		}
+	}
+	for _, h := range w.autoscalers {
+		if h.Spec.ScaleTargetRef.Kind != "Deployment" || w.deployment(h.Spec.ScaleTargetRef.Name) == nil {
+			problems = append(problems, fmt.Sprintf("HorizontalPodAutoscaler %s: scales no Deployment here", h.Name))
+		}
+		if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 1 || *h.Spec.MinReplicas > h.Spec.MaxReplicas {
+			problems = append(problems, fmt.Sprintf("HorizontalPodAutoscaler %s: replicas out of order", h.Name))
+		}
+	}
+	if edge := w.deployment("seckill-edge"); edge != nil && !w.autoscaled(edge.Name) {
+		problems = append(problems, "the edge has no HorizontalPodAutoscaler")
+	}
+	return problems
+}
+
+// pod: non-root, read-only root, no privilege, sized, and every name its
+// environment uses exists.
+func (w *world) pod(where string, spec *corev1.PodSpec) []string {
+	var problems []string
+	if spec.SecurityContext == nil || spec.SecurityContext.RunAsNonRoot == nil || !*spec.SecurityContext.RunAsNonRoot {
+		problems = append(problems, where+": runAsNonRoot is not set")
+	}
+	for _, c := range spec.Containers {
+		at := fmt.Sprintf("%s container %s", where, c.Name)
+		if c.Image == "" || c.Image == "seckill" {
+			problems = append(problems, at+": no image named (an overlay's images: sets it)")
+		}
+		sc := c.SecurityContext
+		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			problems = append(problems, at+": root filesystem not read-only")
+		}
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			problems = append(problems, at+": privilege escalation allowed")
+		}
+		for _, kind := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if _, ok := c.Resources.Requests[kind]; !ok {
+				problems = append(problems, fmt.Sprintf("%s: no %s request", at, kind))
+			}
+			if _, ok := c.Resources.Limits[kind]; !ok {
+				problems = append(problems, fmt.Sprintf("%s: no %s limit", at, kind))
+			}
+		}
+		problems = append(problems, w.environment(at, &c)...)
+	}
+	return problems
+}
+
+// environment: secrets come from Secrets that exist, ConfigMaps exist, and
+// every $(VAR) is defined before it is used.
+func (w *world) environment(at string, c *corev1.Container) []string {
+	var problems []string
+	defined := map[string]bool{}
+	for _, from := range c.EnvFrom {
+		if ref := from.ConfigMapRef; ref != nil {
+			configMap, ok := w.configMaps[ref.Name]
+			if !ok {
+				problems = append(problems, fmt.Sprintf("%s: ConfigMap %s does not exist", at, ref.Name))
+				continue
+			}
+			for key := range configMap.Data {
+				defined[key] = true
+			}
+		}
+	}
+	for _, env := range c.Env {
+		if looksSecret(env.Name) && (env.ValueFrom == nil || env.ValueFrom.SecretKeyRef == nil) {
+			problems = append(problems, fmt.Sprintf("%s: %s is not taken from a Secret", at, env.Name))
+		}
+		if env.ValueFrom != nil && env.ValueFrom.SecretKeyRef != nil {
+			ref := env.ValueFrom.SecretKeyRef
+			optional := ref.Optional != nil && *ref.Optional
+			secret, ok := w.secrets[ref.Name]
+			if !optional && (!ok || (secret.Data[ref.Key] == nil && secret.StringData[ref.Key] == "")) {
+				problems = append(problems, fmt.Sprintf("%s: %s wants key %s of Secret %s, which is not there", at, env.Name, ref.Key, ref.Name))
+			}
+		}
+		for _, match := range envReference.FindAllStringSubmatch(env.Value, -1) {
+			if !defined[match[1]] {
+				problems = append(problems, fmt.Sprintf("%s: %s uses $(%s) before it is defined", at, env.Name, match[1]))
+			}
+		}
+		defined[env.Name] = true
+	}
+	return problems
+}
+
+// probes: alive is /healthz (no dependency), ready is /readyz, and a
+// startup probe guards the first start.
+func probes(where string, spec *corev1.PodSpec) []string {
+	var problems []string
+	for _, c := range spec.Containers {
+		want := []struct {
+			what  string
+			probe *corev1.Probe
+			path  string
+		}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}, {"startup", c.StartupProbe, ""}}
+		for _, w := range want {
+			switch {
+			case w.probe == nil || w.probe.HTTPGet == nil:
+				problems = append(problems, fmt.Sprintf("%s: no HTTP %s probe", where, w.what))
+			case w.path != "" && w.probe.HTTPGet.Path != w.path:
+				problems = append(problems, fmt.Sprintf("%s: %s probe on %s, not %s", where, w.what, w.probe.HTTPGet.Path, w.path))
+			case w.probe.HTTPGet.Port.StrVal != "" && !hasPort(spec.Containers, w.probe.HTTPGet.Port.StrVal):
+				problems = append(problems, fmt.Sprintf("%s: %s probe on port %q, which no container has", where, w.what, w.probe.HTTPGet.Port.StrVal))
+			}
+		}
+	}
+	return problems
+}
+
+// grace: the pod gets more time than its preStop and its drain take.
+func (w *world) grace(where, component string, spec *corev1.PodSpec) []string {
+	budget, known := drainBudget[component]
+	if !known {
+		return []string{fmt.Sprintf("%s: component %q has no drain budget here", where, component)}
+	}
+	var needed time.Duration
+	for _, c := range spec.Containers {
+		settings := w.settingsOf(&c)
+		for _, part := range budget {
+			ms := part.ms
+			if value, ok := settings[part.setting]; ok {
+				parsed, err := strconv.ParseInt(value, 10, 64)
+				if err != nil {
+					return []string{fmt.Sprintf("%s: %s=%q is not a number", where, part.setting, value)}
+				}
+				ms = parsed
+			}
+			needed += time.Duration(ms) * time.Millisecond
+		}
+		if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+			needed += time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
+		}
+	}
+	grace := 30 * time.Second
+	if spec.TerminationGracePeriodSeconds != nil {
+		grace = time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	if grace <= needed {
+		return []string{fmt.Sprintf("%s: terminationGracePeriodSeconds %v is not longer than preStop + drain %v", where, grace, needed)}
+	}
+	return nil
+}
+
+// settingsOf: the plain values a container's environment sets.
+func (w *world) settingsOf(c *corev1.Container) map[string]string {
+	settings := map[string]string{}
+	for _, from := range c.EnvFrom {
+		if from.ConfigMapRef != nil {
+			for key, value := range w.configMaps[from.ConfigMapRef.Name].Data {
+				settings[key] = value
+			}
+		}
+	}
+	for _, env := range c.Env {
+		if env.ValueFrom == nil {
+			settings[env.Name] = env.Value
+		}
+	}
+	return settings
+}
+
+func hasPort(containers []corev1.Container, name string) bool {
+	for _, c := range containers {
+		for _, port := range c.Ports {
+			if port.Name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (w *world) deployment(name string) *appsv1.Deployment {
+	for _, d := range w.deployments {
+		if d.Name == name {
+			return d
+		}
+	}
+	return nil
+}
+
+func (w *world) selected(selector map[string]string) *appsv1.Deployment {
+	if len(selector) == 0 {
+		return nil
+	}
+	for _, d := range w.deployments {
+		if labels.SelectorFromSet(selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+			return d
+		}
+	}
+	return nil
+}
+
+func (w *world) hasBudget(d *appsv1.Deployment) bool {
+	for _, b := range w.budgets {
+		if b.Spec.Selector != nil && len(b.Spec.Selector.MatchExpressions) == 0 &&
+			w.selected(b.Spec.Selector.MatchLabels) == d {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *world) autoscaled(name string) bool {
+	for _, h := range w.autoscalers {
+		if h.Spec.ScaleTargetRef.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// composePolicy: the project's own containers run read-only as non-root,
+// the long-running ones with a health check, and the admin token is never
+// written into the file.
+func composePolicy(project *types.Project) []string {
+	var problems []string
+	ours := 0
+	for name, service := range project.Services {
+		if len(service.Entrypoint) == 0 || !regexp.MustCompile(`^/usr/local/bin/seckill`).MatchString(service.Entrypoint[0]) {
+			continue
+		}
+		ours++
+		if !service.ReadOnly {
+			problems = append(problems, name+": root filesystem not read-only")
+		}
+		if service.User == "" || service.User == "0" || service.User == "root" {
+			problems = append(problems, name+": runs as root")
+		}
+		oneShot := service.Restart == "no" || len(service.Profiles) > 0
+		if !oneShot && (service.HealthCheck == nil || len(service.HealthCheck.Test) == 0) {
+			problems = append(problems, name+": no health check")
+		}
+		if token, ok := service.Environment["SECKILL_ADMIN_TOKEN"]; ok && (token == nil || *token != "deploy-check") {
+			problems = append(problems, name+": SECKILL_ADMIN_TOKEN is written in the file, not taken from the environment")
+		}
+	}
+	if ours < 7 {
+		problems = append(problems, fmt.Sprintf("%d of the project's services (want migrate, two edges, two order services, a compensator, ctl)", ours))
+	}
+	return problems
+}
