@@ -12,6 +12,10 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 # cargo-chef: the dependencies are built from a recipe of the manifests
 # alone, so a change to the project's own code does not rebuild them.
 FROM ${RUST_IMAGE} AS chef
+# The workspace's release profile keeps debug info (for profiling on a
+# host); the image's binaries go without it.
+ENV CARGO_PROFILE_RELEASE_DEBUG=false \
+    CARGO_PROFILE_RELEASE_STRIP=symbols
 RUN cargo install cargo-chef --locked --version 0.1.78
 # librdkafka is compiled from source by rdkafka-sys (cmake) and includes
 # curl's headers even with curl switched off. (Unpinned: Debian's point
