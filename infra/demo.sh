@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The flash-sale demo (`make demo`): starts the edge, the order service and
-# the compensator against the local infra, runs the seed's curl check and a
-# 20,000-user load test, waits for the pipeline to drain, prints the
-# reconciliation, and stops everything it started.
+# the compensator against the local infra, runs the seed's curl check, a
+# 20,000-user load test and a sale with a payment window (unpaid orders
+# cancelled, their units sold again), waits for the pipeline to drain,
+# prints the reconciliations, and stops everything it started.
 #
 # `infra/demo.sh --cluster` (`make demo-cluster`) does the same on the
 # replicated topology (infra/local/up.sh --cluster): two edges behind HAProxy
@@ -104,6 +105,13 @@ echo "== the flash sale: 1,000 units, 20,000 users, 256 connections, 5% retries"
 "$CTL" warmup --activity 1001 --sku 2002 --stock 1000 --force
 "$CTL" bench --url "http://$EDGE" --activity 1001 --sku 2002 --users 20000 --concurrency 256 \
   --same-user-ratio 0.05 --requests 21000 --reconcile --wait-drain 90
+
+echo
+echo "== the payment window: 200 units, 5 s to pay; a quarter of the buyers never pay"
+"$CTL" warmup --activity 1001 --sku 2003 --stock 200 --payment-window 5 --force
+python3 "$ROOT/infra/demo_lifecycle.py" "$EDGE" 1001 2003 200 5
+"$CTL" reconcile --activity 1001 --sku 2003 --wait-drain 60 >"$LOGS/demo-lifecycle-reconcile.txt" || { cat "$LOGS/demo-lifecycle-reconcile.txt"; exit 1; }
+grep -E '^(orders paid|orders cancelled|  units given back|orders paid late|remaining\+created|verdict)' "$LOGS/demo-lifecycle-reconcile.txt"
 
 echo
 echo "== stopping the services"

@@ -12,7 +12,7 @@
 --
 -- Returns 1 settled now, 0 already settled by an earlier call, -1 Redis never
 -- minted this order (nothing to restore), -2 the order is CREATED (never
--- restore), -3 it was rolled back by the edge already.
+-- restore; a CANCELLED order was created too: cancel.lua gave its unit back), -3 it was rolled back by the edge already.
 --
 -- Invariant: a unit goes back to the sale at most once per order id, and only
 -- for an order Redis itself accepted.
@@ -25,7 +25,7 @@ if not value then
   return -1
 end
 local status = string.match(value, '^([^|]*)')
-if status == 'CREATED' then
+if status == 'CREATED' or status == 'CANCELLED' then
   return -2
 end
 if status == 'FAILED' then

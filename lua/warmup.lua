@@ -1,7 +1,8 @@
 -- warmup.lua: load (or re-load) one sale round into Redis.
 --
 -- KEYS[1] meta, KEYS[2] stock, KEYS[3] buyers, KEYS[4] orders,
--- KEYS[5] reserved, KEYS[6] compensated, KEYS[7] written_off, KEYS[8] seq
+-- KEYS[5] reserved, KEYS[6] compensated, KEYS[7] written_off, KEYS[8] seq,
+-- KEYS[9] returned (units cancelled orders gave back)
 -- ARGV[1] stock, ARGV[2] starts (ms, 0 = none), ARGV[3] ends (ms, 0 = none),
 -- ARGV[4] round, ARGV[5] expire at (ms, 0 = never),
 -- ARGV[6] "1" to replace a round that still has orders in flight
@@ -19,16 +20,16 @@ if ARGV[6] ~= '1' then
     return 0
   end
 end
-redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9])
 redis.call('HSET', KEYS[1], 'total', ARGV[1], 'starts', ARGV[2], 'ends', ARGV[3], 'round', ARGV[4],
-  'queued', 0, 'created', 0, 'failed', 0)
+  'queued', 0, 'created', 0, 'failed', 0, 'cancelled', 0)
 redis.call('SET', KEYS[2], ARGV[1])
 if tonumber(ARGV[5]) > 0 then
-  for i = 1, 7 do
+  for _, i in ipairs({ 1, 2, 3, 4, 5, 6, 7, 9 }) do
     redis.call('PEXPIREAT', KEYS[i], ARGV[5])
   end
 else
-  for i = 1, 7 do
+  for _, i in ipairs({ 1, 2, 3, 4, 5, 6, 7, 9 }) do
     redis.call('PERSIST', KEYS[i])
   end
 end

@@ -30,3 +30,5 @@ mod cli;
 mod downstream;
 #[path = "e2e/fuzz.rs"]
 mod fuzz;
+#[path = "e2e/lifecycle.rs"]
+mod lifecycle;

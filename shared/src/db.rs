@@ -46,12 +46,14 @@ pub struct SaleRow {
     pub starts_at: Option<DateTime<Utc>>,
     /// Sale window end.
     pub ends_at: Option<DateTime<Utc>>,
+    /// How long a CREATED order of this sale awaits payment.
+    pub payment_window_seconds: i32,
 }
 
 /// Reads one sale.
 pub async fn find_sale(pool: &PgPool, sale: SaleKey) -> sqlx::Result<Option<SaleRow>> {
     let row = sqlx::query(
-        "SELECT activity_id, sku_id, round, total_stock, remaining_stock, starts_at, ends_at
+        "SELECT activity_id, sku_id, round, total_stock, remaining_stock, starts_at, ends_at, payment_window_seconds
            FROM sales WHERE activity_id = $1 AND sku_id = $2",
     )
     .bind(sale.activity.get())
@@ -70,6 +72,7 @@ fn sale_row(r: &sqlx::postgres::PgRow) -> SaleRow {
         remaining_stock: r.get(4),
         starts_at: r.get(5),
         ends_at: r.get(6),
+        payment_window_seconds: r.get(7),
     }
 }
 
@@ -80,20 +83,22 @@ pub async fn upsert_sale(
     stock: i64,
     starts_at: Option<DateTime<Utc>>,
     ends_at: Option<DateTime<Utc>>,
+    payment_window_seconds: i32,
 ) -> sqlx::Result<SaleRow> {
     let r = sqlx::query(
-        "INSERT INTO sales (activity_id, sku_id, total_stock, remaining_stock, starts_at, ends_at)
-         VALUES ($1, $2, $3, $3, $4, $5)
+        "INSERT INTO sales (activity_id, sku_id, total_stock, remaining_stock, starts_at, ends_at, payment_window_seconds)
+         VALUES ($1, $2, $3, $3, $4, $5, $6)
          ON CONFLICT (activity_id, sku_id) DO UPDATE
             SET round = sales.round + 1, total_stock = $3, remaining_stock = $3,
-                starts_at = $4, ends_at = $5, updated_at = now()
-         RETURNING activity_id, sku_id, round, total_stock, remaining_stock, starts_at, ends_at",
+                starts_at = $4, ends_at = $5, payment_window_seconds = $6, updated_at = now()
+         RETURNING activity_id, sku_id, round, total_stock, remaining_stock, starts_at, ends_at, payment_window_seconds",
     )
     .bind(sale.activity.get())
     .bind(sale.sku.get())
     .bind(stock)
     .bind(starts_at)
     .bind(ends_at)
+    .bind(payment_window_seconds)
     .fetch_one(db)
     .await?;
     Ok(sale_row(&r))

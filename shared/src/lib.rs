@@ -12,6 +12,7 @@ pub mod domain;
 pub mod fate;
 pub mod host;
 pub mod kafka;
+pub mod lifecycle;
 pub mod lock;
 pub mod parked;
 pub mod reconcile;

@@ -1,10 +1,12 @@
 //! Reconciliation of one sale (design, section 6): reads Redis, PostgreSQL
 //! and the consumer groups' lag, and checks the invariant
 //!
-//! `total_stock = redis_remaining + orders_created + orders_in_flight`,
-//! `orders_created ≤ total_stock`, no user with two orders, compensated (or
-//! written-off) units equal to the FAILED orders Redis had accepted, and
-//! PostgreSQL's `remaining_stock = total_stock − orders_created`.
+//! `total_stock = redis_remaining + orders_created + orders_paid + orders_in_flight`,
+//! `orders_created + orders_paid ≤ total_stock`, no user with two live
+//! orders, compensated (or written-off) units equal to the FAILED orders
+//! Redis had accepted, returned units equal to the CANCELLED orders Redis
+//! had accepted, and PostgreSQL's
+//! `remaining_stock = total_stock − orders_created − orders_paid`.
 //!
 //! `seckillctl reconcile` and `GET /admin/sales/{a}/{s}` both serve this.
 
@@ -28,8 +30,25 @@ pub struct Report {
     pub redis_remaining: i64,
     /// Units the database can still write (PostgreSQL).
     pub db_remaining: i64,
-    /// CREATED orders this round.
+    /// CREATED orders this round (awaiting payment).
     pub orders_created: i64,
+    /// PAID orders this round.
+    pub orders_paid: i64,
+    /// CANCELLED orders this round (not paid in time, or by the buyer).
+    pub orders_cancelled: i64,
+    /// CANCELLED orders by reason.
+    pub cancelled_by_reason: BTreeMap<String, i64>,
+    /// Of the CANCELLED orders, those whose unit Redis has not been seen to
+    /// take back yet (the deadline worker finishes them).
+    pub cancels_pending: i64,
+    /// Units cancelled orders gave back in Redis.
+    pub returned: i64,
+    /// CANCELLED orders Redis had accepted (each must have given its unit
+    /// back).
+    pub cancelled_accepted: i64,
+    /// Orders with a payment that came after their cancellation (recorded
+    /// to be refunded; one PAYMENT_LATE event each).
+    pub orders_paid_late: i64,
     /// FAILED orders this round.
     pub orders_failed: i64,
     /// FAILED orders by reason.
@@ -47,7 +66,8 @@ pub struct Report {
     /// FAILED orders that Redis had accepted (each must be compensated or
     /// written off).
     pub failed_accepted: i64,
-    /// CREATED orders beyond one per user (always 0 unless the schema is broken).
+    /// Live (CREATED or PAID) orders beyond one per user (always 0 unless
+    /// the schema is broken).
     pub duplicate_users: i64,
     /// This sale's records parked for an operator (never settled).
     pub parked: i64,
@@ -80,6 +100,7 @@ impl Report {
             && self.order_lag.unwrap_or(0) == 0
             && self.compensator_lag.unwrap_or(0) == 0
             && self.events_pending == 0
+            && self.cancels_pending == 0
     }
 }
 
@@ -118,12 +139,12 @@ pub async fn reconcile(
     let row = crate::db::find_sale(pool, sale).await.map_err(&pg)?.ok_or(ReconcileError::SaleNotFound(sale))?;
     let snapshot = stock.snapshot(sale).await.map_err(&redis)?;
 
-    // Per status and reason: how many, by how many users, and (FAILED only)
-    // which orders — each FAILED order Redis had accepted must have had its
-    // unit restored or written off.
-    let by_status: Vec<(String, Option<String>, i64, i64, Option<Vec<String>>)> = sqlx::query_as(
-        "SELECT status, reason, count(*), count(DISTINCT user_id),
-                array_agg(order_id) FILTER (WHERE status = 'FAILED')
+    // Per status and reason: how many, and (FAILED and CANCELLED) which
+    // orders — each of those Redis had accepted must have had its unit
+    // restored, written off or given back.
+    let by_status: Vec<(String, Option<String>, i64, Option<Vec<String>>, i64)> = sqlx::query_as(
+        "SELECT status, reason, count(*), array_agg(order_id) FILTER (WHERE status IN ('FAILED', 'CANCELLED')),
+                count(*) FILTER (WHERE status = 'CANCELLED' AND unit_returned_at IS NULL)
            FROM orders
           WHERE activity_id = $1 AND sku_id = $2 AND round = $3
           GROUP BY status, reason",
@@ -134,20 +155,39 @@ pub async fn reconcile(
     .fetch_all(pool)
     .await
     .map_err(&pg)?;
-    let (mut created, mut duplicate_users, mut failed) = (0, 0, 0);
-    let mut failed_by_reason = BTreeMap::new();
-    let mut failed_ids = Vec::new();
-    for (status, reason, count, users, ids) in by_status {
-        if status == "CREATED" {
-            created += count;
-            duplicate_users += count - users;
-        } else {
-            failed += count;
-            *failed_by_reason.entry(reason.unwrap_or_default()).or_insert(0) += count;
-            failed_ids.extend(ids.unwrap_or_default());
+    let (mut created, mut paid, mut failed, mut cancelled, mut cancels_pending) = (0, 0, 0, 0, 0);
+    let (mut failed_by_reason, mut cancelled_by_reason) = (BTreeMap::new(), BTreeMap::new());
+    let (mut failed_ids, mut cancelled_ids) = (Vec::new(), Vec::new());
+    for (status, reason, count, ids, pending) in by_status {
+        match status.as_str() {
+            "CREATED" => created += count,
+            "PAID" => paid += count,
+            "CANCELLED" => {
+                cancelled += count;
+                cancels_pending += pending;
+                *cancelled_by_reason.entry(reason.unwrap_or_default()).or_insert(0) += count;
+                cancelled_ids.extend(ids.unwrap_or_default());
+            }
+            _ => {
+                failed += count;
+                *failed_by_reason.entry(reason.unwrap_or_default()).or_insert(0) += count;
+                failed_ids.extend(ids.unwrap_or_default());
+            }
         }
     }
+    let (duplicate_users, orders_paid_late): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) - count(DISTINCT user_id) FROM orders
+                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')),
+                (SELECT count(DISTINCT order_id) FROM late_payments WHERE activity_id = $1 AND sku_id = $2 AND round = $3)",
+    )
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .bind(row.round)
+    .fetch_one(pool)
+    .await
+    .map_err(&pg)?;
     let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(&redis)?;
+    let cancelled_accepted = stock.count_known_orders(sale, &cancelled_ids).await.map_err(&redis)?;
     let parked = crate::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
     let (events, events_pending): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM order_events WHERE activity_id = $1 AND sku_id = $2 AND round = $3)
@@ -179,6 +219,13 @@ pub async fn reconcile(
         redis_remaining: snapshot.remaining,
         db_remaining: row.remaining_stock,
         orders_created: created,
+        orders_paid: paid,
+        orders_cancelled: cancelled,
+        cancelled_by_reason,
+        cancels_pending,
+        returned: snapshot.returned,
+        cancelled_accepted,
+        orders_paid_late,
         orders_failed: failed,
         failed_by_reason,
         orders_in_flight: snapshot.queued,
@@ -198,10 +245,11 @@ pub async fn reconcile(
         consistent: false,
         violations: Vec::new(),
     };
-    if report.redis_remaining + report.orders_created + report.orders_in_flight != report.total_stock {
-        // Explain the difference: which CREATED orders Redis lost.
+    if report.balance() != report.total_stock {
+        // Explain the difference: which live orders Redis lost.
         let created_ids: Vec<String> = sqlx::query_scalar(
-            "SELECT order_id FROM orders WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'CREATED'",
+            "SELECT order_id FROM orders
+              WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')",
         )
         .bind(sale.activity.get())
         .bind(sale.sku.get())
@@ -217,6 +265,12 @@ pub async fn reconcile(
 }
 
 impl Report {
+    /// Units held: left in Redis, sold (awaiting payment or paid), and in
+    /// flight. Equals `total_stock` when the books balance.
+    pub fn balance(&self) -> i64 {
+        self.redis_remaining + self.orders_created + self.orders_paid + self.orders_in_flight
+    }
+
     /// Runs the checks again; with `require_drained`, anything still in
     /// flight is a violation too.
     pub fn judge(&mut self, require_drained: bool) {
@@ -236,30 +290,34 @@ pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
             r.redis.total, r.redis.round, r.total_stock, r.round
         ));
     }
-    let balance = r.redis_remaining + r.orders_created + r.orders_in_flight;
+    let balance = r.balance();
     if balance != r.total_stock {
         violations.push(format!(
-            "total_stock {} != redis_remaining {} + orders_created {} + orders_in_flight {} (= {balance}; redis off by {}){}",
+            "total_stock {} != redis_remaining {} + orders_created {} + orders_paid {} + orders_in_flight {} (= {balance}; redis off by {}){}",
             r.total_stock,
             r.redis_remaining,
             r.orders_created,
+            r.orders_paid,
             r.orders_in_flight,
             balance - r.total_stock,
             match r.created_unknown_to_redis {
                 Some(lost) if lost > 0 => format!(
-                    "; {lost} CREATED orders are unknown to Redis: deductions it acknowledged and lost, whose units it counted again"
+                    "; {lost} CREATED or PAID orders are unknown to Redis: deductions it acknowledged and lost, whose units it counted again"
                 ),
                 _ => String::new(),
             }
         ));
     }
-    if r.orders_created > r.total_stock {
-        violations.push(format!("oversold: orders_created {} > total_stock {}", r.orders_created, r.total_stock));
-    }
-    if r.db_remaining != r.total_stock - r.orders_created {
+    if r.orders_created + r.orders_paid > r.total_stock {
         violations.push(format!(
-            "db_remaining {} != total_stock {} - orders_created {}",
-            r.db_remaining, r.total_stock, r.orders_created
+            "oversold: orders_created {} + orders_paid {} > total_stock {}",
+            r.orders_created, r.orders_paid, r.total_stock
+        ));
+    }
+    if r.db_remaining != r.total_stock - r.orders_created - r.orders_paid {
+        violations.push(format!(
+            "db_remaining {} != total_stock {} - orders_created {} - orders_paid {}",
+            r.db_remaining, r.total_stock, r.orders_created, r.orders_paid
         ));
     }
     if r.duplicate_users > 0 {
@@ -271,10 +329,19 @@ pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
             r.parked
         ));
     }
-    if r.events != r.orders_created + r.orders_failed {
+    // A PAID or CANCELLED order was CREATED first: two events each.
+    let expected_events =
+        r.orders_created + r.orders_failed + 2 * (r.orders_paid + r.orders_cancelled) + r.orders_paid_late;
+    if r.events != expected_events {
         violations.push(format!(
-            "order events {} != orders_created {} + orders_failed {}: every order has one event per state",
-            r.events, r.orders_created, r.orders_failed
+            "order events {} != orders_created {} + orders_failed {} + 2 × (orders_paid {} + orders_cancelled {}) + orders_paid_late {}: every order has one event per state",
+            r.events, r.orders_created, r.orders_failed, r.orders_paid, r.orders_cancelled, r.orders_paid_late
+        ));
+    }
+    if r.returned != r.cancelled_accepted {
+        violations.push(format!(
+            "returned {} != cancelled orders redis had accepted {}",
+            r.returned, r.cancelled_accepted
         ));
     }
     if r.compensated + r.written_off != r.failed_accepted {
@@ -285,8 +352,8 @@ pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
     }
     if require_drained && !r.drained() {
         violations.push(format!(
-            "not drained: orders_in_flight {}, order lag {:?}, compensator lag {:?}, events pending {}",
-            r.orders_in_flight, r.order_lag, r.compensator_lag, r.events_pending
+            "not drained: orders_in_flight {}, order lag {:?}, compensator lag {:?}, events pending {}, cancels pending {}",
+            r.orders_in_flight, r.order_lag, r.compensator_lag, r.events_pending, r.cancels_pending
         ));
     }
     violations

@@ -27,7 +27,15 @@ pub struct WarmupRequest {
     pub ends_at: Option<DateTime<Utc>>,
     /// Warm up even if the previous round has orders in flight.
     pub force: bool,
+    /// How long each CREATED order awaits payment before it is cancelled
+    /// and its unit sold again.
+    pub payment_window_seconds: i64,
 }
+
+/// The payment window when a warm-up names none: 15 minutes.
+pub const DEFAULT_PAYMENT_WINDOW_SECONDS: i64 = 900;
+/// The longest payment window a warm-up takes: 7 days.
+pub const MAX_PAYMENT_WINDOW_SECONDS: i64 = 7 * 24 * 3600;
 
 /// Why a warm-up was refused.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +69,12 @@ pub async fn warmup(
     if request.stock < 0 || request.stock > 1_000_000_000 {
         return Err(WarmupError::Invalid(format!("stock must be between 0 and 1000000000, got {}", request.stock)));
     }
+    if !(1..=MAX_PAYMENT_WINDOW_SECONDS).contains(&request.payment_window_seconds) {
+        return Err(WarmupError::Invalid(format!(
+            "paymentWindowSeconds must be between 1 and {MAX_PAYMENT_WINDOW_SECONDS}, got {}",
+            request.payment_window_seconds
+        )));
+    }
     if let (Some(starts), Some(ends)) = (request.starts_at, request.ends_at) {
         if starts >= ends {
             return Err(WarmupError::Invalid("startsAt must be before endsAt".into()));
@@ -78,7 +92,8 @@ pub async fn warmup(
         // leaves Redis a round ahead; every order of it then fails
         // ROUND_REPLACED, unit restored, until the warm-up is run again.
         let mut tx = pool.begin().await?;
-        let row = db::upsert_sale(&mut tx, sale, request.stock, request.starts_at, request.ends_at).await?;
+        let window = request.payment_window_seconds as i32;
+        let row = db::upsert_sale(&mut tx, sale, request.stock, request.starts_at, request.ends_at, window).await?;
         let ms = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis()).unwrap_or(0);
         let expire_at = request.ends_at.map(|e| e.timestamp_millis() + KEY_TTL_AFTER_END.as_millis() as i64).unwrap_or(0);
         let round = Round {

@@ -34,7 +34,7 @@ async fn redis_kafka_and_postgres_answer() {
     // PostgreSQL: the migrated schema takes and returns a row.
     let sale = env.sale();
     let mut conn = env.db.acquire().await.expect("a connection");
-    let row = seckill_shared::db::upsert_sale(&mut conn, sale, 5, None, None).await.expect("insert a sale");
+    let row = seckill_shared::db::upsert_sale(&mut conn, sale, 5, None, None, 900).await.expect("insert a sale");
     drop(conn);
     assert_eq!((row.total_stock, row.remaining_stock, row.round), (5, 5, 1));
     let found = seckill_shared::db::find_sale(&env.db, sale).await.expect("read").expect("the sale");

@@ -226,7 +226,19 @@ impl TestEnv {
 
     /// Warms a sale up with `stock` units through the shared warm-up code.
     pub async fn warmup(&self, sale: SaleKey, stock: i64) {
-        let request = seckill_shared::warmup::WarmupRequest { sale, stock, starts_at: None, ends_at: None, force: true };
+        self.warmup_with_window(sale, stock, seckill_shared::warmup::DEFAULT_PAYMENT_WINDOW_SECONDS).await;
+    }
+
+    /// Warms `sale` up with `stock` units and a payment window of `window` s.
+    pub async fn warmup_with_window(&self, sale: SaleKey, stock: i64, window: i64) {
+        let request = seckill_shared::warmup::WarmupRequest {
+            sale,
+            stock,
+            starts_at: None,
+            ends_at: None,
+            force: true,
+            payment_window_seconds: window,
+        };
         let locks = LockClient::new(self.stock.connection(), Background::default());
         seckill_shared::warmup::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request).await.expect("warming up");
     }

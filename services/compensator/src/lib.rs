@@ -7,11 +7,14 @@
 //! - [`settle`] is what both do to an order: PostgreSQL decides its fate
 //!   (first row wins), and only a FAILED row restores the unit in Redis, at
 //!   most once per order id.
+//! - [`deadlines`] cancels CREATED orders not paid by their deadline and
+//!   gives their units back (every instance, rows shared by SKIP LOCKED).
 
 
 /// What `--help` says the service does.
-pub const ABOUT: &str = "The compensator: consumes seckill.orders.dlq in the seckill-compensator group and settles each dead-lettered order (FAILED in PostgreSQL, its unit restored in Redis at most once), and runs the reservation sweeper (one across all instances) for orders whose record never reached the order service. Health and metrics on metrics_addr.";
+pub const ABOUT: &str = "The compensator: consumes seckill.orders.dlq in the seckill-compensator group and settles each dead-lettered order (FAILED in PostgreSQL, its unit restored in Redis at most once), runs the reservation sweeper (one across all instances) for orders whose record never reached the order service, and cancels orders not paid by their deadline, giving their units back. Health and metrics on metrics_addr.";
 
+pub mod deadlines;
 pub mod job;
 pub mod settle;
 pub mod sweeper;
@@ -51,6 +54,7 @@ impl Default for SweeperSettings {
 #[serde(default)]
 pub struct Settings {
     pub sweeper: SweeperSettings,
+    pub deadlines: deadlines::DeadlineSettings,
     #[serde(flatten)]
     pub service: ServiceSettings,
     #[serde(flatten)]
@@ -62,7 +66,7 @@ impl Default for Settings {
         let mut servers = Servers::default();
         // One record at a time, and the sweeper: few connections suffice.
         servers.database.max_connections = 4;
-        Self { sweeper: SweeperSettings::default(), service: ServiceSettings::listening_on("127.0.0.1:9102"), servers }
+        Self { sweeper: SweeperSettings::default(), deadlines: Default::default(), service: ServiceSettings::listening_on("127.0.0.1:9102"), servers }
     }
 }
 
@@ -77,13 +81,17 @@ impl Hosted for Settings {
         (&self.service, &self.servers)
     }
 
-    /// The DLQ consumer and (when enabled) the sweeper.
+    /// The DLQ consumer and (when enabled) the sweeper and the deadline
+    /// worker.
     fn start(settings: Arc<Self>, connections: Connections, background: &Background) -> anyhow::Result<()> {
         let dlq = job::DlqJob::new(settings.clone(), connections.clone())?;
         background.spawn("dlq consumer", dlq.run(background.shutdown().clone()));
         if settings.sweeper.enabled {
-            let sweeper = sweeper::Sweeper::new(settings, connections, background.clone());
+            let sweeper = sweeper::Sweeper::new(settings.clone(), connections.clone(), background.clone());
             background.spawn("reservation sweeper", sweeper.run(background.shutdown().clone()));
+        }
+        if settings.deadlines.enabled {
+            background.spawn("payment deadlines", deadlines::run(settings, connections, background.shutdown().clone()));
         }
         Ok(())
     }

@@ -92,6 +92,11 @@ pub fn print(report: &Report, json: bool) {
         ("total stock", report.total_stock.to_string()),
         ("redis remaining", report.redis_remaining.to_string()),
         ("orders created (postgresql)", report.orders_created.to_string()),
+        ("orders paid", report.orders_paid.to_string()),
+        ("orders cancelled", report.orders_cancelled.to_string()),
+        ("  by reason", format!("{:?}", report.cancelled_by_reason)),
+        ("  units given back (redis)", format!("{} (pending {})", report.returned, report.cancels_pending)),
+        ("orders paid late (to refund)", report.orders_paid_late.to_string()),
         ("orders in flight (queued)", report.orders_in_flight.to_string()),
         ("  of which reserved (unseen)", report.reservations.to_string()),
         ("orders failed (postgresql)", report.orders_failed.to_string()),
@@ -111,12 +116,13 @@ pub fn print(report: &Report, json: bool) {
         println!("{term:<32} {value}");
     }
     println!(
-        "{:<32} {} + {} + {} = {} (total {})",
-        "remaining + created + in flight",
+        "{:<32} {} + {} + {} + {} = {} (total {})",
+        "remaining+created+paid+in flight",
         report.redis_remaining,
         report.orders_created,
+        report.orders_paid,
         report.orders_in_flight,
-        report.redis_remaining + report.orders_created + report.orders_in_flight,
+        report.balance(),
         report.total_stock
     );
     if report.consistent {

@@ -26,6 +26,10 @@ pub struct Args {
     /// Warm up even if the previous round still has orders in flight.
     #[arg(long)]
     force: bool,
+    /// How long a CREATED order awaits payment before it is cancelled and
+    /// its unit sold again.
+    #[arg(long, default_value_t = seckill_shared::warmup::DEFAULT_PAYMENT_WINDOW_SECONDS)]
+    payment_window: i64,
     /// Print the sale as JSON.
     #[arg(long)]
     json: bool,
@@ -36,7 +40,14 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
     let sale = SaleKey::from_raw(args.activity, args.sku).map_err(Failure::unreadable)?;
     let (stock, db) = connect(settings).await?;
     seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
-    let request = WarmupRequest { sale, stock: args.stock, starts_at: args.starts_at, ends_at: args.ends_at, force: args.force };
+    let request = WarmupRequest {
+        sale,
+        stock: args.stock,
+        starts_at: args.starts_at,
+        ends_at: args.ends_at,
+        force: args.force,
+        payment_window_seconds: args.payment_window,
+    };
     let locks = seckill_shared::lock::LockClient::new(stock.connection(), Default::default());
     let row = warmup(&stock, &db, &locks, &settings.warmup_lock, &request).await.map_err(|error| match error {
         WarmupError::Redis(_) | WarmupError::Db(_) => Failure::unreadable(error),
@@ -46,11 +57,12 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         println!("{}", serde_json::to_string_pretty(&row).map_err(Failure::failed)?);
     } else {
         println!(
-            "sale {sale} warmed up: round {}, stock {}, window {} .. {}",
+            "sale {sale} warmed up: round {}, stock {}, window {} .. {}, payment window {} s",
             row.round,
             row.total_stock,
             row.starts_at.map(|t| t.to_rfc3339()).unwrap_or_else(|| "open".into()),
             row.ends_at.map(|t| t.to_rfc3339()).unwrap_or_else(|| "open".into()),
+            row.payment_window_seconds,
         );
     }
     Ok(())

@@ -1,7 +1,10 @@
-//! Order status for buyers: Redis first (it answers within the sale), then
-//! PostgreSQL (when Redis no longer holds the order — its keys expired, or
-//! Redis lost data — or does not answer). The SQL here is the edge's own.
+//! Order status for buyers: Redis for orders still QUEUED or FAILED (it
+//! answers within the sale), PostgreSQL for written orders (their payment
+//! deadline, payment and cancellation live there) and whenever Redis no
+//! longer holds the order — its keys expired, or Redis lost data — or does
+//! not answer. The SQL here is the edge's own.
 
+use chrono::{DateTime, Utc};
 use seckill_shared::domain::{OrderId, OrderStatus, SaleKey, UserId};
 use seckill_shared::redis_conn::RedisCallError;
 use seckill_shared::stock::Stock;
@@ -14,8 +17,12 @@ pub struct OrderView {
     pub sale: SaleKey,
     pub user_id: i64,
     pub status: OrderStatus,
-    /// Why it failed, if it did.
+    /// Why it failed or was cancelled, if it was.
     pub reason: Option<String>,
+    /// Until when a CREATED order awaits payment.
+    pub pay_deadline: Option<DateTime<Utc>>,
+    pub paid_at: Option<DateTime<Utc>>,
+    pub cancelled_at: Option<DateTime<Utc>>,
 }
 
 /// Why a status could not be read.
@@ -34,27 +41,35 @@ pub enum LookupError {
 
 /// Looks an order up by id.
 pub async fn order(stock: &Stock, db: &PgPool, order_id: &OrderId) -> Result<OrderView, LookupError> {
-    let redis_error = match stock.order_state(order_id).await {
+    let (in_redis, redis_error) = match stock.order_state(order_id).await {
         Ok(Some(found)) => {
-            return Ok(OrderView {
+            let view = OrderView {
                 order_id: order_id.to_string(),
                 sale: order_id.sale(),
                 user_id: found.user_id,
                 status: found.status,
                 reason: found.reason,
-            })
+                pay_deadline: None,
+                paid_at: None,
+                cancelled_at: None,
+            };
+            if matches!(view.status, OrderStatus::Queued | OrderStatus::Failed) {
+                return Ok(view);
+            }
+            (Some(view), None)
         }
-        Ok(None) => None,
-        Err(error) => Some(error),
+        Ok(None) => (None, None),
+        Err(error) => (None, Some(error)),
     };
-    let row = sqlx::query("SELECT order_id, activity_id, sku_id, user_id, status, reason FROM orders WHERE order_id = $1")
+    let row = sqlx::query(concat!("SELECT ", columns!(), " FROM orders o WHERE order_id = $1"))
         .bind(order_id.as_str())
         .fetch_optional(db)
         .await?;
-    match (row, redis_error) {
-        (Some(row), _) => Ok(view(&row)),
-        (None, Some(error)) => Err(error.into()),
-        (None, None) => Err(LookupError::NotFound),
+    match (row, in_redis, redis_error) {
+        (Some(row), _, _) => Ok(view(&row)),
+        (None, Some(view), _) => Ok(view),
+        (None, None, Some(error)) => Err(error.into()),
+        (None, None, None) => Err(LookupError::NotFound),
     }
 }
 
@@ -70,14 +85,15 @@ pub async fn user_order(stock: &Stock, db: &PgPool, sale: SaleKey, user: UserId)
         Ok(None) => {}
         Err(error) => tracing::warn!(%error, "redis unavailable for a result lookup; asking the database"),
     }
-    let row = sqlx::query(
-        "SELECT o.order_id, o.activity_id, o.sku_id, o.user_id, o.status, o.reason
-           FROM orders o
+    let row = sqlx::query(concat!(
+        "SELECT ",
+        columns!(),
+        " FROM orders o
           WHERE o.activity_id = $1 AND o.sku_id = $2 AND o.user_id = $3
             AND o.round = (SELECT round FROM sales WHERE activity_id = $1 AND sku_id = $2)
-          ORDER BY (o.status = 'CREATED') DESC, o.created_at DESC
-          LIMIT 1",
-    )
+          ORDER BY (o.status IN ('CREATED', 'PAID')) DESC, o.created_at DESC
+          LIMIT 1"
+    ))
     .bind(sale.activity.get())
     .bind(sale.sku.get())
     .bind(user.get())
@@ -86,6 +102,14 @@ pub async fn user_order(stock: &Stock, db: &PgPool, sale: SaleKey, user: UserId)
     row.as_ref().map(view).ok_or(LookupError::NotFound)
 }
 
+/// What a view reads of an order row (`o`).
+macro_rules! columns {
+    () => {
+        "o.order_id, o.activity_id, o.sku_id, o.user_id, o.status, o.reason, o.pay_deadline, o.paid_at, o.cancelled_at"
+    };
+}
+use columns;
+
 fn view(r: &sqlx::postgres::PgRow) -> OrderView {
     OrderView {
         order_id: r.get("order_id"),
@@ -93,5 +117,8 @@ fn view(r: &sqlx::postgres::PgRow) -> OrderView {
         user_id: r.get("user_id"),
         status: OrderStatus::parse(r.get::<&str, _>("status")).unwrap_or(OrderStatus::Failed),
         reason: r.get("reason"),
+        pay_deadline: r.get("pay_deadline"),
+        paid_at: r.get("paid_at"),
+        cancelled_at: r.get("cancelled_at"),
     }
 }

@@ -169,7 +169,8 @@ async fn write_locked(pool: &PgPool, records: &[&OrderRecord], traces: &Traces<'
     let ids: Vec<&str> = records.iter().map(|r| r.order_id.as_str()).collect();
     let existing = statuses(&mut tx, &ids).await?;
 
-    // Users of the batch who already hold a CREATED order this round. The
+    // Users of the batch who already hold a live (CREATED or PAID) order
+    // this round. The
     // round is spelled out so the lookup uses every column of the one-order-
     // per-user index (activity, sku, round, user).
     let known: Vec<&&OrderRecord> = records.iter().filter(|r| sales.contains_key(&sale_of(r))).collect();
@@ -182,7 +183,7 @@ async fn write_locked(pool: &PgPool, records: &[&OrderRecord], traces: &Traces<'
            FROM orders o
            JOIN unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS b(activity_id, sku_id, round, user_id)
              USING (activity_id, sku_id, round, user_id)
-          WHERE o.status = 'CREATED'",
+          WHERE o.status IN ('CREATED', 'PAID')",
     )
     .bind(&holder_activities)
     .bind(&holder_skus)
@@ -327,11 +328,14 @@ async fn insert(
 
 macro_rules! insert_orders {
     () => {
-        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at, request_id, traceparent)
-         SELECT order_id, activity_id, sku_id, round, user_id, 'CREATED', to_timestamp(accepted_ms / 1000.0),
-                request_id, traceparent
+        // A CREATED order awaits payment until now + the sale's window.
+        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at, request_id, traceparent,
+                             pay_deadline)
+         SELECT b.order_id, b.activity_id, b.sku_id, b.round, b.user_id, 'CREATED', to_timestamp(b.accepted_ms / 1000.0),
+                b.request_id, b.traceparent, now() + make_interval(secs => COALESCE(s.payment_window_seconds, 900))
            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[], $7::text[], $8::text[])
-                AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms, request_id, traceparent)"
+                AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms, request_id, traceparent)
+           LEFT JOIN sales s ON s.activity_id = b.activity_id AND s.sku_id = b.sku_id"
     };
 }
 

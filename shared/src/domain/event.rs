@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 pub struct OrderEvent {
     /// Stable: `<orderId>:<type>`.
     pub event_id: String,
-    /// What happened: `CREATED`, `FAILED`, or a later state of the order's
-    /// lifecycle.
+    /// What happened: `CREATED` (awaiting payment), `FAILED`, `PAID`,
+    /// `CANCELLED`, or `PAYMENT_LATE` (a payment after the cancellation,
+    /// recorded for a refund; the order stays CANCELLED).
     #[serde(rename = "type")]
     pub kind: String,
     pub order_id: OrderId,
@@ -29,7 +30,8 @@ pub struct OrderEvent {
     /// The sale round the order belongs to.
     pub round: i64,
     pub user_id: UserId,
-    /// Why, for `FAILED` (a stable reason code).
+    /// Why, for `FAILED` and `CANCELLED` (`EXPIRED`, `BUYER_CANCELLED`), and
+    /// `ORDER_CANCELLED` for `PAYMENT_LATE`: a stable code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// When the change was written (ms since the epoch, PostgreSQL's clock).

@@ -10,10 +10,16 @@ use std::fmt;
 pub enum OrderStatus {
     /// Accepted by the edge, not yet settled.
     Queued,
-    /// Written to PostgreSQL: the user bought the unit.
+    /// Written to PostgreSQL: the user holds the unit, awaiting payment
+    /// until the order's deadline.
     Created,
     /// Will never be written; the unit went back (or was written off).
     Failed,
+    /// A CREATED order whose payment was confirmed in time.
+    Paid,
+    /// A CREATED order not paid by its deadline, or cancelled by the buyer:
+    /// its unit went back to its sale round.
+    Cancelled,
 }
 
 impl OrderStatus {
@@ -23,6 +29,8 @@ impl OrderStatus {
             Self::Queued => "QUEUED",
             Self::Created => "CREATED",
             Self::Failed => "FAILED",
+            Self::Paid => "PAID",
+            Self::Cancelled => "CANCELLED",
         }
     }
 
@@ -32,6 +40,8 @@ impl OrderStatus {
             "QUEUED" => Some(Self::Queued),
             "CREATED" => Some(Self::Created),
             "FAILED" => Some(Self::Failed),
+            "PAID" => Some(Self::Paid),
+            "CANCELLED" => Some(Self::Cancelled),
             _ => None,
         }
     }
@@ -117,10 +127,11 @@ pub enum Fate {
 
 impl Fate {
     /// From a row's `status` and `reason` columns (an unknown reason reads as
-    /// `DB_REJECTED`).
+    /// `DB_REJECTED`). A PAID or CANCELLED order was created: what happened
+    /// after is its lifecycle's, not the pipeline's.
     pub fn from_row(status: &str, reason: Option<&str>) -> Self {
         match status {
-            "CREATED" => Self::Created,
+            "CREATED" | "PAID" | "CANCELLED" => Self::Created,
             _ => Self::Failed(reason.and_then(FailReason::parse).unwrap_or(FailReason::DbRejected)),
         }
     }
@@ -142,6 +153,8 @@ mod tests {
     #[test]
     fn fates_read_from_rows() {
         assert_eq!(Fate::from_row("CREATED", None), Fate::Created);
+        assert_eq!(Fate::from_row("PAID", None), Fate::Created);
+        assert_eq!(Fate::from_row("CANCELLED", Some("EXPIRED")), Fate::Created);
         assert_eq!(Fate::from_row("FAILED", Some("NO_DB_STOCK")), Fate::Failed(FailReason::NoDbStock));
         assert_eq!(Fate::from_row("FAILED", Some("SOMETHING_NEW")), Fate::Failed(FailReason::DbRejected));
     }

@@ -38,6 +38,7 @@ pub struct SaleKeys {
     pub(super) seq: String,
     pub(super) compensated: String,
     pub(super) written_off: String,
+    pub(super) returned: String,
 }
 
 /// What a per-sale lock guards.
@@ -71,6 +72,7 @@ impl KeyLayout {
             seq: format!("{base}:seq"),
             compensated: format!("{base}:compensated"),
             written_off: format!("{base}:written_off"),
+            returned: format!("{base}:returned"),
         }
     }
 

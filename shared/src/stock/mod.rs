@@ -3,6 +3,7 @@
 //! the reads of order status and of the whole sale, and the key layout
 //! ([`keys`], the only code that knows it).
 
+mod cancel;
 mod compensate;
 mod deduct;
 pub mod keys;
@@ -11,6 +12,7 @@ mod snapshot;
 mod status;
 pub mod warmup;
 
+pub use cancel::Cancelled;
 pub use compensate::{Compensation, Settlement};
 pub use deduct::Deduction;
 pub use keys::{KeyLayout, SaleKeys, SaleLock};

@@ -30,6 +30,10 @@ pub struct SaleSnapshot {
     pub compensated: i64,
     /// Units written off (the database never had them).
     pub written_off: i64,
+    /// Orders Redis knows as CANCELLED.
+    pub cancelled: i64,
+    /// Units cancelled orders gave back.
+    pub returned: i64,
 }
 
 impl Stock {
@@ -39,14 +43,15 @@ impl Stock {
     pub async fn snapshot(&self, sale: SaleKey) -> Result<SaleSnapshot, RedisCallError> {
         let k = self.keys.sale(sale);
         let mut pipe = redis::pipe();
-        pipe.hmget(&k.meta, &["total", "round", "queued", "created", "failed"])
+        pipe.hmget(&k.meta, &["total", "round", "queued", "created", "failed", "cancelled"])
             .get(&k.stock)
             .hlen(&k.buyers)
             .zcard(&k.reserved)
             .scard(&k.compensated)
-            .scard(&k.written_off);
-        type Reads = (Vec<Option<i64>>, Option<i64>, i64, i64, i64, i64);
-        let (meta, stock, buyers, reservations, compensated, written_off): Reads =
+            .scard(&k.written_off)
+            .scard(&k.returned);
+        type Reads = (Vec<Option<i64>>, Option<i64>, i64, i64, i64, i64, i64);
+        let (meta, stock, buyers, reservations, compensated, written_off, returned): Reads =
             self.conn.pipe(&pipe).await?.unwrap_or_default();
         let field = |i: usize| meta.get(i).copied().flatten();
         Ok(SaleSnapshot {
@@ -61,6 +66,8 @@ impl Stock {
             reservations,
             compensated,
             written_off,
+            cancelled: field(5).unwrap_or(0),
+            returned,
         })
     }
 

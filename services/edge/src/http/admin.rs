@@ -29,6 +29,12 @@ pub(super) struct WarmupBody {
     /// Warm up even when the previous round has orders in flight.
     #[serde(default)]
     force: bool,
+    #[serde(default = "default_payment_window")]
+    payment_window_seconds: i64,
+}
+
+fn default_payment_window() -> i64 {
+    warmup::DEFAULT_PAYMENT_WINDOW_SECONDS
 }
 
 impl FromJsonBody for WarmupBody {
@@ -69,7 +75,14 @@ pub(super) async fn warm_up(
 ) -> Result<Json<Value>, ApiError> {
     auth::require_admin(&state, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
-    let request = WarmupRequest { sale, stock: body.stock, starts_at: body.starts_at, ends_at: body.ends_at, force: body.force };
+    let request = WarmupRequest {
+        sale,
+        stock: body.stock,
+        starts_at: body.starts_at,
+        ends_at: body.ends_at,
+        force: body.force,
+        payment_window_seconds: body.payment_window_seconds,
+    };
     let row = warmup::warmup(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, &request)
         .await
         .map_err(|error| match error {

@@ -45,6 +45,20 @@ pub enum ApiError {
     /// Unknown order.
     #[error("order not found")]
     OrderNotFound,
+    /// The order was accepted and is not written yet: pay or cancel it in
+    /// a moment.
+    #[error("the order is still being placed; try again in a moment")]
+    OrderPending,
+    /// The payment came after the order was cancelled; it is recorded to be
+    /// refunded.
+    #[error("the order was cancelled before this payment; the payment is recorded for a refund")]
+    PaymentLate,
+    /// The order is paid (by another confirmation, or it cannot be cancelled).
+    #[error("the order is already paid")]
+    AlreadyPaid,
+    /// The order FAILED: there is nothing to pay or cancel (why).
+    #[error("the order failed ({0}); there is nothing to pay or cancel")]
+    OrderFailed(String),
     /// No such path.
     #[error("no such path")]
     NotFound,
@@ -91,6 +105,10 @@ impl ApiError {
             Self::AlreadyPurchased(_) => "ALREADY_PURCHASED",
             Self::SoldOut => "SOLD_OUT",
             Self::OrderNotFound => "ORDER_NOT_FOUND",
+            Self::OrderPending => "ORDER_PENDING",
+            Self::PaymentLate => "PAYMENT_LATE",
+            Self::AlreadyPaid => "ALREADY_PAID",
+            Self::OrderFailed(_) => "ORDER_FAILED",
             Self::NotFound => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::SaleBusy(_) => "SALE_BUSY",
@@ -110,7 +128,12 @@ impl ApiError {
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::SaleNotFound | Self::OrderNotFound | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::AlreadyPurchased(_) | Self::SaleBusy(_) => StatusCode::CONFLICT,
+            Self::AlreadyPurchased(_)
+            | Self::SaleBusy(_)
+            | Self::OrderPending
+            | Self::PaymentLate
+            | Self::AlreadyPaid
+            | Self::OrderFailed(_) => StatusCode::CONFLICT,
             Self::SoldOut => StatusCode::GONE,
             Self::TryAgain(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -139,9 +162,15 @@ impl IntoResponse for ApiError {
             body["orderId"] = serde_json::Value::String(order_id.clone());
         }
         let mut response = (status, Json(body)).into_response();
-        if let Self::RateLimited(wait) = &self {
-            let secs = retry_after_secs(*wait).max(1);
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        match &self {
+            Self::RateLimited(wait) => {
+                let secs = retry_after_secs(*wait).max(1);
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            Self::OrderPending => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
+            }
+            _ => {}
         }
         if let Some(detail) = detail {
             response.extensions_mut().insert(ErrorDetail(Arc::new(detail)));
@@ -168,6 +197,10 @@ mod tests {
             (ApiError::AlreadyPurchased(None), 409, "ALREADY_PURCHASED"),
             (ApiError::SoldOut, 410, "SOLD_OUT"),
             (ApiError::OrderNotFound, 404, "ORDER_NOT_FOUND"),
+            (ApiError::OrderPending, 409, "ORDER_PENDING"),
+            (ApiError::PaymentLate, 409, "PAYMENT_LATE"),
+            (ApiError::AlreadyPaid, 409, "ALREADY_PAID"),
+            (ApiError::OrderFailed("NO_DB_STOCK".into()), 409, "ORDER_FAILED"),
             (ApiError::NotFound, 404, "NOT_FOUND"),
             (ApiError::MethodNotAllowed, 405, "METHOD_NOT_ALLOWED"),
             (ApiError::TryAgain(anyhow::anyhow!("x")), 503, "TRY_AGAIN"),

@@ -40,6 +40,10 @@ pub enum ErrorCode {
     AlreadyPurchased,
     SoldOut,
     OrderNotFound,
+    OrderPending,
+    PaymentLate,
+    AlreadyPaid,
+    OrderFailed,
     SaleBusy,
     NotFound,
     MethodNotAllowed,
@@ -83,12 +87,31 @@ pub struct OrderStatusBody {
     pub sku_id: i64,
     #[schema(minimum = 1, format = Int64)]
     pub user_id: i64,
-    /// QUEUED, CREATED or FAILED.
-    #[schema(pattern = "^(QUEUED|CREATED|FAILED)$")]
+    /// QUEUED, CREATED (awaiting payment until payDeadline), PAID,
+    /// CANCELLED or FAILED.
+    #[schema(pattern = "^(QUEUED|CREATED|PAID|CANCELLED|FAILED)$")]
     pub status: String,
-    /// Why it failed (a stable code), when it did.
+    /// Why it failed or was cancelled (a stable code: EXPIRED,
+    /// BUYER_CANCELLED, or a failure's), when it was.
     #[schema(nullable = false)]
     pub reason: Option<String>,
+    /// Until when a written order awaits payment (RFC 3339).
+    #[schema(format = DateTime, nullable = false)]
+    pub pay_deadline: Option<String>,
+    #[schema(format = DateTime, nullable = false)]
+    pub paid_at: Option<String>,
+    #[schema(format = DateTime, nullable = false)]
+    pub cancelled_at: Option<String>,
+}
+
+/// Who pays or cancels: the order's buyer.
+#[derive(ToSchema, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = OrderOwner)]
+#[allow(dead_code)]
+pub struct OrderOwnerBody {
+    #[schema(minimum = 1, format = Int64)]
+    pub user_id: i64,
 }
 
 /// A warm-up: stock is set, never added; buyers cleared.
@@ -108,6 +131,10 @@ pub struct WarmupBody {
     /// Replace a round that still has orders in flight.
     #[schema(nullable = false)]
     pub force: Option<bool>,
+    /// How long a CREATED order awaits payment before it is cancelled and
+    /// its unit sold again (default 900).
+    #[schema(minimum = 1, maximum = 604_800, nullable = false)]
+    pub payment_window_seconds: Option<i64>,
 }
 
 /// A sale as PostgreSQL holds it after the warm-up.
@@ -122,6 +149,7 @@ pub struct SaleBody {
     pub remaining_stock: i64,
     pub starts_at: Option<String>,
     pub ends_at: Option<String>,
+    pub payment_window_seconds: i32,
 }
 
 /// The reconciliation of one sale: every term of the invariant, and the
@@ -162,6 +190,8 @@ impl Modify for Security {
         super::order::place_order,
         super::order::get_order,
         super::order::get_result,
+        super::lifecycle::pay,
+        super::lifecycle::cancel,
         super::admin::warm_up,
         super::admin::report,
         super::health::healthz,
@@ -169,7 +199,7 @@ impl Modify for Security {
         super::health::metrics,
         openapi_json,
     ),
-    components(schemas(ErrorBody, ErrorCode, OrderRequestBody, QueuedBody, OrderStatusBody, WarmupBody, SaleBody, ReconciliationBody)),
+    components(schemas(ErrorBody, ErrorCode, OrderRequestBody, QueuedBody, OrderStatusBody, OrderOwnerBody, WarmupBody, SaleBody, ReconciliationBody)),
     modifiers(&Security),
     tags((name = "buyer", description = "Orders and their status"), (name = "admin", description = "Warm-up and reconciliation"), (name = "operations", description = "Health, readiness, metrics, this document"))
 )]

@@ -230,7 +230,7 @@ fn queued(order_id: &OrderId) -> (StatusCode, Json<Value>) {
     (StatusCode::ACCEPTED, Json(json!({ "code": "QUEUED", "orderId": order_id.as_str() })))
 }
 
-fn status_body(view: &OrderView) -> Json<Value> {
+pub(super) fn status_body(view: &OrderView) -> Json<Value> {
     let mut body = json!({
         "orderId": view.order_id,
         "activityId": view.sale.activity.get(),
@@ -240,6 +240,11 @@ fn status_body(view: &OrderView) -> Json<Value> {
     });
     if let Some(reason) = &view.reason {
         body["reason"] = Value::String(reason.clone());
+    }
+    for (name, at) in [("payDeadline", view.pay_deadline), ("paidAt", view.paid_at), ("cancelledAt", view.cancelled_at)] {
+        if let Some(at) = at {
+            body[name] = Value::String(at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+        }
     }
     Json(body)
 }

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""The payment window in the demo (infra/demo.sh): a sale of UNITS units with
+a short payment window; a first wave of buyers takes every unit, three in
+four of them pay, the rest never do. At the deadline their orders are
+cancelled and the units go back on sale; a second wave buys exactly those
+units, and pays. Prints what happened; exits non-zero if the counts are not
+what the lifecycle promises (the reconciliation is printed by the caller).
+
+Usage: demo_lifecycle.py EDGE ACTIVITY SKU UNITS WINDOW_SECONDS
+"""
+
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+
+def call(edge, method, path, body=None, headers=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"http://{edge}{path}", data=data, method=method)
+    request.add_header("content-type", "application/json")
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def wave(edge, activity, sku, users):
+    """Orders one unit for each user; returns {user: order id} of the accepted."""
+    body = lambda user: {"activityId": activity, "skuId": sku, "userId": user}
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda u: (u, call(edge, "POST", "/api/seckill/order", body(u))), users))
+    return {user: reply["orderId"] for user, (status, reply) in answers if status == 202}
+
+
+def wait_status(edge, order_ids, wanted, timeout):
+    deadline = time.monotonic() + timeout
+    left = set(order_ids)
+    while left and time.monotonic() < deadline:
+        left = {o for o in left if call(edge, "GET", f"/api/seckill/order/{o}")[1].get("status") != wanted}
+        if left:
+            time.sleep(0.2)
+    if left:
+        sys.exit(f"demo: {len(left)} orders never became {wanted}")
+
+
+def pay(edge, orders):
+    with ThreadPoolExecutor(32) as pool:
+        replies = list(pool.map(
+            lambda item: call(edge, "POST", f"/api/seckill/order/{item[1]}/pay", {"userId": item[0]},
+                              {"Idempotency-Key": f"demo-{item[1]}"}),
+            orders.items()))
+    return sum(1 for status, _ in replies if status == 200)
+
+
+def main():
+    edge, activity, sku, units, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    first = wave(edge, activity, sku, range(1, 2 * units + 1))
+    wait_status(edge, first.values(), "CREATED", 60)
+    payers = {user: order for user, order in first.items() if user % 4 != 0}
+    unpaid = {user: order for user, order in first.items() if user % 4 == 0}
+    paid = pay(edge, payers)
+    print(f"  first wave: {2 * units} buyers, {len(first)} orders, {paid} paid, {len(unpaid)} never pay")
+    started = time.monotonic()
+    wait_status(edge, unpaid.values(), "CANCELLED", window + 30)
+    print(f"  {len(unpaid)} unpaid orders cancelled at their deadline ({window} s window; "
+          f"{time.monotonic() - started:.1f} s after the payments)")
+    late_user, late_order = next(iter(unpaid.items()))
+    status, reply = call(edge, "POST", f"/api/seckill/order/{late_order}/pay", {"userId": late_user})
+    print(f"  a payment after the cancellation: {status} {reply.get('code')} (recorded for a refund)")
+    second = wave(edge, activity, sku, range(2 * units + 1, 4 * units + 1))
+    wait_status(edge, second.values(), "CREATED", 60)
+    paid_again = pay(edge, second)
+    print(f"  second wave: {2 * units} new buyers, {len(second)} orders (the returned units), {paid_again} paid")
+    if len(first) != units or len(second) != len(unpaid) or paid + paid_again != units or status != 409:
+        sys.exit("demo: the payment window did not sell every unit exactly once")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+//! The payment deadline worker: cancels CREATED orders whose payment window
+//! has passed and gives their units back to their sale round.
+//!
+//! Deadlines live in PostgreSQL, in the order rows themselves, behind a
+//! partial index on `pay_deadline` over CREATED orders only: each poll reads
+//! just what is due, earliest first, and never scans the table. Rows are
+//! taken `FOR UPDATE SKIP LOCKED`, so every compensator instance can run the
+//! worker at once (each takes what the others do not hold) and a payment
+//! racing the cancel either wins the row or finds it cancelled. Kafka delay
+//! topics were the other choice; they would put a second copy of each
+//! deadline in a log, to be kept in step with the order row a payment or a
+//! buyer's cancel changes — the row is the one place the fate is decided.
+//!
+//! Each poll cancels in PostgreSQL first, then gives back every unit of a
+//! CANCELLED row not yet marked `unit_returned_at` — those it just cancelled,
+//! those a buyer's cancel left when Redis did not answer, and those a kill
+//! between the two steps left. Redis gives a unit back at most once per
+//! order id: a missed deadline fires after a restart, never twice.
+
+use crate::Settings;
+use seckill_shared::host::Connections;
+use seckill_shared::lifecycle::{self, Cancel};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The worker's settings.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeadlineSettings {
+    /// Run the worker in this process (every instance may).
+    pub enabled: bool,
+    /// Time between polls when nothing is due.
+    pub poll_ms: u64,
+    /// Most orders cancelled per transaction (a full batch polls again at
+    /// once).
+    pub batch: i64,
+}
+
+impl Default for DeadlineSettings {
+    fn default() -> Self {
+        Self { enabled: true, poll_ms: 100, batch: 1000 }
+    }
+}
+
+/// Runs until `shutdown`.
+pub async fn run(settings: Arc<Settings>, deps: Connections, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let poll = Duration::from_millis(settings.deadlines.poll_ms);
+    loop {
+        let pause = match poll_once(&deps, settings.deadlines.batch).await {
+            Ok(_) => poll,
+            Err(error) => {
+                tracing::warn!(error = %format!("{error:#}"), "payment deadlines: will try again");
+                poll.max(Duration::from_secs(1))
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+/// Cancels every due order, `batch` per transaction, each batch's units
+/// given back by a task of its own while the next batch is cancelled (one
+/// script call per sale and batch); then gives back any cancelled unit
+/// Redis has still not taken (a failed return, a crash). Returns how many
+/// orders it cancelled.
+pub async fn poll_once(deps: &Connections, batch: i64) -> anyhow::Result<i64> {
+    let mut cancelled = 0;
+    let mut returns = tokio::task::JoinSet::new();
+    loop {
+        let mut tx = deps.db.begin().await?;
+        let now = lifecycle::cancel(&mut tx, Cancel::Due { limit: batch }).await?;
+        tx.commit().await?;
+        cancelled += now.len() as i64;
+        let full = now.len() as i64 >= batch;
+        if !now.is_empty() {
+            let deps = deps.clone();
+            returns.spawn(async move { lifecycle::return_units(&deps.stock, &deps.db, &now).await });
+        }
+        if !full {
+            break;
+        }
+    }
+    if cancelled > 0 {
+        metrics::counter!("seckill_orders_expired_total").increment(cancelled as u64);
+    }
+    while let Some(returned) = returns.join_next().await {
+        if let Err(error) = returned? {
+            // The rows stay unmarked: the pass below, or the next poll, tries again.
+            tracing::warn!(%error, "giving cancelled units back; will try again");
+        }
+    }
+    loop {
+        let unreturned = lifecycle::unreturned(&deps.db, batch).await?;
+        lifecycle::return_units(&deps.stock, &deps.db, &unreturned).await?;
+        if (unreturned.len() as i64) < batch {
+            return Ok(cancelled);
+        }
+    }
+}

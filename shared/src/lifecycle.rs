@@ -1,0 +1,167 @@
+//! Cancelling CREATED orders and giving their units back — the one way the
+//! edge (a buyer's cancel, a payment that came after the deadline) and the
+//! compensator's deadline worker both take.
+//!
+//! PostgreSQL decides: a guarded update (`WHERE status = 'CREATED'`) has
+//! one winner against a payment or another cancel, and in the same
+//! statement the order's round gets its unit back in `remaining_stock`
+//! (another round's stock was reset by its warm-up: nothing is added).
+//! Redis follows afterwards, once per order id (`lua/cancel.lua`), and the
+//! row is marked (`unit_returned_at`). A crash in between leaves the row
+//! CANCELLED and unmarked; the deadline worker finds it and finishes.
+
+use crate::domain::{OrderId, SaleKey, UserId};
+use crate::redis_conn::RedisCallError;
+use crate::stock::{Cancelled, Stock};
+use sqlx::{PgConnection, PgPool, Row};
+use std::collections::BTreeMap;
+
+/// Why an order was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// Not paid by its deadline.
+    Expired,
+    /// The buyer cancelled it.
+    BuyerCancelled,
+}
+
+impl CancelReason {
+    /// The stable code (the row's and the event's `reason`).
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Expired => "EXPIRED",
+            Self::BuyerCancelled => "BUYER_CANCELLED",
+        }
+    }
+
+    fn parse(code: &str) -> Self {
+        if code == "BUYER_CANCELLED" {
+            Self::BuyerCancelled
+        } else {
+            Self::Expired
+        }
+    }
+}
+
+/// A cancelled order whose unit Redis may still have to take back.
+#[derive(Debug, Clone)]
+pub struct CancelledOrder {
+    pub order_id: OrderId,
+    pub user: UserId,
+    pub reason: CancelReason,
+}
+
+/// Which orders to cancel.
+#[derive(Debug, Clone, Copy)]
+pub enum Cancel<'a> {
+    /// Up to `limit` orders whose deadline has passed, earliest first;
+    /// rows another transaction holds are skipped, not waited for.
+    Due { limit: i64 },
+    /// One order, for `reason`.
+    One { order_id: &'a str, reason: CancelReason },
+}
+
+/// The guarded cancel and the return of each cancelled order's unit to its
+/// own round, in one statement. `$1`/`$2` are the target's.
+macro_rules! cancel_sql {
+    ($target:literal) => {
+        concat!(
+            "WITH target AS (",
+            $target,
+            "), cancelled AS (
+                UPDATE orders o SET status = 'CANCELLED', reason = t.reason, cancelled_at = clock_timestamp()
+                  FROM target t
+                 WHERE o.order_id = t.order_id AND o.status = 'CREATED'
+             RETURNING o.order_id, o.activity_id, o.sku_id, o.round, o.user_id, o.reason
+             ), returned AS (
+                UPDATE sales s SET remaining_stock = s.remaining_stock + c.n, updated_at = now()
+                  FROM (SELECT activity_id, sku_id, round, count(*) AS n FROM cancelled GROUP BY 1, 2, 3) c
+                 WHERE s.activity_id = c.activity_id AND s.sku_id = c.sku_id AND s.round = c.round
+             )
+             SELECT order_id, user_id, reason FROM cancelled"
+        )
+    };
+}
+
+const CANCEL_DUE: &str = cancel_sql!(
+    "SELECT order_id, 'EXPIRED'::text AS reason FROM orders
+      WHERE status = 'CREATED' AND pay_deadline <= clock_timestamp()
+      ORDER BY pay_deadline LIMIT $1 FOR UPDATE SKIP LOCKED"
+);
+
+const CANCEL_ONE: &str = cancel_sql!(
+    "SELECT order_id, $2::text AS reason FROM orders WHERE order_id = $1 AND status = 'CREATED' FOR UPDATE"
+);
+
+/// Cancels in PostgreSQL, inside the caller's transaction; returns the
+/// orders cancelled now (none when another transaction won).
+pub async fn cancel(tx: &mut PgConnection, which: Cancel<'_>) -> sqlx::Result<Vec<CancelledOrder>> {
+    let rows = match which {
+        Cancel::Due { limit } => sqlx::query(CANCEL_DUE).bind(limit).fetch_all(&mut *tx).await?,
+        Cancel::One { order_id, reason } => {
+            sqlx::query(CANCEL_ONE).bind(order_id).bind(reason.code()).fetch_all(&mut *tx).await?
+        }
+    };
+    Ok(rows.iter().filter_map(cancelled_order).collect())
+}
+
+/// CANCELLED orders whose unit Redis has not been seen to take back, oldest
+/// first: what a crash between the two steps left.
+pub async fn unreturned(db: &PgPool, limit: i64) -> sqlx::Result<Vec<CancelledOrder>> {
+    let rows = sqlx::query(
+        "SELECT order_id, user_id, reason FROM orders
+          WHERE status = 'CANCELLED' AND unit_returned_at IS NULL
+          ORDER BY cancelled_at LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.iter().filter_map(cancelled_order).collect())
+}
+
+fn cancelled_order(row: &sqlx::postgres::PgRow) -> Option<CancelledOrder> {
+    Some(CancelledOrder {
+        order_id: OrderId::parse(row.get::<&str, _>("order_id")).ok()?,
+        user: UserId::new(row.get("user_id")).ok()?,
+        reason: CancelReason::parse(row.get::<Option<&str>, _>("reason").unwrap_or_default()),
+    })
+}
+
+/// Why Redis could not take the units back (the rows stay unmarked: the
+/// deadline worker tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum ReturnError {
+    #[error(transparent)]
+    Redis(#[from] RedisCallError),
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// Gives the units of `orders` (cancelled in PostgreSQL) back in Redis, at
+/// most once per order, then marks their rows. Returns how many units went
+/// back now.
+pub async fn return_units(stock: &Stock, db: &PgPool, orders: &[CancelledOrder]) -> Result<i64, ReturnError> {
+    if orders.is_empty() {
+        return Ok(0);
+    }
+    let mut by_sale: BTreeMap<SaleKey, Vec<Cancelled>> = BTreeMap::new();
+    for order in orders {
+        by_sale.entry(order.order_id.sale()).or_default().push(Cancelled {
+            order_id: order.order_id.clone(),
+            user: order.user,
+            reason: order.reason.code(),
+        });
+    }
+    let mut returned = 0;
+    for (sale, cancelled) in &by_sale {
+        returned += stock.cancel(*sale, cancelled).await?;
+    }
+    let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
+    sqlx::query("UPDATE orders SET unit_returned_at = clock_timestamp()
+          WHERE order_id = ANY($1) AND status = 'CANCELLED' AND unit_returned_at IS NULL")
+        .bind(&ids)
+        .execute(db)
+        .await?;
+    metrics::counter!("seckill_units_returned_total").increment(returned as u64);
+    Ok(returned)
+}

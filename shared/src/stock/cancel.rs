@@ -1,0 +1,35 @@
+//! Giving cancelled orders' units back, at most once each (`lua/cancel.lua`).
+
+use super::{with_keys, Stock};
+use crate::domain::{OrderId, SaleKey, UserId};
+use crate::redis_conn::RedisCallError;
+use redis::Script;
+use std::sync::LazyLock;
+
+static CANCEL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/cancel.lua")));
+
+/// One cancelled order, as Redis needs it.
+#[derive(Debug, Clone)]
+pub struct Cancelled {
+    pub order_id: OrderId,
+    pub user: UserId,
+    /// `EXPIRED` or `BUYER_CANCELLED`.
+    pub reason: &'static str,
+}
+
+impl Stock {
+    /// Gives back the units of `orders` (all of `sale`, cancelled in
+    /// PostgreSQL first) to the sale, clearing their buyers; an order whose
+    /// unit went back already gives nothing. Returns how many went back now.
+    pub async fn cancel(&self, sale: SaleKey, orders: &[Cancelled]) -> Result<i64, RedisCallError> {
+        if orders.is_empty() {
+            return Ok(0);
+        }
+        let k = self.keys.sale(sale);
+        let mut invocation = with_keys(&CANCEL, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.returned, &k.meta]);
+        for order in orders {
+            invocation.arg(order.order_id.as_str()).arg(order.user.get()).arg(order.reason);
+        }
+        self.conn.invoke(&invocation).await
+    }
+}
