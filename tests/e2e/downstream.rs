@@ -30,16 +30,16 @@ impl jsonschema::Retrieve for LocalSchemas {
     }
 }
 
-fn schema(name: &str) -> jsonschema::Validator {
+pub(crate) fn schema(name: &str) -> jsonschema::Validator {
     jsonschema::options().with_retriever(LocalSchemas).build(&load(name)).expect("a valid schema")
 }
 
-fn assert_valid(validator: &jsonschema::Validator, value: &serde_json::Value, what: &str) {
+pub(crate) fn assert_valid(validator: &jsonschema::Validator, value: &serde_json::Value, what: &str) {
     let errors: Vec<String> = validator.iter_errors(value).map(|e| format!("{e} at {}", e.instance_path())).collect();
     assert!(errors.is_empty(), "{what} does not match its schema: {errors:?}\n{value}");
 }
 
-fn json(message: &OwnedMessage) -> serde_json::Value {
+pub(crate) fn json(message: &OwnedMessage) -> serde_json::Value {
     serde_json::from_slice(message.payload().unwrap_or_default()).unwrap_or(serde_json::Value::Null)
 }
 

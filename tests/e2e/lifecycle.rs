@@ -143,6 +143,70 @@ async fn a_cancelled_unit_goes_back_once_and_sells_to_another_buyer() {
         (report.orders_created, report.orders_cancelled, report.returned, report.orders_paid_late, report.redis_remaining),
         (1, 1, 1, 1, 0)
     );
+
+    // Downstream sees each change once, in the events' schema.
+    let schema = super::downstream::schema("order-events.v1.json");
+    let events = env.read_topic(&env.topics().events, 4, Duration::from_secs(10)).await;
+    let mut seen: Vec<(String, String)> = events
+        .iter()
+        .map(|message| {
+            let event = super::downstream::json(message);
+            super::downstream::assert_valid(&schema, &event, "an order event");
+            (event["eventId"].as_str().unwrap().to_owned(), event["reason"].as_str().unwrap_or("").to_owned())
+        })
+        .collect();
+    seen.sort();
+    let mut expected = vec![
+        (format!("{first}:CREATED"), String::new()),
+        (format!("{first}:CANCELLED"), "BUYER_CANCELLED".to_owned()),
+        (format!("{first}:PAYMENT_LATE"), "ORDER_CANCELLED".to_owned()),
+        (format!("{second}:CREATED"), String::new()),
+    ];
+    expected.sort();
+    assert_eq!(seen, expected);
+    edge.stop().await;
+    order.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_user_auth_only_the_buyers_token_pays_or_cancels() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 2).await;
+    let mut settings = env.edge_settings();
+    settings.user_jwt_secret = Some("lifecycle-secret".into());
+    let edge = env.spawn_edge(settings).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    let client = Client::new(edge.url());
+    let bearer = |user: i64| {
+        let claims = serde_json::json!({ "sub": user.to_string(), "exp": chrono::Utc::now().timestamp() + 600 });
+        let key = jsonwebtoken::EncodingKey::from_secret(b"lifecycle-secret").unwrap();
+        format!("Bearer {}", jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap())
+    };
+    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":7}}"#, sale.activity, sale.sku);
+    let seven = bearer(7);
+    let placed = client.send(Method::POST, "/api/seckill/order", Some(body.as_bytes()), &[("authorization", &seven)]).await;
+    assert_eq!(placed.status, 202, "{}", placed.text);
+    let id = placed.json["orderId"].as_str().unwrap().to_owned();
+    eventually("the order written", Duration::from_secs(30), || async {
+        let seen = client.send(Method::GET, &format!("/api/seckill/order/{id}"), None, &[("authorization", &seven)]).await;
+        if seen.json["status"] == "CREATED" { Ok(()) } else { Err(seen.text) }
+    })
+    .await;
+    let ask = |action: &'static str, user: i64, token: Option<String>| {
+        let (client, id) = (client.clone(), id.clone());
+        async move {
+            let body = format!(r#"{{"userId":{user}}}"#);
+            let headers: Vec<(&str, &str)> = token.as_deref().map(|t| ("authorization", t)).into_iter().collect();
+            client.send(Method::POST, &format!("/api/seckill/order/{id}/{action}"), Some(body.as_bytes()), &headers).await
+        }
+    };
+    assert_eq!(ask("cancel", 7, None).await.status, 401, "no token");
+    assert_eq!(ask("cancel", 7, Some(bearer(8))).await.code(), "FORBIDDEN", "another user's token");
+    assert_eq!(ask("pay", 8, Some(bearer(8))).await.code(), "FORBIDDEN", "another user's order");
+    assert_eq!(env.count_orders(sale, "CREATED").await, 1, "nothing changed");
+    let paid = ask("pay", 7, Some(seven.clone())).await;
+    assert_eq!((paid.status.as_u16(), paid.json["status"].as_str()), (200, Some("PAID")), "{}", paid.text);
     edge.stop().await;
     order.stop().await;
 }
