@@ -14,7 +14,9 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CLUSTER=0
 [[ "${1:-}" == "--cluster" ]] && CLUSTER=1
 PROFILE="${PROFILE:-release}"
-BIN="$ROOT/target/$([[ $PROFILE == release ]] && echo release || echo debug)"
+# SECKILL_BIN: where the four binaries are (infra/image/demo.sh points it at
+# wrappers that run them from the container image).
+BIN="${SECKILL_BIN:-$ROOT/target/$([[ $PROFILE == release ]] && echo release || echo debug)}"
 LOGS="${SECKILL_DATA:-$ROOT/.data}/logs"
 mkdir -p "$LOGS"
 
@@ -84,6 +86,9 @@ fi
 for addr in "${EDGE_ADDRS[@]}"; do wait_ready seckill-edge "http://$addr/readyz"; done
 for addr in "${HEALTH_ADDRS[@]}"; do wait_ready "service on $addr" "http://$addr/readyz"; done
 (( CLUSTER )) && wait_ready "haproxy" "http://$EDGE/readyz"
+# Sessions live in the edge that signed the browser in: one edge, directly.
+echo "  dashboard: http://${EDGE_ADDRS[0]}/admin/dashboard (up while the demo runs; sign in with the admin token$(
+  [[ $SECKILL_ADMIN_TOKEN == demo-admin-token ]] && echo ": demo-admin-token" || echo " in SECKILL_ADMIN_TOKEN"))"
 
 CTL="$BIN/seckillctl"
 

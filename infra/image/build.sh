@@ -81,7 +81,7 @@ make_builder_base() {
 have_image "$runtime_base" || { echo "image: making $runtime_base"; make_runtime_base; }
 have_image "$builder_base" || { echo "image: making $builder_base (debootstrap, a few minutes)"; make_builder_base; }
 
-commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+commit=$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 echo "image: building $tag at $commit"
 podman build --network host --layers \
   --build-arg RUST_IMAGE="$builder_base" \
