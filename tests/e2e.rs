@@ -32,3 +32,7 @@ mod downstream;
 mod fuzz;
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
+#[path = "e2e/observability.rs"]
+mod observability;
+#[path = "e2e/dashboard.rs"]
+mod dashboard;

@@ -264,6 +264,34 @@ pub async fn reconcile(
     Ok(report)
 }
 
+/// The most sales [`reconcile_live`] reports on.
+pub const LIVE_SALES_SHOWN: usize = 50;
+
+/// Reconciles every live sale (Redis still holds it; a sale's keys expire a
+/// day after its end), at most [`LIVE_SALES_SHOWN`], in key order. The
+/// dashboard and the compensator's audit both watch these.
+pub async fn reconcile_live(stock: &Stock, pool: &PgPool) -> Result<Vec<Report>, ReconcileError> {
+    let redis = source::<crate::redis_conn::RedisCallError>("redis");
+    let mut sales = stock.sales().await.map_err(&redis)?;
+    sales.sort();
+    let mut reports = Vec::new();
+    for sale in sales {
+        // Expired sales are skipped for one cheap read.
+        if !stock.snapshot(sale).await.map_err(&redis)?.exists {
+            continue;
+        }
+        match reconcile(stock, pool, None, sale, false).await {
+            Ok(report) => reports.push(report),
+            Err(ReconcileError::SaleNotFound(_)) => {}
+            Err(error) => return Err(error),
+        }
+        if reports.len() == LIVE_SALES_SHOWN {
+            break;
+        }
+    }
+    Ok(reports)
+}
+
 impl Report {
     /// Units held: left in Redis, sold (awaiting payment or paid), and in
     /// flight. Equals `total_stock` when the books balance.

@@ -31,7 +31,7 @@ async fn state(env: &TestEnv, sale: seckill_shared::domain::SaleKey) -> (String,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_finds_nothing_and_changes_nothing() {
     let schemathesis = repo().join(".data/venv/bin/schemathesis");
-    assert!(schemathesis.exists(), "{} is missing: `make test` installs it (make py-tools)", schemathesis.display());
+    assert!(schemathesis.exists(), "{} is missing: `make test` installs it (make test-tools)", schemathesis.display());
     let env = TestEnv::new().await;
     let edge = env.spawn_edge(env.edge_settings()).await;
     let client = Client::new(edge.url());

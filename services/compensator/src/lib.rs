@@ -7,6 +7,7 @@
 //! - [`settle`] is what both do to an order: PostgreSQL decides its fate
 //!   (first row wins), and only a FAILED row restores the unit in Redis, at
 //!   most once per order id.
+//! - [`audit`] reconciles every live sale for Prometheus's gauges.
 //! - [`deadlines`] cancels CREATED orders not paid by their deadline and
 //!   gives their units back (every instance, rows shared by SKIP LOCKED).
 
@@ -14,6 +15,7 @@
 /// What `--help` says the service does.
 pub const ABOUT: &str = "The compensator: consumes seckill.orders.dlq in the seckill-compensator group and settles each dead-lettered order (FAILED in PostgreSQL, its unit restored in Redis at most once), runs the reservation sweeper (one across all instances) for orders whose record never reached the order service, and cancels orders not paid by their deadline, giving their units back. Health and metrics on metrics_addr.";
 
+pub mod audit;
 pub mod deadlines;
 pub mod job;
 pub mod settle;
@@ -55,6 +57,7 @@ impl Default for SweeperSettings {
 pub struct Settings {
     pub sweeper: SweeperSettings,
     pub deadlines: deadlines::DeadlineSettings,
+    pub audit: audit::AuditSettings,
     #[serde(flatten)]
     pub service: ServiceSettings,
     #[serde(flatten)]
@@ -66,7 +69,7 @@ impl Default for Settings {
         let mut servers = Servers::default();
         // One record at a time, and the sweeper: few connections suffice.
         servers.database.max_connections = 4;
-        Self { sweeper: SweeperSettings::default(), deadlines: Default::default(), service: ServiceSettings::listening_on("127.0.0.1:9102"), servers }
+        Self { sweeper: SweeperSettings::default(), deadlines: Default::default(), audit: Default::default(), service: ServiceSettings::listening_on("127.0.0.1:9102"), servers }
     }
 }
 
@@ -91,7 +94,11 @@ impl Hosted for Settings {
             background.spawn("reservation sweeper", sweeper.run(background.shutdown().clone()));
         }
         if settings.deadlines.enabled {
+            let (settings, connections) = (settings.clone(), connections.clone());
             background.spawn("payment deadlines", deadlines::run(settings, connections, background.shutdown().clone()));
+        }
+        if settings.audit.enabled {
+            background.spawn("audit", audit::run(settings, connections, background.shutdown().clone()));
         }
         Ok(())
     }

@@ -39,6 +39,7 @@ use seckill_shared::kafka;
 use seckill_shared::lock::{LockClient, LockGuard};
 use crate::settle::SettleError;
 use seckill_shared::shutdown::Background;
+use seckill_shared::stock::SweepMark;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,13 +115,30 @@ impl Sweeper {
     }
 
     /// Sweeps while the lock is held. Returns `true` on shutdown.
+    /// Records the sweep for the dashboard (best effort).
+    async fn mark(&self, guard: &LockGuard, report: &SweepReport) {
+        let mark = SweepMark {
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            failed: report.failed as u64,
+            created: report.created as u64,
+            holder: guard.holder().to_owned(),
+        };
+        if let Err(error) = self.deps.stock.record_sweep(&mark).await {
+            tracing::debug!(%error, "sweep not recorded");
+        }
+    }
+
     async fn lead(&self, guard: &LockGuard, shutdown: &CancellationToken, interval: Duration) -> bool {
         let lost = guard.lost();
         let fence = Fence { lock: &self.lock_name, token: guard.fence(), holder: guard.holder() };
         loop {
             match self.sweep_once(fence).await {
-                Ok(report) if report != SweepReport::default() => tracing::info!(?report, "sweep settled reservations"),
-                Ok(_) => {}
+                Ok(report) => {
+                    if report != SweepReport::default() {
+                        tracing::info!(?report, "sweep settled reservations");
+                    }
+                    self.mark(guard, &report).await;
+                }
                 Err(error) if matches!(error.downcast_ref(), Some(SettleError::StaleFence { .. })) => {
                     // A newer holder wrote: this one must not lead. Giving
                     // the lock up lets whoever competes next (this instance

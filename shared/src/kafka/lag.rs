@@ -58,6 +58,8 @@ pub struct Lag {
     pub total: i64,
     /// Per partition: high watermark minus committed offset.
     pub partitions: BTreeMap<i32, i64>,
+    /// Records ever written to the topic: the sum of its high watermarks.
+    pub written: i64,
 }
 
 /// Measures `group`'s lag on `topic` (blocking).
@@ -71,6 +73,7 @@ pub fn lag(settings: &KafkaSettings, group: &str, topic: &str) -> anyhow::Result
         let behind = (high - positions.get(&p).copied().unwrap_or(0)).max(0);
         lag.partitions.insert(p, behind);
         lag.total += behind;
+        lag.written += high;
     }
     Ok(lag)
 }

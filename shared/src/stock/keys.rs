@@ -90,6 +90,11 @@ impl KeyLayout {
         format!("{}seckill:{{sweeper}}:lock", self.prefix)
     }
 
+    /// The reservation sweeper's last sweep (for the dashboard).
+    pub(super) fn sweeper_last(&self) -> String {
+        format!("{}seckill:{{sweeper}}:last", self.prefix)
+    }
+
     /// The set of every warmed sale.
     pub(super) fn registry(&self) -> String {
         format!("{}seckill:sales", self.prefix)

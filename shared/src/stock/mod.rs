@@ -16,7 +16,7 @@ pub use cancel::Cancelled;
 pub use compensate::{Compensation, Settlement};
 pub use deduct::Deduction;
 pub use keys::{KeyLayout, SaleKeys, SaleLock};
-pub use snapshot::SaleSnapshot;
+pub use snapshot::{SaleSnapshot, SweepMark};
 pub use status::OrderState;
 
 use crate::config::RedisSettings;

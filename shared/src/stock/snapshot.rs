@@ -122,3 +122,33 @@ impl Stock {
         Ok(count)
     }
 }
+
+/// The reservation sweeper's last sweep, as it recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweepMark {
+    /// When it ended (ms since the epoch, the sweeper's clock).
+    pub at_ms: i64,
+    /// Reservations it settled as FAILED.
+    pub failed: u64,
+    /// Reservations whose order turned out CREATED.
+    pub created: u64,
+    /// The lock holder that swept.
+    pub holder: String,
+}
+
+impl Stock {
+    /// Records the sweeper's last sweep (kept a day).
+    pub async fn record_sweep(&self, mark: &SweepMark) -> Result<(), RedisCallError> {
+        let mut conn = self.conn.clone();
+        let value = serde_json::to_string(mark).expect("a sweep mark serializes");
+        self.conn.bounded(conn.set_ex::<_, _, ()>(self.keys.sweeper_last(), value, 24 * 3600)).await
+    }
+
+    /// The sweeper's last sweep, if one was recorded.
+    pub async fn last_sweep(&self) -> Result<Option<SweepMark>, RedisCallError> {
+        let mut conn = self.conn.clone();
+        let value: Option<String> = self.conn.bounded(conn.get(self.keys.sweeper_last())).await?;
+        Ok(value.and_then(|v| serde_json::from_str(&v).ok()))
+    }
+}
