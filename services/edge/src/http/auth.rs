@@ -19,6 +19,15 @@ pub fn require_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiErr
     }
 }
 
+/// Admin routes a browser reads: the dashboard's session cookie, or the
+/// admin bearer token.
+pub fn require_admin_or_session(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if state.sessions.is_signed_in(headers) {
+        return Ok(());
+    }
+    require_admin(state, headers)
+}
+
 #[derive(serde::Deserialize)]
 struct Claims {
     sub: serde_json::Value,

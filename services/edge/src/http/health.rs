@@ -38,6 +38,13 @@ pub(super) async fn metrics() -> String {
     )
 )]
 pub(super) async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
+    let (status, why) = readiness(&state).await;
+    // For alerting on an edge that stays unready (k8s probes it every 2 s).
+    metrics::gauge!("seckill_edge_ready").set(if status == StatusCode::OK { 1.0 } else { 0.0 });
+    (status, why)
+}
+
+async fn readiness(state: &AppState) -> (StatusCode, String) {
     if let Err(error) = state.stock.connection().ping().await {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("redis unreachable: {error}"));
     }

@@ -7,10 +7,12 @@ mod admin;
 mod auth;
 mod body;
 mod cors;
+mod dashboard;
 mod error;
 mod health;
 mod lifecycle;
 mod observe;
+mod session;
 pub mod openapi;
 mod order;
 
@@ -55,6 +57,10 @@ pub struct Shared {
     pub locks: LockClient,
     /// The key user JWTs are checked with; `None`: user auth is off.
     pub user_key: Option<jsonwebtoken::DecodingKey>,
+    /// The dashboard's browser sessions.
+    pub sessions: session::Sessions,
+    /// The dashboard's figures.
+    pub dashboard: Arc<crate::dashboard::Dashboard>,
 }
 
 impl AppState {
@@ -75,7 +81,10 @@ impl AppState {
         };
         let limits = Arc::new(RateLimits::new(&settings.rate_limit));
         background.spawn("limiter clean-up", forget_quiet_users(limits.clone(), background.shutdown().clone()));
+        let dashboard = crate::dashboard::Dashboard::new(stock.clone(), db.clone(), settings.servers.kafka.clone());
         Ok(Self(Arc::new(Shared {
+            sessions: session::Sessions::default(),
+            dashboard,
             sold_out: Arc::new(SoldOutFlags::new(Duration::from_millis(settings.sold_out_flag_ms))),
             locks: LockClient::new(stock.connection(), background.clone()),
             limits,
@@ -120,6 +129,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(api)
         .merge(admin::router().method_not_allowed_fallback(method_not_allowed))
+        .merge(dashboard::router().method_not_allowed_fallback(method_not_allowed))
         .merge(health::router().method_not_allowed_fallback(method_not_allowed))
         .merge(openapi::router())
         .fallback(|| async { ApiError::NotFound })

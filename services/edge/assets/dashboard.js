@@ -1,0 +1,142 @@
+// The live sale dashboard: figures arrive once a second as Server-Sent
+// Events ("figures") from this edge; nothing is fetched from elsewhere.
+"use strict";
+
+const OUTCOMES = [
+  ["QUEUED", "accepted", "#17803d"],
+  ["SOLD_OUT", "sold out", "#8a8f98"],
+  ["ALREADY_PURCHASED", "already purchased", "#b7791f"],
+  ["RATE_LIMITED", "rate limited", "#6b46c1"],
+  ["TRY_AGAIN", "try again", "#b42318"],
+];
+const HISTORY = 60;
+const history = [];
+
+const text = (selector, value) => {
+  const element = document.querySelector(`[data-testid="${selector}"]`);
+  if (element) element.textContent = value;
+};
+const number = (value) => (typeof value === "number" ? Math.round(value).toLocaleString("en") : "–");
+const failed = (part) => part && typeof part === "object" && "error" in part;
+
+function showEdge(edge) {
+  const rates = edge.ratePerSecond || {};
+  for (const [code] of OUTCOMES) text(`rate-${code}`, number(rates[code] || 0));
+  const ms = (v) => (typeof v === "number" ? `${v.toFixed(1)} ms` : "–");
+  text("latency", `${ms(edge.p50Ms)} / ${ms(edge.p99Ms)}`);
+  history.push(OUTCOMES.map(([code]) => rates[code] || 0));
+  if (history.length > HISTORY) history.shift();
+  drawChart();
+}
+
+function drawChart() {
+  const canvas = document.getElementById("chart");
+  const context = canvas.getContext("2d");
+  const { width, height } = canvas;
+  context.clearRect(0, 0, width, height);
+  const top = Math.max(1, ...history.flat());
+  context.strokeStyle = "#d0d5db";
+  context.strokeRect(0, 0, width, height);
+  context.fillStyle = "#56606b";
+  context.font = "11px system-ui";
+  context.fillText(`${number(top)} /s`, 4, 12);
+  OUTCOMES.forEach(([, , colour], series) => {
+    context.strokeStyle = colour;
+    context.lineWidth = 2;
+    context.beginPath();
+    // The newest second at the right edge; older ones move left.
+    history.forEach((point, i) => {
+      const x = width - ((history.length - 1 - i) / (HISTORY - 1)) * width;
+      const y = height - (point[series] / top) * (height - 16);
+      if (i === 0) context.moveTo(x, y); else context.lineTo(x, y);
+    });
+    context.stroke();
+  });
+}
+
+function showPipeline(figures) {
+  const pipeline = figures.pipeline || {};
+  if (failed(pipeline)) {
+    text("order-lag", pipeline.error);
+  } else {
+    text("order-lag", number(pipeline.orderLag));
+    text("compensator-lag", number(pipeline.compensatorLag));
+    text("dead-letters", number(pipeline.deadLetters));
+  }
+  text("parked", failed(figures.parked) ? figures.parked.error : number(figures.parked));
+  const sweep = figures.sweeper;
+  if (failed(sweep)) text("sweeper", sweep.error);
+  else if (!sweep) text("sweeper", "none recorded");
+  else {
+    const age = Math.max(0, (figures.atMs - sweep.atMs) / 1000);
+    text("sweeper", `${age.toFixed(0)} s ago (failed ${sweep.failed}, created ${sweep.created})`);
+  }
+}
+
+function saleCard(sale) {
+  const id = `${sale.activityId}-${sale.skuId}`;
+  let card = document.getElementById(`sale-${id}`);
+  if (!card) {
+    card = document.createElement("article");
+    card.className = "sale";
+    card.id = `sale-${id}`;
+    card.innerHTML = `<h2></h2><table class="figures"></table><p class="verdict"></p><ul class="violations"></ul>`;
+    document.getElementById("sales").appendChild(card);
+  }
+  card.querySelector("h2").textContent = `sale ${sale.activityId}:${sale.skuId} (round ${sale.round})`;
+  const rows = [
+    ["total stock", sale.totalStock, "total"],
+    ["remaining in Redis", sale.redisRemaining, "redis-remaining"],
+    ["remaining in PostgreSQL", sale.dbRemaining, "db-remaining"],
+    ["orders created", sale.ordersCreated, "created"],
+    ["orders paid", sale.ordersPaid, "paid"],
+    ["orders cancelled", sale.ordersCancelled, "cancelled"],
+    ["orders failed", sale.ordersFailed, "failed"],
+    ["in flight", sale.ordersInFlight, "in-flight"],
+    ["units compensated / written off", `${number(sale.compensated)} / ${number(sale.writtenOff)}`, "compensated"],
+    ["records parked", sale.parked, "sale-parked"],
+  ];
+  const table = card.querySelector("table");
+  table.replaceChildren(...rows.map(([label, value, key]) => {
+    const row = document.createElement("tr");
+    const th = document.createElement("th");
+    const td = document.createElement("td");
+    th.textContent = label;
+    td.textContent = typeof value === "number" ? number(value) : value;
+    td.dataset.testid = `${key}-${id}`;
+    row.append(th, td);
+    return row;
+  }));
+  // Reads taken while orders move (Redis, then PostgreSQL) can disagree for
+  // an instant: with orders in flight a disagreement is "settling"; the
+  // verdict that counts is the one with nothing in flight.
+  const settling = !sale.consistent && sale.ordersInFlight > 0;
+  const verdict = card.querySelector(".verdict");
+  verdict.textContent = sale.consistent ? "consistent" : settling ? `settling (${number(sale.ordersInFlight)} in flight)` : "NOT consistent";
+  verdict.className = `verdict ${sale.consistent ? "ok" : settling ? "settling" : "bad"}`;
+  verdict.dataset.testid = `verdict-${id}`;
+  card.querySelector(".violations").replaceChildren(...(sale.violations || []).map((v) => {
+    const item = document.createElement("li");
+    item.textContent = v;
+    return item;
+  }));
+}
+
+function show(figures) {
+  showEdge(figures.edge || {});
+  showPipeline(figures);
+  if (failed(figures.sales)) text("sales", figures.sales.error);
+  else (figures.sales || []).forEach(saleCard);
+  text("status", `updated ${new Date(figures.atMs).toLocaleTimeString("en-GB")}`);
+}
+
+document.getElementById("legend").replaceChildren(...OUTCOMES.map(([, label, colour]) => {
+  const span = document.createElement("span");
+  span.textContent = `■ ${label}`;
+  span.style.color = colour;
+  return span;
+}));
+
+const source = new EventSource("/admin/dashboard/events");
+source.addEventListener("figures", (event) => show(JSON.parse(event.data)));
+source.onerror = () => text("status", "reconnecting…");

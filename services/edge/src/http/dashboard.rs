@@ -1,0 +1,110 @@
+//! The operators' live sale dashboard: `GET /admin/dashboard` (the page, or
+//! its sign-in form), `POST /admin/login` (field `token`: the admin token,
+//! exchanged for a session cookie) and `/admin/logout`, and behind them
+//! the figures as JSON (`/admin/dashboard/snapshot`) and as Server-Sent
+//! Events once a second (`/admin/dashboard/events`), which take the
+//! session cookie or the admin bearer token. The page's script and style
+//! are embedded in the binary: nothing is fetched from elsewhere.
+
+use super::{auth, ApiError, AppState};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, LOCATION, SET_COOKIE, X_CONTENT_TYPE_OPTIONS};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Form, Json, Router};
+use std::convert::Infallible;
+
+const PAGE: &str = include_str!("../../assets/dashboard.html");
+const LOGIN: &str = include_str!("../../assets/login.html");
+const SCRIPT: &str = include_str!("../../assets/dashboard.js");
+const STYLE: &str = include_str!("../../assets/dashboard.css");
+
+/// Dashboard routes.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin/dashboard", get(page))
+        .route("/admin/dashboard/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .route("/admin/dashboard/app.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+        .route("/admin/dashboard/snapshot", get(snapshot))
+        .route("/admin/dashboard/events", get(events))
+        .route("/admin/login", post(login).layer(DefaultBodyLimit::max(4096)))
+        .route("/admin/logout", post(logout))
+}
+
+/// The page's own origin only; no framing.
+const POLICY: &str = "default-src 'self'; frame-ancestors 'none'; form-action 'self'";
+
+fn html(status: StatusCode, body: String) -> Response {
+    let headers = [
+        (CONTENT_TYPE, "text/html; charset=utf-8"),
+        (CONTENT_SECURITY_POLICY, POLICY),
+        (CACHE_CONTROL, "no-store"),
+        (X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ];
+    (status, headers, body).into_response()
+}
+
+fn asset(kind: &'static str, body: &'static str) -> Response {
+    ([(CONTENT_TYPE, kind), (X_CONTENT_TYPE_OPTIONS, "nosniff"), (CACHE_CONTROL, "no-cache")], body).into_response()
+}
+
+fn login_page(status: StatusCode, message: &str) -> Response {
+    html(status, LOGIN.replace("<!--message-->", message))
+}
+
+/// The dashboard, or the sign-in form when the browser has no session.
+async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if auth::require_admin_or_session(&state, &headers).is_ok() {
+        html(StatusCode::OK, PAGE.to_owned())
+    } else {
+        login_page(StatusCode::OK, "")
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+/// Exchanges the admin token for a session cookie, then back to the page.
+async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Result<Response, ApiError> {
+    // Guessing tokens costs what any request costs.
+    state.limits.check_global().map_err(ApiError::RateLimited)?;
+    let mut bearer = HeaderMap::new();
+    let value = format!("Bearer {}", form.token);
+    if let Ok(value) = value.parse() {
+        bearer.insert(axum::http::header::AUTHORIZATION, value);
+    }
+    if let Err(refused) = auth::require_admin(&state, &bearer) {
+        return Ok(login_page(StatusCode::UNAUTHORIZED, &format!("<p class=\"error\">{refused}</p>")));
+    }
+    let cookie = state.sessions.open();
+    Ok((StatusCode::SEE_OTHER, [(LOCATION, "/admin/dashboard".parse().expect("a path")), (SET_COOKIE, cookie)]).into_response())
+}
+
+/// Ends the session.
+async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let cookie = state.sessions.close(&headers);
+    (StatusCode::SEE_OTHER, [(LOCATION, "/admin/dashboard".parse().expect("a path")), (SET_COOKIE, cookie)]).into_response()
+}
+
+/// The latest figures as JSON.
+async fn snapshot(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<serde_json::Value>, ApiError> {
+    auth::require_admin_or_session(&state, &headers)?;
+    Ok(Json((*state.dashboard.current().await).clone()))
+}
+
+/// The figures as Server-Sent Events (`figures`), one set a second.
+async fn events(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    auth::require_admin_or_session(&state, &headers)?;
+    let receiver = state.dashboard.watch();
+    let stream = futures::stream::unfold(receiver, |mut receiver| async move {
+        receiver.changed().await.ok()?;
+        let figures = receiver.borrow_and_update().clone();
+        let event = Event::default().event("figures").json_data(&*figures).unwrap_or_else(|_| Event::default().comment("unserializable"));
+        Some((Ok::<_, Infallible>(event), receiver))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
+}

@@ -1,0 +1,95 @@
+//! Browser sessions for the dashboard: the admin token, posted once to
+//! `/admin/login`, buys a random session id kept in an HttpOnly,
+//! SameSite=Strict cookie scoped to `/admin` — the token itself never sits
+//! in the browser or in a URL. Sessions live in this edge's memory (a
+//! restart or another edge asks to sign in again), expire, and are few.
+
+use axum::http::header::COOKIE;
+use axum::http::{HeaderMap, HeaderValue};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The cookie's name.
+pub const COOKIE_NAME: &str = "seckill_admin";
+/// How long a session lasts.
+const LIFETIME: Duration = Duration::from_secs(12 * 3600);
+/// The most sessions kept; the oldest goes when a new one would exceed it.
+const MAX_SESSIONS: usize = 256;
+
+/// The sessions of this edge.
+#[derive(Default)]
+pub struct Sessions {
+    live: Mutex<HashMap<String, Instant>>,
+}
+
+impl Sessions {
+    /// Opens a session; returns the `Set-Cookie` value that carries it.
+    pub fn open(&self) -> HeaderValue {
+        let id = format!("{:032x}{:032x}", rand::random::<u128>(), rand::random::<u128>());
+        let mut live = self.live.lock().expect("sessions lock");
+        let now = Instant::now();
+        live.retain(|_, expires| *expires > now);
+        if live.len() >= MAX_SESSIONS {
+            if let Some(oldest) = live.iter().min_by_key(|(_, expires)| **expires).map(|(id, _)| id.clone()) {
+                live.remove(&oldest);
+            }
+        }
+        live.insert(id.clone(), now + LIFETIME);
+        cookie(&id, LIFETIME.as_secs())
+    }
+
+    /// Whether the request carries a live session.
+    pub fn is_signed_in(&self, headers: &HeaderMap) -> bool {
+        let Some(id) = session_id(headers) else { return false };
+        self.live.lock().expect("sessions lock").get(id).is_some_and(|expires| *expires > Instant::now())
+    }
+
+    /// Ends the request's session; returns the `Set-Cookie` value that
+    /// clears the cookie.
+    pub fn close(&self, headers: &HeaderMap) -> HeaderValue {
+        if let Some(id) = session_id(headers) {
+            self.live.lock().expect("sessions lock").remove(id);
+        }
+        cookie("", 0)
+    }
+}
+
+fn cookie(id: &str, max_age: u64) -> HeaderValue {
+    HeaderValue::from_str(&format!("{COOKIE_NAME}={id}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age}"))
+        .expect("a cookie of hex digits")
+}
+
+fn session_id(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE_NAME)
+        .map(|(_, id)| id)
+        .filter(|id| !id.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_opens_is_recognised_and_closes() {
+        let sessions = Sessions::default();
+        let set = sessions.open();
+        let set = set.to_str().unwrap();
+        assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && set.contains("Path=/admin"), "{set}");
+        let id = set.split(';').next().unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(COOKIE, HeaderValue::from_str(&format!("other=1; {id}")).unwrap());
+        assert!(sessions.is_signed_in(&headers));
+        let mut forged = HeaderMap::new();
+        forged.insert(COOKIE, HeaderValue::from_static("seckill_admin=00"));
+        assert!(!sessions.is_signed_in(&forged));
+        assert!(sessions.close(&headers).to_str().unwrap().contains("Max-Age=0"));
+        assert!(!sessions.is_signed_in(&headers));
+    }
+}
