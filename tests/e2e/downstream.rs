@@ -206,6 +206,38 @@ async fn the_relay_waits_for_postgres_and_prunes_what_it_sent() {
     assert_eq!((report.events, report.events_pending), (10, 0), "pruned events still counted");
 }
 
+/// An outbox row that cannot be an event (written by hand, or by a tool
+/// that inserted orders with ids of its own) is parked, and the events
+/// behind it still flow: one bad row never stops the relay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_row_that_is_no_event_is_parked_and_the_rest_flow() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    sqlx::query(
+        "INSERT INTO order_events (event_id, order_id, activity_id, sku_id, round, user_id, type)
+         VALUES ('pgb-1-1:CREATED', 'pgb-1-1', $1, $2, 1, 1, 'CREATED')",
+    )
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .execute(&env.db)
+    .await
+    .unwrap();
+    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections()).expect("a relay");
+    let worker = env.order_worker().await;
+    env.produce_orders(sale, 1..4).await;
+    while env.count_orders(sale, "CREATED").await < 3 {
+        worker.try_execute_batch(Duration::from_secs(1)).await.expect("a turn");
+    }
+    let mut leadership = relay.lead().await.expect("the database").expect("the relay's lock");
+    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn past the bad row"), 4, "three sent, one parked");
+    assert_eq!(env.read_topic(&env.topics().events, 3, Duration::from_secs(10)).await.len(), 3);
+    let parked: Vec<(String, String)> = sqlx::query_as("SELECT order_id, reason FROM parked_records").fetch_all(&env.db).await.unwrap();
+    assert_eq!(parked, [("pgb-1-1".to_owned(), "BAD_OUTBOX_ROW".to_owned())]);
+    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    assert_eq!((report.events_pending, report.parked), (0, 1), "the operator is told: {:?}", report.violations);
+}
+
 /// Keys land on the partitions Java's default partitioner picks
 /// (`toPositive(murmur2(key)) % partitions`; the expected values were
 /// computed with Kafka's murmur2, checked against its own test vectors).

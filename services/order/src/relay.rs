@@ -157,7 +157,8 @@ impl Relay {
     }
 
     /// One turn: sends the oldest unrelayed events, waits for every
-    /// delivery, marks them. Returns how many were sent.
+    /// delivery, marks them (a row that is no event is parked and marked
+    /// with them). Returns how many rows it dealt with.
     pub async fn relay_once(&self, leadership: &mut Leadership) -> Result<usize, RelayError> {
         let rows = sqlx::query(
             "SELECT id, event_id, type, order_id, activity_id, sku_id, round, user_id, reason, occurred_at,
@@ -174,9 +175,17 @@ impl Relay {
         let mut outgoing = Vec::with_capacity(rows.len());
         for row in &rows {
             ids.push(row.get::<i64, _>("id"));
-            let event = event_of(row)?;
+            let event = match event_of(row).and_then(|e| serde_json::to_vec(&e).map(|json| (e, json)).map_err(|e| RelayError::BadRow(e.to_string()))) {
+                Ok(event) => event,
+                Err(error) => {
+                    // One bad row must not stop every event behind it: it
+                    // is parked for an operator and marked with the rest.
+                    self.park(leadership, row, &error).await?;
+                    continue;
+                }
+            };
             let trace = (row.get::<Option<String>, _>("request_id"), row.get::<Option<String>, _>("traceparent"));
-            outgoing.push((event.user_id.to_string(), serde_json::to_vec(&event).map_err(|e| RelayError::BadRow(e.to_string()))?, trace));
+            outgoing.push((event.0.user_id.to_string(), event.1, trace));
         }
         let topic = &self.deps.topics.events;
         let queue_timeout = Timeout::After(Duration::from_millis(self.settings.servers.kafka.message_timeout_ms));
@@ -192,8 +201,39 @@ impl Relay {
             .bind(&ids)
             .execute(&mut *leadership.conn)
             .await?;
-        metrics::counter!("seckill_events_relayed_total").increment(ids.len() as u64);
+        metrics::counter!("seckill_events_relayed_total").increment(outgoing.len() as u64);
         Ok(ids.len())
+    }
+
+    /// Parks an outbox row that cannot be an event (`BAD_OUTBOX_ROW`; its
+    /// outbox id as the offset, partition -1).
+    async fn park(&self, leadership: &mut Leadership, row: &sqlx::postgres::PgRow, error: &RelayError) -> Result<(), sqlx::Error> {
+        let id: i64 = row.get("id");
+        let order_id: String = row.get("order_id");
+        let payload = serde_json::json!({
+            "eventId": row.get::<String, _>("event_id"),
+            "type": row.get::<String, _>("type"),
+            "orderId": &order_id,
+            "userId": row.get::<i64, _>("user_id"),
+        });
+        sqlx::query(
+            r#"INSERT INTO parked_records
+                 (topic, partition, "offset", payload, order_id, activity_id, sku_id, reason, error, attempts, parked_by)
+               VALUES ($1, -1, $2, $3, $4, $5, $6, 'BAD_OUTBOX_ROW', $7, 1, 'order-relay')
+               ON CONFLICT (topic, partition, "offset") DO NOTHING"#,
+        )
+        .bind(&self.deps.topics.events)
+        .bind(id)
+        .bind(payload.to_string().into_bytes())
+        .bind(&order_id)
+        .bind(row.get::<i64, _>("activity_id"))
+        .bind(row.get::<i64, _>("sku_id"))
+        .bind(error.to_string())
+        .execute(&mut *leadership.conn)
+        .await?;
+        metrics::counter!("seckill_parked_records_total", "by" => "order-relay").increment(1);
+        tracing::error!(outbox_id = id, order_id, %error, "outbox row parked: it is not an event");
+        Ok(())
     }
 
     /// Deletes events relayed more than the retention ago, keeping their
