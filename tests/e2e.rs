@@ -36,3 +36,5 @@ mod lifecycle;
 mod observability;
 #[path = "e2e/dashboard.rs"]
 mod dashboard;
+#[path = "e2e/batching.rs"]
+mod batching;

@@ -79,6 +79,10 @@ pub struct Settings {
     pub body_limit_bytes: usize,
     /// Lua script or lock.
     pub deduction: DeductionMode,
+    /// Most requests of one sale decided in one script call (adaptive: a
+    /// batch forms only while a call for the sale is in flight); 1 turns
+    /// batching off.
+    pub deduct_batch_max: usize,
     /// Lease and wait of the lock deduction.
     pub lock: LockSettings,
     /// Lease and wait of the warm-up lock.
@@ -130,6 +134,7 @@ impl Default for Settings {
             user_jwt_secret: None,
             body_limit_bytes: 4096,
             deduction: DeductionMode::Lua,
+            deduct_batch_max: 128,
             lock: LockSettings::default(),
             warmup_lock: LockSettings::warmup(),
             rate_limit: RateLimitSettings::default(),

@@ -41,16 +41,30 @@ impl Stock {
         nonce: &str,
         publish_deadline: Duration,
     ) -> Result<Deduction, RedisCallError> {
+        let mut answers = self.deduct_batch(sale, &[(user, nonce)], publish_deadline).await?;
+        answers.pop().ok_or(RedisCallError::Unexpected { script: "deduct.lua", answer: "no answer".into() })
+    }
+
+    /// The decisions of several requests of one sale in one script call,
+    /// each exactly as [`Stock::deduct`] would have decided it alone, in
+    /// the order given: one answer per request.
+    pub async fn deduct_batch(
+        &self,
+        sale: SaleKey,
+        requests: &[(UserId, &str)],
+        publish_deadline: Duration,
+    ) -> Result<Vec<Deduction>, RedisCallError> {
         let k = self.keys.sale(sale);
         let mut invocation = with_keys(&DEDUCT, &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.seq]);
-        invocation
-            .arg(user.get())
-            .arg(nonce)
-            .arg(sale.activity.get())
-            .arg(sale.sku.get())
-            .arg(publish_deadline.as_millis() as u64);
-        let answer: Vec<redis::Value> = self.conn.invoke(&invocation).await?;
-        parse_deduction(&answer)
+        invocation.arg(sale.activity.get()).arg(sale.sku.get()).arg(publish_deadline.as_millis() as u64);
+        for (user, nonce) in requests {
+            invocation.arg(user.get()).arg(*nonce);
+        }
+        let answers: Vec<Vec<redis::Value>> = self.conn.invoke(&invocation).await?;
+        if answers.len() != requests.len() {
+            return Err(RedisCallError::Unexpected { script: "deduct.lua", answer: format!("{} answers to {} requests", answers.len(), requests.len()) });
+        }
+        answers.iter().map(|answer| parse_deduction(answer)).collect()
     }
 
     /// The seed's deduction, for comparison: a per-sale lock around separate

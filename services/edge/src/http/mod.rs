@@ -61,6 +61,8 @@ pub struct Shared {
     pub sessions: session::Sessions,
     /// The dashboard's figures.
     pub dashboard: Arc<crate::dashboard::Dashboard>,
+    /// Deductions, batched per sale.
+    pub batcher: Arc<crate::batch::Batcher>,
 }
 
 impl AppState {
@@ -83,6 +85,7 @@ impl AppState {
         background.spawn("limiter clean-up", forget_quiet_users(limits.clone(), background.shutdown().clone()));
         let dashboard = crate::dashboard::Dashboard::new(stock.clone(), db.clone(), settings.servers.kafka.clone());
         Ok(Self(Arc::new(Shared {
+            batcher: crate::batch::Batcher::new(stock.clone(), settings.deduct_batch_max),
             sessions: session::Sessions::default(),
             dashboard,
             sold_out: Arc::new(SoldOutFlags::new(Duration::from_millis(settings.sold_out_flag_ms))),

@@ -170,16 +170,16 @@ async fn place_order_inner(
     let deadline = state.publisher.deadline();
     let started = Instant::now();
     let deduction = match state.settings.deduction {
-        DeductionMode::Lua => state.stock.deduct(sale, request.user, &nonce, deadline).await.map(Some),
+        DeductionMode::Lua => state.batcher.deduct(sale, request.user, nonce.clone(), deadline).await.map(Some).map_err(anyhow::Error::from),
         DeductionMode::Lock => {
             let (locks, lock) = (&state.locks, &state.settings.lock);
-            state.stock.deduct_with_lock(locks, lock, sale, request.user, &nonce, deadline).await
+            state.stock.deduct_with_lock(locks, lock, sale, request.user, &nonce, deadline).await.map_err(anyhow::Error::from)
         }
     };
     metrics::histogram!("seckill_edge_deduct_seconds").record(started.elapsed().as_secs_f64());
     // A Redis error may come after the script ran; then the reservation it
     // left is settled by the sweeper. Either way the client may try again.
-    let deduction = deduction.map_err(|e| ApiError::TryAgain(e.into()))?;
+    let deduction = deduction.map_err(ApiError::TryAgain)?;
     let (order_id, round, accepted_at) = match deduction {
         None => return Err(ApiError::TryAgain(anyhow::anyhow!("the sale's lock was not had within its wait"))),
         Some(Deduction::Accepted { order_id, round, accepted_at, .. }) => (order_id, round, accepted_at),

@@ -1,0 +1,71 @@
+//! Deductions batched per sale decide every request as a call of its own
+//! would: one order per user, never past the stock, answers in order.
+
+use seckill_e2e::http::Client;
+use seckill_e2e::TestEnv;
+use seckill_shared::domain::UserId;
+use seckill_shared::stock::Deduction;
+use std::collections::HashMap;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_script_call_decides_a_batch_as_single_calls_would() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 2).await;
+    let (one, two, three) = (UserId::new(1).unwrap(), UserId::new(2).unwrap(), UserId::new(3).unwrap());
+    let answers = env
+        .stock
+        .deduct_batch(sale, &[(one, "00000000000000a1"), (one, "00000000000000a2"), (two, "00000000000000b1"), (three, "00000000000000c1")], Duration::from_secs(5))
+        .await
+        .unwrap();
+    let Deduction::Accepted { order_id: first, stock_left: 1, .. } = &answers[0] else { panic!("{answers:?}") };
+    assert_eq!(answers[1], Deduction::AlreadyPurchased { order_id: Some(first.to_string()) }, "the same user later in the batch");
+    assert!(matches!(answers[2], Deduction::Accepted { stock_left: 0, .. }), "{answers:?}");
+    assert_eq!(answers[3], Deduction::SoldOut);
+    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    assert_eq!((snapshot.remaining, snapshot.queued, snapshot.buyers, snapshot.reservations), (0, 2, 2, 2));
+    let unknown = env.sale();
+    let none = env.stock.deduct_batch(unknown, &[(one, "00000000000000d1"), (two, "00000000000000d2")], Duration::from_secs(5)).await.unwrap();
+    assert_eq!(none, [Deduction::SaleNotFound, Deduction::SaleNotFound]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_through_the_batcher_buys_exactly_the_stock_once_per_user() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 100).await;
+    let mut settings = env.edge_settings();
+    settings.rate_limit.per_user_burst = 100;
+    let edge = env.spawn_edge(settings).await;
+    let client = Client::new(edge.url());
+    // 600 requests at once from 300 users, each twice.
+    let replies = futures::future::join_all((0..600).map(|i| {
+        let client = client.clone();
+        async move { (1 + i % 300, client.order(sale.activity.get(), sale.sku.get(), 1 + i % 300).await) }
+    }))
+    .await;
+    let mut accepted: HashMap<i64, String> = HashMap::new();
+    let mut codes: HashMap<String, usize> = HashMap::new();
+    for (user, reply) in &replies {
+        *codes.entry(format!("{} {}", reply.status.as_u16(), reply.code())).or_default() += 1;
+        if reply.status == 202 {
+            assert!(accepted.insert(*user, reply.json["orderId"].as_str().unwrap().to_owned()).is_none(), "user {user} accepted twice");
+        }
+    }
+    assert_eq!(accepted.len(), 100, "{codes:?}");
+    for (user, reply) in &replies {
+        if reply.code() == "ALREADY_PURCHASED" {
+            assert_eq!(reply.json["orderId"].as_str(), accepted.get(user).map(String::as_str), "the user's own order");
+        }
+    }
+    assert_eq!(env.redis_stock(sale).await, 0);
+    let metrics = client.get("/metrics").await.text;
+    let read = |name: &str| -> f64 {
+        metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+    };
+    let (calls, requests) = (read("seckill_edge_deduct_batch_size_count"), read("seckill_edge_deduct_batch_size_sum"));
+    eprintln!("600 requests at once: {requests} decided in {calls} script calls");
+    assert!(calls > 0.0 && requests > calls, "requests that waited went together: {requests} in {calls} calls");
+    edge.stop().await;
+}
