@@ -67,10 +67,10 @@ demo: infra-up build
 	PROFILE=$(PROFILE) infra/demo.sh
 
 # Benchmarks with their ceilings measured in the same run: BENCHMARKS.md.
-bench: infra-up build-deps
+bench: infra-up build-deps test-tools
 	command -v redis-benchmark >/dev/null && command -v pgbench >/dev/null
 	$(CARGO) build --release --workspace --bins --examples
-	infra/bench.py
+	.data/venv/bin/python infra/bench.py
 
 # Kills and stops every part under load; runs alone (it stops shared servers).
 chaos: infra-up build-deps

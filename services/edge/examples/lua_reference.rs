@@ -8,7 +8,12 @@
 //! to a topic of its own: the ceiling of the pipeline's first half on this
 //! machine, which tells the edge's own overhead apart from Kafka's.
 //!
-//! `cargo run --release --example lua_reference -- 127.0.0.1:8090 [--publish]`
+//! With `--seed` it runs the seed article's own four-command script instead
+//! (`seed_seckill.lua`; its stock key `{prefix}seed:stock:{a}:{s}` is set by
+//! the caller) and mints order ids from a counter: the minimal handler the
+//! edge's accepted path is measured against (`--seed --publish`).
+//!
+//! `cargo run --release --example lua_reference -- 127.0.0.1:8090 [--publish] [--seed]`
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -36,13 +41,42 @@ struct OrderRequest {
 struct Reference {
     stock: Stock,
     publisher: Option<Publisher>,
+    /// `--seed`: the seed's script and key prefix, and the order counter.
+    seed: Option<(std::sync::Arc<redis::Script>, String, std::sync::Arc<std::sync::atomic::AtomicU64>)>,
+}
+
+/// The seed's script, answered in the edge's terms.
+async fn seed_deduct(reference: &Reference, sale: SaleKey, user: UserId) -> Result<Deduction, String> {
+    let (script, prefix, counter) = reference.seed.as_ref().expect("seed mode");
+    let mut conn = reference.stock.connection();
+    let code: i64 = script
+        .key(format!("{prefix}seed:stock:{}:{}", sale.activity, sale.sku))
+        .key(format!("{prefix}seed:users:{}:{}", sale.activity, sale.sku))
+        .arg(user.get())
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(match code {
+        1 => {
+            let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let order_id = seckill_shared::domain::OrderId::parse(&format!("{}-{}-{n}-5eed", sale.activity, sale.sku)).map_err(|e| e.to_string())?;
+            Deduction::Accepted { order_id, round: 1, stock_left: 0, accepted_at: chrono::Utc::now().timestamp_millis() }
+        }
+        0 => Deduction::SoldOut,
+        2 => Deduction::AlreadyPurchased { order_id: None },
+        _ => Deduction::SaleNotFound,
+    })
 }
 
 async fn order(State(reference): State<Reference>, Json(request): Json<OrderRequest>) -> (StatusCode, Json<Value>) {
     let (Ok(sale), Ok(user)) = (SaleKey::from_raw(request.activity_id, request.sku_id), UserId::new(request.user_id)) else {
         return (StatusCode::BAD_REQUEST, Json(json!({"code": "INVALID_REQUEST"})));
     };
-    match reference.stock.deduct(sale, user, "ref00000", std::time::Duration::from_secs(10)).await {
+    let deduction = match reference.seed {
+        Some(_) => seed_deduct(&reference, sale, user).await,
+        None => reference.stock.deduct(sale, user, "ref00000", std::time::Duration::from_secs(10)).await.map_err(|e| e.to_string()),
+    };
+    match deduction {
         Ok(Deduction::Accepted { order_id, round, accepted_at, .. }) => {
             if let Some(publisher) = &reference.publisher {
                 let record = OrderRecord::new(order_id.clone(), sale, user, accepted_at).in_round(round);
@@ -81,8 +115,12 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let seed = args.iter().any(|a| a == "--seed").then(|| {
+        let script = std::sync::Arc::new(redis::Script::new(include_str!("seed_seckill.lua")));
+        (script, redis.key_prefix.clone(), std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)))
+    });
     let stock = Stock::connect(&redis).await?;
-    let app = Router::new().route("/api/seckill/order", post(order)).with_state(Reference { stock, publisher });
+    let app = Router::new().route("/api/seckill/order", post(order)).with_state(Reference { stock, publisher, seed });
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     axum::serve(listener, app).await?;
     Ok(())
