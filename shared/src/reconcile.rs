@@ -175,22 +175,13 @@ pub async fn reconcile(
             }
         }
     }
-    let (duplicate_users, orders_paid_late): (i64, i64) = sqlx::query_as(
+    // Users with two live orders, orders paid late, and the round's events
+    // (written, relayed or not, and pruned) and those not relayed yet.
+    let (duplicate_users, orders_paid_late, events, events_pending): (i64, i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) - count(DISTINCT user_id) FROM orders
                   WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')),
-                (SELECT count(DISTINCT order_id) FROM late_payments WHERE activity_id = $1 AND sku_id = $2 AND round = $3)",
-    )
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
-    .bind(row.round)
-    .fetch_one(pool)
-    .await
-    .map_err(&pg)?;
-    let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(&redis)?;
-    let cancelled_accepted = stock.count_known_orders(sale, &cancelled_ids).await.map_err(&redis)?;
-    let parked = crate::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
-    let (events, events_pending): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM order_events WHERE activity_id = $1 AND sku_id = $2 AND round = $3)
+                (SELECT count(DISTINCT order_id) FROM late_payments WHERE activity_id = $1 AND sku_id = $2 AND round = $3),
+                (SELECT count(*) FROM order_events WHERE activity_id = $1 AND sku_id = $2 AND round = $3)
               + (SELECT COALESCE(sum(count), 0)::bigint FROM order_events_pruned
                   WHERE activity_id = $1 AND sku_id = $2 AND round = $3),
                 (SELECT count(*) FROM order_events
@@ -202,6 +193,9 @@ pub async fn reconcile(
     .fetch_one(pool)
     .await
     .map_err(&pg)?;
+    let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(&redis)?;
+    let cancelled_accepted = stock.count_known_orders(sale, &cancelled_ids).await.map_err(&redis)?;
+    let parked = crate::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
 
     let (order_lag, compensator_lag) = match kafka_settings {
         Some(settings) => {
