@@ -142,7 +142,8 @@ pub async fn reconcile(
     // Per status and reason: how many, and (FAILED and CANCELLED) which
     // orders — each of those Redis had accepted must have had its unit
     // restored, written off or given back.
-    let by_status: Vec<(String, Option<String>, i64, Option<Vec<String>>, i64)> = sqlx::query_as(
+    type StatusRow = (String, Option<String>, i64, Option<Vec<String>>, i64);
+    let by_status: Vec<StatusRow> = sqlx::query_as(
         "SELECT status, reason, count(*), array_agg(order_id) FILTER (WHERE status IN ('FAILED', 'CANCELLED')),
                 count(*) FILTER (WHERE status = 'CANCELLED' AND unit_returned_at IS NULL)
            FROM orders

@@ -59,7 +59,7 @@ impl RateLimits {
     pub fn check(self: &Arc<Self>, user: UserId) -> Result<(), Duration> {
         self.check_global()?;
         let result = self.per_user.check_key(&user).map_err(|not_until| not_until.wait_time_from(self.clock.now()));
-        if self.checks.fetch_add(1, Ordering::Relaxed) % SIZE_CHECK_EVERY == 0 && self.tracked_users() > self.max_tracked_users
+        if self.checks.fetch_add(1, Ordering::Relaxed).is_multiple_of(SIZE_CHECK_EVERY) && self.tracked_users() > self.max_tracked_users
         {
             self.shrink_in_background();
         }
