@@ -164,10 +164,10 @@ async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Dura
         signal("-CONT", pid);
     }
     let promoted = Instant::now();
-    while sentinel_primary() == primary {
-        assert!(promoted.elapsed() < Duration::from_secs(60), "Sentinel did not promote the replica within 60 s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::eventually("Sentinel to promote the replica", Duration::from_secs(60), || async {
+        if sentinel_primary() != primary { Ok(()) } else { Err(format!(":{primary} is still the primary")) }
+    })
+    .await;
     eprintln!("chaos: Sentinel promoted :{} after {:?}", sentinel_primary(), promoted.elapsed());
     tokio::time::sleep(down).await;
     infra_async("up.sh", &["--cluster"]).await;
@@ -177,17 +177,17 @@ async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Dura
 /// the primary and done syncing: a failover then loses only what the
 /// replica had not been sent yet, never a resync in progress.
 pub async fn wait_redis_replicated() {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
+    crate::eventually("the Redis replica to be linked and synced", Duration::from_secs(90), || async {
         let replica = if sentinel_primary() == 6379 { 6380 } else { 6379 };
         let output = std::process::Command::new("redis-cli").args(["-p", &replica.to_string(), "info", "replication"]).output();
         let text = output.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
         if text.contains("role:slave") && text.contains("master_link_status:up") && text.contains("master_sync_in_progress:0") {
-            return;
+            Ok(())
+        } else {
+            Err(format!(":{replica}: {text}"))
         }
-        assert!(Instant::now() < deadline, "the Redis replica :{replica} did not sync within 90 s:\n{text}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    })
+    .await;
 }
 
 /// The port of the primary the Sentinels name now.
