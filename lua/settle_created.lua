@@ -27,7 +27,9 @@ for first = 1, n, CHUNK do
   local statuses = {}
   for j = 1, #ids do
     local value = old[j]
-    -- The first letter says the status: Q(UEUED), C(REATED), F(AILED).
+    -- The first letter says the status: Q(UEUED), F(AILED), or C for
+    -- CREATED and CANCELLED alike: an order already created (and perhaps
+    -- cancelled since, its unit given back) is left as it is.
     local letter = value and string.sub(value, 1, 1)
     if letter and letter ~= 'C' then
       if letter == 'Q' then

@@ -13,7 +13,8 @@
 use crate::config::KafkaSettings;
 use crate::domain::SaleKey;
 use crate::stock::{SaleSnapshot, Stock};
-use sqlx::PgPool;
+use sqlx::postgres::PgArguments;
+use sqlx::{Arguments, PgPool};
 use std::collections::BTreeMap;
 
 /// Every term of the invariant, and the verdict.
@@ -143,16 +144,14 @@ pub async fn reconcile(
     // orders — each of those Redis had accepted must have had its unit
     // restored, written off or given back.
     type StatusRow = (String, Option<String>, i64, Option<Vec<String>>, i64);
-    let by_status: Vec<StatusRow> = sqlx::query_as(
+    let by_status: Vec<StatusRow> = sqlx::query_as_with(
         "SELECT status, reason, count(*), array_agg(order_id) FILTER (WHERE status IN ('FAILED', 'CANCELLED')),
                 count(*) FILTER (WHERE status = 'CANCELLED' AND unit_returned_at IS NULL)
            FROM orders
           WHERE activity_id = $1 AND sku_id = $2 AND round = $3
           GROUP BY status, reason",
+        round_args(sale, row.round),
     )
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
-    .bind(row.round)
     .fetch_all(pool)
     .await
     .map_err(&pg)?;
@@ -178,7 +177,7 @@ pub async fn reconcile(
     }
     // Users with two live orders, orders paid late, and the round's events
     // (written, relayed or not, and pruned) and those not relayed yet.
-    let (duplicate_users, orders_paid_late, events, events_pending): (i64, i64, i64, i64) = sqlx::query_as(
+    let (duplicate_users, orders_paid_late, events, events_pending): (i64, i64, i64, i64) = sqlx::query_as_with(
         "SELECT (SELECT count(*) - count(DISTINCT user_id) FROM orders
                   WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')),
                 (SELECT count(DISTINCT order_id) FROM late_payments WHERE activity_id = $1 AND sku_id = $2 AND round = $3),
@@ -187,10 +186,8 @@ pub async fn reconcile(
                   WHERE activity_id = $1 AND sku_id = $2 AND round = $3),
                 (SELECT count(*) FROM order_events
                   WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND relayed_at IS NULL)",
+        round_args(sale, row.round),
     )
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
-    .bind(row.round)
     .fetch_one(pool)
     .await
     .map_err(&pg)?;
@@ -242,13 +239,11 @@ pub async fn reconcile(
     };
     if report.balance() != report.total_stock {
         // Explain the difference: which live orders Redis lost.
-        let created_ids: Vec<String> = sqlx::query_scalar(
+        let created_ids: Vec<String> = sqlx::query_scalar_with(
             "SELECT order_id FROM orders
               WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')",
+            round_args(sale, row.round),
         )
-        .bind(sale.activity.get())
-        .bind(sale.sku.get())
-        .bind(row.round)
         .fetch_all(pool)
         .await
         .map_err(&pg)?;
@@ -257,6 +252,17 @@ pub async fn reconcile(
     }
     report.judge(require_drained);
     Ok(report)
+}
+
+/// The parameters of a query over one sale round: `$1` activity, `$2`
+/// sku, `$3` round.
+fn round_args(sale: SaleKey, round: i32) -> PgArguments {
+    let mut args = PgArguments::default();
+    // Encoding an integer cannot fail.
+    let _ = args.add(sale.activity.get());
+    let _ = args.add(sale.sku.get());
+    let _ = args.add(round);
+    args
 }
 
 /// The most sales [`reconcile_live`] reports on.

@@ -8,10 +8,15 @@ use seckill_shared::domain::UserId;
 /// Refuses the request unless it carries `Authorization: Bearer <admin token>`.
 /// With no admin token configured, the admin API refuses everything.
 pub fn require_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    check_admin_token(state, bearer(headers).ok_or_else(|| ApiError::Unauthorized("missing bearer token".into()))?)
+}
+
+/// Whether `given` is the admin token (compared in constant time); with
+/// no admin token configured, nothing is.
+pub fn check_admin_token(state: &AppState, given: &str) -> Result<(), ApiError> {
     let Some(expected) = state.settings.admin_token.as_deref().filter(|t| !t.is_empty()) else {
         return Err(ApiError::Unauthorized("the admin API is disabled (SECKILL_ADMIN_TOKEN is not set)".into()));
     };
-    let given = bearer(headers).ok_or_else(|| ApiError::Unauthorized("missing bearer token".into()))?;
     if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
         Ok(())
     } else {

@@ -72,12 +72,7 @@ struct LoginForm {
 async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Result<Response, ApiError> {
     // Guessing tokens costs what any request costs.
     state.limits.check_global().map_err(ApiError::RateLimited)?;
-    let mut bearer = HeaderMap::new();
-    let value = format!("Bearer {}", form.token);
-    if let Ok(value) = value.parse() {
-        bearer.insert(axum::http::header::AUTHORIZATION, value);
-    }
-    if let Err(refused) = auth::require_admin(&state, &bearer) {
+    if let Err(refused) = auth::check_admin_token(&state, &form.token) {
         return Ok(login_page(StatusCode::UNAUTHORIZED, &format!("<p class=\"error\">{refused}</p>")));
     }
     let cookie = state.sessions.open();

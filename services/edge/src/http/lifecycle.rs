@@ -20,14 +20,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/seckill/order/{order_id}/cancel", post(cancel))
 }
 
-/// `{"userId": U}`: who asks.
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(super) struct OwnerBody {
-    user_id: i64,
-}
-
-impl FromJsonBody for OwnerBody {
+impl FromJsonBody for OrderOwnerBody {
     fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
         from_serde(bytes)
     }
@@ -38,7 +31,7 @@ const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The checks both routes make first: the token (when user auth is on)
 /// names the body's user, the per-user limit, a well-formed order id.
-fn admit(state: &AppState, headers: &HeaderMap, raw: &str, body: &OwnerBody) -> Result<(OrderId, UserId), ApiError> {
+fn admit(state: &AppState, headers: &HeaderMap, raw: &str, body: &OrderOwnerBody) -> Result<(OrderId, UserId), ApiError> {
     let user = UserId::new(body.user_id).map_err(ApiError::invalid)?;
     auth::require_user(state, headers, user)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
@@ -95,7 +88,7 @@ pub(super) async fn pay(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(raw): Path<String>,
-    JsonBody(body): JsonBody<OwnerBody>,
+    JsonBody(body): JsonBody<OrderOwnerBody>,
 ) -> Result<Json<Value>, ApiError> {
     let (order_id, user) = admit(&state, &headers, &raw, &body)?;
     let key = idempotency_key(&headers)?;
@@ -128,7 +121,7 @@ pub(super) async fn cancel(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(raw): Path<String>,
-    JsonBody(body): JsonBody<OwnerBody>,
+    JsonBody(body): JsonBody<OrderOwnerBody>,
 ) -> Result<Json<Value>, ApiError> {
     let (order_id, user) = admit(&state, &headers, &raw, &body)?;
     let view = lifecycle::cancel(&state.stock, &state.db, &order_id, user).await.map_err(refusal)?;

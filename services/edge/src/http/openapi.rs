@@ -104,11 +104,11 @@ pub struct OrderStatusBody {
     pub cancelled_at: Option<String>,
 }
 
-/// Who pays or cancels: the order's buyer.
+/// Who pays or cancels: the order's buyer (`{"userId": U}`, also the
+/// parsed body of those routes).
 #[derive(ToSchema, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(as = OrderOwner)]
-#[allow(dead_code)]
 pub struct OrderOwnerBody {
     #[schema(minimum = 1, format = Int64)]
     pub user_id: i64,

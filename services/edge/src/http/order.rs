@@ -170,7 +170,7 @@ async fn place_order_inner(
     let deadline = state.publisher.deadline();
     let started = Instant::now();
     let deduction = match state.settings.deduction {
-        DeductionMode::Lua => state.batcher.deduct(sale, request.user, nonce.clone(), deadline).await.map(Some).map_err(anyhow::Error::from),
+        DeductionMode::Lua => state.batcher.deduct(sale, request.user, nonce, deadline).await.map(Some).map_err(anyhow::Error::from),
         DeductionMode::Lock => {
             let (locks, lock) = (&state.locks, &state.settings.lock);
             state.stock.deduct_with_lock(locks, lock, sale, request.user, &nonce, deadline).await.map_err(anyhow::Error::from)
