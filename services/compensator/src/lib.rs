@@ -69,7 +69,13 @@ impl Default for Settings {
         let mut servers = Servers::default();
         // One record at a time, and the sweeper: few connections suffice.
         servers.database.max_connections = 4;
-        Self { sweeper: SweeperSettings::default(), deadlines: Default::default(), audit: Default::default(), service: ServiceSettings::listening_on("127.0.0.1:9102"), servers }
+        Self {
+            sweeper: SweeperSettings::default(),
+            deadlines: deadlines::DeadlineSettings::default(),
+            audit: audit::AuditSettings::default(),
+            service: ServiceSettings::listening_on("127.0.0.1:9102"),
+            servers,
+        }
     }
 }
 

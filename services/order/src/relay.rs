@@ -175,8 +175,8 @@ impl Relay {
         let mut outgoing = Vec::with_capacity(rows.len());
         for row in &rows {
             ids.push(row.get::<i64, _>("id"));
-            let event = match event_of(row).and_then(|e| serde_json::to_vec(&e).map(|json| (e, json)).map_err(|e| RelayError::BadRow(e.to_string()))) {
-                Ok(event) => event,
+            let (key, payload) = match event_of(row).and_then(|event| keyed(&event)) {
+                Ok(keyed) => keyed,
                 Err(error) => {
                     // One bad row must not stop every event behind it: it
                     // is parked for an operator and marked with the rest.
@@ -185,7 +185,7 @@ impl Relay {
                 }
             };
             let trace = (row.get::<Option<String>, _>("request_id"), row.get::<Option<String>, _>("traceparent"));
-            outgoing.push((event.0.user_id.to_string(), event.1, trace));
+            outgoing.push((key, payload, trace));
         }
         let topic = &self.deps.topics.events;
         let queue_timeout = Timeout::After(Duration::from_millis(self.settings.servers.kafka.message_timeout_ms));
@@ -259,6 +259,13 @@ impl Relay {
         .await?;
         Ok(pruned.unwrap_or(0) as u64)
     }
+}
+
+/// An event's record key (its user id: one user's events keep their order)
+/// and value.
+fn keyed(event: &OrderEvent) -> Result<(String, Vec<u8>), RelayError> {
+    let payload = serde_json::to_vec(event).map_err(|e| RelayError::BadRow(e.to_string()))?;
+    Ok((event.user_id.to_string(), payload))
 }
 
 /// An outbox row as the event it is.
