@@ -45,10 +45,17 @@ if (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
 end
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
 local deadline = now + tonumber(ARGV[3])
+-- One read of every buyer and one write per key for the whole batch: the
+-- batch's own purchases are kept in `bought`, so a user twice in it is seen.
+local users = {}
+for i = 1, n do users[i] = ARGV[2 + 2 * i] end
+local held = redis.call('HMGET', KEYS[3], unpack(users))
+local seq = tonumber(redis.call('GET', KEYS[6]) or '0')
+local bought, buyers, orders, reserved = {}, {}, {}, {}
 local accepted = 0
 for i = 1, n do
-  local user, nonce = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
-  local existing = redis.call('HGET', KEYS[3], user)
+  local user, nonce = users[i], ARGV[3 + 2 * i]
+  local existing = held[i] or bought[user]
   if existing then
     answers[i] = {-3, round, existing}
   elseif stock <= 0 then
@@ -56,15 +63,21 @@ for i = 1, n do
   else
     stock = stock - 1
     accepted = accepted + 1
-    local seq = redis.call('INCR', KEYS[6])
+    seq = seq + 1
     local order_id = ARGV[1] .. '-' .. ARGV[2] .. '-' .. seq .. '-' .. nonce
-    redis.call('HSET', KEYS[3], user, order_id)
-    redis.call('HSET', KEYS[4], order_id, 'QUEUED|' .. user .. '||' .. now)
-    redis.call('ZADD', KEYS[5], deadline, order_id)
+    bought[user] = order_id
+    local at = 2 * accepted
+    buyers[at - 1], buyers[at] = user, order_id
+    orders[at - 1], orders[at] = order_id, 'QUEUED|' .. user .. '||' .. now
+    reserved[at - 1], reserved[at] = deadline, order_id
     answers[i] = {1, round, order_id, stock, now}
   end
 end
 if accepted > 0 then
+  redis.call('HSET', KEYS[3], unpack(buyers))
+  redis.call('HSET', KEYS[4], unpack(orders))
+  redis.call('ZADD', KEYS[5], unpack(reserved))
+  redis.call('INCRBY', KEYS[6], accepted)
   -- DECRBY keeps the key's time to live.
   redis.call('DECRBY', KEYS[2], accepted)
   redis.call('HINCRBY', KEYS[1], 'queued', accepted)
