@@ -185,7 +185,8 @@ pub async fn reconcile(
               + (SELECT COALESCE(sum(count), 0)::bigint FROM order_events_pruned
                   WHERE activity_id = $1 AND sku_id = $2 AND round = $3),
                 (SELECT count(*) FROM order_events
-                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND relayed_at IS NULL)",
+                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3
+                    AND (xid, id) > (SELECT xid, id FROM order_events_relayed))",
         round_args(sale, row.round),
     )
     .fetch_one(pool)

@@ -156,7 +156,7 @@ async fn killed_mid_way_the_relay_loses_no_event() {
     child.kill9().await;
     let child = Child::start("seckill-order", &child_env);
     eventually("every event relayed", Duration::from_secs(120), || async {
-        let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM order_events WHERE relayed_at IS NULL")
+        let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM order_events WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)")
             .fetch_one(&env.db)
             .await
             .map_err(|e| e.to_string())?;
@@ -208,6 +208,38 @@ async fn the_relay_waits_for_postgres_and_prunes_what_it_sent() {
     assert_eq!(relay.prune(&mut leadership).await.expect("pruning"), 10);
     let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!((report.events, report.events_pending), (10, 0), "pruned events still counted");
+}
+
+/// The relay keeps a cursor, not a mark per row: an event whose
+/// transaction commits after a later one's must not fall behind it. The
+/// relay waits for the open transaction, then sends both, the older first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_whose_transaction_commits_late_is_not_skipped() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    // One user (one key, one partition: the topic keeps their order), in
+    // two rounds (one order per user per round).
+    let order = |round: i32| format!("{}-{}-{round}-000000000000000{round}", sale.activity.get(), sale.sku.get());
+    let insert = "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)
+                  VALUES ($1, $2, $3, $4, 7, 'CREATED', now())";
+    let write = |round: i32| sqlx::query(insert).bind(order(round)).bind(sale.activity.get()).bind(sale.sku.get()).bind(round);
+    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections()).expect("a relay");
+    let mut leadership = relay.lead().await.expect("the database").expect("the relay's lock");
+
+    let mut early = env.db.begin().await.unwrap();
+    write(1).execute(&mut *early).await.unwrap();
+    write(2).execute(&env.db).await.unwrap();
+    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn"), 0, "nothing passes a transaction still open");
+    early.commit().await.unwrap();
+    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn"), 2);
+    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn"), 0, "nothing sent twice");
+    let sent: Vec<String> = env.read_topic(&env.topics().events, 2, Duration::from_secs(10)).await.iter()
+        .map(|m| json(m)["orderId"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(sent, [order(1), order(2)], "the transaction that wrote first goes first");
+    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    assert_eq!((report.events, report.events_pending), (1, 0), "round 1's event, relayed");
 }
 
 /// An outbox row that cannot be an event (written by hand, or by a tool

@@ -1,14 +1,17 @@
 //! The outbox relay: publishes the `order_events` rows (written by trigger in
 //! the same transaction as each change of an order's status) to
-//! `seckill.order-events`, in id order, and marks them relayed.
+//! `seckill.order-events`, in the order of the transactions that wrote
+//! them, and moves its cursor past them (`order_events_relayed`; why a
+//! cursor and not a mark per row: migration `…04_outbox_relay_cursor.sql`).
 //!
 //! One relay runs at a time across the order services: it holds a
 //! PostgreSQL advisory lock on a connection of its own, and runs its
 //! queries on that connection, so a relay that lost its database lost its
-//! lock too. A turn takes the oldest unrelayed rows, sends them with the
-//! idempotent producer, waits for every delivery, and only then marks them:
-//! a relay killed in between sends them again, with the same `eventId`
-//! (consumers drop the second). PostgreSQL down delays events; Kafka down
+//! lock too. A turn takes the rows after the cursor that no running
+//! transaction can still precede, sends them with the idempotent producer,
+//! waits for every delivery, and only then moves the cursor: a relay killed
+//! in between sends them again, with the same `eventId` (consumers drop the
+//! second). PostgreSQL down delays events; Kafka down
 //! lets the outbox grow, and it drains when Kafka returns. Relayed rows are
 //! pruned after `retention_ms`, their counts kept per sale round for the
 //! reconciliation.
@@ -37,7 +40,8 @@ pub struct EventSettings {
     pub batch: i64,
     /// How long the relay waits when the outbox is empty.
     pub poll_ms: u64,
-    /// How long relayed events stay in the outbox before they are pruned.
+    /// How long events stay in the outbox once they happened (and were
+    /// relayed) before they are pruned.
     pub retention_ms: u64,
     /// How often pruning runs.
     pub prune_every_ms: u64,
@@ -148,7 +152,7 @@ impl Relay {
                 }
             }
             tokio::select! {
-                // Between turns only: a turn's events are marked or not at all.
+                // Between turns only: a turn's events are passed or not at all.
                 _ = shutdown.cancelled() => return true,
                 // Next turn.
                 _ = tokio::time::sleep(wait) => {}
@@ -156,14 +160,17 @@ impl Relay {
         }
     }
 
-    /// One turn: sends the oldest unrelayed events, waits for every
-    /// delivery, marks them (a row that is no event is parked and marked
-    /// with them). Returns how many rows it dealt with.
+    /// One turn: sends the next events after the cursor, waits for every
+    /// delivery, moves the cursor past them (a row that is no event is
+    /// parked and passed with them). Returns how many rows it dealt with.
     pub async fn relay_once(&self, leadership: &mut Leadership) -> Result<usize, RelayError> {
         let rows = sqlx::query(
             "SELECT id, event_id, type, order_id, activity_id, sku_id, round, user_id, reason, occurred_at,
                     request_id, traceparent
-               FROM order_events WHERE relayed_at IS NULL ORDER BY id LIMIT $1",
+               FROM order_events
+              WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)
+                AND xid < pg_snapshot_xmin(pg_current_snapshot())
+              ORDER BY xid, id LIMIT $1",
         )
         .bind(self.settings.events.batch)
         .fetch_all(&mut *leadership.conn)
@@ -171,10 +178,8 @@ impl Relay {
         if rows.is_empty() {
             return Ok(0);
         }
-        let mut ids = Vec::with_capacity(rows.len());
         let mut outgoing = Vec::with_capacity(rows.len());
         for row in &rows {
-            ids.push(row.get::<i64, _>("id"));
             let (key, payload) = match event_of(row).and_then(|event| keyed(&event)) {
                 Ok(keyed) => keyed,
                 Err(error) => {
@@ -197,12 +202,13 @@ impl Relay {
             delivery.map_err(|(error, _)| error)?;
         }
         // Only now: a relay killed before this line sends them again.
-        sqlx::query("UPDATE order_events SET relayed_at = now() WHERE id = ANY($1)")
-            .bind(&ids)
+        let last: i64 = rows.last().map(|row| row.get("id")).unwrap_or_default();
+        sqlx::query("UPDATE order_events_relayed c SET xid = e.xid, id = e.id FROM order_events e WHERE e.id = $1")
+            .bind(last)
             .execute(&mut *leadership.conn)
             .await?;
         metrics::counter!("seckill_events_relayed_total").increment(outgoing.len() as u64);
-        Ok(ids.len())
+        Ok(rows.len())
     }
 
     /// Parks an outbox row that cannot be an event (`BAD_OUTBOX_ROW`; its
@@ -236,14 +242,15 @@ impl Relay {
         Ok(())
     }
 
-    /// Deletes events relayed more than the retention ago, keeping their
-    /// counts per sale round and type.
+    /// Deletes relayed events that happened more than the retention ago,
+    /// keeping their counts per sale round and type.
     pub async fn prune(&self, leadership: &mut Leadership) -> Result<u64, sqlx::Error> {
         let retention_secs = self.settings.events.retention_ms as f64 / 1000.0;
         let pruned: Option<i64> = sqlx::query_scalar(
             "WITH gone AS (
                 DELETE FROM order_events
-                 WHERE relayed_at < now() - make_interval(secs => $1)
+                 WHERE occurred_at < now() - make_interval(secs => $1)
+                   AND (xid, id) <= (SELECT xid, id FROM order_events_relayed)
              RETURNING activity_id, sku_id, round, type
              ), counted AS (
                 INSERT INTO order_events_pruned (activity_id, sku_id, round, type, count)
