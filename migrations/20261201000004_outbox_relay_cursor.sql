@@ -14,6 +14,9 @@
 -- one, so one order's events still leave in the order they happened.
 -- A transaction left open (idle in transaction) holds relaying back, not
 -- writing, until it ends.
+-- A relay of the previous version (one that marks rows) fails on the
+-- dropped column and sends nothing more: upgrade the order services, and
+-- the new relay takes over where the marks ended.
 
 ALTER TABLE order_events ADD COLUMN IF NOT EXISTS xid xid8 NOT NULL DEFAULT pg_current_xact_id();
 

@@ -113,9 +113,11 @@ impl Relay {
     /// Takes the relay's lock when it is free.
     pub async fn lead(&self) -> Result<Option<Leadership>, sqlx::Error> {
         let mut conn = self.deps.db.acquire().await?;
-        let key = format!("relay {}", self.deps.topics.events);
+        // One cursor per database, so one relay per database whatever the
+        // topic prefix: the outbox is the database's.
+        let key = "seckill order_events relay";
         let locked: bool =
-            sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext($1))").bind(&key).fetch_one(&mut *conn).await?;
+            sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext($1))").bind(key).fetch_one(&mut *conn).await?;
         Ok(locked.then_some(Leadership { conn }))
     }
 
