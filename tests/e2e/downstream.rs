@@ -76,6 +76,13 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
     for user in 1..=2 {
         assert_eq!(client.order(sale.activity.get(), sale.sku.get(), user).await.status, 202);
     }
+    // The edge's two orders written first: a record beyond the stock read
+    // before them (another partition, another consumer) would take a unit.
+    eventually("the edge's orders written", Duration::from_secs(60), || async {
+        let created = env.count_orders(sale, "CREATED").await;
+        if created == 2 { Ok(()) } else { Err(format!("{created} written")) }
+    })
+    .await;
     // Two dead letters: an undecodable record, and an order beyond the
     // database's stock.
     let topics = env.topics();
