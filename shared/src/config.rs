@@ -57,6 +57,13 @@ pub struct KafkaSettings {
     pub linger_ms: u64,
     /// Consumer session timeout: how fast a dead member's partitions move.
     pub session_timeout_ms: u64,
+    /// A consumer's fetch is answered once this much is waiting (or after
+    /// 50 ms). Under a steady stream a fetch per few records cost the broker
+    /// and the order service more CPU than the records themselves: at 64 KiB,
+    /// a sale consumed while it sells spent 140–150 µs of the machine per
+    /// order instead of 200–220, and the edge's throughput rose by a third.
+    /// A lone record waits at most the 50 ms.
+    pub fetch_min_bytes: u32,
     /// Bound on metadata, watermark, offset and topic-creation calls.
     pub admin_timeout_ms: u64,
 }
@@ -73,6 +80,7 @@ impl Default for KafkaSettings {
             message_timeout_ms: 5_000,
             linger_ms: 1,
             session_timeout_ms: 10_000,
+            fetch_min_bytes: 65_536,
             admin_timeout_ms: 10_000,
         }
     }

@@ -92,7 +92,8 @@ pub fn consumer_config(settings: &KafkaSettings, group: &str) -> ClientConfig {
         .set("heartbeat.interval.ms", (settings.session_timeout_ms / 3).max(500).to_string())
         .set("max.poll.interval.ms", "300000")
         .set("reconnect.backoff.max.ms", "1000")
-        .set("fetch.wait.max.ms", "50");
+        .set("fetch.wait.max.ms", "50")
+        .set("fetch.min.bytes", settings.fetch_min_bytes.max(1).to_string());
     config
 }
 
