@@ -131,12 +131,7 @@ impl Relay {
             let wait = match self.relay_once(leadership).await {
                 Ok(sent) => {
                     failures = 0;
-                    // A full turn may have left more behind; a partial one
-                    // caught up: the next waits, so that under a steady
-                    // stream turns stay large (each costs a query, a
-                    // produce round trip and a cursor update, whatever its
-                    // size) and events wait at most `poll_ms` more.
-                    if sent as i64 >= self.settings.events.batch { Duration::ZERO } else { poll }
+                    if sent > 0 { Duration::ZERO } else { poll }
                 }
                 Err(RelayError::Db(error)) => {
                     // The lock lives on this connection: assume it is gone.
