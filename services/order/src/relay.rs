@@ -168,7 +168,7 @@ impl Relay {
     pub async fn relay_once(&self, leadership: &mut Leadership) -> Result<usize, RelayError> {
         let rows = sqlx::query(
             "SELECT id, event_id, type, order_id, activity_id, sku_id, round, user_id, reason, occurred_at,
-                    request_id, traceparent
+                    request_id, traceparent, xid::text AS xid
                FROM order_events
               WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)
                 AND xid < pg_snapshot_xmin(pg_current_snapshot())
@@ -204,9 +204,12 @@ impl Relay {
             delivery.map_err(|(error, _)| error)?;
         }
         // Only now: a relay killed before this line sends them again.
-        let last: i64 = rows.last().map(|row| row.get("id")).unwrap_or_default();
-        sqlx::query("UPDATE order_events_relayed c SET xid = e.xid, id = e.id FROM order_events e WHERE e.id = $1")
-            .bind(last)
+        // The position itself, not a lookup of the last row: that row may be
+        // gone by now (deleted by hand), and the cursor must move anyway.
+        let last = rows.last().map(|row| (row.get::<String, _>("xid"), row.get::<i64, _>("id"))).unwrap_or_default();
+        sqlx::query("UPDATE order_events_relayed SET xid = $1::xid8, id = $2")
+            .bind(last.0)
+            .bind(last.1)
             .execute(&mut *leadership.conn)
             .await?;
         metrics::counter!("seckill_events_relayed_total").increment(outgoing.len() as u64);
