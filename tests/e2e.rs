@@ -28,6 +28,8 @@ mod browser;
 mod cli;
 #[path = "e2e/downstream.rs"]
 mod downstream;
+#[path = "e2e/relay.rs"]
+mod relay;
 #[path = "e2e/fuzz.rs"]
 mod fuzz;
 #[path = "e2e/lifecycle.rs"]

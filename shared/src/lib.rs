@@ -14,6 +14,7 @@ pub mod host;
 pub mod kafka;
 pub mod lifecycle;
 pub mod lock;
+pub mod outbox;
 pub mod parked;
 pub mod reconcile;
 pub mod redis_conn;

@@ -137,6 +137,7 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
     let tail = env.ctl(&["events", "tail", "--limit", "3", "--idle", "20", "--json"]).await;
     assert_eq!(tail.code, 0, "{tail:?}");
     assert_eq!(tail.stdout.lines().count(), 3, "seckillctl events tail prints each event once: {}", tail.stdout);
+    env.verify_events(sale).await;
     compensator.stop().await;
     order.stop().await;
     edge.stop().await;
@@ -179,6 +180,7 @@ async fn killed_mid_way_the_relay_loses_no_event() {
     let ids: BTreeSet<String> = events.iter().map(|m| json(m)["eventId"].as_str().unwrap_or("").to_owned()).collect();
     let expected: BTreeSet<String> = records.iter().map(|r| format!("{}:CREATED", r.order_id)).collect();
     assert_eq!(ids, expected, "every order's event, under its stable id");
+    env.verify_events(sale).await;
     println!("relay killed mid-way: {} events read for {} orders ({} sent twice)", events.len(), expected.len(), events.len() - expected.len());
     assert!(child.terminate().await);
 }

@@ -96,6 +96,7 @@ async fn a_payment_in_the_window_wins_and_a_repeat_answers_the_same() {
 
     let report = settled(&env, sale).await;
     assert_eq!((report.orders_paid, report.orders_created, report.db_remaining, report.redis_remaining), (1, 0, 4, 4));
+    env.verify_events(sale).await;
     edge.stop().await;
     order.stop().await;
 }
@@ -175,6 +176,7 @@ async fn a_cancelled_unit_goes_back_once_and_sells_to_another_buyer() {
     ];
     expected.sort();
     assert_eq!(seen, expected);
+    env.verify_events(sale).await;
     edge.stop().await;
     order.stop().await;
 }

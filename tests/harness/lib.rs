@@ -7,6 +7,7 @@
 
 pub mod chaos;
 pub mod http;
+pub mod private_postgres;
 pub mod proxy;
 
 use rdkafka::config::ClientConfig;
@@ -66,6 +67,8 @@ pub struct TestEnv {
     pub stock: Stock,
     /// This test's database.
     pub db: PgPool,
+    /// The superuser's URL on the server holding the database.
+    admin_database_url: String,
 }
 
 impl TestEnv {
@@ -85,7 +88,16 @@ impl TestEnv {
         Self::build(Topology::Single, partitions).await
     }
 
+    /// A test whose database lives on a server of its own.
+    pub async fn on_private_postgres(server: &private_postgres::PrivatePostgres) -> Self {
+        Self::build_on(Topology::Single, 4, &server.admin_url(), |name| server.url(name)).await
+    }
+
     async fn build(topology: Topology, partitions: i32) -> Self {
+        Self::build_on(topology, partitions, ADMIN_DATABASE_URL, |name| format!("postgres://seckill:seckill@127.0.0.1:5432/{name}")).await
+    }
+
+    async fn build_on(topology: Topology, partitions: i32, admin_url: &str, database_url: impl Fn(&str) -> String) -> Self {
         let id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
         let mut redis = RedisSettings { key_prefix: format!("t{id}:"), ..RedisSettings::default() };
         let mut kafka = KafkaSettings {
@@ -100,13 +112,12 @@ impl TestEnv {
             kafka.brokers = CLUSTER_BROKERS.into();
         }
         let database_name = format!("seckill_t{id}");
-        let mut admin = sqlx::PgConnection::connect(ADMIN_DATABASE_URL)
-            .await
-            .expect("PostgreSQL must run on 127.0.0.1:5432 (infra/local/up.sh)");
+        let mut admin =
+            sqlx::PgConnection::connect(admin_url).await.expect("PostgreSQL must run on 127.0.0.1:5432 (infra/local/up.sh)");
         // A database name cannot be a bind parameter; this one is the harness's own hex id.
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database_name}"))).execute(&mut admin).await.expect("creating the test database");
         let database = DbSettings {
-            url: format!("postgres://seckill:seckill@127.0.0.1:5432/{database_name}"),
+            url: database_url(&database_name),
             max_connections: 8,
             acquire_timeout_ms: 3_000,
         };
@@ -114,7 +125,7 @@ impl TestEnv {
         seckill_shared::db::migrate(&db).await.expect("migrating the test database");
         let stock = Stock::connect(&redis).await.expect("Redis must run on 127.0.0.1:6379 (infra/local/up.sh)");
         seckill_shared::kafka::ensure_topics(&kafka).await.expect("Kafka must run on 127.0.0.1:9092 (infra/local/up.sh)");
-        Self { id, topology, redis, kafka, database, database_name, stock, db }
+        Self { id, topology, redis, kafka, database, database_name, stock, db, admin_database_url: admin_url.to_owned() }
     }
 
     /// A sale id pair no other test uses.
@@ -413,10 +424,31 @@ impl TestEnv {
         .expect("metadata thread")
     }
 
+    /// Uses up transaction ids until the server's next one is past `xid`:
+    /// one subtransaction per id, in one statement (about 200,000 a second).
+    pub async fn advance_transaction_ids_past(&self, xid: u64) {
+        let current: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&self.db).await.expect("xid");
+        let current: u64 = current.parse().expect("a transaction id");
+        let burn = xid.saturating_sub(current) + 10;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DO $$ BEGIN
+                 CREATE TEMP TABLE IF NOT EXISTS xid_burn (x int);
+                 FOR i IN 1..{burn} LOOP
+                     BEGIN INSERT INTO xid_burn VALUES (1); EXCEPTION WHEN others THEN NULL; END;
+                 END LOOP;
+             END $$"
+        )))
+        .execute(&self.db)
+        .await
+        .expect("using up transaction ids");
+        let now: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&self.db).await.expect("xid");
+        assert!(now.parse::<u64>().expect("a transaction id") > xid, "transaction ids at {now}, not past {xid}");
+    }
+
     /// Blocks or allows new connections to this test's database, and drops
     /// the current ones: PostgreSQL "down" for this test only.
     pub async fn set_database_reachable(&self, reachable: bool) {
-        let mut admin = sqlx::PgConnection::connect(ADMIN_DATABASE_URL).await.expect("admin connection");
+        let mut admin = sqlx::PgConnection::connect(&self.admin_database_url).await.expect("admin connection");
         sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {} ALLOW_CONNECTIONS {}", self.database_name, reachable)))
             .execute(&mut admin)
             .await
@@ -520,6 +552,17 @@ impl TestEnv {
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
         }
+    }
+}
+
+impl TestEnv {
+    /// Checks the events topic as a consumer would (`seckillctl events
+    /// verify`): every event the sale's orders call for is there, each
+    /// order's in order, waiting up to a minute for the relay.
+    pub async fn verify_events(&self, sale: SaleKey) {
+        let (a, s) = (sale.activity.to_string(), sale.sku.to_string());
+        let verify = self.ctl(&["events", "verify", "--activity", &a, "--sku", &s, "--wait-drain", "60"]).await;
+        assert_eq!(verify.code, 0, "the events topic lacks events of sale {sale}:\n{}{}", verify.stdout, verify.stderr);
     }
 }
 

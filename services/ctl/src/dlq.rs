@@ -8,6 +8,7 @@
 //! where it stopped. A crash between a delivery and its commit replays that
 //! one record once more, which the order service absorbs (first row wins).
 
+use crate::topic::{read_to_end, reader, Start};
 use crate::{Failure, Settings};
 use chrono::{DateTime, Utc};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -220,54 +221,22 @@ async fn parked(settings: &Settings, limit: i64, json: bool) -> Result<(), Failu
     Ok(())
 }
 
-fn reader(settings: &Settings, group: &str) -> anyhow::Result<BaseConsumer> {
-    Ok(kafka::consumer_config(&settings.servers.kafka, group).create()?)
-}
-
 /// Reads the DLQ from the beginning (or from `group`'s committed position)
 /// up to the high watermarks taken at the start. `visit` returns whether to
 /// go on.
 fn read_dlq(
     settings: &Settings,
     group: Option<&str>,
-    mut visit: impl FnMut(&BaseConsumer, &OwnedMessage) -> anyhow::Result<bool>,
+    visit: impl FnMut(&BaseConsumer, &OwnedMessage) -> anyhow::Result<bool>,
 ) -> anyhow::Result<()> {
     let topic = Topics::new(&settings.servers.kafka).dlq;
-    let throwaway = format!("seckillctl-reader-{}", rand::random::<u64>());
-    let consumer = reader(settings, group.unwrap_or(&throwaway))?;
-    let timeout = Duration::from_secs(10);
-    let marks = kafka::high_watermarks(&consumer, &topic, timeout)?;
-    // Start where the group left off (its committed offsets), else at the start.
-    let starts = kafka::committed_positions(&consumer, &topic, marks.keys(), timeout)?;
-    let mut assignment = TopicPartitionList::new();
-    let mut pending: BTreeMap<i32, i64> = BTreeMap::new();
-    for (partition, high) in &marks {
-        let start = starts.get(partition).copied().unwrap_or(0);
-        assignment.add_partition_offset(&topic, *partition, Offset::Offset(start))?;
-        if start < *high {
-            pending.insert(*partition, *high);
-        }
-    }
-    consumer.assign(&assignment)?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while !pending.is_empty() && std::time::Instant::now() < deadline {
-        let Some(result) = consumer.poll(Duration::from_millis(500)) else { continue };
-        let message = result?.detach();
-        if let Some(high) = pending.get(&message.partition()).copied() {
-            if message.offset() + 1 >= high {
-                pending.remove(&message.partition());
-            }
-            if message.offset() < high && !visit(&consumer, &message)? {
-                return Ok(());
-            }
-        }
-    }
-    Ok(())
+    let start = group.map_or(Start::Beginning, Start::Committed);
+    read_to_end(&settings.servers.kafka, &topic, start, Duration::from_secs(120), visit)
 }
 
 fn read_one(settings: &Settings, partition: i32, offset: i64) -> anyhow::Result<Option<OwnedMessage>> {
     let topic = Topics::new(&settings.servers.kafka).dlq;
-    let consumer = reader(settings, &format!("seckillctl-reader-{}", rand::random::<u64>()))?;
+    let consumer = reader(&settings.servers.kafka, &format!("seckillctl-reader-{}", rand::random::<u64>()))?;
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(&topic, partition, Offset::Offset(offset))?;
     consumer.assign(&list)?;

@@ -10,6 +10,7 @@ mod dlq;
 mod events;
 mod probe;
 mod reconcile;
+mod topic;
 mod warmup;
 
 use clap::{Parser, Subcommand};

@@ -17,15 +17,13 @@
 //! reconciliation.
 
 use crate::Settings;
-use chrono::{DateTime, Utc};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
-use seckill_shared::domain::{ActivityId, OrderEvent, OrderId, SkuId, UserId};
 use seckill_shared::host::{retry_until, Connections};
-use seckill_shared::kafka::Trace;
+use seckill_shared::outbox::{self, NotAnEvent, OutboxRow};
 use serde::{Deserialize, Serialize};
 use sqlx::pool::PoolConnection;
-use sqlx::{Postgres, Row};
+use sqlx::Postgres;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -60,8 +58,6 @@ pub enum RelayError {
     Db(#[from] sqlx::Error),
     #[error("publishing events: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
-    #[error("an outbox row is not an event: {0}")]
-    BadRow(String),
 }
 
 /// The relay of one order service.
@@ -166,38 +162,24 @@ impl Relay {
     /// delivery, moves the cursor past them (a row that is no event is
     /// parked and passed with them). Returns how many rows it dealt with.
     pub async fn relay_once(&self, leadership: &mut Leadership) -> Result<usize, RelayError> {
-        let rows = sqlx::query(
-            "SELECT id, event_id, type, order_id, activity_id, sku_id, round, user_id, reason, occurred_at,
-                    request_id, traceparent, xid::text AS xid
-               FROM order_events
-              WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)
-                AND xid < pg_snapshot_xmin(pg_current_snapshot())
-              ORDER BY xid, id LIMIT $1",
-        )
-        .bind(self.settings.events.batch)
-        .fetch_all(&mut *leadership.conn)
-        .await?;
-        if rows.is_empty() {
-            return Ok(0);
-        }
+        let rows: Vec<OutboxRow> = sqlx::query_as(outbox::NEXT_AFTER_CURSOR)
+            .bind(self.settings.events.batch)
+            .fetch_all(&mut *leadership.conn)
+            .await?;
+        let Some(last) = rows.last() else { return Ok(0) };
         let mut outgoing = Vec::with_capacity(rows.len());
         for row in &rows {
-            let (key, payload) = match event_of(row).and_then(|event| keyed(&event)) {
-                Ok(keyed) => keyed,
-                Err(error) => {
-                    // One bad row must not stop every event behind it: it
-                    // is parked for an operator and marked with the rest.
-                    self.park(leadership, row, &error).await?;
-                    continue;
-                }
-            };
-            let trace = (row.get::<Option<String>, _>("request_id"), row.get::<Option<String>, _>("traceparent"));
-            outgoing.push((key, payload, trace));
+            match row.event.event() {
+                Ok(event) => outgoing.push((outbox::keyed(&event), &row.event)),
+                // One bad row must not stop every event behind it: it is
+                // parked for an operator and passed with the rest.
+                Err(error) => self.park(leadership, row, &error).await?,
+            }
         }
         let topic = &self.deps.topics.events;
         let queue_timeout = Timeout::After(Duration::from_millis(self.settings.servers.kafka.message_timeout_ms));
-        let sends = outgoing.iter().map(|(key, payload, (request_id, traceparent))| {
-            let headers = Trace { request_id: request_id.as_deref(), traceparent: traceparent.as_deref() }.headers();
+        let sends = outgoing.iter().map(|((key, payload), event)| {
+            let headers = event.trace().headers();
             self.producer.send(FutureRecord::to(topic).key(key).payload(payload).headers(headers), queue_timeout)
         });
         for delivery in futures::future::join_all(sends).await {
@@ -206,26 +188,20 @@ impl Relay {
         // Only now: a relay killed before this line sends them again.
         // The position itself, not a lookup of the last row: that row may be
         // gone by now (deleted by hand), and the cursor must move anyway.
-        let last = rows.last().map(|row| (row.get::<String, _>("xid"), row.get::<i64, _>("id"))).unwrap_or_default();
-        sqlx::query("UPDATE order_events_relayed SET xid = $1::xid8, id = $2")
-            .bind(last.0)
-            .bind(last.1)
-            .execute(&mut *leadership.conn)
-            .await?;
+        sqlx::query(outbox::MOVE_CURSOR).bind(last.xid).bind(last.id).execute(&mut *leadership.conn).await?;
         metrics::counter!("seckill_events_relayed_total").increment(outgoing.len() as u64);
         Ok(rows.len())
     }
 
     /// Parks an outbox row that cannot be an event (`BAD_OUTBOX_ROW`; its
     /// outbox id as the offset, partition -1).
-    async fn park(&self, leadership: &mut Leadership, row: &sqlx::postgres::PgRow, error: &RelayError) -> Result<(), sqlx::Error> {
-        let id: i64 = row.get("id");
-        let order_id: String = row.get("order_id");
+    async fn park(&self, leadership: &mut Leadership, row: &OutboxRow, error: &NotAnEvent) -> Result<(), sqlx::Error> {
+        let event = &row.event;
         let payload = serde_json::json!({
-            "eventId": row.get::<String, _>("event_id"),
-            "type": row.get::<String, _>("type"),
-            "orderId": &order_id,
-            "userId": row.get::<i64, _>("user_id"),
+            "eventId": &event.event_id,
+            "type": &event.kind,
+            "orderId": &event.order_id,
+            "userId": event.user_id,
         });
         sqlx::query(
             r#"INSERT INTO parked_records
@@ -234,16 +210,16 @@ impl Relay {
                ON CONFLICT (topic, partition, "offset") DO NOTHING"#,
         )
         .bind(&self.deps.topics.events)
-        .bind(id)
+        .bind(row.id)
         .bind(payload.to_string().into_bytes())
-        .bind(&order_id)
-        .bind(row.get::<i64, _>("activity_id"))
-        .bind(row.get::<i64, _>("sku_id"))
+        .bind(&event.order_id)
+        .bind(event.activity_id)
+        .bind(event.sku_id)
         .bind(error.to_string())
         .execute(&mut *leadership.conn)
         .await?;
         metrics::counter!("seckill_parked_records_total", "by" => "order-relay").increment(1);
-        tracing::error!(outbox_id = id, order_id, %error, "outbox row parked: it is not an event");
+        tracing::error!(outbox_id = row.id, order_id = %event.order_id, %error, "outbox row parked: it is not an event");
         Ok(())
     }
 
@@ -271,29 +247,4 @@ impl Relay {
         .await?;
         Ok(pruned.unwrap_or(0) as u64)
     }
-}
-
-/// An event's record key (its user id: one user's events keep their order)
-/// and value.
-fn keyed(event: &OrderEvent) -> Result<(String, Vec<u8>), RelayError> {
-    let payload = serde_json::to_vec(event).map_err(|e| RelayError::BadRow(e.to_string()))?;
-    Ok((event.user_id.to_string(), payload))
-}
-
-/// An outbox row as the event it is.
-fn event_of(row: &sqlx::postgres::PgRow) -> Result<OrderEvent, RelayError> {
-    let bad = |what: &str| RelayError::BadRow(format!("{what} of event {}", row.get::<String, _>("event_id")));
-    let occurred: DateTime<Utc> = row.get("occurred_at");
-    Ok(OrderEvent {
-        event_id: row.get("event_id"),
-        kind: row.get("type"),
-        order_id: OrderId::parse(row.get("order_id")).map_err(|_| bad("order id"))?,
-        activity_id: ActivityId::new(row.get("activity_id")).map_err(|_| bad("activity id"))?,
-        sku_id: SkuId::new(row.get("sku_id")).map_err(|_| bad("sku id"))?,
-        round: i64::from(row.get::<i32, _>("round")),
-        user_id: UserId::new(row.get("user_id")).map_err(|_| bad("user id"))?,
-        reason: row.get("reason"),
-        occurred_at: occurred.timestamp_millis(),
-        v: OrderEvent::VERSION,
-    })
 }

@@ -206,6 +206,8 @@ pub async fn run(scenario: Scenario) -> Outcome {
         let settled = test.stock.count_settled(sale, &failed).await.expect("settled sets");
         assert_eq!(settled, failed.len() as i64, "{}: a FAILED order's unit was not restored or written off", scenario.name);
     }
+    // Downstream sees every change of every order, as a consumer reads it.
+    test.verify_events(sale).await;
     let snapshot = test.stock.snapshot(sale).await.expect("a redis snapshot");
     let outcome = Outcome {
         name: scenario.name,

@@ -11,29 +11,26 @@ use seckill_shared::kafka::{self, header_str, Topics, REQUEST_ID_HEADER};
 use std::collections::HashSet;
 use std::time::Duration;
 
-/// `events` subcommands.
-#[derive(clap::Subcommand)]
-pub enum Command {
-    /// Print order events as they come (Ctrl-C stops).
-    Tail {
-        /// Consumer group: a group resumes where it stopped.
-        #[arg(long, default_value = "seckillctl-events-tail")]
-        group: String,
-        /// Stop after this many events.
-        #[arg(long)]
-        limit: Option<u64>,
-        /// Stop when nothing came for this many seconds.
-        #[arg(long)]
-        idle: Option<u64>,
-        /// Print each event as a JSON line.
-        #[arg(long)]
-        json: bool,
-    },
+/// Arguments of `events tail`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Consumer group: a group resumes where it stopped.
+    #[arg(long, default_value = "seckillctl-events-tail")]
+    group: String,
+    /// Stop after this many events.
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Stop when nothing came for this many seconds.
+    #[arg(long)]
+    idle: Option<u64>,
+    /// Print each event as a JSON line.
+    #[arg(long)]
+    json: bool,
 }
 
-/// Runs an `events` subcommand.
-pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
-    let Command::Tail { group, limit, idle, json } = command;
+/// Runs `events tail`.
+pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
+    let Args { group, limit, idle, json } = args;
     let kafka_settings = &settings.servers.kafka;
     let topic = Topics::new(kafka_settings).events;
     let group = format!("{}{group}", kafka_settings.topic_prefix);

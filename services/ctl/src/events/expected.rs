@@ -1,0 +1,69 @@
+//! The events the orders call for, derived from the orders themselves (not
+//! from the outbox, whose rows are pruned and whose cursor is what a
+//! relay claims): a `CREATED` event for every order that was created (all
+//! but those written FAILED), one for its later state (`PAID`,
+//! `CANCELLED`, `FAILED`), and `PAYMENT_LATE` for an order paid after its
+//! cancellation. Each with its stable `eventId` and, when the outbox still
+//! holds its row, whether the relay has yet to send it.
+
+use chrono::{DateTime, Utc};
+use seckill_shared::domain::SaleKey;
+use seckill_shared::outbox::EventRow;
+use sqlx::PgPool;
+
+/// One event the orders call for.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Expected {
+    #[sqlx(flatten)]
+    pub event: EventRow,
+    /// The outbox row is ahead of the relay's cursor: the relay sends it.
+    pub pending: bool,
+}
+
+/// Which orders.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope {
+    /// Every order of one sale, every round.
+    Sale(SaleKey),
+    /// Events of any sale that happened at or after a time.
+    Since(DateTime<Utc>),
+}
+
+/// The derivation. `$1`, `$2`: a sale, or NULL; `$3`: a time, or NULL.
+/// When the outbox still has the event's row, its time is the event's.
+const EXPECTED: &str = "WITH o AS (
+    SELECT * FROM orders
+     WHERE ($1::bigint IS NULL OR (activity_id = $1 AND sku_id = $2))
+       AND ($3::timestamptz IS NULL OR created_at >= $3 OR paid_at >= $3 OR cancelled_at >= $3)
+), derived AS (
+    SELECT order_id || ':CREATED' AS event_id, 'CREATED' AS kind, order_id, activity_id, sku_id, round, user_id,
+           NULL::text AS reason, created_at AS at, request_id, traceparent
+      FROM o WHERE status <> 'FAILED'
+    UNION ALL
+    SELECT order_id || ':' || status, status, order_id, activity_id, sku_id, round, user_id, reason,
+           COALESCE(CASE status WHEN 'PAID' THEN paid_at WHEN 'CANCELLED' THEN cancelled_at END, created_at),
+           request_id, traceparent
+      FROM o WHERE status <> 'CREATED'
+    UNION ALL
+    SELECT DISTINCT ON (order_id) order_id || ':PAYMENT_LATE', 'PAYMENT_LATE', order_id, activity_id, sku_id, round, user_id,
+           'ORDER_CANCELLED', recorded_at, NULL, NULL
+      FROM late_payments
+     WHERE ($1::bigint IS NULL OR (activity_id = $1 AND sku_id = $2)) AND ($3::timestamptz IS NULL OR recorded_at >= $3)
+)
+SELECT d.event_id, d.kind AS type, d.order_id, d.activity_id, d.sku_id, d.round, d.user_id, d.reason,
+       COALESCE(e.occurred_at, d.at) AS occurred_at, d.request_id, d.traceparent,
+       COALESCE((e.xid, e.id) > (SELECT xid, id FROM order_events_relayed), false) AS pending
+  FROM derived d
+  LEFT JOIN order_events e ON e.event_id = d.event_id
+ WHERE $3::timestamptz IS NULL OR COALESCE(e.occurred_at, d.at) >= $3
+ ORDER BY d.order_id, COALESCE(e.occurred_at, d.at)";
+
+/// The events `scope`'s orders call for, each order's in the order they
+/// happened.
+pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> {
+    let (activity, sku, since) = match scope {
+        Scope::Sale(sale) => (Some(sale.activity.get()), Some(sale.sku.get()), None),
+        Scope::Since(at) => (None, None, Some(at)),
+    };
+    sqlx::query_as(EXPECTED).bind(activity).bind(sku).bind(since).fetch_all(db).await
+}

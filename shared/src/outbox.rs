@@ -1,0 +1,135 @@
+//! The order-event outbox as its readers see it: `order_events` rows
+//! (written by the triggers of migration `…02_order_events_outbox.sql` in
+//! the transaction of each status change), the relay's cursor over them
+//! (migration `…04_outbox_relay_cursor.sql`), and each row as the event a
+//! consumer of `seckill.order-events` receives. The relay (order service)
+//! and `seckillctl events resend` both send events built here.
+//!
+//! Architecture invariant: rows are ordered by `(xid, id)` as `xid8` and
+//! `bigint`, never through a text form (as text, "100000123" sorts before
+//! "99999050", and a cursor once jumped past every row of the shorter ids).
+
+use crate::domain::{ActivityId, OrderEvent, OrderId, SkuId, UserId};
+use crate::kafka::Trace;
+use chrono::{DateTime, Utc};
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::types::Oid;
+use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo, PgValueFormat, PgValueRef};
+use sqlx::Postgres;
+
+/// A PostgreSQL `xid8`: a 64-bit transaction id that never wraps, compared
+/// as a number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Xid8(pub u64);
+
+impl sqlx::Type<Postgres> for Xid8 {
+    fn type_info() -> PgTypeInfo {
+        // xid8's OID is fixed in PostgreSQL's catalog (pg_type.dat).
+        PgTypeInfo::with_oid(Oid(5069))
+    }
+}
+
+impl sqlx::Decode<'_, Postgres> for Xid8 {
+    fn decode(value: PgValueRef<'_>) -> Result<Self, BoxDynError> {
+        Ok(Self(match value.format() {
+            PgValueFormat::Binary => u64::from_be_bytes(value.as_bytes()?.try_into()?),
+            PgValueFormat::Text => value.as_str()?.parse()?,
+        }))
+    }
+}
+
+impl sqlx::Encode<'_, Postgres> for Xid8 {
+    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+        buf.extend(&self.0.to_be_bytes());
+        Ok(IsNull::No)
+    }
+}
+
+/// The relay's turn: the next rows after the cursor that no running
+/// transaction can still precede, in `(xid, id)` order, by the
+/// `order_events_relay_order` index (the plan is checked by a test, custom
+/// and generic). `$1`: most rows.
+pub const NEXT_AFTER_CURSOR: &str = "SELECT id, event_id, type, order_id, activity_id, sku_id, round, user_id, reason, occurred_at,
+        request_id, traceparent, xid
+   FROM order_events
+  WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)
+    AND xid < pg_snapshot_xmin(pg_current_snapshot())
+  ORDER BY xid, id
+  LIMIT $1";
+
+/// Moves the cursor to a position: `$1` xid8, `$2` id.
+pub const MOVE_CURSOR: &str = "UPDATE order_events_relayed SET xid = $1, id = $2";
+
+/// One outbox row: an event and where the relay's cursor orders it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OutboxRow {
+    /// The row's id (second in the order).
+    pub id: i64,
+    /// The transaction that wrote it (first in the order).
+    pub xid: Xid8,
+    #[sqlx(flatten)]
+    pub event: EventRow,
+}
+
+/// The columns of one order event, as the outbox holds them (and as
+/// `seckillctl events` derives them from the orders).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EventRow {
+    pub event_id: String,
+    #[sqlx(rename = "type")]
+    pub kind: String,
+    pub order_id: String,
+    pub activity_id: i64,
+    pub sku_id: i64,
+    pub round: i32,
+    pub user_id: i64,
+    pub reason: Option<String>,
+    pub occurred_at: DateTime<Utc>,
+    /// The request that placed the order, for the record's headers.
+    pub request_id: Option<String>,
+    /// Its W3C trace context, for the record's headers.
+    pub traceparent: Option<String>,
+}
+
+/// An outbox row that cannot be an event (written by hand, or by a tool
+/// with ids of its own).
+#[derive(Debug, thiserror::Error)]
+#[error("{what} of event {event_id} is invalid")]
+pub struct NotAnEvent {
+    /// The row's event id.
+    pub event_id: String,
+    /// Which field.
+    pub what: &'static str,
+}
+
+impl EventRow {
+    /// The row as the event consumers receive.
+    pub fn event(&self) -> Result<OrderEvent, NotAnEvent> {
+        let bad = |what| NotAnEvent { event_id: self.event_id.clone(), what };
+        Ok(OrderEvent {
+            event_id: self.event_id.clone(),
+            kind: self.kind.clone(),
+            order_id: OrderId::parse(&self.order_id).map_err(|_| bad("order id"))?,
+            activity_id: ActivityId::new(self.activity_id).map_err(|_| bad("activity id"))?,
+            sku_id: SkuId::new(self.sku_id).map_err(|_| bad("sku id"))?,
+            round: i64::from(self.round),
+            user_id: UserId::new(self.user_id).map_err(|_| bad("user id"))?,
+            reason: self.reason.clone(),
+            occurred_at: self.occurred_at.timestamp_millis(),
+            v: OrderEvent::VERSION,
+        })
+    }
+
+    /// The record's headers: the order's request id and trace context.
+    pub fn trace(&self) -> Trace<'_> {
+        Trace { request_id: self.request_id.as_deref(), traceparent: self.traceparent.as_deref() }
+    }
+}
+
+/// An event's record key (its user id: one user's events keep their order)
+/// and value.
+pub fn keyed(event: &OrderEvent) -> (String, Vec<u8>) {
+    let payload = serde_json::to_vec(event).expect("an order event serializes");
+    (event.user_id.to_string(), payload)
+}

@@ -1,0 +1,177 @@
+//! The order-event relay as a consumer of `seckill.order-events` sees it:
+//! every event of every order on the topic, once per relay run, in the order
+//! of the transactions that wrote them — across the points where
+//! transaction ids gain a digit, which a text ordering once skipped.
+
+use rdkafka::message::Message;
+use sqlx::Row;
+use seckill_e2e::private_postgres::PrivatePostgres;
+use seckill_e2e::{eventually, TestEnv};
+use seckill_order::relay::Relay;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// 300 orders written while transaction ids have eight digits, then 3,000
+/// after they reached nine, all waiting for a relay that was off (a drain,
+/// an outage): the relay sends every one of the 3,300 events, each once, and
+/// each partition in (xid, id) order. Ordered as text, "100000123" sorted
+/// before "99999050", the first turn's cursor jumped past the 300, and they
+/// were never sent while the books said nothing was pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_straddling_a_new_digit_in_transaction_ids_are_all_relayed_in_order() {
+    const BOUNDARY: u64 = 100_000_000;
+    let server = PrivatePostgres::start(BOUNDARY as u32 - 1_000);
+    let env = TestEnv::on_private_postgres(&server).await;
+    let sale = env.sale();
+    env.warmup(sale, 5_000).await;
+    let mut settings = env.order_settings();
+    settings.events.enabled = false;
+    let order = env.spawn_order(settings.clone()).await;
+
+    env.produce_orders(sale, 1..301).await;
+    wait_created(&env, sale, 300).await;
+    let below: i64 = sqlx::query_scalar("SELECT count(*) FROM order_events WHERE xid < $1::text::xid8")
+        .bind(BOUNDARY.to_string())
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+    assert_eq!(below, 300, "the first orders' events were written below the boundary");
+    env.advance_transaction_ids_past(BOUNDARY).await;
+    env.produce_orders(sale, 301..3_301).await;
+    wait_created(&env, sale, 3_300).await;
+    order.stop().await;
+
+    settings.events.enabled = true;
+    let relay = Relay::new(std::sync::Arc::new(settings), env.connections()).expect("a relay");
+    let mut leadership = relay.lead().await.expect("the database").expect("the relay's lock");
+    let mut turns = 0;
+    while relay.relay_once(&mut leadership).await.expect("a turn") > 0 {
+        turns += 1;
+        assert!(turns < 100, "the relay keeps finding rows");
+    }
+
+    let written: Vec<String> =
+        sqlx::query_scalar("SELECT event_id FROM order_events ORDER BY xid, id").fetch_all(&env.db).await.unwrap();
+    assert_eq!(written.len(), 3_300);
+    let rank: HashMap<&str, usize> = written.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+    let events = env.read_topic(&env.topics().events, 3_300, Duration::from_secs(30)).await;
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut last_rank: HashMap<i32, usize> = HashMap::new();
+    for message in &events {
+        let value: serde_json::Value = serde_json::from_slice(message.payload().unwrap_or_default()).expect("an event");
+        let id = value["eventId"].as_str().expect("an event id").to_owned();
+        let at = *rank.get(id.as_str()).unwrap_or_else(|| panic!("an event no transaction wrote: {id}"));
+        if let Some(before) = last_rank.insert(message.partition(), at) {
+            assert!(before < at, "partition {}: {id} after a later transaction's event", message.partition());
+        }
+        *seen.entry(id).or_insert(0) += 1;
+    }
+    let missing = written.iter().filter(|id| !seen.contains_key(*id)).count();
+    assert_eq!(missing, 0, "{missing} of 3,300 events never reached the topic ({} read)", events.len());
+    assert!(seen.values().all(|n| *n == 1), "an event sent twice by one uninterrupted relay");
+    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    assert_eq!((report.events, report.events_pending), (3_300, 0));
+    env.verify_events(sale).await;
+}
+
+async fn wait_created(env: &TestEnv, sale: seckill_shared::domain::SaleKey, n: i64) {
+    eventually("the orders written", Duration::from_secs(60), || async {
+        let created = env.count_orders(sale, "CREATED").await;
+        if created == n { Ok(()) } else { Err(format!("{created} of {n}")) }
+    })
+    .await;
+}
+
+/// The relay's query walks the `(xid, id)` index from the cursor and stops
+/// after a batch, under both plans PostgreSQL may choose for a prepared
+/// statement: no scan of the whole outbox, no sort of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relays_turn_reads_the_index_from_the_cursor_in_both_plans() {
+    let env = TestEnv::new().await;
+    sqlx::query(
+        "INSERT INTO order_events (event_id, order_id, activity_id, sku_id, round, user_id, type)
+         SELECT '1-1-' || g || '-0a:CREATED', '1-1-' || g || '-0a', 1, 1, 1, g, 'CREATED' FROM generate_series(1, 60000) g",
+    )
+    .execute(&env.db)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE order_events_relayed SET xid = (SELECT min(xid) FROM order_events), id = 30000").execute(&env.db).await.unwrap();
+    sqlx::query("ANALYZE order_events").execute(&env.db).await.unwrap();
+    let mut conn = env.db.acquire().await.unwrap();
+    let prepare = format!("PREPARE relay_turn(bigint) AS {}", seckill_shared::outbox::NEXT_AFTER_CURSOR);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(prepare)).execute(&mut *conn).await.unwrap();
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET plan_cache_mode = {mode}"))).execute(&mut *conn).await.unwrap();
+        let row = sqlx::query("EXPLAIN (FORMAT JSON) EXECUTE relay_turn(1000)").fetch_one(&mut *conn).await.unwrap();
+        let plan: serde_json::Value = serde_json::from_str(&row.try_get_unchecked::<String, _>(0).unwrap()).unwrap();
+        let mut nodes = Vec::new();
+        walk(&plan[0]["Plan"], &mut nodes);
+        let on_outbox: Vec<&(String, String, String)> = nodes.iter().filter(|(_, relation, _)| relation == "order_events").collect();
+        assert!(
+            on_outbox.iter().all(|(kind, _, index)| kind.starts_with("Index") && index == "order_events_relay_order"),
+            "{mode}: the outbox is read by the relay's index only: {nodes:?}"
+        );
+        assert!(!on_outbox.is_empty(), "{mode}: {nodes:?}");
+        assert!(nodes.iter().all(|(kind, _, _)| kind != "Sort" && kind != "Incremental Sort"), "{mode}: nothing sorted: {nodes:?}");
+    }
+}
+
+/// Every node of a JSON plan: its type, relation and index.
+fn walk(node: &serde_json::Value, into: &mut Vec<(String, String, String)>) {
+    let text = |key: &str| node[key].as_str().unwrap_or_default().to_owned();
+    into.push((text("Node Type"), text("Relation Name"), text("Index Name")));
+    for child in node["Plans"].as_array().into_iter().flatten() {
+        walk(child, into);
+    }
+}
+
+/// Events a relay passed without sending (the state the text-ordered
+/// cursor left: rows behind the cursor, never on the topic, nothing
+/// pending in the books) are found by `seckillctl events verify` and sent
+/// by `seckillctl events resend`, once, under their stable ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_a_relay_skipped_are_found_and_sent_once() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 1_000).await;
+    let since = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let order = env.spawn_order(env.order_settings()).await;
+    env.produce_orders(sale, 1..101).await;
+    wait_created(&env, sale, 100).await;
+    env.verify_events(sale).await;
+    order.stop().await;
+
+    let mut without_relay = env.order_settings();
+    without_relay.events.enabled = false;
+    let order = env.spawn_order(without_relay).await;
+    env.produce_orders(sale, 101..201).await;
+    wait_created(&env, sale, 200).await;
+    order.stop().await;
+    sqlx::query("UPDATE order_events_relayed SET (xid, id) = (SELECT xid, id FROM order_events ORDER BY xid DESC, id DESC LIMIT 1)")
+        .execute(&env.db)
+        .await
+        .unwrap();
+    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    assert_eq!(report.events_pending, 0, "the books alone cannot see the loss");
+
+    let (a, s) = (sale.activity.to_string(), sale.sku.to_string());
+    let verify = env.ctl(&["events", "verify", "--activity", &a, "--sku", &s, "--json"]).await;
+    assert_eq!(verify.code, 1, "{verify:?}");
+    let verdict: serde_json::Value = serde_json::from_str(&verify.stdout).unwrap();
+    assert_eq!((verdict["missingCount"].as_u64(), verdict["delivered"].as_u64()), (Some(100), Some(100)), "{verdict}");
+
+    let since = since.to_rfc3339();
+    let dry = env.ctl(&["events", "resend", "--since", &since, "--dry-run", "--json"]).await;
+    assert_eq!(dry.code, 0, "{dry:?}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&dry.stdout).unwrap()["sent"].as_array().map(Vec::len), Some(100));
+    let resent = env.ctl(&["events", "resend", "--since", &since, "--json"]).await;
+    assert_eq!(resent.code, 0, "{resent:?}");
+    let outcome: serde_json::Value = serde_json::from_str(&resent.stdout).unwrap();
+    assert_eq!((outcome["sent"].as_array().map(Vec::len), outcome["delivered"].as_u64()), (Some(100), Some(100)), "{outcome}");
+    env.verify_events(sale).await;
+    let again = env.ctl(&["events", "resend", "--since", &since, "--json"]).await;
+    let outcome: serde_json::Value = serde_json::from_str(&again.stdout).unwrap();
+    assert_eq!(outcome["sent"].as_array().map(Vec::len), Some(0), "a second resend sends nothing: {outcome}");
+    let events = env.read_topic(&env.topics().events, 200, Duration::from_secs(20)).await;
+    assert_eq!(events.len(), 200, "each event on the topic once");
+}
