@@ -30,9 +30,10 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A sale as PostgreSQL holds it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+/// A sale as PostgreSQL holds it (the admin API answers it after a warm-up).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Sale)]
 pub struct SaleRow {
     pub activity_id: i64,
     pub sku_id: i64,

@@ -95,6 +95,11 @@ pub async fn list(db: &PgPool, limit: i64) -> sqlx::Result<Vec<ParkedRow>> {
     .await
 }
 
+/// How many records are parked, of every sale.
+pub async fn count(db: &PgPool) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM parked_records").fetch_one(db).await
+}
+
 /// How many of a sale's records are parked.
 pub async fn count_for_sale(db: &PgPool, sale: SaleKey) -> sqlx::Result<i64> {
     sqlx::query_scalar("SELECT count(*) FROM parked_records WHERE activity_id = $1 AND sku_id = $2")

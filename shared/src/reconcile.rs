@@ -17,9 +17,11 @@ use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, PgPool};
 use std::collections::BTreeMap;
 
-/// Every term of the invariant, and the verdict.
-#[derive(Debug, Clone, serde::Serialize)]
+/// Every term of the invariant, and the verdict (`GET /admin/sales/{a}/{s}`
+/// answers it; `seckillctl reconcile --json` prints it).
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Reconciliation)]
 pub struct Report {
     pub activity_id: i64,
     pub sku_id: i64,

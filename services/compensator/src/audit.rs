@@ -53,7 +53,7 @@ pub async fn audit_once(deps: &Connections) -> anyhow::Result<()> {
         metrics::gauge!("seckill_sale_remaining", "sale" => sale.clone(), "store" => "redis").set(report.redis_remaining as f64);
         metrics::gauge!("seckill_sale_remaining", "sale" => sale, "store" => "postgresql").set(report.db_remaining as f64);
     }
-    let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM parked_records").fetch_one(&deps.db).await?;
+    let parked = seckill_shared::parked::count(&deps.db).await?;
     metrics::gauge!("seckill_parked_records").set(parked as f64);
     Ok(())
 }

@@ -5,8 +5,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Where an order stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "UPPERCASE")]
+#[schema(as = Status)]
 pub enum OrderStatus {
     /// Accepted by the edge, not yet settled.
     Queued,

@@ -7,7 +7,7 @@ use crate::redis_conn::RedisCallError;
 use redis::AsyncCommands;
 
 /// A sale's Redis state.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SaleSnapshot {
     /// Whether the sale exists in Redis at all.

@@ -13,9 +13,11 @@ pub mod metrics_text;
 
 use metrics_text::Reading;
 use seckill_shared::config::KafkaSettings;
-use seckill_shared::stock::Stock;
-use serde_json::{json, Value};
+use seckill_shared::reconcile::Report;
+use seckill_shared::stock::{Stock, SweepMark};
+use serde::Serialize;
 use sqlx::PgPool;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -23,25 +25,81 @@ use tokio::sync::watch;
 /// How often the figures are taken.
 pub const EVERY: Duration = Duration::from_secs(1);
 
+/// One set of figures, as the page (and `/admin/dashboard/snapshot`)
+/// receives it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Figures {
+    /// When they were taken (ms since the epoch, this edge's clock).
+    pub at_ms: i64,
+    /// This edge's own rates and latency.
+    pub edge: EdgeFigures,
+    /// Every live sale's reconciliation.
+    pub sales: Readout<Vec<Report>>,
+    /// The consumer groups' lag and the dead letters.
+    pub pipeline: Readout<PipelineFigures>,
+    /// Records parked for an operator.
+    pub parked: Readout<i64>,
+    /// The sweeper's last sweep, if one was recorded.
+    pub sweeper: Readout<Option<SweepMark>>,
+}
+
+/// A figure, or why its source could not be read (the others still show).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Readout<T> {
+    Read(T),
+    Unreadable { error: String },
+}
+
+impl<T> Readout<T> {
+    fn of<E: std::fmt::Display>(result: Result<T, E>, source: &str) -> Self {
+        match result {
+            Ok(value) => Self::Read(value),
+            Err(error) => Self::Unreadable { error: format!("{source}: {error:#}") },
+        }
+    }
+}
+
+/// This edge's requests per second by outcome, and its latency quantiles
+/// over the last interval (none before the second set).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EdgeFigures {
+    pub rate_per_second: BTreeMap<String, f64>,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+/// The pipeline behind the edge.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PipelineFigures {
+    pub order_lag: i64,
+    pub compensator_lag: i64,
+    /// Records ever written to the dead-letter topic.
+    pub dead_letters: i64,
+}
+
 /// The figures, and who watches them.
 pub struct Dashboard {
     stock: Stock,
     db: PgPool,
     kafka: KafkaSettings,
-    latest: watch::Sender<Arc<Value>>,
+    latest: watch::Sender<Option<Arc<Figures>>>,
     collecting: Mutex<bool>,
 }
 
 impl Dashboard {
     /// A dashboard over the edge's connections (not collecting yet).
     pub fn new(stock: Stock, db: PgPool, kafka: KafkaSettings) -> Arc<Self> {
-        let (latest, _) = watch::channel(Arc::new(Value::Null));
+        let (latest, _) = watch::channel(None);
         Arc::new(Self { stock, db, kafka, latest, collecting: Mutex::new(false) })
     }
 
     /// Watches the figures (a new set each second), starting the collector
     /// if nobody watched.
-    pub fn watch(self: &Arc<Self>) -> watch::Receiver<Arc<Value>> {
+    pub fn watch(self: &Arc<Self>) -> watch::Receiver<Option<Arc<Figures>>> {
         let receiver = self.latest.subscribe();
         let mut collecting = self.collecting.lock().expect("collector flag");
         if !*collecting {
@@ -52,21 +110,21 @@ impl Dashboard {
     }
 
     /// The latest figures, waiting for the first set if none was taken yet.
-    pub async fn current(self: &Arc<Self>) -> Arc<Value> {
+    pub async fn current(self: &Arc<Self>) -> Option<Arc<Figures>> {
         let mut receiver = self.watch();
-        if receiver.borrow().is_null() {
+        if receiver.borrow().is_none() {
             // The collector sends within a second; it never closes first.
             let _ = receiver.changed().await;
         }
-        let value = receiver.borrow().clone();
-        value
+        let figures = receiver.borrow().clone();
+        figures
     }
 
     async fn collect(self: Arc<Self>) {
         let mut previous: Option<(Instant, Reading)> = None;
         loop {
             let figures = self.take(&mut previous).await;
-            self.latest.send_replace(Arc::new(figures));
+            self.latest.send_replace(Some(Arc::new(figures)));
             tokio::time::sleep(EVERY).await;
             let mut collecting = self.collecting.lock().expect("collector flag");
             if self.latest.receiver_count() == 0 {
@@ -78,44 +136,31 @@ impl Dashboard {
 
     /// One set of figures; a source that cannot be read says why in its
     /// place, the others still show.
-    async fn take(&self, previous: &mut Option<(Instant, Reading)>) -> Value {
+    async fn take(&self, previous: &mut Option<(Instant, Reading)>) -> Figures {
         let now = Instant::now();
         let reading = metrics_text::read(&seckill_shared::telemetry::metrics_handle().render());
         let edge = match previous.as_ref() {
             Some((then, before)) => {
                 let seconds = now.duration_since(*then).as_secs_f64();
                 let ms = |q| metrics_text::quantile(before, &reading, q).map(|s| s * 1000.0);
-                json!({
-                    "ratePerSecond": metrics_text::rates(before, &reading, seconds),
-                    "p50Ms": ms(0.5),
-                    "p99Ms": ms(0.99),
-                })
+                EdgeFigures { rate_per_second: metrics_text::rates(before, &reading, seconds), p50_ms: ms(0.5), p99_ms: ms(0.99) }
             }
-            None => json!({ "ratePerSecond": {}, "p50Ms": null, "p99Ms": null }),
+            None => EdgeFigures::default(),
         };
         *previous = Some((now, reading));
-
-        let sales = match seckill_shared::reconcile::reconcile_live(&self.stock, &self.db).await {
-            Ok(reports) => json!(reports),
-            Err(error) => json!({ "error": error.to_string() }),
-        };
-        let pipeline = match seckill_shared::kafka::pipeline_lag(&self.kafka).await {
-            Ok(lag) => json!({
-                "orderLag": lag.order.total,
-                "compensatorLag": lag.compensator.total,
-                "deadLetters": lag.compensator.written,
-            }),
-            Err(error) => json!({ "error": format!("kafka: {error:#}") }),
-        };
-        let parked: Result<i64, _> = sqlx::query_scalar("SELECT count(*) FROM parked_records").fetch_one(&self.db).await;
-        let sweeper = self.stock.last_sweep().await;
-        json!({
-            "atMs": chrono::Utc::now().timestamp_millis(),
-            "edge": edge,
-            "sales": sales,
-            "pipeline": pipeline,
-            "parked": parked.map(Value::from).unwrap_or_else(|e| json!({ "error": format!("postgresql: {e}") })),
-            "sweeper": sweeper.map(|mark| json!(mark)).unwrap_or_else(|e| json!({ "error": format!("redis: {e}") })),
-        })
+        let sales = seckill_shared::reconcile::reconcile_live(&self.stock, &self.db).await;
+        let pipeline = seckill_shared::kafka::pipeline_lag(&self.kafka).await.map(|lag| PipelineFigures {
+            order_lag: lag.order.total,
+            compensator_lag: lag.compensator.total,
+            dead_letters: lag.compensator.written,
+        });
+        Figures {
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            edge,
+            sales: Readout::of(sales, "reconciliation"),
+            pipeline: Readout::of(pipeline, "kafka"),
+            parked: Readout::of(seckill_shared::parked::count(&self.db).await, "postgresql"),
+            sweeper: Readout::of(self.stock.last_sweep().await, "redis"),
+        }
     }
 }

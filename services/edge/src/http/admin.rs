@@ -1,40 +1,20 @@
 //! The operator's API: warm a sale up, and read its reconciliation.
 
+use super::bodies::{ErrorBody, WarmupBody};
 use super::body::{from_serde, FromJsonBody, JsonBody};
-use super::openapi::{ErrorBody, ReconciliationBody, SaleBody, WarmupBody as WarmupDoc};
 use super::{auth, ApiError, AppState};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::put;
 use axum::{Json, Router};
-use chrono::{DateTime, Utc};
+use seckill_shared::db::SaleRow;
 use seckill_shared::domain::{ActivityId, SaleKey, SkuId};
-use seckill_shared::reconcile::{self, ReconcileError};
+use seckill_shared::reconcile::{self, ReconcileError, Report};
 use seckill_shared::warmup::{self, WarmupError, WarmupRequest};
-use serde_json::Value;
 
 /// Admin routes.
 pub fn router() -> Router<AppState> {
     Router::new().route("/admin/sales/{activity_id}/{sku_id}", put(warm_up).get(report))
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(super) struct WarmupBody {
-    stock: i64,
-    #[serde(default)]
-    starts_at: Option<DateTime<Utc>>,
-    #[serde(default)]
-    ends_at: Option<DateTime<Utc>>,
-    /// Warm up even when the previous round has orders in flight.
-    #[serde(default)]
-    force: bool,
-    #[serde(default = "default_payment_window")]
-    payment_window_seconds: i64,
-}
-
-fn default_payment_window() -> i64 {
-    warmup::DEFAULT_PAYMENT_WINDOW_SECONDS
 }
 
 impl FromJsonBody for WarmupBody {
@@ -56,9 +36,9 @@ fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
     tag = "admin",
     security(("admin" = [])),
     params(("activityId" = i64, Path, minimum = 1), ("skuId" = i64, Path, minimum = 1)),
-    request_body(content = WarmupDoc, content_type = "application/json"),
+    request_body(content = WarmupBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "Warmed up: stock set (never added), buyers cleared, keys expire a day after the end", body = SaleBody),
+        (status = 200, description = "Warmed up: stock set (never added), buyers cleared, keys expire a day after the end", body = SaleRow),
         (status = 400, description = "INVALID_REQUEST: a bad id, stock or window", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: no or a wrong admin token", body = ErrorBody),
         (status = 409, description = "SALE_BUSY: another warm-up runs, or the previous round has orders in flight (force to replace it)", body = ErrorBody),
@@ -72,7 +52,7 @@ pub(super) async fn warm_up(
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
     JsonBody(body): JsonBody<WarmupBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SaleRow>, ApiError> {
     auth::require_admin(&state, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
     let request = WarmupRequest {
@@ -94,7 +74,7 @@ pub(super) async fn warm_up(
     // (other edges within their flag's time to live).
     state.sold_out.clear(sale);
     tracing::info!(sale = %sale, stock = row.total_stock, round = row.round, "sale warmed up");
-    Ok(Json(serde_json::to_value(row).map_err(anyhow::Error::from)?))
+    Ok(Json(row))
 }
 
 /// The sale's reconciliation: every term of the invariant and the verdict.
@@ -105,7 +85,7 @@ pub(super) async fn warm_up(
     security(("admin" = [])),
     params(("activityId" = i64, Path, minimum = 1), ("skuId" = i64, Path, minimum = 1)),
     responses(
-        (status = 200, description = "The report", body = ReconciliationBody),
+        (status = 200, description = "The report", body = Report),
         (status = 400, description = "INVALID_REQUEST: a bad id", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
         (status = 404, description = "SALE_NOT_FOUND", body = ErrorBody),
@@ -116,7 +96,7 @@ pub(super) async fn report(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Report>, ApiError> {
     auth::require_admin(&state, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
     let report = reconcile::reconcile(&state.stock, &state.db, Some(&state.settings.servers.kafka), sale, false)
@@ -125,5 +105,5 @@ pub(super) async fn report(
             ReconcileError::SaleNotFound(_) => ApiError::SaleNotFound,
             ReconcileError::Source { .. } => ApiError::TryAgain(error.into()),
         })?;
-    Ok(Json(serde_json::to_value(report).map_err(anyhow::Error::from)?))
+    Ok(Json(report))
 }

@@ -14,7 +14,9 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Form, Json, Router};
+use crate::dashboard::Figures;
 use std::convert::Infallible;
+use std::sync::Arc;
 
 const PAGE: &str = include_str!("../../assets/dashboard.html");
 const LOGIN: &str = include_str!("../../assets/login.html");
@@ -86,9 +88,10 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
 }
 
 /// The latest figures as JSON.
-async fn snapshot(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<serde_json::Value>, ApiError> {
+async fn snapshot(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Arc<Figures>>, ApiError> {
     auth::require_admin_or_session(&state, &headers)?;
-    Ok(Json((*state.dashboard.current().await).clone()))
+    let figures = state.dashboard.current().await.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the collector sent nothing")))?;
+    Ok(Json(figures))
 }
 
 /// The figures as Server-Sent Events (`figures`), one set a second.
@@ -97,7 +100,7 @@ async fn events(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
     let receiver = state.dashboard.watch();
     let stream = futures::stream::unfold(receiver, |mut receiver| async move {
         receiver.changed().await.ok()?;
-        let figures = receiver.borrow_and_update().clone();
+        let figures = receiver.borrow_and_update().clone()?;
         let event = Event::default().event("figures").json_data(&*figures).unwrap_or_else(|_| Event::default().comment("unserializable"));
         Some((Ok::<_, Infallible>(event), receiver))
     });

@@ -3,6 +3,7 @@
 //! cause travels to the `observe` middleware, which logs it once with the
 //! request's ids.
 
+use super::bodies::{ErrorBody, ErrorCode};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -92,28 +93,28 @@ impl ApiError {
     }
 
     /// The contract's stable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::InvalidRequest(_) => "INVALID_REQUEST",
-            Self::PayloadTooLarge(_) => "PAYLOAD_TOO_LARGE",
-            Self::UnsupportedMediaType(_) => "UNSUPPORTED_MEDIA_TYPE",
-            Self::Unauthorized(_) => "UNAUTHORIZED",
-            Self::Forbidden(_) => "FORBIDDEN",
-            Self::RateLimited(_) => "RATE_LIMITED",
-            Self::SaleNotFound => "SALE_NOT_FOUND",
-            Self::SaleNotActive => "SALE_NOT_ACTIVE",
-            Self::AlreadyPurchased(_) => "ALREADY_PURCHASED",
-            Self::SoldOut => "SOLD_OUT",
-            Self::OrderNotFound => "ORDER_NOT_FOUND",
-            Self::OrderPending => "ORDER_PENDING",
-            Self::PaymentLate => "PAYMENT_LATE",
-            Self::AlreadyPaid => "ALREADY_PAID",
-            Self::OrderFailed(_) => "ORDER_FAILED",
-            Self::NotFound => "NOT_FOUND",
-            Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
-            Self::SaleBusy(_) => "SALE_BUSY",
-            Self::TryAgain(_) => "TRY_AGAIN",
-            Self::Internal(_) => "INTERNAL",
+            Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            Self::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            Self::UnsupportedMediaType(_) => ErrorCode::UnsupportedMediaType,
+            Self::Unauthorized(_) => ErrorCode::Unauthorized,
+            Self::Forbidden(_) => ErrorCode::Forbidden,
+            Self::RateLimited(_) => ErrorCode::RateLimited,
+            Self::SaleNotFound => ErrorCode::SaleNotFound,
+            Self::SaleNotActive => ErrorCode::SaleNotActive,
+            Self::AlreadyPurchased(_) => ErrorCode::AlreadyPurchased,
+            Self::SoldOut => ErrorCode::SoldOut,
+            Self::OrderNotFound => ErrorCode::OrderNotFound,
+            Self::OrderPending => ErrorCode::OrderPending,
+            Self::PaymentLate => ErrorCode::PaymentLate,
+            Self::AlreadyPaid => ErrorCode::AlreadyPaid,
+            Self::OrderFailed(_) => ErrorCode::OrderFailed,
+            Self::NotFound => ErrorCode::NotFound,
+            Self::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            Self::SaleBusy(_) => ErrorCode::SaleBusy,
+            Self::TryAgain(_) => ErrorCode::TryAgain,
+            Self::Internal(_) => ErrorCode::Internal,
         }
     }
 
@@ -141,27 +142,36 @@ impl ApiError {
     }
 }
 
+/// The answer most requests of a flash sale get, serialized once (a test
+/// keeps it equal to the [`ErrorBody`] it stands for).
+const SOLD_OUT_BODY: &str = r#"{"code":"SOLD_OUT","message":"sold out"}"#;
+
+impl ApiError {
+    /// The body this error answers with.
+    pub fn body(&self) -> ErrorBody {
+        let message = match self {
+            Self::Internal(_) => "internal error".to_owned(),
+            other => other.to_string(),
+        };
+        let order_id = match self {
+            Self::AlreadyPurchased(order_id) => order_id.clone(),
+            _ => None,
+        };
+        ErrorBody { code: self.code(), message, order_id }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status_code();
         if let Self::SoldOut = self {
-            // The answer most requests of a flash sale get: built once.
-            const BODY: &str = r#"{"code":"SOLD_OUT","message":"sold out"}"#;
-            return (status, [(header::CONTENT_TYPE, "application/json")], BODY).into_response();
+            return (status, [(header::CONTENT_TYPE, "application/json")], SOLD_OUT_BODY).into_response();
         }
-        let message = match &self {
-            Self::Internal(_) => "internal error".to_owned(),
-            other => other.to_string(),
-        };
         let detail = match &self {
             Self::Internal(cause) | Self::TryAgain(cause) => Some(format!("{cause:#}")),
             _ => None,
         };
-        let mut body = serde_json::json!({ "code": self.code(), "message": message });
-        if let Self::AlreadyPurchased(Some(order_id)) = &self {
-            body["orderId"] = serde_json::Value::String(order_id.clone());
-        }
-        let mut response = (status, Json(body)).into_response();
+        let mut response = (status, Json(self.body())).into_response();
         match &self {
             Self::RateLimited(wait) => {
                 let secs = retry_after_secs(*wait).max(1);
@@ -206,8 +216,13 @@ mod tests {
             (ApiError::TryAgain(anyhow::anyhow!("x")), 503, "TRY_AGAIN"),
         ] {
             assert_eq!(error.status_code().as_u16(), status, "{code}");
-            assert_eq!(error.code(), code);
+            assert_eq!(error.code().as_str(), code);
         }
+    }
+
+    #[test]
+    fn the_prebuilt_sold_out_body_is_the_error_body() {
+        assert_eq!(serde_json::to_string(&ApiError::SoldOut.body()).unwrap(), SOLD_OUT_BODY);
     }
 
     #[test]

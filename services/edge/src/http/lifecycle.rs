@@ -1,7 +1,7 @@
 //! The buyer's payment confirmation and cancel of a CREATED order.
 
+use super::bodies::{ErrorBody, OrderOwnerBody, OrderStatusBody};
 use super::body::{from_serde, FromJsonBody, JsonBody};
-use super::openapi::{ErrorBody, OrderOwnerBody, OrderStatusBody};
 use super::order::status_body;
 use super::{auth, ApiError, AppState};
 use crate::lifecycle::{self, LifecycleError};
@@ -11,7 +11,6 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Json, Router};
 use seckill_shared::domain::{OrderId, UserId};
-use serde_json::Value;
 
 /// Payment and cancel routes (buyer's API: CORS as the rest of it).
 pub fn router() -> Router<AppState> {
@@ -89,7 +88,7 @@ pub(super) async fn pay(
     headers: HeaderMap,
     Path(raw): Path<String>,
     JsonBody(body): JsonBody<OrderOwnerBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OrderStatusBody>, ApiError> {
     let (order_id, user) = admit(&state, &headers, &raw, &body)?;
     let key = idempotency_key(&headers)?;
     let view = lifecycle::pay(&state.stock, &state.db, &order_id, user, key).await.map_err(refusal)?;
@@ -122,7 +121,7 @@ pub(super) async fn cancel(
     headers: HeaderMap,
     Path(raw): Path<String>,
     JsonBody(body): JsonBody<OrderOwnerBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OrderStatusBody>, ApiError> {
     let (order_id, user) = admit(&state, &headers, &raw, &body)?;
     let view = lifecycle::cancel(&state.stock, &state.db, &order_id, user).await.map_err(refusal)?;
     // Its unit is back: this edge stops trusting a sold-out flag at once.

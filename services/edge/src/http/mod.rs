@@ -5,6 +5,7 @@
 
 mod admin;
 mod auth;
+pub mod bodies;
 mod body;
 mod cors;
 mod dashboard;

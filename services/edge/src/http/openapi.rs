@@ -1,170 +1,19 @@
 //! The edge's OpenAPI 3.1 document, generated from the handlers' own
 //! annotations (utoipa), served at `GET /openapi.json` and committed as
-//! `api/openapi.json` (a test keeps the two equal). The types here describe
-//! the JSON bodies; the handlers build them.
+//! `api/openapi.json` (a test keeps the two equal). The bodies it describes
+//! are the handlers' own types ([`super::bodies`], and the shared library's
+//! sale row and reconciliation report).
 
+use super::bodies::{ErrorBody, ErrorCode, OrderOwnerBody, OrderRequestBody, OrderStatusBody, QueuedBody, QueuedCode, WarmupBody};
+use super::AppState;
 use axum::routing::get;
 use axum::{Json, Router};
+use seckill_shared::db::SaleRow;
+use seckill_shared::domain::OrderStatus;
+use seckill_shared::reconcile::Report;
+use seckill_shared::stock::SaleSnapshot;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
-
-use super::AppState;
-
-/// Every error is this body.
-#[derive(ToSchema)]
-#[schema(as = Error, rename_all = "camelCase")]
-#[allow(dead_code)]
-pub struct ErrorBody {
-    /// The stable code.
-    pub code: ErrorCode,
-    /// In words, for a human.
-    pub message: String,
-    /// `ALREADY_PURCHASED` only: the user's order in this sale.
-    #[schema(nullable = false)]
-    pub order_id: Option<String>,
-}
-
-/// The codes of the contract's errors.
-#[derive(ToSchema)]
-#[schema(rename_all = "SCREAMING_SNAKE_CASE")]
-#[allow(dead_code)]
-pub enum ErrorCode {
-    InvalidRequest,
-    PayloadTooLarge,
-    UnsupportedMediaType,
-    Unauthorized,
-    Forbidden,
-    RateLimited,
-    SaleNotFound,
-    SaleNotActive,
-    AlreadyPurchased,
-    SoldOut,
-    OrderNotFound,
-    OrderPending,
-    PaymentLate,
-    AlreadyPaid,
-    OrderFailed,
-    SaleBusy,
-    NotFound,
-    MethodNotAllowed,
-    TryAgain,
-    Internal,
-}
-
-/// A buyer's request for one unit.
-#[derive(ToSchema, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schema(as = OrderRequest)]
-#[allow(dead_code)]
-pub struct OrderRequestBody {
-    #[schema(minimum = 1, format = Int64)]
-    pub activity_id: i64,
-    #[schema(minimum = 1, format = Int64)]
-    pub sku_id: i64,
-    #[schema(minimum = 1, format = Int64)]
-    pub user_id: i64,
-}
-
-/// The order is accepted and queued; follow it by its id.
-#[derive(ToSchema)]
-#[schema(as = Queued, rename_all = "camelCase")]
-#[allow(dead_code)]
-pub struct QueuedBody {
-    #[schema(pattern = "^QUEUED$")]
-    pub code: String,
-    pub order_id: String,
-}
-
-/// Where an order stands.
-#[derive(ToSchema)]
-#[schema(as = OrderStatus, rename_all = "camelCase")]
-#[allow(dead_code)]
-pub struct OrderStatusBody {
-    pub order_id: String,
-    #[schema(minimum = 1, format = Int64)]
-    pub activity_id: i64,
-    #[schema(minimum = 1, format = Int64)]
-    pub sku_id: i64,
-    #[schema(minimum = 1, format = Int64)]
-    pub user_id: i64,
-    /// QUEUED, CREATED (awaiting payment until payDeadline), PAID,
-    /// CANCELLED or FAILED.
-    #[schema(pattern = "^(QUEUED|CREATED|PAID|CANCELLED|FAILED)$")]
-    pub status: String,
-    /// Why it failed or was cancelled (a stable code: EXPIRED,
-    /// BUYER_CANCELLED, or a failure's), when it was.
-    #[schema(nullable = false)]
-    pub reason: Option<String>,
-    /// Until when a written order awaits payment (RFC 3339).
-    #[schema(format = DateTime, nullable = false)]
-    pub pay_deadline: Option<String>,
-    #[schema(format = DateTime, nullable = false)]
-    pub paid_at: Option<String>,
-    #[schema(format = DateTime, nullable = false)]
-    pub cancelled_at: Option<String>,
-}
-
-/// Who pays or cancels: the order's buyer (`{"userId": U}`, also the
-/// parsed body of those routes).
-#[derive(ToSchema, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schema(as = OrderOwner)]
-pub struct OrderOwnerBody {
-    #[schema(minimum = 1, format = Int64)]
-    pub user_id: i64,
-}
-
-/// A warm-up: stock is set, never added; buyers cleared.
-#[derive(ToSchema, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schema(as = Warmup)]
-#[allow(dead_code)]
-pub struct WarmupBody {
-    #[schema(minimum = 0, maximum = 1_000_000_000, format = Int64)]
-    pub stock: i64,
-    /// RFC 3339; open when absent.
-    #[schema(format = DateTime, nullable = false)]
-    pub starts_at: Option<String>,
-    /// RFC 3339; open when absent.
-    #[schema(format = DateTime, nullable = false)]
-    pub ends_at: Option<String>,
-    /// Replace a round that still has orders in flight.
-    #[schema(nullable = false)]
-    pub force: Option<bool>,
-    /// How long a CREATED order awaits payment before it is cancelled and
-    /// its unit sold again (default 900).
-    #[schema(minimum = 1, maximum = 604_800, nullable = false)]
-    pub payment_window_seconds: Option<i64>,
-}
-
-/// A sale as PostgreSQL holds it after the warm-up.
-#[derive(ToSchema)]
-#[schema(as = Sale, rename_all = "camelCase")]
-#[allow(dead_code)]
-pub struct SaleBody {
-    pub activity_id: i64,
-    pub sku_id: i64,
-    pub round: i32,
-    pub total_stock: i64,
-    pub remaining_stock: i64,
-    pub starts_at: Option<String>,
-    pub ends_at: Option<String>,
-    pub payment_window_seconds: i32,
-}
-
-/// The reconciliation of one sale: every term of the invariant, and the
-/// verdict (`consistent`, `violations`).
-#[derive(ToSchema)]
-#[schema(as = Reconciliation, rename_all = "camelCase")]
-#[allow(dead_code)]
-pub struct ReconciliationBody {
-    pub activity_id: i64,
-    pub sku_id: i64,
-    pub round: i32,
-    pub total_stock: i64,
-    pub consistent: bool,
-    pub violations: Vec<String>,
-}
+use utoipa::{Modify, OpenApi};
 
 /// Adds the bearer schemes: the admin token, and the user's HS256 JWT.
 struct Security;
@@ -199,7 +48,10 @@ impl Modify for Security {
         super::health::metrics,
         openapi_json,
     ),
-    components(schemas(ErrorBody, ErrorCode, OrderRequestBody, QueuedBody, OrderStatusBody, OrderOwnerBody, WarmupBody, SaleBody, ReconciliationBody)),
+    components(schemas(
+        ErrorBody, ErrorCode, OrderRequestBody, QueuedBody, QueuedCode, OrderStatusBody, OrderStatus, OrderOwnerBody, WarmupBody, SaleRow,
+        Report, SaleSnapshot
+    )),
     modifiers(&Security),
     tags((name = "buyer", description = "Orders and their status"), (name = "admin", description = "Warm-up and reconciliation"), (name = "operations", description = "Health, readiness, metrics, this document"))
 )]

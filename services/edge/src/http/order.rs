@@ -1,7 +1,7 @@
 //! The buyer's API: place an order, read an order, read a user's result.
 
+use super::bodies::{ErrorBody, OrderRequestBody, OrderStatusBody, QueuedBody};
 use super::body::{FromJsonBody, JsonBody};
-use super::openapi::{ErrorBody, OrderRequestBody, OrderStatusBody, QueuedBody};
 use super::{auth, ApiError, AppState};
 use crate::lookup::{self, LookupError, OrderView};
 use crate::publish::PublishOutcome;
@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use seckill_shared::domain::{ActivityId, FailReason, OrderId, OrderRecord, SaleKey, SkuId, UserId};
 use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use seckill_shared::stock::Deduction;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -35,15 +35,6 @@ pub(super) struct OrderRequest {
 
 const ORDER_FIELDS: [&str; 3] = ["activityId", "skuId", "userId"];
 
-/// The well-formed body, parsed without building a JSON tree (the hot path).
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct FastOrderRequest {
-    activity_id: i64,
-    sku_id: i64,
-    user_id: i64,
-}
-
 impl FromJsonBody for OrderRequest {
     fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
         parse_order_request(bytes)
@@ -55,7 +46,7 @@ impl FromJsonBody for OrderRequest {
 fn parse_order_request(bytes: &[u8]) -> Result<OrderRequest, ApiError> {
     // A derived struct would also take `[1,2,3]`: only objects qualify.
     let is_object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    match is_object.then(|| serde_json::from_slice::<FastOrderRequest>(bytes)) {
+    match is_object.then(|| serde_json::from_slice::<OrderRequestBody>(bytes)) {
         Some(Ok(fast)) => {
             if let (Ok(activity), Ok(sku), Ok(user)) =
                 (ActivityId::new(fast.activity_id), SkuId::new(fast.sku_id), UserId::new(fast.user_id))
@@ -139,11 +130,11 @@ pub(super) async fn place_order(
     State(state): State<AppState>,
     headers: HeaderMap,
     JsonBody(request): JsonBody<OrderRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
     let result = place_order_inner(&state, &headers, request).await;
     let outcome = match &result {
         Ok(_) => "QUEUED",
-        Err(error) => error.code(),
+        Err(error) => error.code().as_str(),
     };
     metrics::counter!("seckill_edge_orders_total", "outcome" => outcome).increment(1);
     result
@@ -153,7 +144,7 @@ async fn place_order_inner(
     state: &AppState,
     headers: &HeaderMap,
     request: OrderRequest,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
     auth::require_user(state, headers, request.user)?;
     let sale = SaleKey::new(request.activity, request.sku);
     // A sale known sold out is answered before the rate limits: the answer
@@ -226,27 +217,13 @@ async fn place_order_inner(
     }
 }
 
-fn queued(order_id: &OrderId) -> (StatusCode, Json<Value>) {
-    (StatusCode::ACCEPTED, Json(json!({ "code": "QUEUED", "orderId": order_id.as_str() })))
+fn queued(order_id: &OrderId) -> (StatusCode, Json<QueuedBody>) {
+    (StatusCode::ACCEPTED, Json(QueuedBody::new(order_id)))
 }
 
-pub(super) fn status_body(view: &OrderView) -> Json<Value> {
-    let mut body = json!({
-        "orderId": view.order_id,
-        "activityId": view.sale.activity.get(),
-        "skuId": view.sale.sku.get(),
-        "userId": view.user_id,
-        "status": view.status.as_str(),
-    });
-    if let Some(reason) = &view.reason {
-        body["reason"] = Value::String(reason.clone());
-    }
-    for (name, at) in [("payDeadline", view.pay_deadline), ("paidAt", view.paid_at), ("cancelledAt", view.cancelled_at)] {
-        if let Some(at) = at {
-            body[name] = Value::String(at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
-        }
-    }
-    Json(body)
+/// An order's status as the buyer's API answers it.
+pub(super) fn status_body(view: &OrderView) -> Json<OrderStatusBody> {
+    Json(OrderStatusBody::from(view))
 }
 
 fn lookup_error(error: LookupError) -> ApiError {
@@ -277,7 +254,7 @@ pub(super) async fn get_order(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(raw): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OrderStatusBody>, ApiError> {
     // With user auth on, the token comes first: whether an order id exists
     // is told to its owner only.
     let caller = auth::caller(&state, &headers)?;
@@ -319,7 +296,7 @@ pub(super) async fn get_result(
     State(state): State<AppState>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OrderStatusBody>, ApiError> {
     let field = |name: &str| -> Result<&str, ApiError> {
         query.get(name).map(String::as_str).ok_or_else(|| ApiError::invalid(format!("missing query parameter '{name}'")))
     };
@@ -352,7 +329,7 @@ mod tests {
             (r#"{"activityId":1,"skuId":2,"userId":4,"userId":5}"#, "duplicate field `userId`", "a key given twice"),
         ] {
             let error = parse_order_request(body.as_bytes()).expect_err(why);
-            assert_eq!(error.code(), "INVALID_REQUEST", "{why}");
+            assert_eq!(error.code().as_str(), "INVALID_REQUEST", "{why}");
             assert!(error.to_string().contains(needle), "{why}: '{error}' should name {needle}");
         }
     }

@@ -1,0 +1,238 @@
+//! Every JSON body the edge reads or answers, one type each. The handlers
+//! return these types and the OpenAPI document ([`super::openapi`])
+//! describes the same types (`ToSchema`), so the document cannot drift from
+//! the answers. Bodies that belong to the shared library (a sale's row, the
+//! reconciliation report) carry their schema there.
+
+use crate::lookup::OrderView;
+use chrono::{DateTime, Utc};
+use seckill_shared::domain::{OrderId, OrderStatus};
+use serde::{Deserialize, Serialize, Serializer};
+use utoipa::ToSchema;
+
+/// Declares the error codes once: the enum, its spelling, and the list
+/// (the spelling is also serde's; a test holds the two together).
+macro_rules! error_codes {
+    ($($(#[$doc:meta])* $variant:ident = $code:literal,)*) => {
+        /// The stable codes of the contract's errors.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+        #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+        pub enum ErrorCode {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl ErrorCode {
+            /// Every code.
+            pub const ALL: &'static [ErrorCode] = &[$(Self::$variant,)*];
+
+            /// The contract's spelling.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $code,)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    /// Bad JSON, a missing, unknown or repeated field, a bad id.
+    InvalidRequest = "INVALID_REQUEST",
+    /// A body over the limit.
+    PayloadTooLarge = "PAYLOAD_TOO_LARGE",
+    /// A body not declared `application/json`.
+    UnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE",
+    /// Missing or bad credentials.
+    Unauthorized = "UNAUTHORIZED",
+    /// Credentials of someone else.
+    Forbidden = "FORBIDDEN",
+    /// Over a rate limit (`Retry-After`).
+    RateLimited = "RATE_LIMITED",
+    /// Unknown or not warmed-up sale.
+    SaleNotFound = "SALE_NOT_FOUND",
+    /// Before the sale's start or after its end.
+    SaleNotActive = "SALE_NOT_ACTIVE",
+    /// One order per user per sale round.
+    AlreadyPurchased = "ALREADY_PURCHASED",
+    /// No unit left.
+    SoldOut = "SOLD_OUT",
+    /// Unknown order.
+    OrderNotFound = "ORDER_NOT_FOUND",
+    /// Accepted, not written yet (`Retry-After`).
+    OrderPending = "ORDER_PENDING",
+    /// A payment after the order was cancelled.
+    PaymentLate = "PAYMENT_LATE",
+    /// Paid already.
+    AlreadyPaid = "ALREADY_PAID",
+    /// The order failed: nothing to pay or cancel.
+    OrderFailed = "ORDER_FAILED",
+    /// A warm-up that would disturb orders in flight, or another warm-up.
+    SaleBusy = "SALE_BUSY",
+    /// No such path.
+    NotFound = "NOT_FOUND",
+    /// The path exists, not with this method (`Allow`).
+    MethodNotAllowed = "METHOD_NOT_ALLOWED",
+    /// Redis, Kafka or PostgreSQL unavailable; nothing was kept.
+    TryAgain = "TRY_AGAIN",
+    /// An unexpected failure.
+    Internal = "INTERNAL",
+}
+
+/// Every error is this body.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    /// The stable code.
+    pub code: ErrorCode,
+    /// In words, for a human.
+    pub message: String,
+    /// `ALREADY_PURCHASED` only: the user's order in this sale.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub order_id: Option<String>,
+}
+
+/// A buyer's request for one unit. Read without building a JSON tree (the
+/// hot path); `deny_unknown_fields` refuses a key given twice too.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = OrderRequest)]
+pub struct OrderRequestBody {
+    #[schema(minimum = 1, format = Int64)]
+    pub activity_id: i64,
+    #[schema(minimum = 1, format = Int64)]
+    pub sku_id: i64,
+    #[schema(minimum = 1, format = Int64)]
+    pub user_id: i64,
+}
+
+/// The one code a queued order answers with.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub enum QueuedCode {
+    #[serde(rename = "QUEUED")]
+    Queued,
+}
+
+/// The order is accepted and queued; follow it by its id.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = Queued)]
+pub struct QueuedBody {
+    pub code: QueuedCode,
+    pub order_id: String,
+}
+
+impl QueuedBody {
+    /// The answer for `order_id`.
+    pub fn new(order_id: &OrderId) -> Self {
+        Self { code: QueuedCode::Queued, order_id: order_id.as_str().to_owned() }
+    }
+}
+
+/// Where an order stands.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = OrderStatus)]
+pub struct OrderStatusBody {
+    pub order_id: String,
+    #[schema(minimum = 1, format = Int64)]
+    pub activity_id: i64,
+    #[schema(minimum = 1, format = Int64)]
+    pub sku_id: i64,
+    #[schema(minimum = 1, format = Int64)]
+    pub user_id: i64,
+    /// QUEUED, CREATED (awaiting payment until payDeadline), PAID,
+    /// CANCELLED or FAILED.
+    pub status: OrderStatus,
+    /// Why it failed or was cancelled (a stable code: EXPIRED,
+    /// BUYER_CANCELLED, or a failure's), when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub reason: Option<String>,
+    /// Until when a written order awaits payment (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "rfc3339_millis")]
+    #[schema(nullable = false)]
+    pub pay_deadline: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "rfc3339_millis")]
+    #[schema(nullable = false)]
+    pub paid_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "rfc3339_millis")]
+    #[schema(nullable = false)]
+    pub cancelled_at: Option<DateTime<Utc>>,
+}
+
+impl From<&OrderView> for OrderStatusBody {
+    fn from(view: &OrderView) -> Self {
+        Self {
+            order_id: view.order_id.clone(),
+            activity_id: view.sale.activity.get(),
+            sku_id: view.sale.sku.get(),
+            user_id: view.user_id,
+            status: view.status,
+            reason: view.reason.clone(),
+            pay_deadline: view.pay_deadline,
+            paid_at: view.paid_at,
+            cancelled_at: view.cancelled_at,
+        }
+    }
+}
+
+/// Times as the buyer's API has always written them: RFC 3339, to the
+/// millisecond, in UTC (`2026-12-01T10:00:00.000Z`).
+fn rfc3339_millis<S: Serializer>(at: &Option<DateTime<Utc>>, serializer: S) -> Result<S::Ok, S::Error> {
+    match at {
+        Some(at) => serializer.serialize_str(&at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// Who pays or cancels: the order's buyer.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = OrderOwner)]
+pub struct OrderOwnerBody {
+    #[schema(minimum = 1, format = Int64)]
+    pub user_id: i64,
+}
+
+/// A warm-up: stock is set, never added; buyers cleared.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = Warmup)]
+pub struct WarmupBody {
+    #[schema(minimum = 0, maximum = 1_000_000_000, format = Int64)]
+    pub stock: i64,
+    /// Open when absent.
+    #[serde(default)]
+    #[schema(nullable = false)]
+    pub starts_at: Option<DateTime<Utc>>,
+    /// Open when absent.
+    #[serde(default)]
+    #[schema(nullable = false)]
+    pub ends_at: Option<DateTime<Utc>>,
+    /// Replace a round that still has orders in flight.
+    #[serde(default)]
+    pub force: bool,
+    /// How long a CREATED order awaits payment before it is cancelled and
+    /// its unit sold again.
+    #[serde(default = "default_payment_window")]
+    #[schema(minimum = 1, maximum = 604_800, default = 900)]
+    pub payment_window_seconds: i64,
+}
+
+fn default_payment_window() -> i64 {
+    seckill_shared::warmup::DEFAULT_PAYMENT_WINDOW_SECONDS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_is_spelled_as_it_serializes() {
+        for code in ErrorCode::ALL {
+            assert_eq!(serde_json::to_value(code).unwrap(), code.as_str(), "{code:?}");
+        }
+    }
+}
