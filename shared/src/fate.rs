@@ -8,7 +8,7 @@
 use crate::db;
 use crate::domain::{FailReason, Fate, OrderRecord};
 use crate::redis_conn::RedisCallError;
-use crate::stock::{Compensation, Settlement, Stock};
+use crate::stock::{Compensation, CompensationMode, Stock};
 use sqlx::PgPool;
 
 /// What following a fate did in Redis.
@@ -35,7 +35,7 @@ pub enum FollowError {
 pub async fn follow(stock: &Stock, db: &PgPool, record: &OrderRecord, fate: Fate) -> Result<Followed, FollowError> {
     let reason = match fate {
         Fate::Created => {
-            stock.settle_created(&[(record.order_id.clone(), record.user_id, record.accepted_at)]).await?;
+            stock.follow_created(&[(record.order_id.clone(), record.user_id, record.accepted_at)]).await?;
             return Ok(Followed::Created);
         }
         Fate::Failed(reason) => reason,
@@ -44,12 +44,12 @@ pub async fn follow(stock: &Stock, db: &PgPool, record: &OrderRecord, fate: Fate
         // Redis counted a unit the database does not have: selling it again
         // would only make another doomed order. Bring Redis down instead.
         let remaining = db::find_sale(db, record.sale()).await?.map(|sale| sale.remaining_stock).unwrap_or(0);
-        Settlement::WriteOff { db_remaining: remaining }
+        CompensationMode::WriteOff { db_remaining: remaining }
     } else {
-        Settlement::Restore
+        CompensationMode::Restore
     };
     let compensation = stock.compensate(&record.order_id, record.user_id, reason, settlement).await?;
-    if compensation == Compensation::Settled {
+    if compensation == Compensation::Done {
         metrics::counter!("seckill_units_settled_total", "reason" => reason.code()).increment(1);
     }
     Ok(Followed::Failed(compensation))

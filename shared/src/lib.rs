@@ -12,7 +12,7 @@ pub mod domain;
 pub mod fate;
 pub mod host;
 pub mod kafka;
-pub mod lifecycle;
+pub mod cancellation;
 pub mod lock;
 pub mod outbox;
 pub mod parked;
@@ -21,7 +21,7 @@ pub mod redis_conn;
 pub mod shutdown;
 pub mod stock;
 pub mod telemetry;
-pub mod warmup;
+pub mod sales;
 
 /// Current time in milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {

@@ -6,7 +6,7 @@ use hyper::Method;
 use seckill_e2e::http::{Client, Reply};
 use seckill_e2e::{eventually, Child, TestEnv};
 use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
-use seckill_shared::lifecycle::{self, Cancel, CancelReason, CancelledOrder};
+use seckill_shared::cancellation::{self, Cancel, CancelReason, CancelledOrder};
 use seckill_shared::reconcile::{reconcile, Report};
 use std::time::Duration;
 
@@ -127,12 +127,12 @@ async fn a_cancelled_unit_goes_back_once_and_sells_to_another_buyer() {
         user: UserId::new(1).unwrap(),
         reason: CancelReason::BuyerCancelled,
     }];
-    assert_eq!(lifecycle::return_units(&env.stock, &env.db, &replay).await.unwrap(), 0);
+    assert_eq!(cancellation::return_units(&env.stock, &env.db, &replay).await.unwrap(), 0);
     assert_eq!((env.redis_stock(sale).await, db_remaining(&env, sale).await), (1, 1));
     // Its record delivered again: the order service's follow-up leaves the
     // cancelled order as it is.
     let accepted = env.stock.order_state(&replay[0].order_id).await.unwrap().unwrap().accepted_at;
-    env.stock.settle_created(&[(replay[0].order_id.clone(), replay[0].user, accepted)]).await.unwrap();
+    env.stock.follow_created(&[(replay[0].order_id.clone(), replay[0].user, accepted)]).await.unwrap();
     let state = env.stock.order_state(&replay[0].order_id).await.unwrap().unwrap();
     assert_eq!((state.status.as_str(), env.redis_stock(sale).await), ("CANCELLED", 1));
 
@@ -338,7 +338,7 @@ async fn a_crash_between_the_cancel_and_the_return_is_finished_once() {
     // Cancelled and committed in PostgreSQL, then the process died before
     // Redis took the units back.
     let mut tx = env.db.begin().await.unwrap();
-    let cancelled = lifecycle::cancel(&mut tx, Cancel::Due { limit: 20 }).await.unwrap();
+    let cancelled = cancellation::cancel(&mut tx, Cancel::Due { limit: 20 }).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!((cancelled.len(), env.redis_stock(sale).await), (20, 0));
     // The next poll cancels the rest and finishes those 20, once.

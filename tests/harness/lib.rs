@@ -185,7 +185,7 @@ impl TestEnv {
         let settings = std::sync::Arc::new(self.order_settings());
         let connections = self.connections();
         let dead_letters =
-            seckill_order::dlq::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone()).expect("dead-letter producer");
+            seckill_order::dead_letters::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone()).expect("dead-letter producer");
         seckill_order::consumer::Worker::new(0, settings, connections, dead_letters).expect("a worker")
     }
 
@@ -237,12 +237,12 @@ impl TestEnv {
 
     /// Warms a sale up with `stock` units through the shared warm-up code.
     pub async fn warmup(&self, sale: SaleKey, stock: i64) {
-        self.warmup_with_window(sale, stock, seckill_shared::warmup::DEFAULT_PAYMENT_WINDOW_SECONDS).await;
+        self.warmup_with_window(sale, stock, seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS).await;
     }
 
     /// Warms `sale` up with `stock` units and a payment window of `window` s.
     pub async fn warmup_with_window(&self, sale: SaleKey, stock: i64, window: i64) {
-        let request = seckill_shared::warmup::WarmupRequest {
+        let request = seckill_shared::sales::WarmupRequest {
             sale,
             stock,
             starts_at: None,
@@ -251,7 +251,7 @@ impl TestEnv {
             payment_window_seconds: window,
         };
         let locks = LockClient::new(self.stock.connection(), Background::default());
-        seckill_shared::warmup::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request).await.expect("warming up");
+        seckill_shared::sales::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request).await.expect("warming up");
     }
 
     /// Deducts a unit for `user` as the edge would, without publishing (an

@@ -19,7 +19,7 @@
 
 use crate::Settings;
 use seckill_shared::host::Connections;
-use seckill_shared::lifecycle::{self, Cancel};
+use seckill_shared::cancellation::{self, Cancel};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -71,13 +71,13 @@ pub async fn poll_once(deps: &Connections, batch: i64) -> anyhow::Result<i64> {
     let mut returns = tokio::task::JoinSet::new();
     loop {
         let mut tx = deps.db.begin().await?;
-        let now = lifecycle::cancel(&mut tx, Cancel::Due { limit: batch }).await?;
+        let now = cancellation::cancel(&mut tx, Cancel::Due { limit: batch }).await?;
         tx.commit().await?;
         cancelled += now.len() as i64;
         let full = now.len() as i64 >= batch;
         if !now.is_empty() {
             let deps = deps.clone();
-            returns.spawn(async move { lifecycle::return_units(&deps.stock, &deps.db, &now).await });
+            returns.spawn(async move { cancellation::return_units(&deps.stock, &deps.db, &now).await });
         }
         if !full {
             break;
@@ -93,8 +93,8 @@ pub async fn poll_once(deps: &Connections, batch: i64) -> anyhow::Result<i64> {
         }
     }
     loop {
-        let unreturned = lifecycle::unreturned(&deps.db, batch).await?;
-        lifecycle::return_units(&deps.stock, &deps.db, &unreturned).await?;
+        let unreturned = cancellation::unreturned(&deps.db, batch).await?;
+        cancellation::return_units(&deps.stock, &deps.db, &unreturned).await?;
         if (unreturned.len() as i64) < batch {
             return Ok(cancelled);
         }

@@ -18,9 +18,6 @@ use seckill_shared::host::Connections;
 use seckill_shared::kafka::Trace;
 use sqlx::{Postgres, Transaction};
 
-/// What settling one order did: Redis followed the fate PostgreSQL holds.
-pub type Settled = Followed;
-
 /// The lock a sweeper holds while it writes, and its fencing token.
 #[derive(Debug, Clone, Copy)]
 pub struct Fence<'a> {
@@ -72,7 +69,7 @@ pub async fn settle(
     reason: FailReason,
     fence: Option<Fence<'_>>,
     trace: Trace<'_>,
-) -> Result<Settled, SettleError> {
+) -> Result<Followed, SettleError> {
     let mut tx = deps.db.begin().await?;
     if let Some(fence) = fence {
         check_fence(&mut tx, fence).await?;

@@ -30,7 +30,8 @@
 //! fails orders that are merely waiting; under steady load checkpoints keep
 //! being passed, so the sweeper works during a sale, not only after it.
 
-use crate::settle::{self, Fence, Settled};
+use crate::settle::{self, Fence};
+use seckill_shared::fate::Followed;
 use crate::Settings;
 use rdkafka::consumer::BaseConsumer;
 use seckill_shared::domain::{FailReason, OrderRecord, UserId};
@@ -217,8 +218,8 @@ impl Sweeper {
                 // rolls back before it writes.
                 // The request never reached the pipeline's records: no trace.
                 match settle::settle(&self.deps, &record, FailReason::PublishLost, Some(fence), Default::default()).await? {
-                    Settled::Created => report.created += 1,
-                    Settled::Failed(_) => report.failed += 1,
+                    Followed::Created => report.created += 1,
+                    Followed::Failed(_) => report.failed += 1,
                 }
             }
         }

@@ -3,7 +3,7 @@
 use crate::{connect, Failure, Settings};
 use chrono::{DateTime, Utc};
 use seckill_shared::domain::SaleKey;
-use seckill_shared::warmup::{warmup, WarmupError, WarmupRequest};
+use seckill_shared::sales::{warmup, WarmupError, WarmupRequest};
 
 /// Arguments of `warmup`.
 #[derive(clap::Args)]
@@ -28,7 +28,7 @@ pub struct Args {
     force: bool,
     /// How long a CREATED order awaits payment before it is cancelled and
     /// its unit sold again.
-    #[arg(long, default_value_t = seckill_shared::warmup::DEFAULT_PAYMENT_WINDOW_SECONDS)]
+    #[arg(long, default_value_t = seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS)]
     payment_window: i64,
     /// Print the sale as JSON.
     #[arg(long)]

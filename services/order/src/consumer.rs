@@ -3,7 +3,7 @@
 //! [`Worker::run`] is the service's loop; [`Worker::try_execute_batch`] is
 //! one turn of it, for tests that drive the worker step by step.
 
-use crate::dlq::{DeadLetterError, DeadLetters};
+use crate::dead_letters::{DeadLetterError, DeadLetters};
 use crate::store::{self, BatchOutcome, WriteError};
 use crate::Settings;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
@@ -203,7 +203,7 @@ impl Worker {
                 Fate::Failed(_) => failed_earlier.push((record, *fate)),
             }
         }
-        self.deps.stock.settle_created(&created).await?;
+        self.deps.stock.follow_created(&created).await?;
         // PostgreSQL failed these first (the sweeper or the compensator won),
         // perhaps without settling Redis before it stopped: settle it now,
         // at most once per order, whoever else does too.

@@ -13,7 +13,7 @@
 pub const ABOUT: &str = "The order service: consumes seckill.orders in the seckill-order group, writes each batch of orders to PostgreSQL in one idempotent transaction with the database's stock guard, marks them CREATED in Redis, dead-letters what can never be written, and commits offsets only after all of that. Health and metrics on metrics_addr.";
 
 pub mod consumer;
-pub mod dlq;
+pub mod dead_letters;
 pub mod relay;
 pub mod store;
 
@@ -77,7 +77,7 @@ impl Hosted for Settings {
             let relay = relay::Relay::new(settings.clone(), connections.clone())?;
             background.spawn("event relay", relay.run(background.shutdown().clone()));
         }
-        let dead_letters = dlq::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone())?;
+        let dead_letters = dead_letters::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone())?;
         for index in 0..settings.consumers.max(1) {
             let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?;
             background.spawn("consumer", worker.run(background.shutdown().clone()));

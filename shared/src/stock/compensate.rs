@@ -1,4 +1,6 @@
-//! Settling a FAILED order's unit at most once (`lua/compensate.lua`).
+//! Compensating a FAILED order: its unit restored (or written off) at most
+//! once per order id (`lua/compensate.lua`). Part of Redis following the
+//! fate PostgreSQL decided ([`crate::fate::follow`]).
 
 use super::{with_keys, Stock};
 use crate::domain::{FailReason, OrderId, UserId};
@@ -8,9 +10,9 @@ use std::sync::LazyLock;
 
 static COMPENSATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/compensate.lua")));
 
-/// How a FAILED order's unit is settled.
+/// What compensating a FAILED order does with its unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settlement {
+pub enum CompensationMode {
     /// Put the unit back on sale.
     Restore,
     /// The database never had the unit: bring Redis stock down to the
@@ -21,10 +23,10 @@ pub enum Settlement {
 /// The answer of [`Stock::compensate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compensation {
-    /// Settled now (unit restored or written off).
-    Settled,
-    /// An earlier call settled it: nothing done.
-    AlreadySettled,
+    /// Done now (unit restored or written off).
+    Done,
+    /// An earlier call did it: nothing done.
+    AlreadyDone,
     /// Redis never minted this order (or lost it): nothing to restore.
     UnknownOrder,
     /// Redis says CREATED: never restored.
@@ -34,18 +36,18 @@ pub enum Compensation {
 }
 
 impl Stock {
-    /// Settles a FAILED order in Redis, at most once per order id.
+    /// Compensates a FAILED order in Redis, at most once per order id.
     pub async fn compensate(
         &self,
         order_id: &OrderId,
         user: UserId,
         reason: FailReason,
-        settlement: Settlement,
+        settlement: CompensationMode,
     ) -> Result<Compensation, RedisCallError> {
         let k = self.keys.sale(order_id.sale());
         let (mode, db_remaining) = match settlement {
-            Settlement::Restore => ("restore", 0),
-            Settlement::WriteOff { db_remaining } => ("writeoff", db_remaining),
+            CompensationMode::Restore => ("restore", 0),
+            CompensationMode::WriteOff { db_remaining } => ("writeoff", db_remaining),
         };
         let mut invocation =
             with_keys(&COMPENSATE, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off, &k.meta]);
@@ -58,8 +60,8 @@ impl Stock {
             .arg(db_remaining);
         let answer: i64 = self.conn.invoke(&invocation).await?;
         Ok(match answer {
-            1 => Compensation::Settled,
-            0 => Compensation::AlreadySettled,
+            1 => Compensation::Done,
+            0 => Compensation::AlreadyDone,
             -1 => Compensation::UnknownOrder,
             -2 => Compensation::Created,
             -3 => Compensation::RolledBack,

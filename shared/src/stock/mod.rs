@@ -6,6 +6,7 @@
 mod cancel;
 mod compensate;
 mod deduct;
+mod follow_created;
 pub mod keys;
 mod rollback;
 mod snapshot;
@@ -13,7 +14,7 @@ mod status;
 pub mod warmup;
 
 pub use cancel::Cancelled;
-pub use compensate::{Compensation, Settlement};
+pub use compensate::{Compensation, CompensationMode};
 pub use deduct::Deduction;
 pub use keys::{KeyLayout, SaleKeys, SaleLock};
 pub use snapshot::{SaleSnapshot, SweepMark};

@@ -1,16 +1,13 @@
 //! Each order's status in Redis, and the reservations of orders not yet
-//! settled: read for the buyer, settled in bulk by the order service,
-//! swept by the reservation sweeper.
+//! written: read for the buyer, cleared by the order service, swept by the
+//! reservation sweeper. (Marking orders CREATED is
+//! [`Stock::follow_created`].)
 
-use super::{with_keys, Stock};
+use super::Stock;
 use crate::domain::{OrderId, OrderStatus, SaleKey, UserId};
 use crate::redis_conn::RedisCallError;
-use redis::{AsyncCommands, Script};
+use redis::AsyncCommands;
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
-
-static SETTLE_CREATED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/settle_created.lua")));
 
 /// What Redis knows of one order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,26 +52,6 @@ impl Stock {
         let k = self.keys.sale(sale);
         let mut conn = self.conn.clone();
         self.conn.bounded(conn.hget(&k.buyers, user.get())).await
-    }
-
-    /// Marks orders CREATED and clears their reservations
-    /// (`lua/settle_created.lua`): one script call per sale, every order of
-    /// the sale in it, the status counters kept. Called after PostgreSQL
-    /// committed their rows.
-    pub async fn settle_created(&self, orders: &[(OrderId, UserId, i64)]) -> Result<(), RedisCallError> {
-        let mut by_sale: BTreeMap<SaleKey, Vec<&(OrderId, UserId, i64)>> = BTreeMap::new();
-        for order in orders {
-            by_sale.entry(order.0.sale()).or_default().push(order);
-        }
-        for (sale, orders) in by_sale {
-            let k = self.keys.sale(sale);
-            let mut invocation = with_keys(&SETTLE_CREATED, &[&k.meta, &k.orders, &k.reserved]);
-            for (order_id, user, accepted_at) in orders {
-                invocation.arg(order_id.as_str()).arg(user.get()).arg(*accepted_at);
-            }
-            let _: i64 = self.conn.invoke(&invocation).await?;
-        }
-        Ok(())
     }
 
     /// Clears reservations of orders the order service has taken charge of

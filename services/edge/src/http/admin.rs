@@ -10,7 +10,7 @@ use axum::{Json, Router};
 use seckill_shared::db::SaleRow;
 use seckill_shared::domain::{ActivityId, SaleKey, SkuId};
 use seckill_shared::reconcile::{self, ReconcileError, Report};
-use seckill_shared::warmup::{self, WarmupError, WarmupRequest};
+use seckill_shared::sales::{self, WarmupError, WarmupRequest};
 
 /// Admin routes.
 pub fn router() -> Router<AppState> {
@@ -63,7 +63,7 @@ pub(super) async fn warm_up(
         force: body.force,
         payment_window_seconds: body.payment_window_seconds,
     };
-    let row = warmup::warmup(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, &request)
+    let row = sales::warmup(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, &request)
         .await
         .map_err(|error| match error {
             WarmupError::Invalid(why) => ApiError::InvalidRequest(why),

@@ -222,7 +222,7 @@ pub struct WarmupBody {
 }
 
 fn default_payment_window() -> i64 {
-    seckill_shared::warmup::DEFAULT_PAYMENT_WINDOW_SECONDS
+    seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS
 }
 
 #[cfg(test)]

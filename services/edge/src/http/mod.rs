@@ -7,11 +7,11 @@ mod admin;
 mod auth;
 pub mod bodies;
 mod body;
+mod checkout;
 mod cors;
 mod dashboard;
 mod error;
 mod health;
-mod lifecycle;
 mod observe;
 mod session;
 pub mod openapi;
@@ -123,7 +123,7 @@ pub fn router(state: AppState) -> Router {
     // Each group answers a wrong method itself, inside its layers: a CORS
     // preflight to the buyer's API is answered by its CORS layer first.
     let method_not_allowed = || async { ApiError::MethodNotAllowed };
-    let api = order::router().merge(lifecycle::router()).method_not_allowed_fallback(method_not_allowed);
+    let api = order::router().merge(checkout::router()).method_not_allowed_fallback(method_not_allowed);
     let api = match cors::layer(&state.settings.cors) {
         Some(cors) => api.layer(cors).layer(middleware::map_response(cors::preflight_no_content)),
         None => api,

@@ -4,7 +4,7 @@ use super::bodies::{ErrorBody, OrderOwnerBody, OrderStatusBody};
 use super::body::{from_serde, FromJsonBody, JsonBody};
 use super::order::status_body;
 use super::{auth, ApiError, AppState};
-use crate::lifecycle::{self, LifecycleError};
+use crate::payment::{self, PaymentError};
 use crate::lookup::LookupError;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -46,15 +46,15 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
     }
 }
 
-fn refusal(error: LifecycleError) -> ApiError {
+fn refusal(error: PaymentError) -> ApiError {
     match error {
-        LifecycleError::NotFound | LifecycleError::Lookup(LookupError::NotFound) => ApiError::OrderNotFound,
-        LifecycleError::Pending => ApiError::OrderPending,
-        LifecycleError::NotOwner => ApiError::Forbidden("the order is another user's".into()),
-        LifecycleError::PaymentLate => ApiError::PaymentLate,
-        LifecycleError::AlreadyPaid => ApiError::AlreadyPaid,
-        LifecycleError::Failed(reason) => ApiError::OrderFailed(reason),
-        unavailable @ (LifecycleError::Lookup(_) | LifecycleError::Db(_)) => ApiError::TryAgain(unavailable.into()),
+        PaymentError::NotFound | PaymentError::Lookup(LookupError::NotFound) => ApiError::OrderNotFound,
+        PaymentError::Pending => ApiError::OrderPending,
+        PaymentError::NotOwner => ApiError::Forbidden("the order is another user's".into()),
+        PaymentError::PaymentLate => ApiError::PaymentLate,
+        PaymentError::AlreadyPaid => ApiError::AlreadyPaid,
+        PaymentError::Failed(reason) => ApiError::OrderFailed(reason),
+        unavailable @ (PaymentError::Lookup(_) | PaymentError::Db(_)) => ApiError::TryAgain(unavailable.into()),
     }
 }
 
@@ -91,7 +91,7 @@ pub(super) async fn pay(
 ) -> Result<Json<OrderStatusBody>, ApiError> {
     let (order_id, user) = admit(&state, &headers, &raw, &body)?;
     let key = idempotency_key(&headers)?;
-    let view = lifecycle::pay(&state.stock, &state.db, &order_id, user, key).await.map_err(refusal)?;
+    let view = payment::pay(&state.stock, &state.db, &order_id, user, key).await.map_err(refusal)?;
     Ok(status_body(&view))
 }
 
@@ -123,7 +123,7 @@ pub(super) async fn cancel(
     JsonBody(body): JsonBody<OrderOwnerBody>,
 ) -> Result<Json<OrderStatusBody>, ApiError> {
     let (order_id, user) = admit(&state, &headers, &raw, &body)?;
-    let view = lifecycle::cancel(&state.stock, &state.db, &order_id, user).await.map_err(refusal)?;
+    let view = payment::cancel(&state.stock, &state.db, &order_id, user).await.map_err(refusal)?;
     // Its unit is back: this edge stops trusting a sold-out flag at once.
     state.sold_out.clear(order_id.sale());
     Ok(status_body(&view))

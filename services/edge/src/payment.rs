@@ -7,13 +7,13 @@
 
 use crate::lookup::{self, LookupError, OrderView};
 use seckill_shared::domain::{OrderId, UserId};
-use seckill_shared::lifecycle::{self, Cancel, CancelReason, CancelledOrder};
+use seckill_shared::cancellation::{self, Cancel, CancelReason, CancelledOrder};
 use seckill_shared::stock::Stock;
 use sqlx::{PgConnection, PgPool, Row};
 
 /// Why a payment or cancel was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum LifecycleError {
+pub enum PaymentError {
     #[error("order not found")]
     NotFound,
     /// Accepted, not written yet.
@@ -52,7 +52,7 @@ async fn lock_row(
     stock: &Stock,
     order_id: &OrderId,
     user: UserId,
-) -> Result<Locked, LifecycleError> {
+) -> Result<Locked, PaymentError> {
     let row = sqlx::query(
         "SELECT status, user_id, activity_id, sku_id, round, reason, payment_key,
                 COALESCE(pay_deadline <= clock_timestamp(), false) AS due
@@ -64,9 +64,9 @@ async fn lock_row(
     let Some(row) = row else {
         // Not written yet, or never accepted: Redis knows which.
         return match stock.order_state(order_id).await {
-            Ok(Some(state)) if state.user_id != user.get() => Err(LifecycleError::NotOwner),
-            Ok(Some(_)) => Err(LifecycleError::Pending),
-            Ok(None) => Err(LifecycleError::NotFound),
+            Ok(Some(state)) if state.user_id != user.get() => Err(PaymentError::NotOwner),
+            Ok(Some(_)) => Err(PaymentError::Pending),
+            Ok(None) => Err(PaymentError::NotFound),
             Err(error) => Err(LookupError::from(error).into()),
         };
     };
@@ -81,7 +81,7 @@ async fn lock_row(
         due: row.get("due"),
     };
     if locked.user_id != user.get() {
-        return Err(LifecycleError::NotOwner);
+        return Err(PaymentError::NotOwner);
     }
     Ok(locked)
 }
@@ -94,7 +94,7 @@ pub async fn pay(
     order_id: &OrderId,
     user: UserId,
     key: Option<&str>,
-) -> Result<OrderView, LifecycleError> {
+) -> Result<OrderView, PaymentError> {
     let mut tx = db.begin().await?;
     let row = lock_row(&mut tx, stock, order_id, user).await?;
     let mut cancelled = Vec::new();
@@ -109,39 +109,39 @@ pub async fn pay(
         "CREATED" => {
             // The deadline passed and the worker has not come by yet: the
             // deadline wins, now.
-            cancelled = lifecycle::cancel(&mut tx, Cancel::One { order_id: order_id.as_str(), reason: CancelReason::Expired })
+            cancelled = cancellation::cancel(&mut tx, Cancel::One { order_id: order_id.as_str(), reason: CancelReason::Expired })
                 .await?;
             record_late_payment(&mut tx, order_id, &row, key).await?;
         }
         "PAID" => match (row.payment_key.as_deref(), key) {
-            (Some(paid_with), Some(asked)) if paid_with != asked => return Err(LifecycleError::AlreadyPaid),
+            (Some(paid_with), Some(asked)) if paid_with != asked => return Err(PaymentError::AlreadyPaid),
             _ => {}
         },
         "CANCELLED" => record_late_payment(&mut tx, order_id, &row, key).await?,
-        _ => return Err(LifecycleError::Failed(row.reason.unwrap_or_default())),
+        _ => return Err(PaymentError::Failed(row.reason.unwrap_or_default())),
     }
     tx.commit().await?;
     if row.status == "CREATED" && row.due || row.status == "CANCELLED" {
         give_back(stock, db, &cancelled).await;
         metrics::counter!("seckill_payments_late_total").increment(1);
-        return Err(LifecycleError::PaymentLate);
+        return Err(PaymentError::PaymentLate);
     }
     Ok(lookup::order(stock, db, order_id).await?)
 }
 
 /// Cancels `user`'s order; a repeat answers the cancelled order, and gives
 /// nothing back twice.
-pub async fn cancel(stock: &Stock, db: &PgPool, order_id: &OrderId, user: UserId) -> Result<OrderView, LifecycleError> {
+pub async fn cancel(stock: &Stock, db: &PgPool, order_id: &OrderId, user: UserId) -> Result<OrderView, PaymentError> {
     let mut tx = db.begin().await?;
     let row = lock_row(&mut tx, stock, order_id, user).await?;
     let cancelled = match row.status.as_str() {
         "CREATED" => {
             let reason = if row.due { CancelReason::Expired } else { CancelReason::BuyerCancelled };
-            lifecycle::cancel(&mut tx, Cancel::One { order_id: order_id.as_str(), reason }).await?
+            cancellation::cancel(&mut tx, Cancel::One { order_id: order_id.as_str(), reason }).await?
         }
         "CANCELLED" => Vec::new(),
-        "PAID" => return Err(LifecycleError::AlreadyPaid),
-        _ => return Err(LifecycleError::Failed(row.reason.unwrap_or_default())),
+        "PAID" => return Err(PaymentError::AlreadyPaid),
+        _ => return Err(PaymentError::Failed(row.reason.unwrap_or_default())),
     };
     tx.commit().await?;
     give_back(stock, db, &cancelled).await;
@@ -175,7 +175,7 @@ async fn give_back(stock: &Stock, db: &PgPool, cancelled: &[CancelledOrder]) {
     if cancelled.is_empty() {
         return;
     }
-    if let Err(error) = lifecycle::return_units(stock, db, cancelled).await {
+    if let Err(error) = cancellation::return_units(stock, db, cancelled).await {
         tracing::warn!(%error, "cancelled; the unit goes back when the compensator's deadline worker next runs");
     }
 }

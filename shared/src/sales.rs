@@ -1,6 +1,7 @@
-//! Warm-up: the one operation behind `PUT /admin/sales/{a}/{s}` and
-//! `seckillctl warmup`. Writes the sale (a new round) to PostgreSQL, then
-//! loads it into Redis, under the sale's warm-up lock.
+//! A sale's setup across PostgreSQL and Redis. Warm-up is the one
+//! operation behind `PUT /admin/sales/{a}/{s}` and `seckillctl warmup`: it
+//! writes the sale (a new round) to PostgreSQL, then loads it into Redis
+//! (`lua/warmup.lua`), under the sale's warm-up lock.
 
 use crate::config::LockSettings;
 use crate::db::{self, SaleRow};

@@ -1,4 +1,4 @@
--- settle_created.lua: mark orders CREATED once PostgreSQL committed their
+-- follow_created.lua: mark orders CREATED once PostgreSQL committed their
 -- rows, and clear their reservations, for one sale.
 --
 -- KEYS[1] meta (the status counters), KEYS[2] orders, KEYS[3] reserved

@@ -1,0 +1,34 @@
+//! Redis follows PostgreSQL for orders it wrote CREATED
+//! (`lua/follow_created.lua`): their status, their reservation, the sale's
+//! status counters.
+
+use super::{with_keys, Stock};
+use crate::domain::{OrderId, SaleKey, UserId};
+use crate::redis_conn::RedisCallError;
+use redis::Script;
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+static FOLLOW_CREATED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/follow_created.lua")));
+
+impl Stock {
+    /// Marks orders CREATED and clears their reservations
+    /// (`lua/follow_created.lua`): one script call per sale, every order of
+    /// the sale in it, the status counters kept. Called after PostgreSQL
+    /// committed their rows.
+    pub async fn follow_created(&self, orders: &[(OrderId, UserId, i64)]) -> Result<(), RedisCallError> {
+        let mut by_sale: BTreeMap<SaleKey, Vec<&(OrderId, UserId, i64)>> = BTreeMap::new();
+        for order in orders {
+            by_sale.entry(order.0.sale()).or_default().push(order);
+        }
+        for (sale, orders) in by_sale {
+            let k = self.keys.sale(sale);
+            let mut invocation = with_keys(&FOLLOW_CREATED, &[&k.meta, &k.orders, &k.reserved]);
+            for (order_id, user, accepted_at) in orders {
+                invocation.arg(order_id.as_str()).arg(user.get()).arg(*accepted_at);
+            }
+            let _: i64 = self.conn.invoke(&invocation).await?;
+        }
+        Ok(())
+    }
+}
