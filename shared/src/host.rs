@@ -1,13 +1,20 @@
-//! The skeleton both consuming services (order service, compensator) run
-//! in ([`Service`]): a health and metrics port served at once, dependencies connected with
-//! retries while `/readyz` says 503, the service's tasks started on one
-//! tracker, and a bounded wait for them at shutdown, each exit logged.
+//! The skeleton every service binary runs in. [`run`] is each binary's
+//! whole `main`: the command line, the settings (loaded and validated once),
+//! telemetry, the shutdown signal, build, run until SIGINT/SIGTERM — for
+//! anything that is a [`Binary`]. The consuming services (order service,
+//! compensator) are a [`Service`] of their [`Hosted`] settings: a health
+//! and metrics port served at once, dependencies connected with retries
+//! while `/readyz` says 503, the service's tasks started on one tracker,
+//! and a bounded wait for them at shutdown, each exit logged.
 
-use crate::config::Servers;
+use crate::config::{Servers, TelemetrySettings};
 use crate::kafka::Topics;
 use crate::shutdown::Background;
 use crate::stock::Stock;
+use anyhow::Context;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -66,11 +73,8 @@ where
                 let delay = delays.next().unwrap_or_default();
                 tracing::warn!(%error, retry_in = ?delay, "{what} failed; retrying");
                 metrics::counter!("seckill_retries_total", "what" => what.to_owned()).increment(1);
-                tokio::select! {
-                    // Stop retrying.
-                    _ = shutdown.cancelled() => return None,
-                    // Try again.
-                    _ = tokio::time::sleep(delay) => {}
+                if !crate::shutdown::pause(shutdown, delay).await {
+                    return None;
                 }
             }
         }
@@ -148,11 +152,49 @@ impl Default for ServiceSettings {
     }
 }
 
+/// A service binary, as [`run`] starts it.
+pub trait Binary: Sized + Send + 'static {
+    /// Its settings, loaded once from defaults, file and environment.
+    type Settings: DeserializeOwned + Serialize + Default + Send + 'static;
+    /// The binary's name (`seckill-edge`).
+    const BINARY: &'static str;
+    /// What `--help` says it does.
+    const ABOUT: &'static str;
+    /// Its logging settings.
+    fn telemetry(settings: &Self::Settings) -> &TelemetrySettings;
+    /// Binds its port and connects what it must have at start.
+    fn build(settings: Self::Settings) -> impl Future<Output = anyhow::Result<Self>> + Send;
+    /// The address it listens on (HTTP, or health and metrics).
+    fn listening(&self) -> SocketAddr;
+    /// Runs until `shutdown`, then stops cleanly.
+    fn run(self, shutdown: CancellationToken) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// A service binary's whole `main`: reads the command line (`--help`,
+/// `--version`, `--print-config`), loads the settings, starts telemetry,
+/// builds the service and runs it until SIGINT or SIGTERM.
+pub fn run<B: Binary>() -> anyhow::Result<()> {
+    let args = crate::cli::ServiceArgs::parse_for(B::BINARY, B::ABOUT);
+    let Some(settings) = args.settings::<B::Settings>()? else { return Ok(()) };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    runtime.block_on(async move {
+        crate::telemetry::init_tracing(B::telemetry(&settings));
+        let shutdown = crate::shutdown::shutdown_signal();
+        let service = B::build(settings).await.with_context(|| format!("starting {}", B::BINARY))?;
+        tracing::info!(service = B::BINARY, addr = %service.listening(), "listening");
+        service.run(shutdown).await
+    })
+}
+
 /// A consuming service as the host runs it: its settings say where it
 /// listens and what it connects to, and it starts its own tasks.
-pub trait Hosted: Send + Sync + Sized + 'static {
+pub trait Hosted: DeserializeOwned + Serialize + Default + Send + Sync + Sized + 'static {
     /// Its name in logs.
     const NAME: &'static str;
+    /// Its binary's name.
+    const BINARY: &'static str;
+    /// What its `--help` says it does.
+    const ABOUT: &'static str;
     /// Its listener, retries and shutdown bound, and the servers it
     /// connects to.
     fn hosting(&self) -> (&ServiceSettings, &Servers);
@@ -170,7 +212,6 @@ impl<S: Hosted> Service<S> {
     /// Binds the health port (port 0 picks a free one, for tests) and
     /// installs the metrics recorder before anything records.
     pub async fn build(settings: S) -> anyhow::Result<Self> {
-        use anyhow::Context;
         crate::telemetry::metrics_handle();
         let addr = &settings.hosting().0.metrics_addr;
         let health = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
@@ -203,6 +244,28 @@ impl<S: Hosted> Service<S> {
         }
         tracing::info!(service = S::NAME, "stopped");
         Ok(())
+    }
+}
+
+impl<S: Hosted> Binary for Service<S> {
+    type Settings = S;
+    const BINARY: &'static str = S::BINARY;
+    const ABOUT: &'static str = S::ABOUT;
+
+    fn telemetry(settings: &S) -> &TelemetrySettings {
+        &settings.hosting().1.telemetry
+    }
+
+    async fn build(settings: S) -> anyhow::Result<Self> {
+        Service::build(settings).await
+    }
+
+    fn listening(&self) -> SocketAddr {
+        self.health_addr()
+    }
+
+    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        Service::run(self, shutdown).await
     }
 }
 

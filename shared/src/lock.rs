@@ -56,7 +56,7 @@ pub struct LockGuard {
     _watchdog: Option<DropGuard>,
     /// Where a dropped (unreleased) guard's release runs.
     background: Background,
-    released: bool,
+    released: std::sync::atomic::AtomicBool,
 }
 
 impl LockClient {
@@ -97,7 +97,7 @@ impl LockClient {
                     lost: CancellationToken::new(),
                     _watchdog: None,
                     background: self.background.clone(),
-                    released: false,
+                    released: std::sync::atomic::AtomicBool::new(false),
                 }));
             }
             let now = tokio::time::Instant::now();
@@ -177,9 +177,35 @@ impl LockGuard {
 
     /// Releases the lock if this holder still owns it; returns whether it did.
     /// A `false` means the lease ran out first — it was too short for the work.
-    pub async fn release(mut self) -> bool {
-        self.released = true;
+    pub async fn release(self) -> bool {
+        self.release_in_place().await
+    }
+
+    /// [`LockGuard::release`] through a shared reference (the leader loop
+    /// holds its term behind an `Arc`); a second call releases nothing.
+    async fn release_in_place(&self) -> bool {
+        if self.released.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
         unlock(&self.conn, &self.key, &self.token).await
+    }
+}
+
+impl crate::leader::Term for LockGuard {
+    fn fence(&self) -> i64 {
+        self.fence
+    }
+
+    fn holder(&self) -> &str {
+        &self.token
+    }
+
+    fn lost(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    async fn step_down(&self) {
+        self.release_in_place().await;
     }
 }
 
@@ -187,7 +213,7 @@ impl Drop for LockGuard {
     /// A guard dropped without [`LockGuard::release`] (its task cancelled)
     /// releases in the background, so the lock is free at once.
     fn drop(&mut self) {
-        if self.released {
+        if *self.released.get_mut() {
             return;
         }
         let (conn, key, token) = (self.conn.clone(), std::mem::take(&mut self.key), std::mem::take(&mut self.token));

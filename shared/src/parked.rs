@@ -6,6 +6,7 @@
 
 use crate::domain::{OrderRecord, SaleKey};
 use crate::kafka::headers_map;
+use crate::outbox::{NotAnEvent, OutboxRow};
 use rdkafka::Message;
 use sqlx::PgPool;
 
@@ -60,6 +61,36 @@ pub async fn park<M: Message>(db: &PgPool, parking: &Parking<'_, M>) -> sqlx::Re
         attempts = parking.attempts,
         "record parked: an operator must deal with it"
     );
+    Ok(())
+}
+
+/// Parks an outbox row that cannot be an event (`BAD_OUTBOX_ROW`), its
+/// outbox id as the offset and partition -1, so the events behind it flow.
+pub async fn park_outbox_row(db: &PgPool, topic: &str, row: &OutboxRow, error: &NotAnEvent) -> sqlx::Result<()> {
+    let event = &row.event;
+    let payload = serde_json::json!({
+        "eventId": &event.event_id,
+        "type": &event.kind,
+        "orderId": &event.order_id,
+        "userId": event.user_id,
+    });
+    sqlx::query(
+        r#"INSERT INTO parked_records
+             (topic, partition, "offset", payload, order_id, activity_id, sku_id, reason, error, attempts, parked_by)
+           VALUES ($1, -1, $2, $3, $4, $5, $6, 'BAD_OUTBOX_ROW', $7, 1, 'order-relay')
+           ON CONFLICT (topic, partition, "offset") DO NOTHING"#,
+    )
+    .bind(topic)
+    .bind(row.id)
+    .bind(payload.to_string().into_bytes())
+    .bind(&event.order_id)
+    .bind(event.activity_id)
+    .bind(event.sku_id)
+    .bind(error.to_string())
+    .execute(db)
+    .await?;
+    metrics::counter!("seckill_parked_records_total", "by" => "order-relay").increment(1);
+    tracing::error!(outbox_id = row.id, order_id = %event.order_id, %error, "outbox row parked: it is not an event");
     Ok(())
 }
 

@@ -41,6 +41,36 @@ pub fn shutdown_signal() -> CancellationToken {
     token
 }
 
+/// Waits `wait`, or until `shutdown`: whether to go on (`false`: the
+/// service is stopping). Every loop of the services pauses through here.
+pub async fn pause(shutdown: &CancellationToken, wait: Duration) -> bool {
+    tokio::select! {
+        // Stop with the service.
+        _ = shutdown.cancelled() => false,
+        // Time for the next turn.
+        _ = tokio::time::sleep(wait) => true,
+    }
+}
+
+/// Runs `turn` every `interval` until `shutdown`. A failed turn is logged
+/// (as `what`) and the next one comes at its time: a periodic job outlives
+/// a dependency that is down.
+pub async fn every<F, Fut, E>(what: &'static str, interval: Duration, shutdown: CancellationToken, mut turn: F) -> Result<(), E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    loop {
+        if let Err(error) = turn().await {
+            tracing::warn!(task = what, error = %format!("{error:#}"), "failed; will try again");
+        }
+        if !pause(&shutdown, interval).await {
+            return Ok(());
+        }
+    }
+}
+
 /// Logs how a long-running task ended: a task that ends silently is a bug.
 pub async fn report_exit<E: std::fmt::Display>(name: &'static str, task: impl Future<Output = Result<(), E>>) {
     match task.await {

@@ -6,6 +6,8 @@ use rdkafka::message::{Message, OwnedMessage};
 use seckill_e2e::http::Client;
 use seckill_e2e::{eventually, Child, TestEnv};
 use seckill_order::relay::Relay;
+use seckill_shared::leader::Seat;
+use seckill_shared::shutdown::Background;
 use seckill_shared::domain::OrderEvent;
 use seckill_shared::kafka::{header_str, headers_map, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use std::collections::{BTreeMap, BTreeSet};
@@ -194,27 +196,27 @@ async fn the_relay_waits_for_postgres_and_prunes_what_it_sent() {
     env.warmup(sale, 100).await;
     let mut settings = env.order_settings();
     settings.events.retention_ms = 0;
-    let relay = Relay::new(std::sync::Arc::new(settings), env.connections()).expect("a relay");
+    let relay = Relay::new(std::sync::Arc::new(settings), env.connections(), Background::default()).expect("a relay");
     let worker = env.order_worker().await;
     env.produce_orders(sale, 1..11).await;
     while env.count_orders(sale, "CREATED").await < 10 {
         worker.try_execute_batch(Duration::from_secs(1)).await.expect("a turn");
     }
-    let mut leadership = relay.lead().await.expect("the database").expect("the relay's lock");
-    assert!(relay.lead().await.expect("the database").is_none(), "one relay at a time");
+    let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
+    assert!(relay.lease().take().await.expect("the database").is_none(), "one relay at a time");
 
     env.set_database_reachable(false).await;
-    assert!(relay.relay_once(&mut leadership).await.is_err(), "no relaying without the database");
+    assert!(relay.relay_once(&term).await.is_err(), "no relaying without the database");
     env.set_database_reachable(true).await;
-    let mut leadership = eventually("the relay's lock again", Duration::from_secs(30), || async {
-        relay.lead().await.map_err(|e| e.to_string())?.ok_or_else(|| "held".to_owned())
+    let sent = eventually("the database again", Duration::from_secs(30), || async {
+        relay.relay_once(&term).await.map_err(|e| e.to_string())
     })
     .await;
-    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn"), 10);
-    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn"), 0, "nothing sent twice");
+    assert_eq!(sent, 10);
+    assert_eq!(relay.relay_once(&term).await.expect("a turn"), 0, "nothing sent twice");
     assert_eq!(env.read_topic(&env.topics().events, 10, Duration::from_secs(10)).await.len(), 10);
 
-    assert_eq!(relay.prune(&mut leadership).await.expect("pruning"), 10);
+    assert_eq!(relay.prune(&term).await.expect("pruning"), 10);
     let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!((report.events, report.events_pending), (10, 0), "pruned events still counted");
 }
@@ -233,16 +235,16 @@ async fn an_event_whose_transaction_commits_late_is_not_skipped() {
     let insert = "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)
                   VALUES ($1, $2, $3, $4, 7, 'CREATED', now())";
     let write = |round: i32| sqlx::query(insert).bind(order(round)).bind(sale.activity.get()).bind(sale.sku.get()).bind(round);
-    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections()).expect("a relay");
-    let mut leadership = relay.lead().await.expect("the database").expect("the relay's lock");
+    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default()).expect("a relay");
+    let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
 
     let mut early = env.db.begin().await.unwrap();
     write(1).execute(&mut *early).await.unwrap();
     write(2).execute(&env.db).await.unwrap();
-    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn"), 0, "nothing passes a transaction still open");
+    assert_eq!(relay.relay_once(&term).await.expect("a turn"), 0, "nothing passes a transaction still open");
     early.commit().await.unwrap();
-    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn"), 2);
-    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn"), 0, "nothing sent twice");
+    assert_eq!(relay.relay_once(&term).await.expect("a turn"), 2);
+    assert_eq!(relay.relay_once(&term).await.expect("a turn"), 0, "nothing sent twice");
     let sent: Vec<String> = env.read_topic(&env.topics().events, 2, Duration::from_secs(10)).await.iter()
         .map(|m| json(m)["orderId"].as_str().unwrap_or_default().to_owned())
         .collect();
@@ -268,14 +270,14 @@ async fn an_outbox_row_that_is_no_event_is_parked_and_the_rest_flow() {
     .execute(&env.db)
     .await
     .unwrap();
-    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections()).expect("a relay");
+    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default()).expect("a relay");
     let worker = env.order_worker().await;
     env.produce_orders(sale, 1..4).await;
     while env.count_orders(sale, "CREATED").await < 3 {
         worker.try_execute_batch(Duration::from_secs(1)).await.expect("a turn");
     }
-    let mut leadership = relay.lead().await.expect("the database").expect("the relay's lock");
-    assert_eq!(relay.relay_once(&mut leadership).await.expect("a turn past the bad row"), 4, "three sent, one parked");
+    let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
+    assert_eq!(relay.relay_once(&term).await.expect("a turn past the bad row"), 4, "three sent, one parked");
     assert_eq!(env.read_topic(&env.topics().events, 3, Duration::from_secs(10)).await.len(), 3);
     let parked: Vec<(String, String)> = sqlx::query_as("SELECT order_id, reason FROM parked_records").fetch_all(&env.db).await.unwrap();
     assert_eq!(parked, [("pgb-1-1".to_owned(), "BAD_OUTBOX_ROW".to_owned())]);

@@ -370,7 +370,7 @@ async fn a_fatal_producer_error_deducts_nothing_and_the_producer_is_rebuilt() {
 /// settings say.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweeper_waits_for_the_edges_publish_deadline() {
-    use seckill_compensator::settle::Fence;
+    use seckill_shared::fence::Fence;
     use seckill_compensator::sweeper::Sweeper;
     use seckill_shared::domain::UserId;
     use seckill_shared::lock::LockClient;

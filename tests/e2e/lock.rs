@@ -1,7 +1,7 @@
 //! The distributed lock: exclusion, owner check, lease expiry with fencing,
 //! and the watchdog.
 
-use seckill_compensator::settle::{check_fence, Fence, SettleError};
+use seckill_shared::fence::{check as check_fence, Fence, FenceError};
 use seckill_e2e::TestEnv;
 use seckill_shared::lock::LockClient;
 use seckill_shared::shutdown::Background;
@@ -64,13 +64,13 @@ async fn an_expired_holder_deletes_nothing_and_its_stale_writes_are_refused() {
     tx.commit().await.unwrap();
     let mut tx = env.db.begin().await.unwrap();
     let stale = check_fence(&mut tx, Fence { lock: &key, token: first.fence(), holder: first.holder() }).await;
-    assert!(matches!(stale, Err(SettleError::StaleFence { .. })), "stale token refused");
+    assert!(matches!(stale, Err(FenceError::Stale { .. })), "stale token refused");
     drop(tx);
     // The same token minted again for another holder (a Redis that lost the
     // counter): refused, not a second writer.
     let mut tx = env.db.begin().await.unwrap();
     let twin = check_fence(&mut tx, Fence { lock: &key, token: second.fence(), holder: "another-holder" }).await;
-    assert!(matches!(twin, Err(SettleError::StaleFence { .. })), "an equal token from another holder is refused");
+    assert!(matches!(twin, Err(FenceError::Stale { .. })), "an equal token from another holder is refused");
     drop(tx);
 
     // Releasing a lock one no longer owns deletes nothing.

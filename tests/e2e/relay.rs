@@ -8,6 +8,8 @@ use sqlx::Row;
 use seckill_e2e::private_postgres::PrivatePostgres;
 use seckill_e2e::{eventually, TestEnv};
 use seckill_order::relay::Relay;
+use seckill_shared::leader::Seat;
+use seckill_shared::shutdown::Background;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -42,10 +44,10 @@ async fn events_straddling_a_new_digit_in_transaction_ids_are_all_relayed_in_ord
     order.stop().await;
 
     settings.events.enabled = true;
-    let relay = Relay::new(std::sync::Arc::new(settings), env.connections()).expect("a relay");
-    let mut leadership = relay.lead().await.expect("the database").expect("the relay's lock");
+    let relay = Relay::new(std::sync::Arc::new(settings), env.connections(), Background::default()).expect("a relay");
+    let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
     let mut turns = 0;
-    while relay.relay_once(&mut leadership).await.expect("a turn") > 0 {
+    while relay.relay_once(&term).await.expect("a turn") > 0 {
         turns += 1;
         assert!(turns < 100, "the relay keeps finding rows");
     }
@@ -174,4 +176,42 @@ async fn events_a_relay_skipped_are_found_and_sent_once() {
     assert_eq!(outcome["sent"].as_array().map(Vec::len), Some(0), "a second resend sends nothing: {outcome}");
     let events = env.read_topic(&env.topics().events, 200, Duration::from_secs(20)).await;
     assert_eq!(events.len(), 200, "each event on the topic once");
+}
+
+/// A relay that is frozen (SIGSTOP, a VM pause) keeps no one from relaying:
+/// its lease runs out and another order service's relay takes over; woken
+/// again, the old one moves the cursor no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_relay_is_replaced() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 1_000).await;
+    let mut child_env = env.child_env();
+    child_env.push(("SECKILL__METRICS_ADDR".into(), "127.0.0.1:0".into()));
+    let first = seckill_e2e::Child::start("seckill-order", &child_env);
+    let holder = eventually("the first order service relaying", Duration::from_secs(60), || async {
+        let holder: Option<String> = sqlx::query_scalar("SELECT holder FROM leases WHERE name = $1 AND expires_at > now()")
+            .bind(seckill_order::relay::LEASE)
+            .fetch_optional(&env.db)
+            .await
+            .map_err(|e| e.to_string())?;
+        holder.ok_or_else(|| "no lease yet".to_owned())
+    })
+    .await;
+    let second = seckill_e2e::Child::start("seckill-order", &child_env);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    first.signal("STOP");
+    env.produce_orders(sale, 1..21).await;
+    eventually("the orders written and their events relayed by the other", Duration::from_secs(30), || async {
+        let created = env.count_orders(sale, "CREATED").await;
+        let events = env.read_topic(&env.topics().events, 20, Duration::from_millis(500)).await.len();
+        if created == 20 && events >= 20 { Ok(()) } else { Err(format!("{created} written, {events} events")) }
+    })
+    .await;
+    let now: String = sqlx::query_scalar("SELECT holder FROM leases WHERE name = $1").bind(seckill_order::relay::LEASE).fetch_one(&env.db).await.unwrap();
+    assert_ne!(now, holder, "another relay holds the lease");
+    first.signal("CONT");
+    env.produce_orders(sale, 21..31).await;
+    env.verify_events(sale).await;
+    assert!(first.terminate().await && second.terminate().await, "both stop cleanly");
 }

@@ -593,6 +593,13 @@ impl Child {
         Self { inner }
     }
 
+    /// Sends `signal` (e.g. `STOP`, `CONT`) to the process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.inner.id().expect("running child has a pid");
+        let sent = std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().expect("kill");
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
+
     /// `kill -9`.
     pub async fn kill9(mut self) {
         self.inner.start_kill().expect("SIGKILL");

@@ -33,15 +33,7 @@ impl Default for AuditSettings {
 /// Runs until `shutdown`.
 pub async fn run(settings: Arc<Settings>, deps: Connections, shutdown: CancellationToken) -> anyhow::Result<()> {
     let interval = Duration::from_millis(settings.audit.interval_ms);
-    loop {
-        if let Err(error) = audit_once(&deps).await {
-            tracing::warn!(error = %format!("{error:#}"), "audit failed; will try again");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(interval) => {}
-        }
-    }
+    seckill_shared::shutdown::every("audit", interval, shutdown, || audit_once(&deps)).await
 }
 
 /// One audit: the gauges of every live sale, and the parked records.

@@ -54,9 +54,8 @@ pub async fn run(settings: Arc<Settings>, deps: Connections, shutdown: Cancellat
                 poll.max(Duration::from_secs(1))
             }
         };
-        tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(pause) => {}
+        if !seckill_shared::shutdown::pause(&shutdown, pause).await {
+            return Ok(());
         }
     }
 }

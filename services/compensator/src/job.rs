@@ -24,14 +24,15 @@ use tracing::Instrument;
 pub struct DlqJob {
     settings: Arc<Settings>,
     deps: Connections,
-    consumer: StreamConsumer,
+    consumer: StreamConsumer<kafka::Observed>,
 }
 
 impl DlqJob {
     /// Creates the consumer and subscribes it to the dead-letter topic.
     pub fn new(settings: Arc<Settings>, deps: Connections) -> anyhow::Result<Self> {
-        let consumer: StreamConsumer =
-            kafka::consumer_config(&settings.servers.kafka, &kafka::compensator_group(&settings.servers.kafka)).create()?;
+        let group = kafka::compensator_group(&settings.servers.kafka);
+        let consumer: StreamConsumer<kafka::Observed> =
+            kafka::consumer_config(&settings.servers.kafka, &group).create_with_context(kafka::Observed::new(&group))?;
         consumer.subscribe(&[deps.topics.dlq.as_str()])?;
         Ok(Self { settings, deps, consumer })
     }
@@ -104,11 +105,9 @@ impl DlqJob {
                     metrics::counter!("seckill_retries_total", "what" => "settling a dead letter").increment(1);
                 }
             }
-            tokio::select! {
-                // Stop: nothing is committed; the record is replayed.
-                _ = shutdown.cancelled() => return false,
-                // Try again.
-                _ = tokio::time::sleep(delays.next().unwrap_or_default()) => {}
+            // Stopping: nothing is committed; the record is replayed.
+            if !seckill_shared::shutdown::pause(shutdown, delays.next().unwrap_or_default()).await {
+                return false;
             }
         }
     }

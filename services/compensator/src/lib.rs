@@ -85,6 +85,8 @@ pub type Service = seckill_shared::host::Service<Settings>;
 
 impl Hosted for Settings {
     const NAME: &'static str = "compensator";
+    const BINARY: &'static str = "seckill-compensator";
+    const ABOUT: &'static str = ABOUT;
 
     fn hosting(&self) -> (&ServiceSettings, &Servers) {
         (&self.service, &self.servers)

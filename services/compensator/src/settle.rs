@@ -14,21 +14,10 @@ use chrono::{DateTime, Utc};
 use seckill_shared::db::is_data_error;
 use seckill_shared::domain::{FailReason, Fate, OrderRecord};
 use seckill_shared::fate::{self, FollowError, Followed};
+use seckill_shared::fence::{self, Fence, FenceError};
 use seckill_shared::host::Connections;
 use seckill_shared::kafka::Trace;
 use sqlx::{Postgres, Transaction};
-
-/// The lock a sweeper holds while it writes, and its fencing token.
-#[derive(Debug, Clone, Copy)]
-pub struct Fence<'a> {
-    /// The lock's name (its Redis key).
-    pub lock: &'a str,
-    /// The token of this holder's acquisition.
-    pub token: i64,
-    /// The holder's unique id: the same token from another holder (minted
-    /// again by a Redis that lost the counter) is refused.
-    pub holder: &'a str,
-}
 
 /// Why an order could not be settled.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +37,15 @@ pub enum SettleError {
         /// The refused token.
         token: i64,
     },
+}
+
+impl From<FenceError> for SettleError {
+    fn from(error: FenceError) -> Self {
+        match error {
+            FenceError::Stale { lock, token } => Self::StaleFence { lock, token },
+            FenceError::Db(error) => Self::Db(error),
+        }
+    }
 }
 
 impl SettleError {
@@ -72,42 +70,11 @@ pub async fn settle(
 ) -> Result<Followed, SettleError> {
     let mut tx = deps.db.begin().await?;
     if let Some(fence) = fence {
-        check_fence(&mut tx, fence).await?;
+        fence::check(&mut tx, fence).await?;
     }
     let fate = write_failed(&mut tx, record, reason, trace).await?;
     tx.commit().await?;
     Ok(fate::follow(&deps.stock, &deps.db, record, fate).await?)
-}
-
-/// Records `fence.token` as the newest for its lock, inside the caller's
-/// transaction, refusing it when a higher one was already seen, or the same
-/// one from another holder. Call it first in every transaction a lock
-/// guards, so a stale holder's writes roll back.
-pub async fn check_fence(tx: &mut Transaction<'_, Postgres>, fence: Fence<'_>) -> Result<(), SettleError> {
-    let accepted: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO lock_fences (name, token, holder) VALUES ($1, $2, $3)
-         ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder, updated_at = now()
-           WHERE lock_fences.token < EXCLUDED.token
-              OR (lock_fences.token = EXCLUDED.token AND lock_fences.holder = EXCLUDED.holder)
-         RETURNING token",
-    )
-    .bind(fence.lock)
-    .bind(fence.token)
-    .bind(fence.holder)
-    .fetch_optional(&mut **tx)
-    .await?;
-    match accepted {
-        Some(_) => Ok(()),
-        None => Err(SettleError::StaleFence { lock: fence.lock.to_owned(), token: fence.token }),
-    }
-}
-
-/// The newest fencing token PostgreSQL has recorded for `lock` (0 when
-/// none): a new holder's token must be above it.
-pub async fn newest_fence(db: &sqlx::PgPool, lock: &str) -> sqlx::Result<i64> {
-    let token: Option<i64> =
-        sqlx::query_scalar("SELECT token FROM lock_fences WHERE name = $1").bind(lock).fetch_optional(db).await?;
-    Ok(token.unwrap_or(0))
 }
 
 /// Writes the order's row as FAILED, in the round the record names (the

@@ -30,15 +30,16 @@
 //! fails orders that are merely waiting; under steady load checkpoints keep
 //! being passed, so the sweeper works during a sale, not only after it.
 
-use crate::settle::{self, Fence};
-use seckill_shared::fate::Followed;
+use crate::settle::{self, SettleError};
 use crate::Settings;
 use rdkafka::consumer::BaseConsumer;
 use seckill_shared::domain::{FailReason, OrderRecord, UserId};
+use seckill_shared::fate::Followed;
+use seckill_shared::fence::{Fence, FencedLock};
 use seckill_shared::host::Connections;
 use seckill_shared::kafka;
+use seckill_shared::leader::{self, Turn};
 use seckill_shared::lock::{LockClient, LockGuard};
-use crate::settle::SettleError;
 use seckill_shared::shutdown::Background;
 use seckill_shared::stock::SweepMark;
 use std::collections::BTreeMap;
@@ -50,8 +51,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Sweeper {
     settings: Arc<Settings>,
     deps: Connections,
-    locks: LockClient,
-    lock_name: String,
+    /// Its seat: the sweeper lock, fenced in PostgreSQL.
+    seat: FencedLock,
     /// The last checkpoint (time in ms, the orders topic's high watermarks),
     /// waiting for the order group to commit past it.
     checkpoint: tokio::sync::Mutex<Option<(i64, BTreeMap<i32, i64>)>>,
@@ -70,96 +71,47 @@ impl Sweeper {
     /// A sweeper over the compensator's connections; its lock's watchdog
     /// runs on `background`.
     pub fn new(settings: Arc<Settings>, deps: Connections, background: Background) -> Self {
-        let lock_name = deps.stock.keys().sweeper_lock();
         let locks = LockClient::new(deps.stock.connection(), background);
-        Self { locks, settings, deps, lock_name, checkpoint: Default::default() }
+        let lease = Duration::from_millis(settings.sweeper.lock_lease_ms);
+        let seat = FencedLock::new(locks, deps.db.clone(), deps.stock.keys().sweeper_lock(), lease);
+        Self { settings, deps, seat, checkpoint: Default::default() }
     }
 
     /// Competes for the lock; while holding it, sweeps every interval.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let interval = Duration::from_millis(self.settings.sweeper.interval_ms);
-        let lease = Duration::from_millis(self.settings.sweeper.lock_lease_ms);
-        loop {
-            let guard = match self.compete(lease).await {
-                Ok(guard) => guard,
-                Err(error) => {
-                    tracing::warn!(error = %format!("{error:#}"), "cannot compete for the sweeper lock");
-                    None
+        leader::lead("reservation sweeper", &self.seat, interval, &shutdown, |term| self.turn(term, interval)).await
+    }
+
+    /// One sweep under `term`, recorded for the dashboard.
+    async fn turn(&self, term: Arc<LockGuard>, interval: Duration) -> Turn {
+        let fence = Fence { lock: self.seat.key(), token: term.fence(), holder: term.holder() };
+        match self.sweep_once(fence).await {
+            Ok(report) => {
+                if report != SweepReport::default() {
+                    tracing::info!(?report, "sweep settled reservations");
                 }
-            };
-            match guard {
-                Some(guard) => {
-                    tracing::info!(fence = guard.fence(), "this instance is the reservation sweeper");
-                    let stop = self.lead(&guard, &shutdown, interval).await;
-                    guard.release().await;
-                    if stop {
-                        return Ok(());
-                    }
-                }
-                None => {
-                    tokio::select! {
-                        // Stop with the service.
-                        _ = shutdown.cancelled() => return Ok(()),
-                        // Another instance sweeps; try again later.
-                        _ = tokio::time::sleep(interval) => {}
-                    }
-                }
+                self.mark(&term, &report).await;
             }
+            // A newer holder wrote: this one must not lead. Giving the lock
+            // up lets whoever competes next (this instance too) take it with
+            // a token above the newer one.
+            Err(error) if matches!(error.downcast_ref(), Some(SettleError::StaleFence { .. })) => return Turn::StepDown,
+            Err(error) => tracing::warn!(error = %format!("{error:#}"), "sweep failed"),
         }
+        Turn::Again(interval)
     }
 
-    /// Tries once to take the lock, with a token above every one
-    /// PostgreSQL has recorded.
-    async fn compete(&self, lease: Duration) -> anyhow::Result<Option<LockGuard>> {
-        let floor = settle::newest_fence(&self.deps.db, &self.lock_name).await?;
-        Ok(self.locks.acquire_with_watchdog(&self.lock_name, lease, Duration::ZERO, floor).await?)
-    }
-
-    /// Sweeps while the lock is held. Returns `true` on shutdown.
     /// Records the sweep for the dashboard (best effort).
-    async fn mark(&self, guard: &LockGuard, report: &SweepReport) {
+    async fn mark(&self, term: &LockGuard, report: &SweepReport) {
         let mark = SweepMark {
             at_ms: chrono::Utc::now().timestamp_millis(),
             failed: report.failed as u64,
             created: report.created as u64,
-            holder: guard.holder().to_owned(),
+            holder: term.holder().to_owned(),
         };
         if let Err(error) = self.deps.stock.record_sweep(&mark).await {
             tracing::debug!(%error, "sweep not recorded");
-        }
-    }
-
-    async fn lead(&self, guard: &LockGuard, shutdown: &CancellationToken, interval: Duration) -> bool {
-        let lost = guard.lost();
-        let fence = Fence { lock: &self.lock_name, token: guard.fence(), holder: guard.holder() };
-        loop {
-            match self.sweep_once(fence).await {
-                Ok(report) => {
-                    if report != SweepReport::default() {
-                        tracing::info!(?report, "sweep settled reservations");
-                    }
-                    self.mark(guard, &report).await;
-                }
-                Err(error) if matches!(error.downcast_ref(), Some(SettleError::StaleFence { .. })) => {
-                    // A newer holder wrote: this one must not lead. Giving
-                    // the lock up lets whoever competes next (this instance
-                    // too) take it with a token above the newer one.
-                    tracing::warn!(%error, "sweeper token refused; giving the lock up");
-                    return false;
-                }
-                Err(error) => tracing::warn!(error = %format!("{error:#}"), "sweep failed"),
-            }
-            tokio::select! {
-                // Stop with the service; the lock is released by the caller.
-                _ = shutdown.cancelled() => return true,
-                // The watchdog found the lock gone: stop writing at once.
-                _ = lost.cancelled() => {
-                    tracing::warn!("sweeper lock lost; standing down");
-                    return false;
-                }
-                // Next sweep.
-                _ = tokio::time::sleep(interval) => {}
-            }
         }
     }
 

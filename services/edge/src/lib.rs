@@ -22,6 +22,7 @@ pub mod sold_out;
 
 use anyhow::Context;
 use http::AppState;
+use seckill_shared::host::Binary;
 use seckill_shared::shutdown::Background;
 pub use settings::Settings;
 use std::net::SocketAddr;
@@ -79,10 +80,33 @@ impl Application {
         self.listener.local_addr().expect("a bound listener has an address")
     }
 
+    /// Serves until `shutdown` (see [`Binary::run`]).
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        Binary::run(self, shutdown).await
+    }
+}
+
+impl Binary for Application {
+    type Settings = Settings;
+    const BINARY: &'static str = "seckill-edge";
+    const ABOUT: &'static str = ABOUT;
+
+    fn telemetry(settings: &Settings) -> &seckill_shared::config::TelemetrySettings {
+        &settings.servers.telemetry
+    }
+
+    async fn build(settings: Settings) -> anyhow::Result<Self> {
+        Application::build(settings).await
+    }
+
+    fn listening(&self) -> SocketAddr {
+        self.local_addr()
+    }
+
     /// Serves until `shutdown`, then finishes in-flight requests (their
     /// publishes complete or roll back), flushes the producer and stops the
     /// background tasks.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let Self { listener, state, background } = self;
         tracing::info!(addr = %listener.local_addr()?, deduction = ?state.settings.deduction, "edge listening");
         let publisher = state.publisher.clone();

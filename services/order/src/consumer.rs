@@ -57,7 +57,7 @@ pub struct Worker {
     settings: Arc<Settings>,
     deps: Connections,
     dead_letters: DeadLetters,
-    consumer: StreamConsumer,
+    consumer: StreamConsumer<kafka::Observed>,
     /// A batch [`Worker::try_execute_batch`] could not finish: the next
     /// turn tries it again before reading more (the consumer's position is
     /// already past it).
@@ -67,8 +67,9 @@ pub struct Worker {
 impl Worker {
     /// Creates the consumer and subscribes it.
     pub fn new(index: usize, settings: Arc<Settings>, deps: Connections, dead_letters: DeadLetters) -> anyhow::Result<Self> {
-        let consumer: StreamConsumer =
-            kafka::consumer_config(&settings.servers.kafka, &kafka::order_group(&settings.servers.kafka)).create()?;
+        let group = kafka::order_group(&settings.servers.kafka);
+        let consumer: StreamConsumer<kafka::Observed> =
+            kafka::consumer_config(&settings.servers.kafka, &group).create_with_context(kafka::Observed::new(&group))?;
         consumer.subscribe(&[deps.topics.orders.as_str()])?;
         Ok(Self { index, settings, deps, dead_letters, consumer, unfinished: Default::default() })
     }
@@ -342,21 +343,13 @@ fn decode(message: &OwnedMessage) -> Result<OrderRecord, RecordError> {
 pub async fn report_lag(settings: Arc<Settings>, shutdown: CancellationToken) -> anyhow::Result<()> {
     let topics = Topics::new(&settings.servers.kafka);
     let group = kafka::order_group(&settings.servers.kafka);
-    loop {
-        tokio::select! {
-            // Stop with the service.
-            _ = shutdown.cancelled() => return Ok(()),
-            // Measure again.
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-        }
+    seckill_shared::shutdown::every("lag reporter", Duration::from_secs(5), shutdown, || async {
         let (kafka_settings, group, topic) = (settings.servers.kafka.clone(), group.clone(), topics.orders.clone());
-        match tokio::task::spawn_blocking(move || kafka::lag::lag(&kafka_settings, &group, &topic)).await? {
-            Ok(lag) => {
-                for (partition, behind) in lag.partitions {
-                    metrics::gauge!("seckill_order_consumer_lag", "partition" => partition.to_string()).set(behind as f64);
-                }
-            }
-            Err(error) => tracing::debug!(%error, "could not measure lag"),
+        let lag = tokio::task::spawn_blocking(move || kafka::lag::lag(&kafka_settings, &group, &topic)).await??;
+        for (partition, behind) in lag.partitions {
+            metrics::gauge!("seckill_order_consumer_lag", "partition" => partition.to_string()).set(behind as f64);
         }
-    }
+        Ok::<(), anyhow::Error>(())
+    })
+    .await
 }

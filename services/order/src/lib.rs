@@ -65,6 +65,8 @@ pub type Service = seckill_shared::host::Service<Settings>;
 
 impl Hosted for Settings {
     const NAME: &'static str = "order service";
+    const BINARY: &'static str = "seckill-order";
+    const ABOUT: &'static str = ABOUT;
 
     fn hosting(&self) -> (&ServiceSettings, &Servers) {
         (&self.service, &self.servers)
@@ -74,7 +76,7 @@ impl Hosted for Settings {
     /// reporter.
     fn start(settings: Arc<Self>, connections: Connections, background: &Background) -> anyhow::Result<()> {
         if settings.events.enabled {
-            let relay = relay::Relay::new(settings.clone(), connections.clone())?;
+            let relay = relay::Relay::new(settings.clone(), connections.clone(), background.clone())?;
             background.spawn("event relay", relay.run(background.shutdown().clone()));
         }
         let dead_letters = dead_letters::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone())?;

@@ -106,15 +106,11 @@ async fn forget_quiet_users(
     limits: Arc<RateLimits>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), std::convert::Infallible> {
-    let mut tick = tokio::time::interval(Duration::from_secs(30));
-    loop {
-        tokio::select! {
-            // Stop with the edge.
-            _ = shutdown.cancelled() => return Ok(()),
-            // Time to clean up.
-            _ = tick.tick() => limits.shrink(),
-        }
-    }
+    seckill_shared::shutdown::every("limiter clean-up", Duration::from_secs(30), shutdown, || async {
+        limits.shrink();
+        Ok(())
+    })
+    .await
 }
 
 /// The whole edge router. CORS covers the buyer's API only; every path or
