@@ -6,11 +6,12 @@ CARGO ?= cargo
 PROFILE ?= release
 TEST_THREADS ?= 4
 
-.PHONY: help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
+.PHONY: lint sqlx-prepare help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
 	@echo "make test    bring infra up and run every test against the real Redis, Kafka and PostgreSQL"
+	@echo "make lint    cargo fmt --check, clippy -D warnings, .sqlx/ up to date (also part of make test)"
 	@echo "make bench   benchmarks against ceilings measured in the same run (writes BENCHMARKS.md)"
 	@echo "make chaos   the fault-injection suite (stops and starts the shared servers; a few minutes)"
 	@echo "make chaos-cluster | demo-cluster | bench-cluster   the same on the replicated topology (up.sh --cluster)"
@@ -39,11 +40,22 @@ test-tools:
 build: build-deps
 	$(CARGO) build --workspace --bins $(if $(filter release,$(PROFILE)),--release,)
 
-test: infra-up build-deps test-tools
+test: infra-up build-deps test-tools lint
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace -- --test-threads=$(TEST_THREADS)
 	$(MAKE) deploy-check
 	$(MAKE) chaos-cluster-short
+
+# Formatting, clippy with every warning an error, and the SQL descriptions
+# the build checks queries against (.sqlx/) up to date.
+lint: infra-up build-deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	infra/local/sqlx.sh check
+
+# After changing a query or a migration: rewrite .sqlx/ (commit it).
+sqlx-prepare: infra-up
+	infra/local/sqlx.sh prepare
 
 # The Kubernetes manifests of an overlay (deploy/k8s/overlays/$(OVERLAY)),
 # rendered by kustomize's library, without a cluster.

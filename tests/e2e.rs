@@ -2,6 +2,8 @@
 //! `infra/local/up.sh` (`make test` starts them). One binary, one module per
 //! area, so the suite links once.
 
+#[path = "e2e/architecture.rs"]
+mod architecture;
 #[path = "e2e/smoke.rs"]
 mod smoke;
 #[path = "e2e/edge.rs"]
@@ -18,8 +20,6 @@ mod compensator;
 mod ctl;
 #[path = "e2e/chaos_short.rs"]
 mod chaos_short;
-#[path = "e2e/hardening.rs"]
-mod hardening;
 #[path = "e2e/poison.rs"]
 mod poison;
 #[path = "e2e/browser.rs"]

@@ -13,7 +13,7 @@
 use crate::domain::{OrderId, SaleKey, UserId};
 use crate::redis_conn::RedisCallError;
 use crate::stock::{Cancelled, Stock};
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgPool};
 use std::collections::BTreeMap;
 
 /// Why an order was cancelled.
@@ -62,13 +62,12 @@ pub enum Cancel<'a> {
 }
 
 /// The guarded cancel and the return of each cancelled order's unit to its
-/// own round, in one statement. `$1`/`$2` are the target's.
-macro_rules! cancel_sql {
-    ($target:literal) => {
-        concat!(
-            "WITH target AS (",
-            $target,
-            "), cancelled AS (
+/// own round, in one statement, for the orders `$target` (a SELECT of
+/// `order_id, reason`) names; checked at compile time like every query.
+macro_rules! cancel {
+    ($tx:expr, $target:tt $(, $arg:expr)*) => {
+        sqlx::query!(
+            "WITH target AS (" + $target + "), cancelled AS (
                 UPDATE orders o SET status = 'CANCELLED', reason = t.reason, cancelled_at = clock_timestamp()
                   FROM target t
                  WHERE o.order_id = t.order_id AND o.status = 'CREATED'
@@ -78,52 +77,56 @@ macro_rules! cancel_sql {
                   FROM (SELECT activity_id, sku_id, round, count(*) AS n FROM cancelled GROUP BY 1, 2, 3) c
                  WHERE s.activity_id = c.activity_id AND s.sku_id = c.sku_id AND s.round = c.round
              )
-             SELECT order_id, user_id, reason FROM cancelled"
+             SELECT order_id AS \"order_id!\", user_id AS \"user_id!\", reason FROM cancelled"
+            $(, $arg)*
         )
+        .fetch_all(&mut *$tx)
+        .await?
+        .into_iter()
+        .filter_map(|row| cancelled_order(&row.order_id, row.user_id, row.reason.as_deref()))
+        .collect()
     };
 }
-
-const CANCEL_DUE: &str = cancel_sql!(
-    "SELECT order_id, 'EXPIRED'::text AS reason FROM orders
-      WHERE status = 'CREATED' AND pay_deadline <= clock_timestamp()
-      ORDER BY pay_deadline LIMIT $1 FOR UPDATE SKIP LOCKED"
-);
-
-const CANCEL_ONE: &str = cancel_sql!(
-    "SELECT order_id, $2::text AS reason FROM orders WHERE order_id = $1 AND status = 'CREATED' FOR UPDATE"
-);
 
 /// Cancels in PostgreSQL, inside the caller's transaction; returns the
 /// orders cancelled now (none when another transaction won).
 pub async fn cancel(tx: &mut PgConnection, which: Cancel<'_>) -> sqlx::Result<Vec<CancelledOrder>> {
-    let rows = match which {
-        Cancel::Due { limit } => sqlx::query(CANCEL_DUE).bind(limit).fetch_all(&mut *tx).await?,
-        Cancel::One { order_id, reason } => {
-            sqlx::query(CANCEL_ONE).bind(order_id).bind(reason.code()).fetch_all(&mut *tx).await?
-        }
-    };
-    Ok(rows.iter().filter_map(cancelled_order).collect())
+    Ok(match which {
+        Cancel::Due { limit } => cancel!(
+            tx,
+            "SELECT order_id, 'EXPIRED'::text AS reason FROM orders
+              WHERE status = 'CREATED' AND pay_deadline <= clock_timestamp()
+              ORDER BY pay_deadline LIMIT $1 FOR UPDATE SKIP LOCKED",
+            limit
+        ),
+        Cancel::One { order_id, reason } => cancel!(
+            tx,
+            "SELECT order_id, $2::text AS reason FROM orders WHERE order_id = $1 AND status = 'CREATED' FOR UPDATE",
+            order_id,
+            reason.code()
+        ),
+    })
 }
 
 /// CANCELLED orders whose unit Redis has not been seen to take back, oldest
 /// first: what a crash between the two steps left.
 pub async fn unreturned(db: &PgPool, limit: i64) -> sqlx::Result<Vec<CancelledOrder>> {
-    let rows = sqlx::query(
+    let rows = sqlx::query!(
         "SELECT order_id, user_id, reason FROM orders
           WHERE status = 'CANCELLED' AND unit_returned_at IS NULL
           ORDER BY cancelled_at LIMIT $1",
+        limit
     )
-    .bind(limit)
     .fetch_all(db)
     .await?;
-    Ok(rows.iter().filter_map(cancelled_order).collect())
+    Ok(rows.iter().filter_map(|row| cancelled_order(&row.order_id, row.user_id, row.reason.as_deref())).collect())
 }
 
-fn cancelled_order(row: &sqlx::postgres::PgRow) -> Option<CancelledOrder> {
+fn cancelled_order(order_id: &str, user_id: i64, reason: Option<&str>) -> Option<CancelledOrder> {
     Some(CancelledOrder {
-        order_id: OrderId::parse(row.get::<&str, _>("order_id")).ok()?,
-        user: UserId::new(row.get("user_id")).ok()?,
-        reason: CancelReason::parse(row.get::<Option<&str>, _>("reason").unwrap_or_default()),
+        order_id: OrderId::parse(order_id).ok()?,
+        user: UserId::new(user_id).ok()?,
+        reason: CancelReason::parse(reason.unwrap_or_default()),
     })
 }
 
@@ -157,11 +160,13 @@ pub async fn return_units(stock: &Stock, db: &PgPool, orders: &[CancelledOrder])
         returned += stock.cancel(*sale, cancelled).await?;
     }
     let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
-    sqlx::query("UPDATE orders SET unit_returned_at = clock_timestamp()
-          WHERE order_id = ANY($1) AND status = 'CANCELLED' AND unit_returned_at IS NULL")
-        .bind(&ids)
-        .execute(db)
-        .await?;
+    sqlx::query!(
+        "UPDATE orders SET unit_returned_at = clock_timestamp()
+          WHERE order_id = ANY($1) AND status = 'CANCELLED' AND unit_returned_at IS NULL",
+        &ids as &[&str]
+    )
+    .execute(db)
+    .await?;
     metrics::counter!("seckill_units_returned_total").increment(returned as u64);
     Ok(returned)
 }

@@ -6,7 +6,7 @@ use crate::config::DbSettings;
 use crate::domain::SaleKey;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -53,28 +53,15 @@ pub struct SaleRow {
 
 /// Reads one sale.
 pub async fn find_sale(pool: &PgPool, sale: SaleKey) -> sqlx::Result<Option<SaleRow>> {
-    let row = sqlx::query(
+    sqlx::query_as!(
+        SaleRow,
         "SELECT activity_id, sku_id, round, total_stock, remaining_stock, starts_at, ends_at, payment_window_seconds
            FROM sales WHERE activity_id = $1 AND sku_id = $2",
+        sale.activity.get(),
+        sale.sku.get()
     )
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
     .fetch_optional(pool)
-    .await?;
-    Ok(row.as_ref().map(sale_row))
-}
-
-fn sale_row(r: &sqlx::postgres::PgRow) -> SaleRow {
-    SaleRow {
-        activity_id: r.get(0),
-        sku_id: r.get(1),
-        round: r.get(2),
-        total_stock: r.get(3),
-        remaining_stock: r.get(4),
-        starts_at: r.get(5),
-        ends_at: r.get(6),
-        payment_window_seconds: r.get(7),
-    }
+    .await
 }
 
 /// Creates a sale or starts its next round: stock is set, never added.
@@ -86,23 +73,23 @@ pub async fn upsert_sale(
     ends_at: Option<DateTime<Utc>>,
     payment_window_seconds: i32,
 ) -> sqlx::Result<SaleRow> {
-    let r = sqlx::query(
+    sqlx::query_as!(
+        SaleRow,
         "INSERT INTO sales (activity_id, sku_id, total_stock, remaining_stock, starts_at, ends_at, payment_window_seconds)
          VALUES ($1, $2, $3, $3, $4, $5, $6)
          ON CONFLICT (activity_id, sku_id) DO UPDATE
             SET round = sales.round + 1, total_stock = $3, remaining_stock = $3,
                 starts_at = $4, ends_at = $5, payment_window_seconds = $6, updated_at = now()
          RETURNING activity_id, sku_id, round, total_stock, remaining_stock, starts_at, ends_at, payment_window_seconds",
+        sale.activity.get(),
+        sale.sku.get(),
+        stock,
+        starts_at,
+        ends_at,
+        payment_window_seconds
     )
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
-    .bind(stock)
-    .bind(starts_at)
-    .bind(ends_at)
-    .bind(payment_window_seconds)
     .fetch_one(db)
-    .await?;
-    Ok(sale_row(&r))
+    .await
 }
 
 /// Whether a database error is a verdict on the data (SQLSTATE class 22,

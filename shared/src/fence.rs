@@ -37,16 +37,16 @@ pub enum FenceError {
 /// from another holder. Call it first in every transaction a lock guards,
 /// so a stale holder's writes roll back.
 pub async fn check(tx: &mut PgConnection, fence: Fence<'_>) -> Result<(), FenceError> {
-    let accepted: Option<i64> = sqlx::query_scalar(
+    let accepted = sqlx::query_scalar!(
         "INSERT INTO lock_fences (name, token, holder) VALUES ($1, $2, $3)
          ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder, updated_at = now()
            WHERE lock_fences.token < EXCLUDED.token
               OR (lock_fences.token = EXCLUDED.token AND lock_fences.holder = EXCLUDED.holder)
          RETURNING token",
+        fence.lock,
+        fence.token,
+        fence.holder
     )
-    .bind(fence.lock)
-    .bind(fence.token)
-    .bind(fence.holder)
     .fetch_optional(tx)
     .await?;
     match accepted {
@@ -58,8 +58,7 @@ pub async fn check(tx: &mut PgConnection, fence: Fence<'_>) -> Result<(), FenceE
 /// The newest token PostgreSQL recorded for `lock` (0 when none): a new
 /// holder's token must be above it.
 pub async fn newest(db: &PgPool, lock: &str) -> sqlx::Result<i64> {
-    let token: Option<i64> =
-        sqlx::query_scalar("SELECT token FROM lock_fences WHERE name = $1").bind(lock).fetch_optional(db).await?;
+    let token = sqlx::query_scalar!("SELECT token FROM lock_fences WHERE name = $1", lock).fetch_optional(db).await?;
     Ok(token.unwrap_or(0))
 }
 

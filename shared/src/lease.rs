@@ -59,17 +59,17 @@ impl Seat for Lease {
     async fn take(&self) -> anyhow::Result<Option<LeaseTerm>> {
         let holder = uuid::Uuid::new_v4().to_string();
         let length_ms = self.length.as_millis() as f64;
-        let fence: Option<i64> = sqlx::query_scalar(
+        let fence = sqlx::query_scalar!(
             "INSERT INTO leases (name, holder, fence, expires_at)
-             VALUES ($1, $2, 1, clock_timestamp() + make_interval(secs => $3 / 1000.0))
+             VALUES ($1, $2, 1, clock_timestamp() + make_interval(secs => $3::float8 / 1000.0))
              ON CONFLICT (name) DO UPDATE
                 SET holder = EXCLUDED.holder, fence = leases.fence + 1, expires_at = EXCLUDED.expires_at
               WHERE leases.expires_at < clock_timestamp()
              RETURNING fence",
+            &*self.name,
+            &holder,
+            length_ms
         )
-        .bind(&*self.name)
-        .bind(&holder)
-        .bind(length_ms)
         .fetch_optional(&self.db)
         .await?;
         let Some(fence) = fence else { return Ok(None) };
@@ -92,15 +92,15 @@ async fn watchdog(lease: Lease, holder: String, fence: i64, lost: CancellationTo
             // Time to renew.
             _ = tokio::time::sleep(lease.length / 3) => {}
         }
-        let renewal: Result<Option<i32>, sqlx::Error> = sqlx::query_scalar(
-            "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => $4 / 1000.0)
+        let renewal = sqlx::query_scalar!(
+            "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000.0)
               WHERE name = $1 AND holder = $2 AND fence = $3 AND expires_at >= clock_timestamp()
-             RETURNING 1",
+             RETURNING fence",
+            &*lease.name,
+            &holder,
+            fence,
+            lease.length.as_millis() as f64
         )
-        .bind(&*lease.name)
-        .bind(&holder)
-        .bind(fence)
-        .bind(lease.length.as_millis() as f64)
         .fetch_optional(&lease.db)
         .await;
         match renewal {
@@ -126,12 +126,12 @@ impl LeaseTerm {
     /// transaction the lease guards. The row stays share-locked until that
     /// transaction ends, so no one takes the lease over before it commits.
     pub async fn check(&self, tx: &mut PgConnection) -> Result<(), LeaseError> {
-        let held: Option<i32> = sqlx::query_scalar(
-            "SELECT 1 FROM leases WHERE name = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp() FOR SHARE",
+        let held = sqlx::query_scalar!(
+            "SELECT fence FROM leases WHERE name = $1 AND holder = $2 AND fence = $3 AND expires_at > clock_timestamp() FOR SHARE",
+            &*self.name,
+            &self.holder,
+            self.fence
         )
-        .bind(&*self.name)
-        .bind(&self.holder)
-        .bind(self.fence)
         .fetch_optional(tx)
         .await?;
         match held {
@@ -156,12 +156,14 @@ impl Term for LeaseTerm {
 
     async fn step_down(&self) {
         // Expire it now, so the next holder need not wait for its length.
-        let released = sqlx::query("UPDATE leases SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE name = $1 AND holder = $2 AND fence = $3")
-            .bind(&*self.name)
-            .bind(&self.holder)
-            .bind(self.fence)
-            .execute(&self.db)
-            .await;
+        let released = sqlx::query!(
+            "UPDATE leases SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE name = $1 AND holder = $2 AND fence = $3",
+            &*self.name,
+            &self.holder,
+            self.fence
+        )
+        .execute(&self.db)
+        .await;
         if let Err(error) = released {
             tracing::warn!(lease = %self.name, %error, "lease not released; it expires by itself");
         }

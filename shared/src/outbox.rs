@@ -16,7 +16,7 @@ use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::types::Oid;
 use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo, PgValueFormat, PgValueRef};
-use sqlx::Postgres;
+use sqlx::{PgConnection, PgPool, Postgres};
 
 /// A PostgreSQL `xid8`: a 64-bit transaction id that never wraps, compared
 /// as a number.
@@ -46,38 +46,76 @@ impl sqlx::Encode<'_, Postgres> for Xid8 {
     }
 }
 
-/// The relay's turn: the next rows after the cursor that no running
-/// transaction can still precede, in `(xid, id)` order, by the
-/// `order_events_relay_order` index (the plan is checked by a test, custom
-/// and generic). `$1`: most rows.
-pub const NEXT_AFTER_CURSOR: &str = "SELECT id, event_id, type, order_id, activity_id, sku_id, round, user_id, reason, occurred_at,
-        request_id, traceparent, xid
-   FROM order_events
-  WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)
-    AND xid < pg_snapshot_xmin(pg_current_snapshot())
-  ORDER BY xid, id
-  LIMIT $1";
+/// Declares the relay's turn query once, for the relay
+/// ([`next_after_cursor`]) and for the test that reads its plans
+/// ([`NEXT_AFTER_CURSOR`]).
+macro_rules! next_after_cursor {
+    ($sql:tt) => {
+        /// The relay's turn: the next rows after the cursor that no running
+        /// transaction can still precede, in `(xid, id)` order, by the
+        /// `order_events_relay_order` index (the plan is checked by a test,
+        /// custom and generic). `$1`: most rows.
+        pub const NEXT_AFTER_CURSOR: &str = $sql;
 
-/// Moves the cursor to a position: `$1` xid8, `$2` id.
-pub const MOVE_CURSOR: &str = "UPDATE order_events_relayed SET xid = $1, id = $2";
+        /// The next rows after the cursor, at most `limit`.
+        pub async fn next_after_cursor(db: &PgPool, limit: i64) -> sqlx::Result<Vec<OutboxRow>> {
+            let rows = sqlx::query!($sql, limit).fetch_all(db).await?;
+            Ok(rows
+                .into_iter()
+                .map(|row| OutboxRow {
+                    id: row.id,
+                    xid: row.xid,
+                    event: EventRow {
+                        event_id: row.event_id,
+                        kind: row.kind,
+                        order_id: row.order_id,
+                        activity_id: row.activity_id,
+                        sku_id: row.sku_id,
+                        round: row.round,
+                        user_id: row.user_id,
+                        reason: row.reason,
+                        occurred_at: row.occurred_at,
+                        request_id: row.request_id,
+                        traceparent: row.traceparent,
+                    },
+                })
+                .collect())
+        }
+    };
+}
+
+next_after_cursor!(
+    r#"SELECT id, event_id, type AS kind, order_id, activity_id, sku_id, round, user_id, reason, occurred_at,
+              request_id, traceparent, xid AS "xid: Xid8"
+         FROM order_events
+        WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)
+          AND xid < pg_snapshot_xmin(pg_current_snapshot())
+        ORDER BY xid, id
+        LIMIT $1"#
+);
+
+/// Moves the cursor to `(xid, id)`, inside the caller's transaction.
+pub async fn move_cursor(tx: &mut PgConnection, xid: Xid8, id: i64) -> sqlx::Result<()> {
+    sqlx::query!("UPDATE order_events_relayed SET xid = $1, id = $2", xid as Xid8, id).execute(tx).await?;
+    Ok(())
+}
 
 /// One outbox row: an event and where the relay's cursor orders it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct OutboxRow {
     /// The row's id (second in the order).
     pub id: i64,
     /// The transaction that wrote it (first in the order).
     pub xid: Xid8,
-    #[sqlx(flatten)]
     pub event: EventRow,
 }
 
 /// The columns of one order event, as the outbox holds them (and as
 /// `seckillctl events` derives them from the orders).
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct EventRow {
     pub event_id: String,
-    #[sqlx(rename = "type")]
+    /// Its `type`.
     pub kind: String,
     pub order_id: String,
     pub activity_id: i64,

@@ -29,25 +29,25 @@ pub async fn park<M: Message>(db: &PgPool, parking: &Parking<'_, M>) -> sqlx::Re
     let message = parking.message;
     let record = message.payload().and_then(|p| OrderRecord::decode(p).ok());
     let headers = serde_json::to_value(message.headers().map(headers_map).unwrap_or_default()).unwrap_or_default();
-    sqlx::query(
+    sqlx::query!(
         r#"INSERT INTO parked_records
              (topic, partition, "offset", key, payload, headers, order_id, activity_id, sku_id, reason, error, attempts, parked_by)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+           VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11, $12, $13)
            ON CONFLICT (topic, partition, "offset") DO NOTHING"#,
+        message.topic(),
+        message.partition(),
+        message.offset(),
+        message.key(),
+        message.payload(),
+        headers.to_string(),
+        record.as_ref().map(|r| r.order_id.as_str()),
+        record.as_ref().map(|r| r.activity_id.get()),
+        record.as_ref().map(|r| r.sku_id.get()),
+        parking.reason,
+        parking.error,
+        parking.attempts as i32,
+        parking.parked_by
     )
-    .bind(message.topic())
-    .bind(message.partition())
-    .bind(message.offset())
-    .bind(message.key())
-    .bind(message.payload())
-    .bind(headers)
-    .bind(record.as_ref().map(|r| r.order_id.as_str()))
-    .bind(record.as_ref().map(|r| r.activity_id.get()))
-    .bind(record.as_ref().map(|r| r.sku_id.get()))
-    .bind(parking.reason)
-    .bind(parking.error)
-    .bind(parking.attempts as i32)
-    .bind(parking.parked_by)
     .execute(db)
     .await?;
     metrics::counter!("seckill_parked_records_total", "by" => parking.parked_by).increment(1);
@@ -74,19 +74,19 @@ pub async fn park_outbox_row(db: &PgPool, topic: &str, row: &OutboxRow, error: &
         "orderId": &event.order_id,
         "userId": event.user_id,
     });
-    sqlx::query(
+    sqlx::query!(
         r#"INSERT INTO parked_records
              (topic, partition, "offset", payload, order_id, activity_id, sku_id, reason, error, attempts, parked_by)
            VALUES ($1, -1, $2, $3, $4, $5, $6, 'BAD_OUTBOX_ROW', $7, 1, 'order-relay')
            ON CONFLICT (topic, partition, "offset") DO NOTHING"#,
+        topic,
+        row.id,
+        payload.to_string().into_bytes(),
+        &event.order_id,
+        event.activity_id,
+        event.sku_id,
+        error.to_string()
     )
-    .bind(topic)
-    .bind(row.id)
-    .bind(payload.to_string().into_bytes())
-    .bind(&event.order_id)
-    .bind(event.activity_id)
-    .bind(event.sku_id)
-    .bind(error.to_string())
     .execute(db)
     .await?;
     metrics::counter!("seckill_parked_records_total", "by" => "order-relay").increment(1);
@@ -95,7 +95,7 @@ pub async fn park_outbox_row(db: &PgPool, topic: &str, row: &OutboxRow, error: &
 }
 
 /// A parked record, as operators see it.
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ParkedRow {
     pub id: i64,
@@ -116,26 +116,30 @@ pub struct ParkedRow {
 
 /// The parked records, oldest first, at most `limit`.
 pub async fn list(db: &PgPool, limit: i64) -> sqlx::Result<Vec<ParkedRow>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        ParkedRow,
         r#"SELECT id, topic, partition, "offset", order_id, activity_id, sku_id, reason, error, attempts, parked_by,
                   parked_at, convert_from(substring(payload from 1 for 512), 'SQL_ASCII') AS value
              FROM parked_records ORDER BY id LIMIT $1"#,
+        limit
     )
-    .bind(limit)
     .fetch_all(db)
     .await
 }
 
 /// How many records are parked, of every sale.
 pub async fn count(db: &PgPool) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM parked_records").fetch_one(db).await
+    Ok(sqlx::query_scalar!("SELECT count(*) FROM parked_records").fetch_one(db).await?.unwrap_or(0))
 }
 
 /// How many of a sale's records are parked.
 pub async fn count_for_sale(db: &PgPool, sale: SaleKey) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM parked_records WHERE activity_id = $1 AND sku_id = $2")
-        .bind(sale.activity.get())
-        .bind(sale.sku.get())
-        .fetch_one(db)
-        .await
+    let count = sqlx::query_scalar!(
+        "SELECT count(*) FROM parked_records WHERE activity_id = $1 AND sku_id = $2",
+        sale.activity.get(),
+        sale.sku.get()
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(count.unwrap_or(0))
 }

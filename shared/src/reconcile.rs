@@ -1,4 +1,4 @@
-//! Reconciliation of one sale (design, section 6): reads Redis, PostgreSQL
+//! Reconciliation of one sale (README.md, "How nothing is lost"): reads Redis, PostgreSQL
 //! and the consumer groups' lag, and checks the invariant
 //!
 //! `total_stock = redis_remaining + orders_created + orders_paid + orders_in_flight`,
@@ -13,8 +13,7 @@
 use crate::config::KafkaSettings;
 use crate::domain::SaleKey;
 use crate::stock::{SaleSnapshot, Stock};
-use sqlx::postgres::PgArguments;
-use sqlx::{Arguments, PgPool};
+use sqlx::PgPool;
 use std::collections::BTreeMap;
 
 /// Every term of the invariant, and the verdict (`GET /admin/sales/{a}/{s}`
@@ -145,14 +144,17 @@ pub async fn reconcile(
     // Per status and reason: how many, and (FAILED and CANCELLED) which
     // orders — each of those Redis had accepted must have had its unit
     // restored, written off or given back.
-    type StatusRow = (String, Option<String>, i64, Option<Vec<String>>, i64);
-    let by_status: Vec<StatusRow> = sqlx::query_as_with(
-        "SELECT status, reason, count(*), array_agg(order_id) FILTER (WHERE status IN ('FAILED', 'CANCELLED')),
-                count(*) FILTER (WHERE status = 'CANCELLED' AND unit_returned_at IS NULL)
-           FROM orders
-          WHERE activity_id = $1 AND sku_id = $2 AND round = $3
-          GROUP BY status, reason",
-        round_args(sale, row.round),
+    let (activity, sku, round) = (sale.activity.get(), sale.sku.get(), row.round);
+    let by_status = sqlx::query!(
+        r#"SELECT status, reason, count(*) AS "count!",
+                  array_agg(order_id) FILTER (WHERE status IN ('FAILED', 'CANCELLED')) AS ids,
+                  count(*) FILTER (WHERE status = 'CANCELLED' AND unit_returned_at IS NULL) AS "pending!"
+             FROM orders
+            WHERE activity_id = $1 AND sku_id = $2 AND round = $3
+            GROUP BY status, reason"#,
+        activity,
+        sku,
+        round
     )
     .fetch_all(pool)
     .await
@@ -160,8 +162,9 @@ pub async fn reconcile(
     let (mut created, mut paid, mut failed, mut cancelled, mut cancels_pending) = (0, 0, 0, 0, 0);
     let (mut failed_by_reason, mut cancelled_by_reason) = (BTreeMap::new(), BTreeMap::new());
     let (mut failed_ids, mut cancelled_ids) = (Vec::new(), Vec::new());
-    for (status, reason, count, ids, pending) in by_status {
-        match status.as_str() {
+    for by in by_status {
+        let (reason, count, ids, pending) = (by.reason, by.count, by.ids, by.pending);
+        match by.status.as_str() {
             "CREATED" => created += count,
             "PAID" => paid += count,
             "CANCELLED" => {
@@ -179,21 +182,26 @@ pub async fn reconcile(
     }
     // Users with two live orders, orders paid late, and the round's events
     // (written, relayed or not, and pruned) and those not relayed yet.
-    let (duplicate_users, orders_paid_late, events, events_pending): (i64, i64, i64, i64) = sqlx::query_as_with(
-        "SELECT (SELECT count(*) - count(DISTINCT user_id) FROM orders
-                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')),
-                (SELECT count(DISTINCT order_id) FROM late_payments WHERE activity_id = $1 AND sku_id = $2 AND round = $3),
-                (SELECT count(*) FROM order_events WHERE activity_id = $1 AND sku_id = $2 AND round = $3)
-              + (SELECT COALESCE(sum(count), 0)::bigint FROM order_events_pruned
-                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3),
-                (SELECT count(*) FROM order_events
-                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3
-                    AND (xid, id) > (SELECT xid, id FROM order_events_relayed))",
-        round_args(sale, row.round),
+    let terms = sqlx::query!(
+        r#"SELECT (SELECT count(*) - count(DISTINCT user_id) FROM orders
+                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')) AS "duplicate_users!",
+                  (SELECT count(DISTINCT order_id) FROM late_payments
+                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3) AS "paid_late!",
+                  (SELECT count(*) FROM order_events WHERE activity_id = $1 AND sku_id = $2 AND round = $3)
+                + (SELECT COALESCE(sum(count), 0)::bigint FROM order_events_pruned
+                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3) AS "events!",
+                  (SELECT count(*) FROM order_events
+                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3
+                      AND (xid, id) > (SELECT xid, id FROM order_events_relayed)) AS "events_pending!""#,
+        activity,
+        sku,
+        round
     )
     .fetch_one(pool)
     .await
     .map_err(&pg)?;
+    let (duplicate_users, orders_paid_late, events, events_pending) =
+        (terms.duplicate_users, terms.paid_late, terms.events, terms.events_pending);
     let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(&redis)?;
     let cancelled_accepted = stock.count_known_orders(sale, &cancelled_ids).await.map_err(&redis)?;
     let parked = crate::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
@@ -242,10 +250,12 @@ pub async fn reconcile(
     };
     if report.balance() != report.total_stock {
         // Explain the difference: which live orders Redis lost.
-        let created_ids: Vec<String> = sqlx::query_scalar_with(
+        let created_ids = sqlx::query_scalar!(
             "SELECT order_id FROM orders
               WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')",
-            round_args(sale, row.round),
+            activity,
+            sku,
+            round
         )
         .fetch_all(pool)
         .await
@@ -255,17 +265,6 @@ pub async fn reconcile(
     }
     report.judge(require_drained);
     Ok(report)
-}
-
-/// The parameters of a query over one sale round: `$1` activity, `$2`
-/// sku, `$3` round.
-fn round_args(sale: SaleKey, round: i32) -> PgArguments {
-    let mut args = PgArguments::default();
-    // Encoding an integer cannot fail.
-    let _ = args.add(sale.activity.get());
-    let _ = args.add(sale.sku.get());
-    let _ = args.add(round);
-    args
 }
 
 /// The most sales [`reconcile_live`] reports on.

@@ -1,31 +1,16 @@
 //! The compensator and the reservation sweeper: every accepted unit ends as
 //! exactly one order or exactly one restored unit.
 
-use seckill_e2e::{eventually, Child, TestEnv};
+use seckill_e2e::{eventually, Child, Group, TestEnv};
 use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
-use seckill_shared::kafka::dlq_header;
 use std::time::Duration;
 
 async fn deduct(env: &TestEnv, sale: SaleKey, user: i64) -> OrderRecord {
     env.deduct(sale, user).await
 }
 
-async fn dead_letter(env: &TestEnv, record: &OrderRecord, reason: &str) {
-    let payload = serde_json::to_vec(record).unwrap();
-    let topics = env.topics();
-    env.produce(&topics.dlq, &record.user_id.to_string(), &payload, &[(dlq_header::REASON, reason), (dlq_header::ATTEMPTS, "1")]).await;
-}
-
 async fn order_status(env: &TestEnv, order_id: &OrderId) -> Option<String> {
     env.order_row(order_id).await.map(|(status, _)| status)
-}
-
-async fn wait_compensator_drained(env: &TestEnv) {
-    eventually("the compensator to commit every dead letter", Duration::from_secs(60), || async {
-        let lag = env.compensator_lag().await;
-        if lag == 0 { Ok(()) } else { Err(format!("lag {lag}")) }
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,11 +35,11 @@ async fn a_dead_letter_restores_exactly_one_unit_however_often_it_comes() {
 
     // Three deliveries of the same dead letter, and one for the CREATED order.
     for _ in 0..3 {
-        dead_letter(&env, &failed, "DB_REJECTED").await;
+        env.dead_letter(&failed, "DB_REJECTED").await;
     }
-    dead_letter(&env, &created, "DB_REJECTED").await;
+    env.dead_letter(&created, "DB_REJECTED").await;
     let compensator = env.spawn_compensator(env.compensator_settings()).await;
-    wait_compensator_drained(&env).await;
+    env.wait_drained(Group::Compensator).await;
 
     assert_eq!(order_status(&env, &failed.order_id).await.as_deref(), Some("FAILED"));
     assert_eq!(order_status(&env, &created.order_id).await.as_deref(), Some("CREATED"), "a CREATED order stays");
@@ -85,7 +70,7 @@ async fn killed_mid_record_the_compensator_restores_nothing_twice() {
     child_env.push(("SECKILL__SWEEPER__ENABLED".into(), "false".into()));
     let child = Child::start("seckill-compensator", &child_env);
     for record in &records {
-        dead_letter(&env, record, "DB_REJECTED").await;
+        env.dead_letter(record, "DB_REJECTED").await;
     }
     eventually("some dead letters settled", Duration::from_secs(60), || async {
         let n = env.count_orders(sale, "FAILED").await;
@@ -94,7 +79,7 @@ async fn killed_mid_record_the_compensator_restores_nothing_twice() {
     .await;
     child.kill9().await;
     let child = Child::start("seckill-compensator", &child_env);
-    wait_compensator_drained(&env).await;
+    env.wait_drained(Group::Compensator).await;
     assert_eq!(env.count_orders(sale, "FAILED").await, 300);
     assert_eq!(env.redis_stock(sale).await, 300, "every unit back exactly once");
     assert_eq!(env.stock.snapshot(sale).await.unwrap().compensated, 300);
@@ -114,9 +99,9 @@ async fn no_db_stock_writes_the_unit_off_instead_of_restoring_it() {
         .execute(&env.db)
         .await
         .unwrap();
-    dead_letter(&env, &record, "NO_DB_STOCK").await;
+    env.dead_letter(&record, "NO_DB_STOCK").await;
     let compensator = env.spawn_compensator(env.compensator_settings()).await;
-    wait_compensator_drained(&env).await;
+    env.wait_drained(Group::Compensator).await;
     assert_eq!(order_status(&env, &record.order_id).await.as_deref(), Some("FAILED"));
     assert_eq!(env.redis_stock(sale).await, 0, "Redis brought down to what the database has, never up");
     assert_eq!(env.stock.snapshot(sale).await.unwrap().written_off, 1);
@@ -198,4 +183,90 @@ async fn one_sweeper_leads_and_another_takes_over_when_it_dies() {
     assert_eq!(fence_after, fence_before + 1, "one new acquisition: one sweeper at a time");
     assert_eq!(env.redis_stock(sale).await, 2);
     assert!(follower.terminate().await);
+}
+
+/// Redis lost the lock's fencing counter (a restart without persistence, or
+/// an AOF that missed the last INCRs) while PostgreSQL remembers token 1000:
+/// the sweeper must still get a token PostgreSQL accepts, and sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_outlive_redis_losing_the_counter() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 2).await;
+    let lock = env.stock.keys().sweeper_lock();
+    sqlx::query("INSERT INTO lock_fences (name, token) VALUES ($1, 1000)").bind(&lock).execute(&env.db).await.unwrap();
+    let compensator = env.spawn_compensator(env.compensator_settings()).await;
+    let lost = env.deduct(sale, 1).await;
+    env.wait_status(&lost.order_id, ("FAILED", Some("PUBLISH_LOST")), Duration::from_secs(60)).await;
+    assert!(env.fence_of(&lock).await > 1000, "the token was minted past PostgreSQL's newest");
+    assert_eq!(env.redis_stock(sale).await, 2, "the unit is back");
+    compensator.stop().await;
+}
+
+/// A newer holder wrote with a higher token: the sweeper that holds the lock
+/// with an older one must give the lock up, and whoever leads next sweeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweeper_whose_token_is_refused_gives_the_lock_up() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 2).await;
+    let lock = env.stock.keys().sweeper_lock();
+    let compensator = env.spawn_compensator(env.compensator_settings()).await;
+    let first = env.deduct(sale, 1).await;
+    env.wait_status(&first.order_id, ("FAILED", Some("PUBLISH_LOST")), Duration::from_secs(60)).await;
+    let before = env.fence_of(&lock).await;
+    sqlx::query("UPDATE lock_fences SET token = token + 100 WHERE name = $1").bind(&lock).execute(&env.db).await.unwrap();
+    let second = env.deduct(sale, 2).await;
+    env.wait_status(&second.order_id, ("FAILED", Some("PUBLISH_LOST")), Duration::from_secs(60)).await;
+    assert!(env.fence_of(&lock).await > before + 100, "a new acquisition, past the newer holder's token");
+    compensator.stop().await;
+}
+
+/// The sweeper settles a reservation only after the edge's own publish
+/// deadline (on Redis's clock) has passed, whatever the compensator's
+/// settings say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeper_waits_for_the_edges_publish_deadline() {
+    use seckill_shared::fence::Fence;
+    use seckill_compensator::sweeper::Sweeper;
+    use seckill_shared::domain::UserId;
+    use seckill_shared::lock::LockClient;
+    use seckill_shared::shutdown::Background;
+    use seckill_shared::stock::Deduction;
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let deduct = |user: i64, deadline: Duration| {
+        let env = &env;
+        async move {
+            let nonce = format!("{:016x}", rand::random::<u64>());
+            match env.stock.deduct(sale, UserId::new(user).unwrap(), &nonce, deadline).await.unwrap() {
+                Deduction::Accepted { order_id, accepted_at, .. } => (order_id, accepted_at),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    // An edge that may wait ten minutes for its delivery report, and one that
+    // knew at once.
+    let (patient, _) = deduct(1, Duration::from_secs(600)).await;
+    let (lost, accepted) = deduct(2, Duration::ZERO).await;
+    let settings = std::sync::Arc::new(env.compensator_settings());
+    let grace = settings.sweeper.grace_ms as i64;
+    eventually("Redis's clock past the lost order's deadline and grace", Duration::from_secs(30), || async {
+        let now = env.stock.now_ms().await.map_err(|e| e.to_string())?;
+        if now > accepted + grace { Ok(()) } else { Err(format!("{now}")) }
+    })
+    .await;
+    let sweeper = Sweeper::new(settings, env.connections(), Background::default());
+    let locks = LockClient::new(env.stock.connection(), Background::default());
+    let guard = locks.acquire(&env.stock.keys().sweeper_lock(), Duration::from_secs(30), Duration::ZERO).await.unwrap().unwrap();
+    let fence = Fence { lock: guard.key(), token: guard.fence(), holder: guard.holder() };
+    sweeper.sweep_once(fence).await.expect("a checkpoint");
+    let report = sweeper.sweep_once(fence).await.expect("a sweep");
+    assert_eq!((report.failed, report.created), (1, 0), "{report:?}");
+    env.wait_status(&lost, ("FAILED", Some("PUBLISH_LOST")), Duration::from_secs(5)).await;
+    assert_eq!(env.order_row(&patient).await, None, "the patient edge's order is not swept");
+    let state = env.stock.order_state(&patient).await.unwrap().expect("known");
+    assert_eq!(state.status.as_str(), "QUEUED");
+    assert!(guard.release().await);
 }

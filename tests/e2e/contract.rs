@@ -1,8 +1,8 @@
-//! Every row of the edge's HTTP contract (design, section 3). Each refused
+//! Every row of the edge's HTTP contract (README.md, "The HTTP API"). Each refused
 //! request is checked to change nothing: stock, buyers, orders.
 
 use hyper::Method;
-use seckill_e2e::http::{Client, Reply};
+use seckill_e2e::http::{assert_error, Client, Reply};
 use seckill_e2e::{eventually, Running, TestEnv, ADMIN_TOKEN};
 use seckill_shared::domain::SaleKey;
 use seckill_shared::stock::SaleSnapshot;
@@ -16,12 +16,6 @@ async fn state(env: &TestEnv, sale: SaleKey) -> (SaleSnapshot, i64) {
         .await
         .expect("orders");
     (snapshot, orders)
-}
-
-fn assert_error(reply: &Reply, status: u16, code: &str, case: &str) {
-    assert_eq!(reply.status.as_u16(), status, "{case}: {}", reply.text);
-    assert_eq!(reply.code(), code, "{case}: {}", reply.text);
-    assert!(reply.json["message"].as_str().is_some_and(|m| !m.is_empty()), "{case}: a message is given");
 }
 
 async fn edge_with(env: &TestEnv, change: impl FnOnce(&mut seckill_edge::Settings)) -> (Running, Client) {
@@ -315,5 +309,100 @@ async fn lock_deduction_sells_exactly_the_stock() {
     .await;
     assert_eq!(env.redis_stock(sale).await, 0);
     order.stop().await;
+    edge.stop().await;
+}
+
+/// Bad input of every kind is refused with its code, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_input_is_refused_and_changes_nothing() {
+    let env = TestEnv::new().await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let client = Client::new(edge.url());
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let before = env.stock.snapshot(sale).await.unwrap();
+    let (a, s) = (sale.activity.get(), sale.sku.get());
+    let body = format!(r#"{{"activityId":{a},"skuId":{s},"userId":7}}"#);
+    let send = |content_type: Option<&'static str>, body: String| {
+        let client = client.clone();
+        async move {
+            let headers: Vec<(&str, &str)> = content_type.map(|c| vec![("content-type", c)]).unwrap_or_default();
+            client.send_raw(Method::POST, "/api/seckill/order", Some(body.into_bytes()), &headers).await
+        }
+    };
+    for (content_type, case) in [
+        (Some("text/plain"), "a browser's simple cross-origin POST"),
+        (Some("application/x-www-form-urlencoded"), "curl -d without a content type"),
+        (None, "no content type at all"),
+    ] {
+        assert_error(&send(content_type, body.clone()).await, 415, "UNSUPPORTED_MEDIA_TYPE", case);
+    }
+    let ok_with_charset = send(Some("application/json; charset=utf-8"), format!(r#"{{"activityId":{a},"skuId":{s},"userId":8}}"#)).await;
+    assert_eq!(ok_with_charset.status, 202, "a charset parameter is fine: {}", ok_with_charset.text);
+    let after_ok = env.stock.snapshot(sale).await.unwrap();
+    let duplicate = format!(r#"{{"activityId":{a},"skuId":{s},"userId":1,"userId":2}}"#);
+    assert_error(&send(Some("application/json"), duplicate).await, 400, "INVALID_REQUEST", "a duplicate key");
+    assert_eq!(env.stock.snapshot(sale).await.unwrap(), after_ok, "refusals changed nothing");
+    assert_eq!(after_ok.remaining, before.remaining - 1);
+
+    // An oversized or non-printable request id is replaced, never carried.
+    let long_id = "x".repeat(8_000);
+    for (id, case) in [(long_id.as_str(), "8 KB id"), ("a\tb", "a control character")] {
+        let reply = client
+            .send(Method::POST, "/api/seckill/order", Some(format!(r#"{{"activityId":{a},"skuId":{s},"userId":9}}"#).as_bytes()), &[("x-request-id", id)])
+            .await;
+        let answered = reply.headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        assert!(!answered.is_empty() && answered != id && answered.len() <= 128, "{case}: answered {answered:?}");
+    }
+    let fine = client.send(Method::GET, "/healthz", None, &[("x-request-id", "client-id-1")]).await;
+    assert_eq!(fine.headers.get("x-request-id").unwrap(), "client-id-1", "a well-formed id is kept");
+    edge.stop().await;
+}
+
+/// An empty secret is a misconfiguration, never "HMAC with an empty key" or
+/// "an admin token nobody can send".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_secrets_refuse_to_start() {
+    let env = TestEnv::new().await;
+    for (change, name) in [
+        (Box::new(|s: &mut seckill_edge::Settings| s.user_jwt_secret = Some(String::new())) as Box<dyn Fn(&mut seckill_edge::Settings)>, "SECKILL_USER_JWT_SECRET"),
+        (Box::new(|s: &mut seckill_edge::Settings| s.admin_token = Some(String::new())), "SECKILL_ADMIN_TOKEN"),
+    ] {
+        let mut settings = env.edge_settings();
+        change(&mut settings);
+        let built = seckill_edge::Application::build(settings).await;
+        let error = built.err().unwrap_or_else(|| panic!("an empty {name} must refuse to start"));
+        assert!(format!("{error:#}").contains(name), "{error:#}");
+    }
+}
+
+/// With user auth on, an order's status is revealed to its owner only — the
+/// token is checked before the lookup — and status reads are rate-limited
+/// like orders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_check_the_token_first_and_are_rate_limited() {
+    let env = TestEnv::new().await;
+    let mut settings = env.edge_settings();
+    settings.user_jwt_secret = Some("status-secret".into());
+    settings.rate_limit.per_user_per_second = 1;
+    settings.rate_limit.per_user_burst = 2;
+    let edge = env.spawn_edge(settings).await;
+    let client = Client::new(edge.url());
+    let sale = env.sale();
+    let (a, s) = (sale.activity.get(), sale.sku.get());
+    let unknown = format!("/api/seckill/order/{a}-{s}-999-00000000000000ff");
+    assert_error(&client.get(&unknown).await, 401, "UNAUTHORIZED", "no token, unknown order: existence not revealed");
+
+    let token = {
+        let claims = serde_json::json!({ "sub": "5", "exp": chrono::Utc::now().timestamp() + 600 });
+        let key = jsonwebtoken::EncodingKey::from_secret(b"status-secret").unwrap();
+        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap()
+    };
+    let bearer = format!("Bearer {token}");
+    let path = format!("/api/seckill/result?activityId={a}&skuId={s}&userId=5");
+    let headers = [("authorization", bearer.as_str())];
+    let replies = futures::future::join_all((0..6).map(|_| client.send(Method::GET, &path, None, &headers))).await;
+    let limited = replies.iter().filter(|r| r.status == 429).count();
+    assert!(limited >= 3, "a burst of 6 reads over a burst of 2: {:?}", replies.iter().map(|r| r.status).collect::<Vec<_>>());
     edge.stop().await;
 }

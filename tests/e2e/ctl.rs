@@ -3,22 +3,9 @@
 
 use rdkafka::message::{Headers, Message};
 use seckill_e2e::{eventually, Child, TestEnv};
-use seckill_shared::domain::{OrderRecord, SaleKey};
+use seckill_shared::domain::SaleKey;
 use seckill_shared::kafka::dlq_header;
 use std::time::Duration;
-
-async fn dead_letter(env: &TestEnv, record: &OrderRecord, reason: &str) {
-    let payload = serde_json::to_vec(record).unwrap();
-    let topics = env.topics();
-    let headers = [
-        (dlq_header::REASON, reason),
-        (dlq_header::ERROR, "test"),
-        (dlq_header::ORIGINAL_TOPIC, topics.orders.as_str()),
-        (dlq_header::ATTEMPTS, "1"),
-        (dlq_header::FAILED_AT, "2026-11-29T00:00:00+00:00"),
-    ];
-    env.produce(&topics.dlq, &record.user_id.to_string(), &payload, &headers).await;
-}
 
 fn sale_args(sale: SaleKey) -> (String, String) {
     (sale.activity.to_string(), sale.sku.to_string())
@@ -64,7 +51,7 @@ async fn dead_letters_are_listed_shown_and_replayed_exactly_as_filtered() {
     env.warmup(sale, 100).await;
     let records = env.order_records(sale, 1..41);
     for (i, record) in records.iter().enumerate() {
-        dead_letter(&env, record, if i % 2 == 0 { "DB_REJECTED" } else { "NO_DB_STOCK" }).await;
+        env.dead_letter(record, if i % 2 == 0 { "DB_REJECTED" } else { "NO_DB_STOCK" }).await;
     }
 
     let list = env.ctl(&["dlq", "list", "--reason", "NO_DB_STOCK", "--json"]).await;
@@ -124,7 +111,7 @@ async fn replaying_a_compensated_order_does_not_resurrect_it() {
     env.warmup(sale, 5).await;
     let record = env.deduct(sale, 3).await;
     let order_id = record.order_id.clone();
-    dead_letter(&env, &record, "DB_REJECTED").await;
+    env.dead_letter(&record, "DB_REJECTED").await;
     let compensator = env.spawn_compensator(env.compensator_settings()).await;
     eventually("the order FAILED and its unit back", Duration::from_secs(30), || async {
         let stock = env.redis_stock(sale).await;

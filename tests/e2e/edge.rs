@@ -1,7 +1,9 @@
-//! The edge, to the HTTP contract (design, section 3).
+//! The edge, to the HTTP contract (README.md, "The HTTP API").
 
 use futures::stream::{self, StreamExt};
-use seckill_e2e::http::Client;
+use hyper::Method;
+use seckill_e2e::http::{assert_error, Client, Reply};
+use seckill_shared::domain::SaleKey;
 use seckill_e2e::{eventually, TestEnv, ADMIN_TOKEN};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -155,5 +157,131 @@ async fn request_ids_are_answered_and_carried_to_kafka() {
     let mut expected = vec![made_first, made_second, "client-chosen-7".to_owned()];
     expected.sort();
     assert_eq!(carried, expected, "each record carries its request's id");
+    edge.stop().await;
+}
+
+/// Order ids never repeat: the order counter never expires, and each id
+/// carries at least 64 random bits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_ids_never_repeat() {
+    let env = TestEnv::new().await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let client = Client::new(edge.url());
+    let sale = env.sale();
+    let ends = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let body = format!(r#"{{"stock":5,"endsAt":"{ends}"}}"#);
+    for _ in 0..2 {
+        let warmed = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
+        assert_eq!(warmed.status, 200, "{}", warmed.text);
+    }
+    let seq = format!("{}seckill:{{{}:{}}}:seq", env.redis.key_prefix, sale.activity, sale.sku);
+    let stock = format!("{}seckill:{{{}:{}}}:stock", env.redis.key_prefix, sale.activity, sale.sku);
+    let accepted = client.order(sale.activity.get(), sale.sku.get(), 1).await;
+    assert_eq!(accepted.status, 202, "{}", accepted.text);
+    let mut conn = env.stock.connection();
+    let seq_ttl: i64 = redis::cmd("PTTL").arg(&seq).query_async(&mut conn).await.unwrap();
+    let stock_ttl: i64 = redis::cmd("PTTL").arg(&stock).query_async(&mut conn).await.unwrap();
+    assert_eq!(seq_ttl, -1, "the order counter never expires");
+    assert!(stock_ttl > 0, "the sale's other keys expire after its end");
+    let order_id = accepted.json["orderId"].as_str().unwrap();
+    let nonce = order_id.rsplit('-').next().unwrap();
+    assert!(nonce.len() >= 16 && nonce.chars().all(|c| c.is_ascii_hexdigit()), "64 random bits: {order_id}");
+    edge.stop().await;
+}
+
+/// The seed's lock-based deduction on two edges, one of them on a slow
+/// network to Redis (5 ms per command) with a lease far shorter than its
+/// work: holders overlap, and still no unit is sold twice and no user buys
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_deduction_never_oversells_when_its_lease_runs_out() {
+    use futures::stream::{self, StreamExt};
+    let env = TestEnv::new().await;
+    let mut settings = env.edge_settings();
+    settings.deduction = seckill_edge::settings::DeductionMode::Lock;
+    settings.lock.lease_ms = 2;
+    settings.lock.wait_ms = 5_000;
+    let slow_redis = seckill_e2e::proxy::delaying("127.0.0.1:6379".parse().unwrap(), Duration::from_millis(5)).await;
+    let mut slow = settings.clone();
+    slow.servers.redis.url = format!("redis://{slow_redis}/0");
+    let edges = [env.spawn_edge(slow).await, env.spawn_edge(settings).await];
+    let clients = [Client::new(edges[0].url()), Client::new(edges[1].url())];
+    let sale = env.sale();
+    env.warmup(sale, 100).await;
+    let (a, s) = (sale.activity.get(), sale.sku.get());
+    let replies: Vec<Reply> = stream::iter(1..=600i64)
+        .map(|user| {
+            let client = clients[(user % 2) as usize].clone();
+            async move { client.order(a, s, user).await }
+        })
+        .buffer_unordered(60)
+        .collect()
+        .await;
+    let accepted = replies.iter().filter(|r| r.status == 202).count();
+    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    assert!(accepted <= 100, "oversold: {accepted} accepted for 100 units");
+    assert!(snapshot.remaining >= 0, "redis stock went negative: {}", snapshot.remaining);
+    assert_eq!(snapshot.remaining + accepted as i64, 100, "every unit either left or was sold, once");
+    assert_eq!(snapshot.buyers, accepted as i64, "one order per user");
+    for edge in edges {
+        edge.stop().await;
+    }
+}
+
+/// A sale whose books are read while it runs: the counters agree with the
+/// orders (the snapshot no longer reads every order's status).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_counts_orders_by_status() {
+    let env = TestEnv::new().await;
+    let sale: SaleKey = env.sale();
+    env.warmup(sale, 10).await;
+    let records = futures::future::join_all((1..=4).map(|user| env.deduct(sale, user))).await;
+    env.produce_records(&records[..2]).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    eventually("two orders CREATED", Duration::from_secs(60), || async {
+        let n = env.count_orders(sale, "CREATED").await;
+        if n == 2 { Ok(()) } else { Err(n.to_string()) }
+    })
+    .await;
+    order.stop().await;
+    env.stock.rollback(&records[2].order_id, records[2].user_id, seckill_shared::domain::FailReason::PublishFailed).await.unwrap();
+    eventually("statuses settled in redis", Duration::from_secs(30), || async {
+        let snapshot = env.stock.snapshot(sale).await.map_err(|e| e.to_string())?;
+        let counts = (snapshot.queued, snapshot.created, snapshot.failed, snapshot.remaining);
+        if counts == (1, 2, 1, 7) { Ok(()) } else { Err(format!("{counts:?}")) }
+    })
+    .await;
+}
+
+/// A fatal error of the idempotent producer: the edge says it is not ready,
+/// answers 503 without deducting anything, and a new producer takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_producer_error_deducts_nothing_and_the_producer_is_rebuilt() {
+    let env = TestEnv::new().await;
+    let app = seckill_edge::Application::build(env.edge_settings()).await.expect("an edge");
+    let publisher = app.publisher();
+    let edge = TestEnv::run_edge(app);
+    let client = Client::new(edge.url());
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let (a, s) = (sale.activity.get(), sale.sku.get());
+    assert_eq!(client.order(a, s, 1).await.status, 202);
+
+    publisher.inject_fatal_error();
+    let before = env.stock.snapshot(sale).await.unwrap();
+    assert_error(&client.order(a, s, 2).await, 503, "TRY_AGAIN", "an order while the producer is retired");
+    assert_eq!(env.stock.snapshot(sale).await.unwrap(), before, "nothing was deducted");
+    let again = client.order(a, s, 2).await;
+    assert_eq!(again.status, 202, "a new producer took over: {}", again.text);
+
+    publisher.inject_fatal_error();
+    assert_eq!(client.get("/readyz").await.status, 503, "not ready while the producer is retired");
+    eventually("ready again with a new producer", Duration::from_secs(30), || async {
+        let status = client.get("/readyz").await.status;
+        if status == 200 { Ok(()) } else { Err(status.to_string()) }
+    })
+    .await;
     edge.stop().await;
 }

@@ -6,11 +6,6 @@
 
 use seckill_e2e::http::Client;
 use seckill_e2e::TestEnv;
-use std::path::PathBuf;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Everything a request could change: the sale in Redis, every key of this
 /// test's prefix, every order, sale and event row.
@@ -30,14 +25,14 @@ async fn state(env: &TestEnv, sale: seckill_shared::domain::SaleKey) -> (String,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_finds_nothing_and_changes_nothing() {
-    let schemathesis = repo().join(".data/venv/bin/schemathesis");
+    let schemathesis = seckill_e2e::repo_root().join(".data/venv/bin/schemathesis");
     assert!(schemathesis.exists(), "{} is missing: `make test` installs it (make test-tools)", schemathesis.display());
     let env = TestEnv::new().await;
     let edge = env.spawn_edge(env.edge_settings()).await;
     let client = Client::new(edge.url());
     let served = client.get("/openapi.json").await;
     let committed: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(repo().join("api/openapi.json")).expect("api/openapi.json")).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(seckill_e2e::repo_root().join("api/openapi.json")).expect("api/openapi.json")).unwrap();
     assert_eq!(served.json, committed, "the served document is the committed one");
 
     let sale = env.sale();
@@ -45,11 +40,11 @@ async fn schemathesis_finds_nothing_and_changes_nothing() {
     let before = state(&env, sale).await;
     let run = tokio::process::Command::new(&schemathesis)
         .arg("run")
-        .arg(repo().join("api/openapi.json"))
+        .arg(seckill_e2e::repo_root().join("api/openapi.json"))
         .args(["--url", &edge.url(), "--max-examples", "30", "--seed", "42", "--workers", "1"])
         .args(["--checks", "all", "--exclude-checks", "ignored_auth,positive_data_acceptance,use_after_free,ensure_resource_availability"])
         .args(["--no-shrink", "--request-timeout", "10"])
-        .current_dir(repo().join(".data")) // it keeps a cache folder where it runs
+        .current_dir(seckill_e2e::repo_root().join(".data")) // it keeps a cache folder where it runs
         .env("NO_COLOR", "1")
         .kill_on_drop(true)
         .output();

@@ -6,10 +6,6 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// Every `seckill_…` name in `text`.
 fn names_in(text: &str) -> BTreeSet<String> {
     text.match_indices("seckill_")
@@ -35,7 +31,7 @@ fn rust_sources(dir: &Path, found: &mut Vec<PathBuf>) {
 fn exported() -> BTreeSet<String> {
     let mut files = Vec::new();
     for dir in ["shared/src", "services"] {
-        rust_sources(&root().join(dir), &mut files);
+        rust_sources(&seckill_e2e::repo_root().join(dir), &mut files);
     }
     let mut names = BTreeSet::new();
     for file in files {
@@ -62,14 +58,14 @@ fn the_dashboard_and_the_alerts_name_only_exported_metrics() {
     let exported = exported();
     assert!(exported.contains("seckill_edge_orders_total") && exported.contains("seckill_sale_consistent"), "{exported:?}");
     for file in ["infra/observability/grafana-dashboard.json", "infra/observability/alerts.yaml"] {
-        let text = std::fs::read_to_string(root().join(file)).expect("an observability file");
+        let text = std::fs::read_to_string(seckill_e2e::repo_root().join(file)).expect("an observability file");
         let used = names_in(&text);
         assert!(used.len() >= 5, "{file} names the metrics it reads: {used:?}");
         let unknown: Vec<&String> = used.iter().filter(|name| !exported.contains(*name)).collect();
         assert!(unknown.is_empty(), "{file} names metrics no service exports: {unknown:?}");
     }
     let dashboard: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root().join("infra/observability/grafana-dashboard.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(seckill_e2e::repo_root().join("infra/observability/grafana-dashboard.json")).unwrap()).unwrap();
     assert!(dashboard["panels"].as_array().is_some_and(|p| !p.is_empty()), "a Grafana dashboard with panels");
 }
 
@@ -83,7 +79,7 @@ fn a_misspelt_metric_would_be_found() {
 
 #[test]
 fn the_alert_rules_check_and_fire_as_their_unit_tests_say() {
-    let dir = root().join("infra/observability");
+    let dir = seckill_e2e::repo_root().join("infra/observability");
     for args in [["check", "rules", "alerts.yaml"], ["test", "rules", "alerts.test.yaml"]] {
         let output = std::process::Command::new("promtool")
             .args(args)

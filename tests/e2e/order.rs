@@ -2,28 +2,12 @@
 //! the database stock guard, dead-letter routing, crashes and outages.
 
 use rdkafka::message::Message;
-use seckill_e2e::{eventually, Child, TestEnv};
+use seckill_e2e::{eventually, Child, Group, TestEnv};
 use seckill_order::consumer::{Outcome, ProcessError, Worker};
 use seckill_order::store::WriteError;
 use seckill_shared::domain::{OrderRecord, SaleKey};
 use seckill_shared::kafka::{dlq_header, header_str};
 use std::time::Duration;
-
-async fn wait_created(env: &TestEnv, sale: SaleKey, expected: i64, timeout: Duration) {
-    eventually(&format!("{expected} orders CREATED"), timeout, || async {
-        let n = env.count_orders(sale, "CREATED").await;
-        if n == expected { Ok(()) } else { Err(format!("{n} created")) }
-    })
-    .await;
-}
-
-async fn wait_drained(env: &TestEnv) {
-    eventually("the order group to commit every record", Duration::from_secs(60), || async {
-        let lag = env.order_lag().await;
-        if lag == 0 { Ok(()) } else { Err(format!("lag {lag}")) }
-    })
-    .await;
-}
 
 async fn remaining(env: &TestEnv, sale: SaleKey) -> i64 {
     seckill_shared::db::find_sale(&env.db, sale).await.unwrap().unwrap().remaining_stock
@@ -49,13 +33,13 @@ async fn ten_thousand_records_become_ten_thousand_orders_once() {
     env.produce_records(std::slice::from_ref(&accepted)).await;
     let records = env.produce_orders(sale, 1..10_000).await;
     let order = env.spawn_order(env.order_settings()).await;
-    wait_created(&env, sale, 10_000, Duration::from_secs(120)).await;
-    wait_drained(&env).await;
+    env.wait_orders(sale, "CREATED", 10_000).await;
+    env.wait_drained(Group::Order).await;
     assert_eq!(remaining(&env, sale).await, 10_000, "remaining_stock fell by exactly the rows written");
 
     // The same records again: duplicates change nothing.
     env.produce_records(&records[..2_000]).await;
-    wait_drained(&env).await;
+    env.wait_drained(Group::Order).await;
     assert_eq!(total_rows(&env, sale).await, 10_000, "one row per order id");
     assert_eq!(remaining(&env, sale).await, 10_000);
     let status = env.stock.order_state(&accepted.order_id).await.unwrap().expect("status in redis");
@@ -85,7 +69,7 @@ async fn unwritable_records_go_to_the_dead_letter_topic_with_their_reason() {
     let beyond = env.produce_orders(sale, 4..5).await; // no stock left in the database
 
     let order = env.spawn_order(env.order_settings()).await;
-    wait_created(&env, sale, 3, Duration::from_secs(60)).await;
+    env.wait_orders(sale, "CREATED", 3).await;
     let dead = env.read_topic(&topics.dlq, 4, Duration::from_secs(60)).await;
     assert_eq!(dead.len(), 4, "four records dead-lettered");
     let reason_of = |order_id: Option<&str>| -> String {
@@ -118,7 +102,7 @@ async fn unwritable_records_go_to_the_dead_letter_topic_with_their_reason() {
         assert_eq!(status, "CREATED");
     }
     assert_eq!(remaining(&env, sale).await, 0);
-    wait_drained(&env).await;
+    env.wait_drained(Group::Order).await;
     order.stop().await;
 }
 
@@ -141,8 +125,8 @@ async fn killed_mid_batch_the_service_loses_and_duplicates_nothing() {
     child.kill9().await;
     let after_kill = env.count_orders(sale, "CREATED").await;
     let child = Child::start("seckill-order", &child_env);
-    wait_created(&env, sale, 20_000, Duration::from_secs(180)).await;
-    wait_drained(&env).await;
+    env.wait_orders(sale, "CREATED", 20_000).await;
+    env.wait_drained(Group::Order).await;
     assert_eq!(total_rows(&env, sale).await, 20_000, "nothing duplicated");
     assert_eq!(remaining(&env, sale).await, 10_000);
     println!("killed with {after_kill} of 20000 written");
@@ -206,8 +190,8 @@ async fn when_one_of_two_instances_dies_the_other_takes_its_partitions() {
     .await;
     first.kill9().await;
     env.produce_orders(sale, 10_001..12_001).await;
-    wait_created(&env, sale, 12_000, Duration::from_secs(180)).await;
-    wait_drained(&env).await;
+    env.wait_orders(sale, "CREATED", 12_000).await;
+    env.wait_drained(Group::Order).await;
     assert_eq!(total_rows(&env, sale).await, 12_000);
     assert_eq!(remaining(&env, sale).await, 8_000);
     assert!(second.terminate().await);
@@ -268,4 +252,84 @@ async fn concurrent_writers_racing_for_the_last_units_never_oversell() {
     }
     assert_eq!(env.count_orders(sale, "CREATED").await, 100);
     assert_eq!(remaining(&env, sale).await, 0);
+}
+
+/// A record of round 1 consumed after the sale was re-warmed (round 2) is
+/// never an order of round 2: it ends FAILED, and round 2's stock is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_a_replaced_round_ends_failed() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let old = env.deduct(sale, 1).await;
+    env.warmup(sale, 5).await; // forced: round 2
+    let mut value = serde_json::to_value(&old).unwrap();
+    value["round"] = serde_json::json!(1);
+    env.produce(&env.topics().orders, "1", value.to_string().as_bytes(), &[]).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    let compensator = env.spawn_compensator(env.compensator_settings()).await;
+    env.wait_status(&old.order_id, ("FAILED", Some("ROUND_REPLACED")), Duration::from_secs(60)).await;
+    let sale_row = seckill_shared::db::find_sale(&env.db, sale).await.unwrap().unwrap();
+    assert_eq!((sale_row.round, sale_row.remaining_stock), (2, 5), "round 2 lost no unit");
+    assert_eq!(env.count_orders(sale, "CREATED").await, 0);
+    compensator.stop().await;
+    order.stop().await;
+}
+
+/// The sweeper (or the compensator) wrote the order FAILED but stopped
+/// before settling Redis; then the record arrives: the order service must
+/// settle Redis too — the unit back exactly once, the order FAILED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_record_of_a_failed_order_gives_its_unit_back() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 3).await;
+    let record = env.deduct(sale, 1).await;
+    sqlx::query(
+        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, reason)
+         VALUES ($1, $2, $3, 1, $4, 'FAILED', 'PUBLISH_LOST')",
+    )
+    .bind(record.order_id.as_str())
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .bind(record.user_id.get())
+    .execute(&env.db)
+    .await
+    .unwrap();
+    env.produce_records(std::slice::from_ref(&record)).await;
+    env.produce_records(std::slice::from_ref(&record)).await; // and once more
+    let order = env.spawn_order(env.order_settings()).await;
+    eventually("the unit back and the order FAILED in Redis", Duration::from_secs(60), || async {
+        let state = env.stock.order_state(&record.order_id).await.map_err(|e| e.to_string())?;
+        let stock = env.redis_stock(sale).await;
+        match state {
+            Some(state) if state.status.as_str() == "FAILED" && stock == 3 => Ok(()),
+            other => Err(format!("{other:?}, stock {stock}")),
+        }
+    })
+    .await;
+    eventually("the group drained", Duration::from_secs(30), || async {
+        if env.order_lag().await == 0 { Ok(()) } else { Err("lag".into()) }
+    })
+    .await;
+    assert_eq!(env.redis_stock(sale).await, 3, "restored once, not twice");
+    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    assert_eq!((snapshot.reservations, snapshot.queued, snapshot.compensated), (0, 0, 1));
+    order.stop().await;
+}
+
+/// A record from a newer producer (one more field, same major version) is an
+/// order like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_with_an_unknown_field_is_read() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 3).await;
+    let record = env.deduct(sale, 1).await;
+    let mut value = serde_json::to_value(&record).unwrap();
+    value["channel"] = serde_json::json!("app");
+    env.produce(&env.topics().orders, "1", value.to_string().as_bytes(), &[]).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    env.wait_status(&record.order_id, ("CREATED", None), Duration::from_secs(60)).await;
+    order.stop().await;
 }

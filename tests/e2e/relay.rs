@@ -31,7 +31,7 @@ async fn events_straddling_a_new_digit_in_transaction_ids_are_all_relayed_in_ord
     let order = env.spawn_order(settings.clone()).await;
 
     env.produce_orders(sale, 1..301).await;
-    wait_created(&env, sale, 300).await;
+    env.wait_orders(sale, "CREATED", 300).await;
     let below: i64 = sqlx::query_scalar("SELECT count(*) FROM order_events WHERE xid < $1::text::xid8")
         .bind(BOUNDARY.to_string())
         .fetch_one(&env.db)
@@ -40,7 +40,7 @@ async fn events_straddling_a_new_digit_in_transaction_ids_are_all_relayed_in_ord
     assert_eq!(below, 300, "the first orders' events were written below the boundary");
     env.advance_transaction_ids_past(BOUNDARY).await;
     env.produce_orders(sale, 301..3_301).await;
-    wait_created(&env, sale, 3_300).await;
+    env.wait_orders(sale, "CREATED", 3_300).await;
     order.stop().await;
 
     settings.events.enabled = true;
@@ -74,14 +74,6 @@ async fn events_straddling_a_new_digit_in_transaction_ids_are_all_relayed_in_ord
     let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!((report.events, report.events_pending), (3_300, 0));
     env.verify_events(sale).await;
-}
-
-async fn wait_created(env: &TestEnv, sale: seckill_shared::domain::SaleKey, n: i64) {
-    eventually("the orders written", Duration::from_secs(60), || async {
-        let created = env.count_orders(sale, "CREATED").await;
-        if created == n { Ok(()) } else { Err(format!("{created} of {n}")) }
-    })
-    .await;
 }
 
 /// The relay's query walks the `(xid, id)` index from the cursor and stops
@@ -139,7 +131,7 @@ async fn events_a_relay_skipped_are_found_and_sent_once() {
     let since = chrono::Utc::now() - chrono::Duration::seconds(1);
     let order = env.spawn_order(env.order_settings()).await;
     env.produce_orders(sale, 1..101).await;
-    wait_created(&env, sale, 100).await;
+    env.wait_orders(sale, "CREATED", 100).await;
     env.verify_events(sale).await;
     order.stop().await;
 
@@ -147,7 +139,7 @@ async fn events_a_relay_skipped_are_found_and_sent_once() {
     without_relay.events.enabled = false;
     let order = env.spawn_order(without_relay).await;
     env.produce_orders(sale, 101..201).await;
-    wait_created(&env, sale, 200).await;
+    env.wait_orders(sale, "CREATED", 200).await;
     order.stop().await;
     sqlx::query("UPDATE order_events_relayed SET (xid, id) = (SELECT xid, id FROM order_events ORDER BY xid DESC, id DESC LIMIT 1)")
         .execute(&env.db)

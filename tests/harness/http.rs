@@ -28,6 +28,13 @@ impl Reply {
     }
 }
 
+/// Asserts the contract's refusal: `status`, the body's `code`, and a
+/// message for a human; `case` says which case failed.
+pub fn assert_error(reply: &Reply, status: u16, code: &str, case: &str) {
+    assert_eq!((reply.status.as_u16(), reply.code()), (status, code), "{case}: {}", reply.text);
+    assert!(reply.json["message"].as_str().is_some_and(|m| !m.is_empty()), "{case}: a message is given");
+}
+
 /// The client.
 #[derive(Clone)]
 pub struct Client {

@@ -281,6 +281,60 @@ impl TestEnv {
         }
     }
 
+    /// Waits (two minutes at most) until the sale has `n` orders of `status`.
+    pub async fn wait_orders(&self, sale: SaleKey, status: &str, n: i64) {
+        eventually(&format!("{n} orders {status}"), Duration::from_secs(120), || async {
+            let found = self.count_orders(sale, status).await;
+            if found == n { Ok(()) } else { Err(format!("{found} of {n}")) }
+        })
+        .await;
+    }
+
+    /// Waits up to `within` until the order's row has `want` (status, reason).
+    pub async fn wait_status(&self, order_id: &OrderId, want: (&str, Option<&str>), within: Duration) {
+        eventually(&format!("order {order_id} {want:?}"), within, || async {
+            match self.order_row(order_id).await {
+                Some((status, reason)) if (status.as_str(), reason.as_deref()) == want => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+
+    /// The newest fencing token PostgreSQL recorded for `lock`.
+    pub async fn fence_of(&self, lock: &str) -> i64 {
+        seckill_shared::fence::newest(&self.db, lock).await.expect("the fences")
+    }
+
+    /// Waits (a minute at most) until `group` committed every record of its
+    /// topic.
+    pub async fn wait_drained(&self, group: Group) {
+        eventually(&format!("the {group:?} group to commit every record"), Duration::from_secs(60), || async {
+            let lag = match group {
+                Group::Order => self.order_lag().await,
+                Group::Compensator => self.compensator_lag().await,
+            };
+            if lag == 0 { Ok(()) } else { Err(format!("lag {lag}")) }
+        })
+        .await;
+    }
+
+    /// Produces a dead letter for `record` as the order service would, with
+    /// `reason`.
+    pub async fn dead_letter(&self, record: &OrderRecord, reason: &str) {
+        use seckill_shared::kafka::dlq_header;
+        let payload = serde_json::to_vec(record).expect("json");
+        let topics = self.topics();
+        let headers = [
+            (dlq_header::REASON, reason),
+            (dlq_header::ERROR, "test"),
+            (dlq_header::ORIGINAL_TOPIC, topics.orders.as_str()),
+            (dlq_header::ATTEMPTS, "1"),
+            (dlq_header::FAILED_AT, "2026-11-29T00:00:00+00:00"),
+        ];
+        self.produce(&topics.dlq, &record.user_id.to_string(), &payload, &headers).await;
+    }
+
     /// Orders in PostgreSQL for the sale, by status.
     pub async fn count_orders(&self, sale: SaleKey, status: &str) -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM orders WHERE activity_id = $1 AND sku_id = $2 AND status = $3")
@@ -463,6 +517,15 @@ impl TestEnv {
     }
 }
 
+/// A consumer group of the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// The order service's, on the orders topic.
+    Order,
+    /// The compensator's, on the dead-letter topic.
+    Compensator,
+}
+
 /// A service running in this process.
 pub struct Running {
     /// Its HTTP (edge) or health (others) address.
@@ -516,6 +579,11 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+}
+
+/// The repository's root (where `Cargo.toml` of the workspace is).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// A project binary built next to the test executable.

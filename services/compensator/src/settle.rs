@@ -87,27 +87,26 @@ async fn write_failed(
     trace: Trace<'_>,
 ) -> sqlx::Result<Fate> {
     let sale = record.sale();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, reason, accepted_at, request_id, traceparent)
          SELECT $1, $2, $3,
                 COALESCE($7::int, (SELECT round FROM sales WHERE activity_id = $2 AND sku_id = $3), 1),
                 $4, 'FAILED', $5, $6, $8, $9
          ON CONFLICT DO NOTHING",
+        record.order_id.as_str(),
+        sale.activity.get(),
+        sale.sku.get(),
+        record.user_id.get(),
+        reason.code(),
+        DateTime::<Utc>::from_timestamp_millis(record.accepted_at),
+        record.round.map(|r| r as i32),
+        trace.request_id,
+        trace.traceparent
     )
-    .bind(record.order_id.as_str())
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
-    .bind(record.user_id.get())
-    .bind(reason.code())
-    .bind(DateTime::<Utc>::from_timestamp_millis(record.accepted_at))
-    .bind(record.round.map(|r| r as i32))
-    .bind(trace.request_id)
-    .bind(trace.traceparent)
     .execute(&mut **tx)
     .await?;
-    let (status, reason): (String, Option<String>) = sqlx::query_as("SELECT status, reason FROM orders WHERE order_id = $1")
-        .bind(record.order_id.as_str())
+    let row = sqlx::query!("SELECT status, reason FROM orders WHERE order_id = $1", record.order_id.as_str())
         .fetch_one(&mut **tx)
         .await?;
-    Ok(Fate::from_row(&status, reason.as_deref()))
+    Ok(Fate::from_row(&row.status, row.reason.as_deref()))
 }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use seckill_shared::domain::{OrderId, OrderStatus, SaleKey, UserId};
 use seckill_shared::redis_conn::RedisCallError;
 use seckill_shared::stock::Stock;
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 /// One order's status as the buyer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,12 +61,16 @@ pub async fn order(stock: &Stock, db: &PgPool, order_id: &OrderId) -> Result<Ord
         Ok(None) => (None, None),
         Err(error) => (None, Some(error)),
     };
-    let row = sqlx::query(concat!("SELECT ", columns!(), " FROM orders o WHERE order_id = $1"))
-        .bind(order_id.as_str())
-        .fetch_optional(db)
-        .await?;
+    let row = sqlx::query_as!(
+        OrderRow,
+        "SELECT order_id, activity_id, sku_id, user_id, status, reason, pay_deadline, paid_at, cancelled_at
+           FROM orders WHERE order_id = $1",
+        order_id.as_str()
+    )
+    .fetch_optional(db)
+    .await?;
     match (row, in_redis, redis_error) {
-        (Some(row), _, _) => Ok(view(&row)),
+        (Some(row), _, _) => Ok(row.into()),
         (None, Some(view), _) => Ok(view),
         (None, None, Some(error)) => Err(error.into()),
         (None, None, None) => Err(LookupError::NotFound),
@@ -85,40 +89,47 @@ pub async fn user_order(stock: &Stock, db: &PgPool, sale: SaleKey, user: UserId)
         Ok(None) => {}
         Err(error) => tracing::warn!(%error, "redis unavailable for a result lookup; asking the database"),
     }
-    let row = sqlx::query(concat!(
-        "SELECT ",
-        columns!(),
-        " FROM orders o
+    let row = sqlx::query_as!(
+        OrderRow,
+        "SELECT o.order_id, o.activity_id, o.sku_id, o.user_id, o.status, o.reason, o.pay_deadline, o.paid_at, o.cancelled_at
+           FROM orders o
           WHERE o.activity_id = $1 AND o.sku_id = $2 AND o.user_id = $3
             AND o.round = (SELECT round FROM sales WHERE activity_id = $1 AND sku_id = $2)
           ORDER BY (o.status IN ('CREATED', 'PAID')) DESC, o.created_at DESC
-          LIMIT 1"
-    ))
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
-    .bind(user.get())
+          LIMIT 1",
+        sale.activity.get(),
+        sale.sku.get(),
+        user.get()
+    )
     .fetch_optional(db)
     .await?;
-    row.as_ref().map(view).ok_or(LookupError::NotFound)
+    row.map(OrderView::from).ok_or(LookupError::NotFound)
 }
 
-/// What a view reads of an order row (`o`).
-macro_rules! columns {
-    () => {
-        "o.order_id, o.activity_id, o.sku_id, o.user_id, o.status, o.reason, o.pay_deadline, o.paid_at, o.cancelled_at"
-    };
+/// What a view reads of an order row.
+struct OrderRow {
+    order_id: String,
+    activity_id: i64,
+    sku_id: i64,
+    user_id: i64,
+    status: String,
+    reason: Option<String>,
+    pay_deadline: Option<DateTime<Utc>>,
+    paid_at: Option<DateTime<Utc>>,
+    cancelled_at: Option<DateTime<Utc>>,
 }
-use columns;
 
-fn view(r: &sqlx::postgres::PgRow) -> OrderView {
-    OrderView {
-        order_id: r.get("order_id"),
-        sale: SaleKey::from_raw(r.get("activity_id"), r.get("sku_id")).expect("the table holds positive ids"),
-        user_id: r.get("user_id"),
-        status: OrderStatus::parse(r.get::<&str, _>("status")).unwrap_or(OrderStatus::Failed),
-        reason: r.get("reason"),
-        pay_deadline: r.get("pay_deadline"),
-        paid_at: r.get("paid_at"),
-        cancelled_at: r.get("cancelled_at"),
+impl From<OrderRow> for OrderView {
+    fn from(r: OrderRow) -> Self {
+        OrderView {
+            sale: SaleKey::from_raw(r.activity_id, r.sku_id).expect("the table holds positive ids"),
+            status: OrderStatus::parse(&r.status).unwrap_or(OrderStatus::Failed),
+            order_id: r.order_id,
+            user_id: r.user_id,
+            reason: r.reason,
+            pay_deadline: r.pay_deadline,
+            paid_at: r.paid_at,
+            cancelled_at: r.cancelled_at,
+        }
     }
 }

@@ -9,7 +9,7 @@ use crate::lookup::{self, LookupError, OrderView};
 use seckill_shared::domain::{OrderId, UserId};
 use seckill_shared::cancellation::{self, Cancel, CancelReason, CancelledOrder};
 use seckill_shared::stock::Stock;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgPool};
 
 /// Why a payment or cancel was refused.
 #[derive(Debug, thiserror::Error)]
@@ -53,15 +53,16 @@ async fn lock_row(
     order_id: &OrderId,
     user: UserId,
 ) -> Result<Locked, PaymentError> {
-    let row = sqlx::query(
-        "SELECT status, user_id, activity_id, sku_id, round, reason, payment_key,
-                COALESCE(pay_deadline <= clock_timestamp(), false) AS due
-           FROM orders WHERE order_id = $1 FOR UPDATE",
+    let row = sqlx::query_as!(
+        Locked,
+        r#"SELECT status, user_id, activity_id, sku_id, round, reason, payment_key,
+                  COALESCE(pay_deadline <= clock_timestamp(), false) AS "due!"
+             FROM orders WHERE order_id = $1 FOR UPDATE"#,
+        order_id.as_str()
     )
-    .bind(order_id.as_str())
     .fetch_optional(&mut *tx)
     .await?;
-    let Some(row) = row else {
+    let Some(locked) = row else {
         // Not written yet, or never accepted: Redis knows which.
         return match stock.order_state(order_id).await {
             Ok(Some(state)) if state.user_id != user.get() => Err(PaymentError::NotOwner),
@@ -69,16 +70,6 @@ async fn lock_row(
             Ok(None) => Err(PaymentError::NotFound),
             Err(error) => Err(LookupError::from(error).into()),
         };
-    };
-    let locked = Locked {
-        status: row.get("status"),
-        user_id: row.get("user_id"),
-        activity_id: row.get("activity_id"),
-        sku_id: row.get("sku_id"),
-        round: row.get("round"),
-        reason: row.get("reason"),
-        payment_key: row.get("payment_key"),
-        due: row.get("due"),
     };
     if locked.user_id != user.get() {
         return Err(PaymentError::NotOwner);
@@ -100,11 +91,13 @@ pub async fn pay(
     let mut cancelled = Vec::new();
     match row.status.as_str() {
         "CREATED" if !row.due => {
-            sqlx::query("UPDATE orders SET status = 'PAID', paid_at = clock_timestamp(), payment_key = $2 WHERE order_id = $1")
-                .bind(order_id.as_str())
-                .bind(key)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query!(
+                "UPDATE orders SET status = 'PAID', paid_at = clock_timestamp(), payment_key = $2 WHERE order_id = $1",
+                order_id.as_str(),
+                key
+            )
+            .execute(&mut *tx)
+            .await?;
         }
         "CREATED" => {
             // The deadline passed and the worker has not come by yet: the
@@ -154,16 +147,16 @@ async fn record_late_payment(
     row: &Locked,
     key: Option<&str>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO late_payments (order_id, payment_key, user_id, activity_id, sku_id, round)
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        order_id.as_str(),
+        key.unwrap_or(""),
+        row.user_id,
+        row.activity_id,
+        row.sku_id,
+        row.round
     )
-    .bind(order_id.as_str())
-    .bind(key.unwrap_or(""))
-    .bind(row.user_id)
-    .bind(row.activity_id)
-    .bind(row.sku_id)
-    .bind(row.round)
     .execute(tx)
     .await?;
     Ok(())

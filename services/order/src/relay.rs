@@ -23,7 +23,7 @@ use rdkafka::util::Timeout;
 use seckill_shared::host::Connections;
 use seckill_shared::leader::{self, Turn};
 use seckill_shared::lease::{Lease, LeaseError, LeaseTerm};
-use seckill_shared::outbox::{self, OutboxRow};
+use seckill_shared::outbox;
 use seckill_shared::shutdown::Background;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
@@ -159,8 +159,7 @@ impl Relay {
     /// event is parked and passed with them). Returns how many rows it
     /// dealt with.
     pub async fn relay_once(&self, term: &LeaseTerm) -> Result<usize, RelayError> {
-        let rows: Vec<OutboxRow> =
-            sqlx::query_as(outbox::NEXT_AFTER_CURSOR).bind(self.settings.events.batch).fetch_all(&self.deps.db).await?;
+        let rows = outbox::next_after_cursor(&self.deps.db, self.settings.events.batch).await?;
         let Some(last) = rows.last() else { return Ok(0) };
         let mut outgoing = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -185,7 +184,7 @@ impl Relay {
         // gone by now (deleted by hand), and the cursor must move anyway.
         let mut tx = self.deps.db.begin().await?;
         term.check(&mut tx).await?;
-        sqlx::query(outbox::MOVE_CURSOR).bind(last.xid).bind(last.id).execute(&mut *tx).await?;
+        outbox::move_cursor(&mut tx, last.xid, last.id).await?;
         tx.commit().await?;
         metrics::counter!("seckill_events_relayed_total").increment(outgoing.len() as u64);
         Ok(rows.len())
@@ -197,7 +196,7 @@ impl Relay {
         let retention_secs = self.settings.events.retention_ms as f64 / 1000.0;
         let mut tx = self.deps.db.begin().await?;
         term.check(&mut tx).await?;
-        let pruned: Option<i64> = sqlx::query_scalar(
+        let pruned = sqlx::query_scalar!(
             "WITH gone AS (
                 DELETE FROM order_events
                  WHERE occurred_at < now() - make_interval(secs => $1)
@@ -211,8 +210,8 @@ impl Relay {
                 RETURNING count
              )
              SELECT count(*) FROM gone",
+            retention_secs
         )
-        .bind(retention_secs)
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -28,9 +28,7 @@
 use seckill_shared::db::is_data_error;
 use seckill_shared::domain::{FailReason, Fate, OrderRecord, SaleKey};
 use seckill_shared::kafka::Trace;
-use sqlx::postgres::PgArguments;
-use sqlx::query::Query;
-use sqlx::{PgConnection, PgPool, Postgres, Row};
+use sqlx::{PgConnection, PgPool};
 use std::collections::{HashMap, HashSet};
 
 /// Why a write failed, and so what to do about it.
@@ -138,7 +136,7 @@ async fn write_optimistic(
         }
     }
     let columns = OrderColumns::new(&candidates, &sales, traces);
-    if let Err(error) = sqlx::query(INSERT_ORDERS).bind_orders(&columns).execute(&mut *tx).await {
+    if let Err(error) = insert_orders!(columns, "").execute(&mut *tx).await {
         if !is_unique_violation(&error) {
             return Err(error.into());
         }
@@ -178,21 +176,21 @@ async fn write_locked(pool: &PgPool, records: &[&OrderRecord], traces: &Traces<'
     let holder_skus: Vec<i64> = known.iter().map(|r| r.sku_id.get()).collect();
     let holder_rounds: Vec<i32> = known.iter().map(|r| sales[&sale_of(r)].round).collect();
     let holder_users: Vec<i64> = known.iter().map(|r| r.user_id.get()).collect();
-    let mut holders: HashSet<(i64, i64, i64)> = sqlx::query(
+    let mut holders: HashSet<(i64, i64, i64)> = sqlx::query!(
         "SELECT o.activity_id, o.sku_id, o.user_id
            FROM orders o
            JOIN unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS b(activity_id, sku_id, round, user_id)
              USING (activity_id, sku_id, round, user_id)
           WHERE o.status IN ('CREATED', 'PAID')",
+        &holder_activities,
+        &holder_skus,
+        &holder_rounds,
+        &holder_users
     )
-    .bind(&holder_activities)
-    .bind(&holder_skus)
-    .bind(&holder_rounds)
-    .bind(&holder_users)
     .fetch_all(&mut *tx)
     .await?
-    .iter()
-    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .into_iter()
+    .map(|r| (r.activity_id, r.sku_id, r.user_id))
     .collect();
 
     let mut left: HashMap<Sale, i64> = sales.iter().map(|(sale, state)| (*sale, state.remaining)).collect();
@@ -253,23 +251,29 @@ async fn read_sales(
     keys.dedup();
     let activities: Vec<i64> = keys.iter().map(|s| s.activity.get()).collect();
     let skus: Vec<i64> = keys.iter().map(|s| s.sku.get()).collect();
-    let sql = if lock {
-        "SELECT s.activity_id, s.sku_id, s.round, s.remaining_stock
-           FROM sales s JOIN unnest($1::bigint[], $2::bigint[]) AS b(activity_id, sku_id) USING (activity_id, sku_id)
-          ORDER BY s.activity_id, s.sku_id
-            FOR UPDATE OF s"
+    macro_rules! sales {
+        ($sql:tt) => {
+            sqlx::query!($sql, &activities, &skus)
+                .fetch_all(tx)
+                .await?
+                .into_iter()
+                .map(|r| ((r.activity_id, r.sku_id), SaleState { round: r.round, remaining: r.remaining_stock }))
+                .collect()
+        };
+    }
+    Ok(if lock {
+        sales!(
+            "SELECT s.activity_id, s.sku_id, s.round, s.remaining_stock
+               FROM sales s JOIN unnest($1::bigint[], $2::bigint[]) AS b(activity_id, sku_id) USING (activity_id, sku_id)
+              ORDER BY s.activity_id, s.sku_id
+                FOR UPDATE OF s"
+        )
     } else {
-        "SELECT s.activity_id, s.sku_id, s.round, s.remaining_stock
-           FROM sales s JOIN unnest($1::bigint[], $2::bigint[]) AS b(activity_id, sku_id) USING (activity_id, sku_id)"
-    };
-    Ok(sqlx::query(sql)
-        .bind(&activities)
-        .bind(&skus)
-        .fetch_all(tx)
-        .await?
-        .iter()
-        .map(|r| ((r.get(0), r.get(1)), SaleState { round: r.get(2), remaining: r.get(3) }))
-        .collect())
+        sales!(
+            "SELECT s.activity_id, s.sku_id, s.round, s.remaining_stock
+               FROM sales s JOIN unnest($1::bigint[], $2::bigint[]) AS b(activity_id, sku_id) USING (activity_id, sku_id)"
+        )
+    })
 }
 
 /// The fates of those of `ids` that have a row.
@@ -277,12 +281,14 @@ async fn statuses(tx: &mut PgConnection, ids: &[&str]) -> Result<HashMap<String,
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
-    Ok(sqlx::query("SELECT order_id, status, reason FROM orders WHERE order_id = ANY($1)")
-        .bind(ids)
+    Ok(sqlx::query!("SELECT order_id, status, reason FROM orders WHERE order_id = ANY($1)", ids as &[&str])
         .fetch_all(tx)
         .await?
-        .iter()
-        .map(|r| (r.get::<String, _>(0), Fate::from_row(r.get(1), r.get(2))))
+        .into_iter()
+        .map(|r| {
+            let fate = Fate::from_row(&r.status, r.reason.as_deref());
+            (r.order_id, fate)
+        })
         .collect())
 }
 
@@ -302,12 +308,11 @@ async fn insert(
         return Ok(written);
     }
     let columns = OrderColumns::new(candidates, sales, traces);
-    let inserted: HashSet<String> = sqlx::query(INSERT_NEW_ORDERS)
-        .bind_orders(&columns)
+    let inserted: HashSet<String> = insert_orders!(columns, " ON CONFLICT DO NOTHING RETURNING order_id")
         .fetch_all(&mut *tx)
         .await?
-        .iter()
-        .map(|row| row.get(0))
+        .into_iter()
+        .map(|row| row.order_id)
         .collect();
 
     // Not inserted: the order id had a row, or the user holds an order.
@@ -326,25 +331,34 @@ async fn insert(
     Ok(written)
 }
 
+/// The insert of a batch of orders as CREATED, each in its sale's round,
+/// `$tail` appended: nothing (a plain insert for the optimistic way, where a
+/// conflict is the exception), or `ON CONFLICT DO NOTHING RETURNING
+/// order_id` (the rows that conflict with nothing, and which those were).
 macro_rules! insert_orders {
-    () => {
+    ($columns:expr, $tail:tt) => {{
+        let c = &$columns;
         // A CREATED order awaits payment until now + the sale's window.
-        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at, request_id, traceparent,
-                             pay_deadline)
-         SELECT b.order_id, b.activity_id, b.sku_id, b.round, b.user_id, 'CREATED', to_timestamp(b.accepted_ms / 1000.0),
-                b.request_id, b.traceparent, now() + make_interval(secs => COALESCE(s.payment_window_seconds, 900))
-           FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[], $7::text[], $8::text[])
-                AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms, request_id, traceparent)
-           LEFT JOIN sales s ON s.activity_id = b.activity_id AND s.sku_id = b.sku_id"
-    };
+        sqlx::query!(
+            "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at, request_id, traceparent,
+                                 pay_deadline)
+             SELECT b.order_id, b.activity_id, b.sku_id, b.round, b.user_id, 'CREATED', to_timestamp(b.accepted_ms / 1000.0),
+                    b.request_id, b.traceparent, now() + make_interval(secs => COALESCE(s.payment_window_seconds, 900))
+               FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[], $7::text[], $8::text[])
+                    AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms, request_id, traceparent)
+               LEFT JOIN sales s ON s.activity_id = b.activity_id AND s.sku_id = b.sku_id" + $tail,
+            &c.order_ids as &[&str],
+            &c.activities,
+            &c.skus,
+            &c.rounds,
+            &c.users,
+            &c.accepted,
+            &c.request_ids as &[Option<&str>],
+            &c.traceparents as &[Option<&str>]
+        )
+    }};
 }
-
-/// Every row or none: a plain insert (no speculative insertion, nothing
-/// returned) for the optimistic way, where a conflict is the exception.
-const INSERT_ORDERS: &str = insert_orders!();
-
-/// The rows that conflict with nothing, and which those were.
-const INSERT_NEW_ORDERS: &str = concat!(insert_orders!(), " ON CONFLICT DO NOTHING RETURNING order_id");
+use insert_orders;
 
 /// Orders as the insert's array parameters.
 struct OrderColumns<'a> {
@@ -374,23 +388,6 @@ impl<'a> OrderColumns<'a> {
     }
 }
 
-trait BindOrders<'q> {
-    fn bind_orders(self, columns: &'q OrderColumns<'q>) -> Self;
-}
-
-impl<'q> BindOrders<'q> for Query<'q, Postgres, PgArguments> {
-    fn bind_orders(self, c: &'q OrderColumns<'q>) -> Self {
-        self.bind(&c.order_ids)
-            .bind(&c.activities)
-            .bind(&c.skus)
-            .bind(&c.rounds)
-            .bind(&c.users)
-            .bind(&c.accepted)
-            .bind(&c.request_ids)
-            .bind(&c.traceparents)
-    }
-}
-
 fn is_unique_violation(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
 }
@@ -413,16 +410,16 @@ async fn take_stock(
     let skus: Vec<i64> = rows.iter().map(|(s, _)| s.1).collect();
     let rounds: Vec<i32> = rows.iter().map(|(s, _)| sales[s].round).collect();
     let counts: Vec<i64> = rows.iter().map(|(_, n)| **n).collect();
-    let taken = sqlx::query(
+    let taken = sqlx::query!(
         "UPDATE sales s SET remaining_stock = s.remaining_stock - b.n, updated_at = now()
            FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS b(activity_id, sku_id, round, n)
           WHERE s.activity_id = b.activity_id AND s.sku_id = b.sku_id
             AND s.round = b.round AND s.remaining_stock >= b.n",
+        &activities,
+        &skus,
+        &rounds,
+        &counts
     )
-    .bind(&activities)
-    .bind(&skus)
-    .bind(&rounds)
-    .bind(&counts)
     .execute(tx)
     .await?
     .rows_affected();

@@ -53,12 +53,8 @@ impl Fault {
     }
 }
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn infra(script: &str, args: &[&str]) {
-    let status = std::process::Command::new(repo_root().join("infra/local").join(script))
+    let status = std::process::Command::new(crate::repo_root().join("infra/local").join(script))
         .args(args)
         .status()
         .expect("running an infra script");
@@ -97,7 +93,7 @@ pub async fn inject(test: &TestEnv, sale: SaleKey, pipeline: &mut Pipeline, faul
             test.set_database_reachable(true).await;
         }
         Fault::KillRedis => {
-            kill9(repo_root().join(".data/redis/redis.pid"));
+            kill9(crate::repo_root().join(".data/redis/redis.pid"));
             tokio::time::sleep(Duration::from_millis(500)).await;
             infra_async("up.sh", &["redis"]).await;
         }
@@ -124,7 +120,7 @@ pub async fn inject(test: &TestEnv, sale: SaleKey, pipeline: &mut Pipeline, faul
             assert_eq!(test.topology, Topology::Cluster, "a leader broker to kill needs the replicated topology");
             let leader = test.orders_leader().await;
             eprintln!("chaos: broker {leader} leads partition 0 of the orders topic");
-            kill9(repo_root().join(format!(".data/cluster/kafka-{leader}/kafka.pid")));
+            kill9(crate::repo_root().join(format!(".data/cluster/kafka-{leader}/kafka.pid")));
             tokio::time::sleep(down).await;
             infra_async("up.sh", &["--cluster"]).await;
         }
@@ -143,7 +139,7 @@ async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Dura
     eprintln!("chaos: redis :{primary} is the primary");
     let replica_pid = || {
         let replica = if primary == 6379 { 6380 } else { 6379 };
-        let pidfile = repo_root().join(format!(".data/cluster/redis-{replica}/redis.pid"));
+        let pidfile = crate::repo_root().join(format!(".data/cluster/redis-{replica}/redis.pid"));
         std::fs::read_to_string(pidfile).expect("the replica's pid file").trim().to_owned()
     };
     let signal = |name: &str, pid: &str| {
@@ -159,7 +155,7 @@ async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Dura
         let _ = std::process::Command::new("redis-cli").args(["-p", &primary.to_string(), "client", "kill", "type", "replica"]).status();
         tokio::time::sleep(behind).await;
     }
-    kill9(repo_root().join(format!(".data/cluster/redis-{primary}/redis.pid")));
+    kill9(crate::repo_root().join(format!(".data/cluster/redis-{primary}/redis.pid")));
     if let Some(pid) = &stalled {
         signal("-CONT", pid);
     }

@@ -12,9 +12,8 @@ use seckill_shared::outbox::EventRow;
 use sqlx::PgPool;
 
 /// One event the orders call for.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct Expected {
-    #[sqlx(flatten)]
     pub event: EventRow,
     /// The outbox row is ahead of the relay's cursor: the relay sends it.
     pub pending: bool,
@@ -29,41 +28,65 @@ pub enum Scope {
     Since(DateTime<Utc>),
 }
 
-/// The derivation. `$1`, `$2`: a sale, or NULL; `$3`: a time, or NULL.
-/// When the outbox still has the event's row, its time is the event's.
-const EXPECTED: &str = "WITH o AS (
-    SELECT * FROM orders
-     WHERE ($1::bigint IS NULL OR (activity_id = $1 AND sku_id = $2))
-       AND ($3::timestamptz IS NULL OR created_at >= $3 OR paid_at >= $3 OR cancelled_at >= $3)
-), derived AS (
-    SELECT order_id || ':CREATED' AS event_id, 'CREATED' AS kind, order_id, activity_id, sku_id, round, user_id,
-           NULL::text AS reason, created_at AS at, request_id, traceparent
-      FROM o WHERE status <> 'FAILED'
-    UNION ALL
-    SELECT order_id || ':' || status, status, order_id, activity_id, sku_id, round, user_id, reason,
-           COALESCE(CASE status WHEN 'PAID' THEN paid_at WHEN 'CANCELLED' THEN cancelled_at END, created_at),
-           request_id, traceparent
-      FROM o WHERE status <> 'CREATED'
-    UNION ALL
-    SELECT DISTINCT ON (order_id) order_id || ':PAYMENT_LATE', 'PAYMENT_LATE', order_id, activity_id, sku_id, round, user_id,
-           'ORDER_CANCELLED', recorded_at, NULL, NULL
-      FROM late_payments
-     WHERE ($1::bigint IS NULL OR (activity_id = $1 AND sku_id = $2)) AND ($3::timestamptz IS NULL OR recorded_at >= $3)
-)
-SELECT d.event_id, d.kind AS type, d.order_id, d.activity_id, d.sku_id, d.round, d.user_id, d.reason,
-       COALESCE(e.occurred_at, d.at) AS occurred_at, d.request_id, d.traceparent,
-       COALESCE((e.xid, e.id) > (SELECT xid, id FROM order_events_relayed), false) AS pending
-  FROM derived d
-  LEFT JOIN order_events e ON e.event_id = d.event_id
- WHERE $3::timestamptz IS NULL OR COALESCE(e.occurred_at, d.at) >= $3
- ORDER BY d.order_id, COALESCE(e.occurred_at, d.at)";
-
 /// The events `scope`'s orders call for, each order's in the order they
-/// happened.
+/// happened. `$1`, `$2`: a sale, or NULL; `$3`: a time, or NULL. When the
+/// outbox still has the event's row, its time is the event's.
 pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> {
     let (activity, sku, since) = match scope {
         Scope::Sale(sale) => (Some(sale.activity.get()), Some(sale.sku.get()), None),
         Scope::Since(at) => (None, None, Some(at)),
     };
-    sqlx::query_as(EXPECTED).bind(activity).bind(sku).bind(since).fetch_all(db).await
+    let rows = sqlx::query!(
+        r#"WITH o AS (
+            SELECT * FROM orders
+             WHERE ($1::bigint IS NULL OR (activity_id = $1 AND sku_id = $2))
+               AND ($3::timestamptz IS NULL OR created_at >= $3 OR paid_at >= $3 OR cancelled_at >= $3)
+        ), derived AS (
+            SELECT order_id || ':CREATED' AS event_id, 'CREATED' AS kind, order_id, activity_id, sku_id, round, user_id,
+                   NULL::text AS reason, created_at AS at, request_id, traceparent
+              FROM o WHERE status <> 'FAILED'
+            UNION ALL
+            SELECT order_id || ':' || status, status, order_id, activity_id, sku_id, round, user_id, reason,
+                   COALESCE(CASE status WHEN 'PAID' THEN paid_at WHEN 'CANCELLED' THEN cancelled_at END, created_at),
+                   request_id, traceparent
+              FROM o WHERE status <> 'CREATED'
+            UNION ALL
+            SELECT DISTINCT ON (order_id) order_id || ':PAYMENT_LATE', 'PAYMENT_LATE', order_id, activity_id, sku_id, round,
+                   user_id, 'ORDER_CANCELLED', recorded_at, NULL, NULL
+              FROM late_payments
+             WHERE ($1::bigint IS NULL OR (activity_id = $1 AND sku_id = $2)) AND ($3::timestamptz IS NULL OR recorded_at >= $3)
+        )
+        SELECT d.event_id AS "event_id!", d.kind AS "kind!", d.order_id AS "order_id!", d.activity_id AS "activity_id!",
+               d.sku_id AS "sku_id!", d.round AS "round!", d.user_id AS "user_id!", d.reason,
+               COALESCE(e.occurred_at, d.at) AS "occurred_at!", d.request_id, d.traceparent,
+               COALESCE((e.xid, e.id) > (SELECT xid, id FROM order_events_relayed), false) AS "pending!"
+          FROM derived d
+          LEFT JOIN order_events e ON e.event_id = d.event_id
+         WHERE $3::timestamptz IS NULL OR COALESCE(e.occurred_at, d.at) >= $3
+         ORDER BY d.order_id, COALESCE(e.occurred_at, d.at)"#,
+        activity,
+        sku,
+        since
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| Expected {
+            event: EventRow {
+                event_id: row.event_id,
+                kind: row.kind,
+                order_id: row.order_id,
+                activity_id: row.activity_id,
+                sku_id: row.sku_id,
+                round: row.round,
+                user_id: row.user_id,
+                reason: row.reason,
+                occurred_at: row.occurred_at,
+                request_id: row.request_id,
+                traceparent: row.traceparent,
+            },
+            pending: row.pending,
+        })
+        .collect())
 }
