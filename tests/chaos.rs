@@ -26,11 +26,24 @@ async fn chaos() {
     let scenarios = vec![
         scenario("1 kill -9 edge mid-burst", 1, vec![(3_000, Fault::KillEdge), (8_000, Fault::KillEdge)]),
         scenario("2 kill -9 order service twice", 2, vec![(3_000, Fault::KillOrder), (8_000, Fault::KillOrder)]),
-        scenario("3 kill -9 compensator mid-record", 3, vec![(2_000, Fault::DeadLetters(400)), (2_300, Fault::KillCompensator), (5_000, Fault::DeadLetters(400)), (5_200, Fault::KillCompensator)]),
+        scenario(
+            "3 kill -9 compensator mid-record",
+            3,
+            vec![
+                (2_000, Fault::DeadLetters(400)),
+                (2_300, Fault::KillCompensator),
+                (5_000, Fault::DeadLetters(400)),
+                (5_200, Fault::KillCompensator),
+            ],
+        ),
         scenario("4 Kafka stopped 10 s", 4, vec![(3_000, Fault::StopKafka(secs(10)))]),
         scenario("5 PostgreSQL stopped 10 s", 5, vec![(3_000, Fault::StopPostgres(secs(10)))]),
         scenario("6 Redis kill -9 and restart", 6, vec![(4_000, Fault::KillRedis)]),
-        scenario("7 poison and duplicate records", 7, vec![(2_000, Fault::PoisonAndDuplicate), (6_000, Fault::PoisonAndDuplicate)]),
+        scenario(
+            "7 poison and duplicate records",
+            7,
+            vec![(2_000, Fault::PoisonAndDuplicate), (6_000, Fault::PoisonAndDuplicate)],
+        ),
         Scenario {
             requests: 20_000,
             users: 15_000,
@@ -38,7 +51,14 @@ async fn chaos() {
             ..scenario("8 all of 1-5 at random points", 8, {
                 // Fixed seed: the same "random" points every run.
                 let mut at = [2_500u64, 5_500, 9_000, 13_000, 18_000, 22_000];
-                let order = [Fault::KillOrder, Fault::KillEdge, Fault::StopKafka(secs(10)), Fault::KillCompensator, Fault::StopPostgres(secs(10)), Fault::KillOrder];
+                let order = [
+                    Fault::KillOrder,
+                    Fault::KillEdge,
+                    Fault::StopKafka(secs(10)),
+                    Fault::KillCompensator,
+                    Fault::StopPostgres(secs(10)),
+                    Fault::KillOrder,
+                ];
                 at.rotate_left(0);
                 at.iter().copied().zip(order).collect()
             })

@@ -29,27 +29,43 @@ async fn chaos_cluster() {
     let secs = Duration::from_secs;
     let only = std::env::var("CHAOS_ONLY").ok();
     let scenarios = vec![
-        scenario("a kill -9 the leader broker of the orders topic", 21, vec![(4_000, Fault::KillLeaderBroker(secs(8)))]),
-        scenario("b1 kill -9 the Redis primary (Sentinel failover)", 22, vec![(4_000, Fault::KillRedisPrimary(secs(5)))]),
-        scenario("b2 kill -9 the Redis primary, its replica 2 s behind", 26, vec![(4_000, Fault::KillRedisPrimaryBehind(secs(2)))]),
+        scenario(
+            "a kill -9 the leader broker of the orders topic",
+            21,
+            vec![(4_000, Fault::KillLeaderBroker(secs(8)))],
+        ),
+        scenario(
+            "b1 kill -9 the Redis primary (Sentinel failover)",
+            22,
+            vec![(4_000, Fault::KillRedisPrimary(secs(5)))],
+        ),
+        scenario(
+            "b2 kill -9 the Redis primary, its replica 2 s behind",
+            26,
+            vec![(4_000, Fault::KillRedisPrimaryBehind(secs(2)))],
+        ),
         scenario("c kill -9 one edge", 23, vec![(3_000, Fault::KillEdge), (9_000, Fault::KillEdge)]),
-        scenario("d kill -9 one order service and one compensator", 24, vec![
-            (2_500, Fault::DeadLetters(300)),
-            (3_000, Fault::KillOrder),
-            (3_200, Fault::KillCompensator),
-        ]),
+        scenario(
+            "d kill -9 one order service and one compensator",
+            24,
+            vec![(2_500, Fault::DeadLetters(300)), (3_000, Fault::KillOrder), (3_200, Fault::KillCompensator)],
+        ),
         Scenario {
             requests: 14_000,
             users: 11_000,
             stock: 4_000,
-            ..scenario("e all of a-d together", 25, vec![
-                (3_000, Fault::DeadLetters(200)),
-                (3_300, Fault::KillOrder),
-                (3_500, Fault::KillCompensator),
-                (4_000, Fault::KillEdge),
-                (5_000, Fault::KillLeaderBroker(secs(8))),
-                (7_000, Fault::KillRedisPrimary(secs(5))),
-            ])
+            ..scenario(
+                "e all of a-d together",
+                25,
+                vec![
+                    (3_000, Fault::DeadLetters(200)),
+                    (3_300, Fault::KillOrder),
+                    (3_500, Fault::KillCompensator),
+                    (4_000, Fault::KillEdge),
+                    (5_000, Fault::KillLeaderBroker(secs(8))),
+                    (7_000, Fault::KillRedisPrimary(secs(5))),
+                ],
+            )
         },
     ];
     let mut rows = Vec::new();

@@ -4,39 +4,39 @@
 
 #[path = "e2e/architecture.rs"]
 mod architecture;
-#[path = "e2e/smoke.rs"]
-mod smoke;
-#[path = "e2e/edge.rs"]
-mod edge;
-#[path = "e2e/contract.rs"]
-mod contract;
-#[path = "e2e/order.rs"]
-mod order;
-#[path = "e2e/lock.rs"]
-mod lock;
-#[path = "e2e/compensator.rs"]
-mod compensator;
-#[path = "e2e/ctl.rs"]
-mod ctl;
-#[path = "e2e/chaos_short.rs"]
-mod chaos_short;
-#[path = "e2e/poison.rs"]
-mod poison;
+#[path = "e2e/batching.rs"]
+mod batching;
 #[path = "e2e/browser.rs"]
 mod browser;
+#[path = "e2e/chaos_short.rs"]
+mod chaos_short;
 #[path = "e2e/cli.rs"]
 mod cli;
+#[path = "e2e/compensator.rs"]
+mod compensator;
+#[path = "e2e/contract.rs"]
+mod contract;
+#[path = "e2e/ctl.rs"]
+mod ctl;
+#[path = "e2e/dashboard.rs"]
+mod dashboard;
 #[path = "e2e/downstream.rs"]
 mod downstream;
-#[path = "e2e/relay.rs"]
-mod relay;
+#[path = "e2e/edge.rs"]
+mod edge;
 #[path = "e2e/fuzz.rs"]
 mod fuzz;
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
+#[path = "e2e/lock.rs"]
+mod lock;
 #[path = "e2e/observability.rs"]
 mod observability;
-#[path = "e2e/dashboard.rs"]
-mod dashboard;
-#[path = "e2e/batching.rs"]
-mod batching;
+#[path = "e2e/order.rs"]
+mod order;
+#[path = "e2e/poison.rs"]
+mod poison;
+#[path = "e2e/relay.rs"]
+mod relay;
+#[path = "e2e/smoke.rs"]
+mod smoke;

@@ -351,7 +351,15 @@ mod tests {
 
     #[test]
     fn contract_variables_set_their_keys_as_strings() {
-        let s: Sample = load_from(None, &vars(&[("SECKILL_ADMIN_TOKEN", "12345"), ("SECKILL_KEY_PREFIX", "t1:"), ("SECKILL_HTTP_ADDR", "0.0.0.0:1")]), UnknownKeys::Refuse)
+        let s: Sample = load_from(
+            None,
+            &vars(&[
+                ("SECKILL_ADMIN_TOKEN", "12345"),
+                ("SECKILL_KEY_PREFIX", "t1:"),
+                ("SECKILL_HTTP_ADDR", "0.0.0.0:1"),
+            ]),
+            UnknownKeys::Refuse,
+        )
         .unwrap();
         assert_eq!(s.admin_token.as_deref(), Some("12345"), "a numeric-looking token stays a string");
         assert_eq!(s.redis.key_prefix, "t1:");
@@ -367,15 +375,19 @@ mod tests {
 
     #[test]
     fn contract_variables_a_service_lacks_are_ignored() {
-        let s: NoHttp =
-            load_from(None, &vars(&[("SECKILL_ADMIN_TOKEN", "x"), ("SECKILL_HTTP_ADDR", "y"), ("SECKILL_KEY_PREFIX", "p:")]), UnknownKeys::Refuse)
-                .unwrap();
+        let s: NoHttp = load_from(
+            None,
+            &vars(&[("SECKILL_ADMIN_TOKEN", "x"), ("SECKILL_HTTP_ADDR", "y"), ("SECKILL_KEY_PREFIX", "p:")]),
+            UnknownKeys::Refuse,
+        )
+        .unwrap();
         assert_eq!(s.redis.key_prefix, "p:");
     }
 
     #[test]
     fn nested_overrides_are_typed() {
-        let s: Sample = load_from(None, &vars(&[("SECKILL__KAFKA__ORDER_PARTITIONS", "3")]), UnknownKeys::Refuse).unwrap();
+        let s: Sample =
+            load_from(None, &vars(&[("SECKILL__KAFKA__ORDER_PARTITIONS", "3")]), UnknownKeys::Refuse).unwrap();
         assert_eq!(s.kafka.order_partitions, 3);
     }
 
@@ -394,9 +406,12 @@ mod tests {
 
     #[test]
     fn a_bad_key_is_named() {
-        let err = load_from::<Sample>(None, &vars(&[("SECKILL__KAFKA__NO_SUCH_KEY", "1")]), UnknownKeys::Refuse).unwrap_err();
+        let err =
+            load_from::<Sample>(None, &vars(&[("SECKILL__KAFKA__NO_SUCH_KEY", "1")]), UnknownKeys::Refuse).unwrap_err();
         assert!(err.to_string().contains("no_such_key"), "{err}");
-        let err = load_from::<Sample>(None, &vars(&[("SECKILL__KAFKA__ORDER_PARTITIONS", "many")]), UnknownKeys::Refuse).unwrap_err();
+        let err =
+            load_from::<Sample>(None, &vars(&[("SECKILL__KAFKA__ORDER_PARTITIONS", "many")]), UnknownKeys::Refuse)
+                .unwrap_err();
         assert!(err.to_string().contains("order_partitions") || err.to_string().contains("invalid type"), "{err}");
     }
 }

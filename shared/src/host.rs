@@ -271,8 +271,13 @@ impl<S: Hosted> Binary for Service<S> {
 
 /// Redis, PostgreSQL (migrated) and Kafka (topics created), each retried
 /// until it answers; `None` when `shutdown` came first.
-async fn connect(servers: &Servers, retry: RetrySettings, shutdown: &CancellationToken) -> anyhow::Result<Option<Connections>> {
-    let Some(stock) = retry_until(retry, "connecting to redis", shutdown, || Stock::connect(&servers.redis)).await else {
+async fn connect(
+    servers: &Servers,
+    retry: RetrySettings,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<Connections>> {
+    let Some(stock) = retry_until(retry, "connecting to redis", shutdown, || Stock::connect(&servers.redis)).await
+    else {
         return Ok(None);
     };
     let db = crate::db::connect_lazy(&servers.database)?;

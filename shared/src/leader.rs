@@ -52,7 +52,13 @@ pub trait Seat: Send + Sync {
 /// Competes for `seat` every `retry` while another instance holds it, and
 /// while holding it runs `turn` (given the term) until shutdown. `what`
 /// names the job in the log. Returns at shutdown, the seat given up.
-pub async fn lead<S, F, Fut>(what: &'static str, seat: &S, retry: Duration, shutdown: &CancellationToken, mut turn: F) -> anyhow::Result<()>
+pub async fn lead<S, F, Fut>(
+    what: &'static str,
+    seat: &S,
+    retry: Duration,
+    shutdown: &CancellationToken,
+    mut turn: F,
+) -> anyhow::Result<()>
 where
     S: Seat,
     F: FnMut(Arc<S::Term>) -> Fut,

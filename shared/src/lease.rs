@@ -75,15 +75,29 @@ impl Seat for Lease {
         let Some(fence) = fence else { return Ok(None) };
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
-        self.background.spawn("lease watchdog", watchdog(self.clone(), holder.clone(), fence, lost.clone(), stop.clone()));
-        Ok(Some(LeaseTerm { db: self.db.clone(), name: self.name.clone(), holder, fence, lost, _watchdog: stop.drop_guard() }))
+        self.background
+            .spawn("lease watchdog", watchdog(self.clone(), holder.clone(), fence, lost.clone(), stop.clone()));
+        Ok(Some(LeaseTerm {
+            db: self.db.clone(),
+            name: self.name.clone(),
+            holder,
+            fence,
+            lost,
+            _watchdog: stop.drop_guard(),
+        }))
     }
 }
 
 /// Renews the term every length/3 until stopped; cancels `lost` when a
 /// renewal finds the lease another's, or when no renewal succeeded for a
 /// whole length (the database unreachable: the lease may have expired).
-async fn watchdog(lease: Lease, holder: String, fence: i64, lost: CancellationToken, stop: CancellationToken) -> Result<(), LeaseError> {
+async fn watchdog(
+    lease: Lease,
+    holder: String,
+    fence: i64,
+    lost: CancellationToken,
+    stop: CancellationToken,
+) -> Result<(), LeaseError> {
     let mut renewed = Instant::now();
     loop {
         tokio::select! {

@@ -5,6 +5,7 @@
 //! Services (`services/*`) are thin: they wire these parts together. Anything
 //! two services need lives here, next to the concern it belongs to.
 
+pub mod cancellation;
 pub mod cli;
 pub mod config;
 pub mod db;
@@ -15,16 +16,15 @@ pub mod host;
 pub mod kafka;
 pub mod leader;
 pub mod lease;
-pub mod cancellation;
 pub mod lock;
 pub mod outbox;
 pub mod parked;
 pub mod reconcile;
 pub mod redis_conn;
+pub mod sales;
 pub mod shutdown;
 pub mod stock;
 pub mod telemetry;
-pub mod sales;
 
 /// Current time in milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {

@@ -67,7 +67,12 @@ impl LockClient {
 
     /// Tries to take `key` for `lease`, waiting at most `wait`. `None` when
     /// another holder kept it for the whole wait.
-    pub async fn acquire(&self, key: &str, lease: Duration, wait: Duration) -> Result<Option<LockGuard>, RedisCallError> {
+    pub async fn acquire(
+        &self,
+        key: &str,
+        lease: Duration,
+        wait: Duration,
+    ) -> Result<Option<LockGuard>, RedisCallError> {
         self.acquire_above(key, lease, wait, 0).await
     }
 
@@ -245,4 +250,3 @@ fn fence_key(key: &str) -> String {
     // Same hash tag as the lock when it has one, so the script touches one slot.
     format!("{key}:fence")
 }
-

@@ -370,10 +370,8 @@ pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
         ));
     }
     if r.returned != r.cancelled_accepted {
-        violations.push(format!(
-            "returned {} != cancelled orders redis had accepted {}",
-            r.returned, r.cancelled_accepted
-        ));
+        violations
+            .push(format!("returned {} != cancelled orders redis had accepted {}", r.returned, r.cancelled_accepted));
     }
     if r.compensated + r.written_off != r.failed_accepted {
         violations.push(format!(

@@ -100,7 +100,8 @@ impl SentinelUrl {
             None if query.is_empty() => 0,
             None => return bad("unknown query"),
         };
-        let sentinels: Vec<String> = hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("redis://{h}")).collect();
+        let sentinels: Vec<String> =
+            hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("redis://{h}")).collect();
         if sentinels.is_empty() {
             return bad("no sentinel address");
         }
@@ -114,7 +115,8 @@ impl RedisConn {
         let timeout = Duration::from_millis(settings.timeout_ms);
         let inner = match SentinelUrl::parse(&settings.url) {
             Some(url) => {
-                let url = url.map_err(|why| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad url", why)))?;
+                let url = url
+                    .map_err(|why| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad url", why)))?;
                 Inner::Sentinel(Arc::new(SentinelPrimary::new(&url, timeout)?))
             }
             None => {
@@ -182,11 +184,12 @@ impl RedisConn {
 
 impl SentinelPrimary {
     fn new(url: &SentinelUrl, timeout: Duration) -> redis::RedisResult<Self> {
-        let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(
-            redis::RedisConnectionInfo::default().set_db(url.db),
-        );
-        let sentinels = SentinelClient::build(url.sentinels.clone(), url.master.clone(), Some(node), SentinelServerType::Master)?;
-        let config = AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
+        let node = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(redis::RedisConnectionInfo::default().set_db(url.db));
+        let sentinels =
+            SentinelClient::build(url.sentinels.clone(), url.master.clone(), Some(node), SentinelServerType::Master)?;
+        let config =
+            AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
         Ok(Self { sentinels: tokio::sync::Mutex::new(sentinels), current: RwLock::new(None), config })
     }
 
@@ -277,13 +280,17 @@ mod tests {
 
     #[test]
     fn sentinel_urls_name_their_sentinels_and_master() {
-        let url = SentinelUrl::parse("redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/seckill").unwrap().unwrap();
+        let url = SentinelUrl::parse("redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/seckill")
+            .unwrap()
+            .unwrap();
         assert_eq!(url.sentinels.len(), 3);
         assert_eq!((url.master.as_str(), url.db), ("seckill", 0));
         let with_db = SentinelUrl::parse("redis+sentinel://s:1/m?db=2").unwrap().unwrap();
         assert_eq!(with_db.db, 2);
         assert!(SentinelUrl::parse("redis://127.0.0.1:6379/0").is_none(), "another scheme");
-        for bad in ["redis+sentinel://s:1", "redis+sentinel://s:1/", "redis+sentinel:///m", "redis+sentinel://s:1/m?db=x"] {
+        for bad in
+            ["redis+sentinel://s:1", "redis+sentinel://s:1/", "redis+sentinel:///m", "redis+sentinel://s:1/m?db=x"]
+        {
             assert!(matches!(SentinelUrl::parse(bad), Some(Err(_))), "{bad}");
         }
     }

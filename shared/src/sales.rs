@@ -96,7 +96,8 @@ pub async fn warmup(
         let window = request.payment_window_seconds as i32;
         let row = db::upsert_sale(&mut tx, sale, request.stock, request.starts_at, request.ends_at, window).await?;
         let ms = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis()).unwrap_or(0);
-        let expire_at = request.ends_at.map(|e| e.timestamp_millis() + KEY_TTL_AFTER_END.as_millis() as i64).unwrap_or(0);
+        let expire_at =
+            request.ends_at.map(|e| e.timestamp_millis() + KEY_TTL_AFTER_END.as_millis() as i64).unwrap_or(0);
         let round = Round {
             stock: request.stock,
             starts_ms: ms(request.starts_at),

@@ -55,7 +55,12 @@ pub async fn pause(shutdown: &CancellationToken, wait: Duration) -> bool {
 /// Runs `turn` every `interval` until `shutdown`. A failed turn is logged
 /// (as `what`) and the next one comes at its time: a periodic job outlives
 /// a dependency that is down.
-pub async fn every<F, Fut, E>(what: &'static str, interval: Duration, shutdown: CancellationToken, mut turn: F) -> Result<(), E>
+pub async fn every<F, Fut, E>(
+    what: &'static str,
+    interval: Duration,
+    shutdown: CancellationToken,
+    mut turn: F,
+) -> Result<(), E>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), E>>,

@@ -36,9 +36,7 @@ pub fn metrics_handle() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
             let recorder = PrometheusBuilder::new()
-                .set_buckets(&[
-                    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                ])
+                .set_buckets(&[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
                 .expect("static buckets are valid")
                 .build_recorder();
             let handle = recorder.handle();
@@ -78,8 +76,7 @@ fn start_upkeep(handle: PrometheusHandle) {
 pub struct NotReady(pub &'static str);
 
 /// A readiness probe: resolves to `Ok` when every dependency answers.
-pub type ReadinessCheck =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), NotReady>> + Send>> + Send + Sync>;
+pub type ReadinessCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), NotReady>> + Send>> + Send + Sync>;
 
 /// `/healthz` (alive), `/readyz` (dependencies answer) and `/metrics`.
 pub fn health_router(ready: ReadinessCheck) -> Router {
@@ -106,9 +103,7 @@ pub async fn serve_health(
     ready: ReadinessCheck,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, health_router(ready))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    axum::serve(listener, health_router(ready)).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
 }
 
 #[cfg(test)]

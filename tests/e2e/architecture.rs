@@ -16,10 +16,13 @@ fn references(text: &str) -> Vec<(String, Option<String>)> {
             Some((path, name)) if !name.is_empty() && !name.contains('/') => (path, Some(name.to_owned())),
             _ => (quoted, None),
         };
-        let known_kind = ["rs", "lua", "sql", "sh", "py", "md", "toml", "json", "yaml"].iter().any(|ext| path.ends_with(&format!(".{ext}")));
-        let looks_local = ["services/", "shared/", "lua/", "migrations/", "infra/", "tests/", "schemas/", "deploy/", "api/"]
+        let known_kind = ["rs", "lua", "sql", "sh", "py", "md", "toml", "json", "yaml"]
             .iter()
-            .any(|dir| path.starts_with(dir));
+            .any(|ext| path.ends_with(&format!(".{ext}")));
+        let looks_local =
+            ["services/", "shared/", "lua/", "migrations/", "infra/", "tests/", "schemas/", "deploy/", "api/"]
+                .iter()
+                .any(|dir| path.starts_with(dir));
         if known_kind && looks_local {
             found.push((path.to_owned(), name));
         }
@@ -42,7 +45,11 @@ fn every_path_and_function_the_maps_name_exists() {
     for doc in ["ARCHITECTURE.md", "README.md"] {
         let text = std::fs::read_to_string(root.join(doc)).expect("the document");
         let references = references(&text);
-        assert!(doc != "ARCHITECTURE.md" || references.len() > 40, "{doc}: the route table is read ({} references)", references.len());
+        assert!(
+            doc != "ARCHITECTURE.md" || references.len() > 40,
+            "{doc}: the route table is read ({} references)",
+            references.len()
+        );
         for (path, name) in references {
             let file = root.join(&path);
             assert!(Path::new(&file).exists(), "{doc} names {path}, which does not exist");
@@ -57,5 +64,8 @@ fn every_path_and_function_the_maps_name_exists() {
 #[test]
 fn references_are_read_as_written() {
     let found = references("see `shared/src/fence.rs:check` and `lua/deduct.lua`, not `make test` or `a/b c`");
-    assert_eq!(found, [("shared/src/fence.rs".to_owned(), Some("check".to_owned())), ("lua/deduct.lua".to_owned(), None)]);
+    assert_eq!(
+        found,
+        [("shared/src/fence.rs".to_owned(), Some("check".to_owned())), ("lua/deduct.lua".to_owned(), None)]
+    );
 }

@@ -16,19 +16,40 @@ async fn one_script_call_decides_a_batch_as_single_calls_would() {
     let (one, two, three) = (UserId::new(1).unwrap(), UserId::new(2).unwrap(), UserId::new(3).unwrap());
     let answers = env
         .stock
-        .deduct_batch(sale, &[(one, "00000000000000a1"), (one, "00000000000000a2"), (two, "00000000000000b1"), (three, "00000000000000c1")], Duration::from_secs(5))
+        .deduct_batch(
+            sale,
+            &[
+                (one, "00000000000000a1"),
+                (one, "00000000000000a2"),
+                (two, "00000000000000b1"),
+                (three, "00000000000000c1"),
+            ],
+            Duration::from_secs(5),
+        )
         .await
         .unwrap();
     let Deduction::Accepted { order_id: first, stock_left: 1, .. } = &answers[0] else { panic!("{answers:?}") };
-    assert_eq!(answers[1], Deduction::AlreadyPurchased { order_id: Some(first.to_string()) }, "the same user later in the batch");
+    assert_eq!(
+        answers[1],
+        Deduction::AlreadyPurchased { order_id: Some(first.to_string()) },
+        "the same user later in the batch"
+    );
     let Deduction::Accepted { order_id: second, stock_left: 0, .. } = &answers[2] else { panic!("{answers:?}") };
     let sequence = |id: &str| id.split('-').nth(2).unwrap_or_default().to_owned();
-    assert_eq!((sequence(first.as_str()), sequence(second.as_str())), ("1".to_owned(), "2".to_owned()), "ids minted in order, once each");
+    assert_eq!(
+        (sequence(first.as_str()), sequence(second.as_str())),
+        ("1".to_owned(), "2".to_owned()),
+        "ids minted in order, once each"
+    );
     assert_eq!(answers[3], Deduction::SoldOut);
     let snapshot = env.stock.snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.queued, snapshot.buyers, snapshot.reservations), (0, 2, 2, 2));
     let unknown = env.sale();
-    let none = env.stock.deduct_batch(unknown, &[(one, "00000000000000d1"), (two, "00000000000000d2")], Duration::from_secs(5)).await.unwrap();
+    let none = env
+        .stock
+        .deduct_batch(unknown, &[(one, "00000000000000d1"), (two, "00000000000000d2")], Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!(none, [Deduction::SaleNotFound, Deduction::SaleNotFound]);
 }
 
@@ -52,7 +73,10 @@ async fn a_crowd_through_the_batcher_buys_exactly_the_stock_once_per_user() {
     for (user, reply) in &replies {
         *codes.entry(format!("{} {}", reply.status.as_u16(), reply.code())).or_default() += 1;
         if reply.status == 202 {
-            assert!(accepted.insert(*user, reply.json["orderId"].as_str().unwrap().to_owned()).is_none(), "user {user} accepted twice");
+            assert!(
+                accepted.insert(*user, reply.json["orderId"].as_str().unwrap().to_owned()).is_none(),
+                "user {user} accepted twice"
+            );
         }
     }
     assert_eq!(accepted.len(), 100, "{codes:?}");
@@ -64,7 +88,12 @@ async fn a_crowd_through_the_batcher_buys_exactly_the_stock_once_per_user() {
     assert_eq!(env.redis_stock(sale).await, 0);
     let metrics = client.get("/metrics").await.text;
     let read = |name: &str| -> f64 {
-        metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
     };
     let (calls, requests) = (read("seckill_edge_deduct_batch_size_count"), read("seckill_edge_deduct_batch_size_sum"));
     eprintln!("600 requests at once: {requests} decided in {calls} script calls");

@@ -13,7 +13,11 @@ fn header<'a>(reply: &'a Reply, name: &str) -> Option<&'a str> {
 }
 
 fn preflight<'a>(origin: &'a str, method: &'a str) -> [(&'a str, &'a str); 3] {
-    [("origin", origin), ("access-control-request-method", method), ("access-control-request-headers", "content-type,authorization")]
+    [
+        ("origin", origin),
+        ("access-control-request-method", method),
+        ("access-control-request-headers", "content-type,authorization"),
+    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,13 +62,18 @@ async fn a_shop_page_on_an_allowed_origin_may_place_orders() {
 
     // Another origin learns nothing: no CORS headers, so its page cannot read
     // the answer.
-    let refused = client.send(Method::OPTIONS, "/api/seckill/order", None, &preflight("https://evil.example", "POST")).await;
+    let refused =
+        client.send(Method::OPTIONS, "/api/seckill/order", None, &preflight("https://evil.example", "POST")).await;
     assert_eq!(header(&refused, "access-control-allow-origin"), None);
-    let sneaky = client.send(Method::POST, "/api/seckill/order", Some(body.as_bytes()), &[("origin", "https://evil.example")]).await;
+    let sneaky = client
+        .send(Method::POST, "/api/seckill/order", Some(body.as_bytes()), &[("origin", "https://evil.example")])
+        .await;
     assert_eq!(header(&sneaky, "access-control-allow-origin"), None);
 
     // The admin API never answers cross-origin.
-    let admin = client.send(Method::OPTIONS, &format!("/admin/sales/{}/{}", sale.activity, sale.sku), None, &preflight(SHOP, "PUT")).await;
+    let admin = client
+        .send(Method::OPTIONS, &format!("/admin/sales/{}/{}", sale.activity, sale.sku), None, &preflight(SHOP, "PUT"))
+        .await;
     assert_eq!(header(&admin, "access-control-allow-origin"), None);
     assert_eq!((admin.status.as_u16(), admin.code()), (405, "METHOD_NOT_ALLOWED"), "{}", admin.text);
     edge.stop().await;
@@ -91,9 +100,16 @@ async fn every_error_has_the_json_body() {
     let preflight = client.send(Method::OPTIONS, "/api/seckill/order", None, &preflight(SHOP, "POST")).await;
     expect(&preflight, 405, "METHOD_NOT_ALLOWED", "a preflight with CORS off");
     assert_eq!(header(&preflight, "access-control-allow-origin"), None);
-    let text = client.send_raw(Method::POST, "/api/seckill/order", Some(b"{}".to_vec()), &[("content-type", "text/plain")]).await;
+    let text = client
+        .send_raw(Method::POST, "/api/seckill/order", Some(b"{}".to_vec()), &[("content-type", "text/plain")])
+        .await;
     expect(&text, 415, "UNSUPPORTED_MEDIA_TYPE", "text/plain");
     let huge = format!(r#"{{"pad":"{}"}}"#, "x".repeat(5_000));
-    expect(&client.send(Method::POST, "/api/seckill/order", Some(huge.as_bytes()), &[]).await, 413, "PAYLOAD_TOO_LARGE", "5 KB");
+    expect(
+        &client.send(Method::POST, "/api/seckill/order", Some(huge.as_bytes()), &[]).await,
+        413,
+        "PAYLOAD_TOO_LARGE",
+        "5 KB",
+    );
     edge.stop().await;
 }

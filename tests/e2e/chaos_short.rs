@@ -49,13 +49,18 @@ async fn a_redis_that_lost_everything_sells_nothing() {
     let order_id = accepted.json["orderId"].as_str().expect("accepted").to_owned();
     seckill_e2e::eventually("the order written", Duration::from_secs(30), || async {
         let n = env.count_orders(sale, "CREATED").await;
-        if n == 1 { Ok(()) } else { Err(n.to_string()) }
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(n.to_string())
+        }
     })
     .await;
 
     // Every key of this test's prefix is gone, as if Redis restarted empty.
     let mut conn = env.stock.connection();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}*", env.redis.key_prefix)).query_async(&mut conn).await.unwrap();
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg(format!("{}*", env.redis.key_prefix)).query_async(&mut conn).await.unwrap();
     let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.unwrap();
 
     let refused = client.order(a, k, 2).await;

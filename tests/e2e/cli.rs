@@ -26,7 +26,8 @@ fn run(name: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
-const SERVICES: [(&str, &str); 3] = [("seckill-edge", "edge"), ("seckill-order", "order service"), ("seckill-compensator", "compensator")];
+const SERVICES: [(&str, &str); 3] =
+    [("seckill-edge", "edge"), ("seckill-order", "order service"), ("seckill-compensator", "compensator")];
 
 #[test]
 fn every_service_answers_help_version_and_refuses_unknown_arguments() {
@@ -34,12 +35,23 @@ fn every_service_answers_help_version_and_refuses_unknown_arguments() {
         let help = run(name, &["--help"], &[]);
         assert_eq!(help.code, 0, "{name} --help: {}", help.stderr);
         assert!(help.stdout.to_lowercase().contains(what), "{name} --help says what it is: {}", help.stdout);
-        for wanted in ["SECKILL_CONFIG", "SECKILL_REDIS_URL", "SECKILL_DATABASE_URL", "SECKILL_KAFKA_BROKERS", "SECKILL__SECTION__KEY", "--print-config"] {
+        for wanted in [
+            "SECKILL_CONFIG",
+            "SECKILL_REDIS_URL",
+            "SECKILL_DATABASE_URL",
+            "SECKILL_KAFKA_BROKERS",
+            "SECKILL__SECTION__KEY",
+            "--print-config",
+        ] {
             assert!(help.stdout.contains(wanted), "{name} --help names {wanted}");
         }
         let version = run(name, &["--version"], &[]);
         assert_eq!(version.code, 0, "{name} --version");
-        assert!(version.stdout.contains(env!("CARGO_PKG_VERSION")) && version.stdout.contains("commit "), "{}", version.stdout);
+        assert!(
+            version.stdout.contains(env!("CARGO_PKG_VERSION")) && version.stdout.contains("commit "),
+            "{}",
+            version.stdout
+        );
         let bogus = run(name, &["--bogus"], &[]);
         assert_eq!(bogus.code, 2, "{name} --bogus is a usage error, never a start: {}", bogus.stderr);
         assert!(bogus.stderr.contains("--bogus"), "{}", bogus.stderr);
@@ -60,7 +72,11 @@ fn print_config_shows_the_effective_settings_with_secrets_masked() {
         assert_eq!(printed.code, 0, "{name}: {}", printed.stderr);
         assert!(!printed.stdout.contains("s3cret"), "{name} printed a secret:\n{}", printed.stdout);
         assert!(printed.stdout.contains("postgres://seckill:********@db.internal:5432/seckill"), "{}", printed.stdout);
-        assert!(printed.stdout.contains(r#"key_prefix = "prod:""#) && printed.stdout.contains("linger_ms = 7"), "{}", printed.stdout);
+        assert!(
+            printed.stdout.contains(r#"key_prefix = "prod:""#) && printed.stdout.contains("linger_ms = 7"),
+            "{}",
+            printed.stdout
+        );
         let parsed: toml::Table = printed.stdout.parse().expect("the output is TOML");
         assert!(parsed.contains_key("redis") && parsed.contains_key("kafka"));
     }
@@ -72,7 +88,11 @@ fn print_config_shows_the_effective_settings_with_secrets_masked() {
     assert!(invalid.stderr.contains("batch_siz"), "the bad key is named: {}", invalid.stderr);
     let wrong_type = run("seckill-compensator", &["--print-config"], &[("SECKILL__SWEEPER__INTERVAL_MS", "soon")]);
     assert_ne!(wrong_type.code, 0);
-    assert!(wrong_type.stderr.contains("interval_ms") || wrong_type.stderr.contains("invalid type"), "{}", wrong_type.stderr);
+    assert!(
+        wrong_type.stderr.contains("interval_ms") || wrong_type.stderr.contains("invalid type"),
+        "{}",
+        wrong_type.stderr
+    );
 
     let via_ctl = run("seckillctl", &["config", "--service", "edge"], &secrets);
     assert_eq!(via_ctl.code, 0, "{}", via_ctl.stderr);
@@ -115,7 +135,9 @@ async fn probe_exits_zero_only_on_a_2xx_answer() {
     let env = TestEnv::new().await;
     let edge = env.spawn_edge(env.edge_settings()).await;
     // The command runs in a blocking thread: the edge answers on this runtime.
-    let probe = |url: String| tokio::task::spawn_blocking(move || run("seckillctl", &["probe", &url, "--timeout-ms", "2000"], &[]));
+    let probe = |url: String| {
+        tokio::task::spawn_blocking(move || run("seckillctl", &["probe", &url, "--timeout-ms", "2000"], &[]))
+    };
     let healthy = probe(format!("http://{}/healthz", edge.addr)).await.unwrap();
     assert_eq!(healthy.code, 0, "a live edge's /healthz: {}", healthy.stderr);
     let missing = probe(format!("http://{}/no-such-path", edge.addr)).await.unwrap();

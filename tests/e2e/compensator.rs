@@ -74,7 +74,11 @@ async fn killed_mid_record_the_compensator_restores_nothing_twice() {
     }
     eventually("some dead letters settled", Duration::from_secs(60), || async {
         let n = env.count_orders(sale, "FAILED").await;
-        if n > 20 { Ok(()) } else { Err(n.to_string()) }
+        if n > 20 {
+            Ok(())
+        } else {
+            Err(n.to_string())
+        }
     })
     .await;
     child.kill9().await;
@@ -119,7 +123,11 @@ async fn the_sweeper_settles_a_deduction_that_was_never_published() {
     let compensator = env.spawn_compensator(env.compensator_settings()).await;
     eventually("the sweeper to restore the unit", Duration::from_secs(60), || async {
         let stock = env.redis_stock(sale).await;
-        if stock == 1 { Ok(()) } else { Err(format!("stock {stock}")) }
+        if stock == 1 {
+            Ok(())
+        } else {
+            Err(format!("stock {stock}"))
+        }
     })
     .await;
     let (status, reason) = env.order_row(&lost.order_id).await.expect("a FAILED row");
@@ -132,7 +140,11 @@ async fn the_sweeper_settles_a_deduction_that_was_never_published() {
     let order = env.spawn_order(env.order_settings()).await;
     eventually("the late record consumed", Duration::from_secs(30), || async {
         let lag = env.order_lag().await;
-        if lag == 0 { Ok(()) } else { Err(format!("lag {lag}")) }
+        if lag == 0 {
+            Ok(())
+        } else {
+            Err(format!("lag {lag}"))
+        }
     })
     .await;
     assert_eq!(order_status(&env, &lost.order_id).await.as_deref(), Some("FAILED"), "first row wins");
@@ -159,7 +171,8 @@ async fn one_sweeper_leads_and_another_takes_over_when_it_dies() {
         let mut conn = conn.clone();
         let key = lock_key.clone();
         async move {
-            let holder: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut conn).await.map_err(|e| e.to_string())?;
+            let holder: Option<String> =
+                redis::cmd("GET").arg(&key).query_async(&mut conn).await.map_err(|e| e.to_string())?;
             holder.ok_or_else(|| "no holder".to_owned())
         }
     })
@@ -215,7 +228,11 @@ async fn a_sweeper_whose_token_is_refused_gives_the_lock_up() {
     let first = env.deduct(sale, 1).await;
     env.wait_status(&first.order_id, ("FAILED", Some("PUBLISH_LOST")), Duration::from_secs(60)).await;
     let before = env.fence_of(&lock).await;
-    sqlx::query("UPDATE lock_fences SET token = token + 100 WHERE name = $1").bind(&lock).execute(&env.db).await.unwrap();
+    sqlx::query("UPDATE lock_fences SET token = token + 100 WHERE name = $1")
+        .bind(&lock)
+        .execute(&env.db)
+        .await
+        .unwrap();
     let second = env.deduct(sale, 2).await;
     env.wait_status(&second.order_id, ("FAILED", Some("PUBLISH_LOST")), Duration::from_secs(60)).await;
     assert!(env.fence_of(&lock).await > before + 100, "a new acquisition, past the newer holder's token");
@@ -227,9 +244,9 @@ async fn a_sweeper_whose_token_is_refused_gives_the_lock_up() {
 /// settings say.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweeper_waits_for_the_edges_publish_deadline() {
-    use seckill_shared::fence::Fence;
     use seckill_compensator::sweeper::Sweeper;
     use seckill_shared::domain::UserId;
+    use seckill_shared::fence::Fence;
     use seckill_shared::lock::LockClient;
     use seckill_shared::shutdown::Background;
     use seckill_shared::stock::Deduction;
@@ -254,12 +271,20 @@ async fn the_sweeper_waits_for_the_edges_publish_deadline() {
     let grace = settings.sweeper.grace_ms as i64;
     eventually("Redis's clock past the lost order's deadline and grace", Duration::from_secs(30), || async {
         let now = env.stock.now_ms().await.map_err(|e| e.to_string())?;
-        if now > accepted + grace { Ok(()) } else { Err(format!("{now}")) }
+        if now > accepted + grace {
+            Ok(())
+        } else {
+            Err(format!("{now}"))
+        }
     })
     .await;
     let sweeper = Sweeper::new(settings, env.connections(), Background::default());
     let locks = LockClient::new(env.stock.connection(), Background::default());
-    let guard = locks.acquire(&env.stock.keys().sweeper_lock(), Duration::from_secs(30), Duration::ZERO).await.unwrap().unwrap();
+    let guard = locks
+        .acquire(&env.stock.keys().sweeper_lock(), Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
     let fence = Fence { lock: guard.key(), token: guard.fence(), holder: guard.holder() };
     sweeper.sweep_once(fence).await.expect("a checkpoint");
     let report = sweeper.sweep_once(fence).await.expect("a sweep");

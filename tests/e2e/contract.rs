@@ -75,7 +75,12 @@ async fn sale_states_answer_per_the_contract() {
 
     // Unknown sale: 404, nothing created.
     let unknown = env.sale();
-    assert_error(&client.order(unknown.activity.get(), unknown.sku.get(), 1).await, 404, "SALE_NOT_FOUND", "unknown sale");
+    assert_error(
+        &client.order(unknown.activity.get(), unknown.sku.get(), 1).await,
+        404,
+        "SALE_NOT_FOUND",
+        "unknown sale",
+    );
     assert!(!env.stock.snapshot(unknown).await.unwrap().exists);
 
     // Not started yet, and already over: 403.
@@ -86,14 +91,25 @@ async fn sale_states_answer_per_the_contract() {
     let warmed = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
     assert_eq!(warmed.status.as_u16(), 200, "{}", warmed.text);
     let before = state(&env, future).await;
-    assert_error(&client.order(future.activity.get(), future.sku.get(), 1).await, 403, "SALE_NOT_ACTIVE", "before the start");
+    assert_error(
+        &client.order(future.activity.get(), future.sku.get(), 1).await,
+        403,
+        "SALE_NOT_ACTIVE",
+        "before the start",
+    );
     assert_eq!(state(&env, future).await, before);
 
     let past = env.sale();
-    let (s, e) = ((chrono::Utc::now() - chrono::Duration::hours(2)).to_rfc3339(), (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339());
+    let (s, e) = (
+        (chrono::Utc::now() - chrono::Duration::hours(2)).to_rfc3339(),
+        (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339(),
+    );
     let body = format!(r#"{{"stock":5,"startsAt":"{s}","endsAt":"{e}"}}"#);
     let path = format!("/admin/sales/{}/{}", past.activity, past.sku);
-    assert_eq!(client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await.status.as_u16(), 200);
+    assert_eq!(
+        client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await.status.as_u16(),
+        200
+    );
     assert_error(&client.order(past.activity.get(), past.sku.get(), 1).await, 403, "SALE_NOT_ACTIVE", "after the end");
 
     // A bad warm-up body is a 400 and warms nothing.
@@ -129,15 +145,29 @@ async fn sale_states_answer_per_the_contract() {
     assert_eq!(status.json["activityId"], a);
     let result = client.get(&format!("/api/seckill/result?activityId={a}&skuId={k}&userId=10")).await;
     assert_eq!(result.json["orderId"], order_id.as_str());
-    assert_error(&client.get(&format!("/api/seckill/result?activityId={a}&skuId={k}&userId=99")).await, 404, "ORDER_NOT_FOUND", "no order for that user");
-    assert_error(&client.get(&format!("/api/seckill/order/{a}-{k}-999-ffff")).await, 404, "ORDER_NOT_FOUND", "unknown order");
+    assert_error(
+        &client.get(&format!("/api/seckill/result?activityId={a}&skuId={k}&userId=99")).await,
+        404,
+        "ORDER_NOT_FOUND",
+        "no order for that user",
+    );
+    assert_error(
+        &client.get(&format!("/api/seckill/order/{a}-{k}-999-ffff")).await,
+        404,
+        "ORDER_NOT_FOUND",
+        "unknown order",
+    );
 
     // The order service settles it; the status follows, and falls back to
     // PostgreSQL once Redis no longer holds it.
     let order = env.spawn_order(env.order_settings()).await;
     eventually("the order CREATED", Duration::from_secs(30), || async {
         let reply = client.get(&format!("/api/seckill/order/{order_id}")).await;
-        if reply.json["status"] == "CREATED" { Ok(()) } else { Err(reply.text) }
+        if reply.json["status"] == "CREATED" {
+            Ok(())
+        } else {
+            Err(reply.text)
+        }
     })
     .await;
     let mut conn = env.stock.connection();
@@ -148,7 +178,12 @@ async fn sale_states_answer_per_the_contract() {
         .await
         .unwrap();
     let fallback = client.get(&format!("/api/seckill/order/{order_id}")).await;
-    assert_eq!((fallback.status.as_u16(), fallback.json["status"].as_str()), (200, Some("CREATED")), "{}", fallback.text);
+    assert_eq!(
+        (fallback.status.as_u16(), fallback.json["status"].as_str()),
+        (200, Some("CREATED")),
+        "{}",
+        fallback.text
+    );
     let fallback = client.get(&format!("/api/seckill/result?activityId={a}&skuId={k}&userId=10")).await;
     assert_eq!(fallback.json["orderId"], order_id.as_str(), "{}", fallback.text);
     order.stop().await;
@@ -198,7 +233,12 @@ async fn user_auth_checks_the_token_and_its_subject() {
     let (a, k) = (sale.activity.get(), sale.sku.get());
     let token = |sub: &str, key: &str| {
         let claims = serde_json::json!({ "sub": sub, "exp": chrono::Utc::now().timestamp() + 600 });
-        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &jsonwebtoken::EncodingKey::from_secret(key.as_bytes()).unwrap()).unwrap()
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(key.as_bytes()).unwrap(),
+        )
+        .unwrap()
     };
     let body = format!(r#"{{"activityId":{a},"skuId":{k},"userId":7}}"#);
     let send = |auth: Option<String>| {
@@ -210,15 +250,34 @@ async fn user_auth_checks_the_token_and_its_subject() {
     };
     let before = state(&env, sale).await;
     assert_error(&send(None).await, 401, "UNAUTHORIZED", "no token");
-    assert_error(&send(Some(format!("Bearer {}", token("7", "wrong-secret")))).await, 401, "UNAUTHORIZED", "bad signature");
+    assert_error(
+        &send(Some(format!("Bearer {}", token("7", "wrong-secret")))).await,
+        401,
+        "UNAUTHORIZED",
+        "bad signature",
+    );
     assert_error(&send(Some(format!("Bearer {}", token("8", secret)))).await, 403, "FORBIDDEN", "someone else's token");
     assert_eq!(state(&env, sale).await, before, "refused requests changed nothing");
     let ok = send(Some(format!("Bearer {}", token("7", secret)))).await;
     assert_eq!(ok.status.as_u16(), 202, "{}", ok.text);
     let order_id = ok.json["orderId"].as_str().unwrap().to_owned();
-    let other = client.send(Method::GET, &format!("/api/seckill/order/{order_id}"), None, &[("authorization", &format!("Bearer {}", token("8", secret)))]).await;
+    let other = client
+        .send(
+            Method::GET,
+            &format!("/api/seckill/order/{order_id}"),
+            None,
+            &[("authorization", &format!("Bearer {}", token("8", secret)))],
+        )
+        .await;
     assert_error(&other, 403, "FORBIDDEN", "reading someone else's order");
-    let own = client.send(Method::GET, &format!("/api/seckill/order/{order_id}"), None, &[("authorization", &format!("Bearer {}", token("7", secret)))]).await;
+    let own = client
+        .send(
+            Method::GET,
+            &format!("/api/seckill/order/{order_id}"),
+            None,
+            &[("authorization", &format!("Bearer {}", token("7", secret)))],
+        )
+        .await;
     assert_eq!(own.status.as_u16(), 200);
     edge.stop().await;
 }
@@ -246,7 +305,11 @@ async fn definite_publish_failures_roll_back_and_the_sale_recovers() {
         assert_error(&reply, 503, "TRY_AGAIN", "publish to a missing topic");
     }
     let snapshot = env.stock.snapshot(sale).await.unwrap();
-    assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations, snapshot.queued), (3, 0, 0, 0), "every deduction rolled back");
+    assert_eq!(
+        (snapshot.remaining, snapshot.buyers, snapshot.reservations, snapshot.queued),
+        (3, 0, 0, 0),
+        "every deduction rolled back"
+    );
     assert_eq!(snapshot.failed, 3, "the rolled-back orders are FAILED");
 
     seckill_shared::kafka::ensure_topics(&missing).await.expect("creating the topics");
@@ -271,7 +334,11 @@ async fn definite_publish_failures_roll_back_and_the_sale_recovers() {
     assert_error(&client.order(a, k, 9999).await, 410, "SOLD_OUT", "sold out exactly");
     eventually("3 orders written", Duration::from_secs(30), || async {
         let n = env.count_orders(sale, "CREATED").await;
-        if n == 3 { Ok(()) } else { Err(n.to_string()) }
+        if n == 3 {
+            Ok(())
+        } else {
+            Err(n.to_string())
+        }
     })
     .await;
     order.stop().await;
@@ -304,7 +371,11 @@ async fn lock_deduction_sells_exactly_the_stock() {
     }
     eventually("100 orders written", Duration::from_secs(60), || async {
         let n = env.count_orders(sale, "CREATED").await;
-        if n == 100 { Ok(()) } else { Err(n.to_string()) }
+        if n == 100 {
+            Ok(())
+        } else {
+            Err(n.to_string())
+        }
     })
     .await;
     assert_eq!(env.redis_stock(sale).await, 0);
@@ -337,7 +408,8 @@ async fn hostile_input_is_refused_and_changes_nothing() {
     ] {
         assert_error(&send(content_type, body.clone()).await, 415, "UNSUPPORTED_MEDIA_TYPE", case);
     }
-    let ok_with_charset = send(Some("application/json; charset=utf-8"), format!(r#"{{"activityId":{a},"skuId":{s},"userId":8}}"#)).await;
+    let ok_with_charset =
+        send(Some("application/json; charset=utf-8"), format!(r#"{{"activityId":{a},"skuId":{s},"userId":8}}"#)).await;
     assert_eq!(ok_with_charset.status, 202, "a charset parameter is fine: {}", ok_with_charset.text);
     let after_ok = env.stock.snapshot(sale).await.unwrap();
     let duplicate = format!(r#"{{"activityId":{a},"skuId":{s},"userId":1,"userId":2}}"#);
@@ -349,7 +421,12 @@ async fn hostile_input_is_refused_and_changes_nothing() {
     let long_id = "x".repeat(8_000);
     for (id, case) in [(long_id.as_str(), "8 KB id"), ("a\tb", "a control character")] {
         let reply = client
-            .send(Method::POST, "/api/seckill/order", Some(format!(r#"{{"activityId":{a},"skuId":{s},"userId":9}}"#).as_bytes()), &[("x-request-id", id)])
+            .send(
+                Method::POST,
+                "/api/seckill/order",
+                Some(format!(r#"{{"activityId":{a},"skuId":{s},"userId":9}}"#).as_bytes()),
+                &[("x-request-id", id)],
+            )
             .await;
         let answered = reply.headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
         assert!(!answered.is_empty() && answered != id && answered.len() <= 128, "{case}: answered {answered:?}");
@@ -365,7 +442,11 @@ async fn hostile_input_is_refused_and_changes_nothing() {
 async fn empty_secrets_refuse_to_start() {
     let env = TestEnv::new().await;
     for (change, name) in [
-        (Box::new(|s: &mut seckill_edge::Settings| s.user_jwt_secret = Some(String::new())) as Box<dyn Fn(&mut seckill_edge::Settings)>, "SECKILL_USER_JWT_SECRET"),
+        (
+            Box::new(|s: &mut seckill_edge::Settings| s.user_jwt_secret = Some(String::new()))
+                as Box<dyn Fn(&mut seckill_edge::Settings)>,
+            "SECKILL_USER_JWT_SECRET",
+        ),
         (Box::new(|s: &mut seckill_edge::Settings| s.admin_token = Some(String::new())), "SECKILL_ADMIN_TOKEN"),
     ] {
         let mut settings = env.edge_settings();
@@ -403,6 +484,10 @@ async fn status_reads_check_the_token_first_and_are_rate_limited() {
     let headers = [("authorization", bearer.as_str())];
     let replies = futures::future::join_all((0..6).map(|_| client.send(Method::GET, &path, None, &headers))).await;
     let limited = replies.iter().filter(|r| r.status == 429).count();
-    assert!(limited >= 3, "a burst of 6 reads over a burst of 2: {:?}", replies.iter().map(|r| r.status).collect::<Vec<_>>());
+    assert!(
+        limited >= 3,
+        "a burst of 6 reads over a burst of 2: {:?}",
+        replies.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
     edge.stop().await;
 }

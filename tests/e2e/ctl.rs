@@ -28,7 +28,11 @@ async fn reconcile_says_consistent_or_names_the_term_that_is_not() {
 
     // One extra unit appears in Redis: the books no longer balance.
     let mut conn = env.stock.connection();
-    let _: i64 = redis::cmd("INCR").arg(format!("{}seckill:{{{a}:{s}}}:stock", env.redis.key_prefix)).query_async(&mut conn).await.unwrap();
+    let _: i64 = redis::cmd("INCR")
+        .arg(format!("{}seckill:{{{a}:{s}}}:stock", env.redis.key_prefix))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let bad = env.ctl(&["reconcile", "--activity", &a, "--sku", &s]).await;
     assert_eq!(bad.code, 1, "{bad:?}");
     assert!(bad.stdout.contains("NOT consistent") && bad.stdout.contains("redis_remaining 11"), "{}", bad.stdout);
@@ -74,10 +78,18 @@ async fn dead_letters_are_listed_shown_and_replayed_exactly_as_filtered() {
     assert!(env.read_topic(&orders_topic, 1, Duration::from_secs(2)).await.is_empty(), "nothing sent by a dry run");
 
     // Replay, interrupted half-way, then resumed.
-    let child = Child::start_with_args("seckillctl", &["dlq", "replay", "--reason", "DB_REJECTED", "--rate", "10"], &env.child_env());
+    let child = Child::start_with_args(
+        "seckillctl",
+        &["dlq", "replay", "--reason", "DB_REJECTED", "--rate", "10"],
+        &env.child_env(),
+    );
     eventually("a few replays", Duration::from_secs(30), || async {
         let n = env.read_topic(&orders_topic, 5, Duration::from_millis(500)).await.len();
-        if n >= 5 { Ok(()) } else { Err(n.to_string()) }
+        if n >= 5 {
+            Ok(())
+        } else {
+            Err(n.to_string())
+        }
     })
     .await;
     child.kill9().await;
@@ -88,7 +100,11 @@ async fn dead_letters_are_listed_shown_and_replayed_exactly_as_filtered() {
         .iter()
         .map(|m| {
             let headers = m.headers().expect("headers");
-            assert_eq!(seckill_shared::kafka::header_str(headers, dlq_header::ATTEMPTS), Some("2"), "attempt count incremented");
+            assert_eq!(
+                seckill_shared::kafka::header_str(headers, dlq_header::ATTEMPTS),
+                Some("2"),
+                "attempt count incremented"
+            );
             seckill_shared::kafka::header_str(headers, dlq_header::REPLAYED_FROM).expect("replayed-from").to_owned()
         })
         .collect();
@@ -115,7 +131,11 @@ async fn replaying_a_compensated_order_does_not_resurrect_it() {
     let compensator = env.spawn_compensator(env.compensator_settings()).await;
     eventually("the order FAILED and its unit back", Duration::from_secs(30), || async {
         let stock = env.redis_stock(sale).await;
-        if stock == 5 { Ok(()) } else { Err(stock.to_string()) }
+        if stock == 5 {
+            Ok(())
+        } else {
+            Err(stock.to_string())
+        }
     })
     .await;
     let order = env.spawn_order(env.order_settings()).await;
@@ -124,7 +144,11 @@ async fn replaying_a_compensated_order_does_not_resurrect_it() {
     assert!(replay.stdout.contains("1 record(s) replayed"), "{}", replay.stdout);
     eventually("the replayed record consumed", Duration::from_secs(30), || async {
         let lag = env.order_lag().await;
-        if lag == 0 && env.read_topic(&env.topics().orders, 1, Duration::from_millis(500)).await.len() == 1 { Ok(()) } else { Err(format!("lag {lag}")) }
+        if lag == 0 && env.read_topic(&env.topics().orders, 1, Duration::from_millis(500)).await.len() == 1 {
+            Ok(())
+        } else {
+            Err(format!("lag {lag}"))
+        }
     })
     .await;
     let (status, _) = env.order_row(&order_id).await.expect("a row");
@@ -145,7 +169,27 @@ async fn bench_counts_add_up_and_match_the_orders_written() {
     let (a, s) = sale_args(sale);
     let url = edge.url();
     let run = env
-        .ctl(&["bench", "--url", &url, "--activity", &a, "--sku", &s, "--users", "1000", "--requests", "1200", "--concurrency", "32", "--same-user-ratio", "0.1", "--reconcile", "--wait-drain", "60", "--json"])
+        .ctl(&[
+            "bench",
+            "--url",
+            &url,
+            "--activity",
+            &a,
+            "--sku",
+            &s,
+            "--users",
+            "1000",
+            "--requests",
+            "1200",
+            "--concurrency",
+            "32",
+            "--same-user-ratio",
+            "0.1",
+            "--reconcile",
+            "--wait-drain",
+            "60",
+            "--json",
+        ])
         .await;
     assert_eq!(run.code, 0, "{run:?}");
     let result: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON");

@@ -37,7 +37,10 @@ async fn an_operator_watches_a_sale_sell_out_in_a_real_browser() {
         .envs(env.child_env())
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(Duration::from_secs(240), run).await.expect("the browser run ended in time").expect("running the browser");
+    let output = tokio::time::timeout(Duration::from_secs(240), run)
+        .await
+        .expect("the browser run ended in time")
+        .expect("running the browser");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "the browser saw:\n{stdout}\n{stderr}");

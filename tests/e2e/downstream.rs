@@ -6,10 +6,10 @@ use rdkafka::message::{Message, OwnedMessage};
 use seckill_e2e::http::Client;
 use seckill_e2e::{eventually, Child, TestEnv};
 use seckill_order::relay::Relay;
-use seckill_shared::leader::Seat;
-use seckill_shared::shutdown::Background;
 use seckill_shared::domain::OrderEvent;
 use seckill_shared::kafka::{header_str, headers_map, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use seckill_shared::leader::Seat;
+use seckill_shared::shutdown::Background;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,14 +19,18 @@ fn schemas_dir() -> PathBuf {
 }
 
 fn load(file: &str) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(schemas_dir().join(file)).expect("a schema file")).expect("schema JSON")
+    serde_json::from_str(&std::fs::read_to_string(schemas_dir().join(file)).expect("a schema file"))
+        .expect("schema JSON")
 }
 
 /// The schemas refer to each other by their `$id`s, answered from `schemas/`.
 struct LocalSchemas;
 
 impl jsonschema::Retrieve for LocalSchemas {
-    fn retrieve(&self, uri: &jsonschema::Uri<String>) -> Result<serde_json::Value, Box<dyn std::error::Error + Send + Sync>> {
+    fn retrieve(
+        &self,
+        uri: &jsonschema::Uri<String>,
+    ) -> Result<serde_json::Value, Box<dyn std::error::Error + Send + Sync>> {
         let file = uri.path().as_str().rsplit('/').next().unwrap_or_default().to_owned();
         Ok(load(&file))
     }
@@ -59,7 +63,8 @@ fn fixtures_match_their_schemas() {
         ("orders-v2.json", &orders, false),
         ("order-events-v1.json", &events, true),
     ] {
-        let value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures.join(file)).unwrap()).unwrap();
+        let value: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(fixtures.join(file)).unwrap()).unwrap();
         assert_eq!(validator.is_valid(&value), valid, "{file}");
     }
 }
@@ -82,7 +87,11 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
     // before them (another partition, another consumer) would take a unit.
     eventually("the edge's orders written", Duration::from_secs(60), || async {
         let created = env.count_orders(sale, "CREATED").await;
-        if created == 2 { Ok(()) } else { Err(format!("{created} written")) }
+        if created == 2 {
+            Ok(())
+        } else {
+            Err(format!("{created} written"))
+        }
     })
     .await;
     // Two dead letters: an undecodable record, and an order beyond the
@@ -92,8 +101,14 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
     let beyond = env.order_records(sale, 3..4);
     env.produce_records(&beyond).await;
     eventually("the pipeline drained, events relayed", Duration::from_secs(60), || async {
-        let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, Some(&env.kafka), sale, true).await.map_err(|e| e.to_string())?;
-        if report.drained() && report.orders_failed == 1 && report.events == 3 { Ok(()) } else { Err(format!("{:?}", report.violations)) }
+        let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, Some(&env.kafka), sale, true)
+            .await
+            .map_err(|e| e.to_string())?;
+        if report.drained() && report.orders_failed == 1 && report.events == 3 {
+            Ok(())
+        } else {
+            Err(format!("{:?}", report.violations))
+        }
     })
     .await;
 
@@ -102,9 +117,13 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
     for message in orders.iter().filter(|m| m.payload() != Some(b"{broken")) {
         assert_valid(&orders_schema, &json(message), "an orders record");
     }
-    let from_edge: Vec<&OwnedMessage> = orders.iter().filter(|m| m.headers().and_then(|h| header_str(h, REQUEST_ID_HEADER)).is_some()).collect();
+    let from_edge: Vec<&OwnedMessage> =
+        orders.iter().filter(|m| m.headers().and_then(|h| header_str(h, REQUEST_ID_HEADER)).is_some()).collect();
     assert_eq!(from_edge.len(), 2, "the edge's records carry their request id");
-    assert!(from_edge.iter().all(|m| m.headers().and_then(|h| header_str(h, TRACEPARENT_HEADER)).is_some()), "and a traceparent");
+    assert!(
+        from_edge.iter().all(|m| m.headers().and_then(|h| header_str(h, TRACEPARENT_HEADER)).is_some()),
+        "and a traceparent"
+    );
 
     let dlq_value = schema("orders-dlq.v1.json");
     let dlq_headers = schema("orders-dlq-headers.v1.json");
@@ -130,7 +149,10 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
         *kinds.entry(event.kind.clone()).or_insert(0) += 1;
         if event.kind == "CREATED" {
             let headers = message.headers().expect("headers");
-            assert!(header_str(headers, REQUEST_ID_HEADER).is_some() && header_str(headers, TRACEPARENT_HEADER).is_some(), "the order's trace follows it");
+            assert!(
+                header_str(headers, REQUEST_ID_HEADER).is_some() && header_str(headers, TRACEPARENT_HEADER).is_some(),
+                "the order's trace follows it"
+            );
         } else {
             assert_eq!(event.reason.as_deref(), Some("NO_DB_STOCK"));
         }
@@ -160,30 +182,49 @@ async fn killed_mid_way_the_relay_loses_no_event() {
     let topic = env.topics().events;
     eventually("some events relayed", Duration::from_secs(60), || async {
         let n = env.read_topic(&topic, 1, Duration::from_millis(500)).await.len();
-        if n > 0 { Ok(()) } else { Err("none yet".into()) }
+        if n > 0 {
+            Ok(())
+        } else {
+            Err("none yet".into())
+        }
     })
     .await;
     child.kill9().await;
     let child = Child::start("seckill-order", &child_env);
     eventually("every event relayed", Duration::from_secs(120), || async {
-        let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM order_events WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)")
-            .fetch_one(&env.db)
-            .await
-            .map_err(|e| e.to_string())?;
+        let pending: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM order_events WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)",
+        )
+        .fetch_one(&env.db)
+        .await
+        .map_err(|e| e.to_string())?;
         let orders = env.count_orders(sale, "CREATED").await;
-        if orders == 3_000 && pending == 0 { Ok(()) } else { Err(format!("{orders} orders, {pending} events pending")) }
+        if orders == 3_000 && pending == 0 {
+            Ok(())
+        } else {
+            Err(format!("{orders} orders, {pending} events pending"))
+        }
     })
     .await;
     // Every event is in the topic now (marked only after delivery), some
     // twice: read all the topic holds, not the first 3,000.
     let (kafka, name) = (env.kafka.clone(), topic.clone());
-    let written = tokio::task::spawn_blocking(move || seckill_shared::kafka::lag::lag(&kafka, "reader", &name)).await.unwrap().unwrap().written;
+    let written = tokio::task::spawn_blocking(move || seckill_shared::kafka::lag::lag(&kafka, "reader", &name))
+        .await
+        .unwrap()
+        .unwrap()
+        .written;
     let events = env.read_topic(&topic, written as usize, Duration::from_secs(30)).await;
     let ids: BTreeSet<String> = events.iter().map(|m| json(m)["eventId"].as_str().unwrap_or("").to_owned()).collect();
     let expected: BTreeSet<String> = records.iter().map(|r| format!("{}:CREATED", r.order_id)).collect();
     assert_eq!(ids, expected, "every order's event, under its stable id");
     env.verify_events(sale).await;
-    println!("relay killed mid-way: {} events read for {} orders ({} sent twice)", events.len(), expected.len(), events.len() - expected.len());
+    println!(
+        "relay killed mid-way: {} events read for {} orders ({} sent twice)",
+        events.len(),
+        expected.len(),
+        events.len() - expected.len()
+    );
     assert!(child.terminate().await);
 }
 
@@ -234,8 +275,10 @@ async fn an_event_whose_transaction_commits_late_is_not_skipped() {
     let order = |round: i32| format!("{}-{}-{round}-000000000000000{round}", sale.activity.get(), sale.sku.get());
     let insert = "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)
                   VALUES ($1, $2, $3, $4, 7, 'CREATED', now())";
-    let write = |round: i32| sqlx::query(insert).bind(order(round)).bind(sale.activity.get()).bind(sale.sku.get()).bind(round);
-    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default()).expect("a relay");
+    let write =
+        |round: i32| sqlx::query(insert).bind(order(round)).bind(sale.activity.get()).bind(sale.sku.get()).bind(round);
+    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default())
+        .expect("a relay");
     let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
 
     let mut early = env.db.begin().await.unwrap();
@@ -245,7 +288,10 @@ async fn an_event_whose_transaction_commits_late_is_not_skipped() {
     early.commit().await.unwrap();
     assert_eq!(relay.relay_once(&term).await.expect("a turn"), 2);
     assert_eq!(relay.relay_once(&term).await.expect("a turn"), 0, "nothing sent twice");
-    let sent: Vec<String> = env.read_topic(&env.topics().events, 2, Duration::from_secs(10)).await.iter()
+    let sent: Vec<String> = env
+        .read_topic(&env.topics().events, 2, Duration::from_secs(10))
+        .await
+        .iter()
         .map(|m| json(m)["orderId"].as_str().unwrap_or_default().to_owned())
         .collect();
     assert_eq!(sent, [order(1), order(2)], "the transaction that wrote first goes first");
@@ -270,7 +316,8 @@ async fn an_outbox_row_that_is_no_event_is_parked_and_the_rest_flow() {
     .execute(&env.db)
     .await
     .unwrap();
-    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default()).expect("a relay");
+    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default())
+        .expect("a relay");
     let worker = env.order_worker().await;
     env.produce_orders(sale, 1..4).await;
     while env.count_orders(sale, "CREATED").await < 3 {
@@ -279,7 +326,8 @@ async fn an_outbox_row_that_is_no_event_is_parked_and_the_rest_flow() {
     let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
     assert_eq!(relay.relay_once(&term).await.expect("a turn past the bad row"), 4, "three sent, one parked");
     assert_eq!(env.read_topic(&env.topics().events, 3, Duration::from_secs(10)).await.len(), 3);
-    let parked: Vec<(String, String)> = sqlx::query_as("SELECT order_id, reason FROM parked_records").fetch_all(&env.db).await.unwrap();
+    let parked: Vec<(String, String)> =
+        sqlx::query_as("SELECT order_id, reason FROM parked_records").fetch_all(&env.db).await.unwrap();
     assert_eq!(parked, [("pgb-1-1".to_owned(), "BAD_OUTBOX_ROW".to_owned())]);
     let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!((report.events_pending, report.parked), (0, 1), "the operator is told: {:?}", report.violations);

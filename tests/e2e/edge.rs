@@ -3,8 +3,8 @@
 use futures::stream::{self, StreamExt};
 use hyper::Method;
 use seckill_e2e::http::{assert_error, Client, Reply};
-use seckill_shared::domain::SaleKey;
 use seckill_e2e::{eventually, TestEnv, ADMIN_TOKEN};
+use seckill_shared::domain::SaleKey;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,11 @@ async fn seed_check_sells_exactly_the_stock() {
     assert_eq!(records.len(), 100, "the 100 accepted orders are on the topic");
     eventually("100 orders in PostgreSQL", Duration::from_secs(60), || async {
         let created = env.count_orders(sale, "CREATED").await;
-        if created == 100 { Ok(()) } else { Err(format!("{created} created")) }
+        if created == 100 {
+            Ok(())
+        } else {
+            Err(format!("{created} created"))
+        }
     })
     .await;
     assert_eq!(env.redis_stock(sale).await, 0);
@@ -89,7 +93,8 @@ async fn warmup_sets_stock_and_requires_the_admin_token() {
 
     let refused = client.send(hyper::Method::PUT, &path, Some(br#"{"stock":100}"#), &[]).await;
     assert_eq!((refused.status.as_u16(), refused.code()), (401, "UNAUTHORIZED"));
-    let wrong = client.send(hyper::Method::PUT, &path, Some(br#"{"stock":100}"#), &[("authorization", "Bearer nope")]).await;
+    let wrong =
+        client.send(hyper::Method::PUT, &path, Some(br#"{"stock":100}"#), &[("authorization", "Bearer nope")]).await;
     assert_eq!(wrong.status.as_u16(), 401);
     assert!(!env.stock.snapshot(sale).await.unwrap().exists, "a refused warm-up creates nothing");
 
@@ -111,8 +116,9 @@ async fn warmup_sets_stock_and_requires_the_admin_token() {
     let busy = client.send(hyper::Method::PUT, &path, Some(br#"{"stock":50}"#), &[("authorization", &auth)]).await;
     assert_eq!((busy.status.as_u16(), busy.code()), (409, "SALE_BUSY"), "{}", busy.text);
     assert_eq!(env.redis_stock(sale).await, 99, "a refused warm-up changes nothing");
-    let forced =
-        client.send(hyper::Method::PUT, &path, Some(br#"{"stock":50,"force":true}"#), &[("authorization", &auth)]).await;
+    let forced = client
+        .send(hyper::Method::PUT, &path, Some(br#"{"stock":50,"force":true}"#), &[("authorization", &auth)])
+        .await;
     assert_eq!(forced.status.as_u16(), 200, "{}", forced.text);
     assert_eq!(env.redis_stock(sale).await, 50);
     edge.stop().await;
@@ -242,15 +248,26 @@ async fn the_snapshot_counts_orders_by_status() {
     let order = env.spawn_order(env.order_settings()).await;
     eventually("two orders CREATED", Duration::from_secs(60), || async {
         let n = env.count_orders(sale, "CREATED").await;
-        if n == 2 { Ok(()) } else { Err(n.to_string()) }
+        if n == 2 {
+            Ok(())
+        } else {
+            Err(n.to_string())
+        }
     })
     .await;
     order.stop().await;
-    env.stock.rollback(&records[2].order_id, records[2].user_id, seckill_shared::domain::FailReason::PublishFailed).await.unwrap();
+    env.stock
+        .rollback(&records[2].order_id, records[2].user_id, seckill_shared::domain::FailReason::PublishFailed)
+        .await
+        .unwrap();
     eventually("statuses settled in redis", Duration::from_secs(30), || async {
         let snapshot = env.stock.snapshot(sale).await.map_err(|e| e.to_string())?;
         let counts = (snapshot.queued, snapshot.created, snapshot.failed, snapshot.remaining);
-        if counts == (1, 2, 1, 7) { Ok(()) } else { Err(format!("{counts:?}")) }
+        if counts == (1, 2, 1, 7) {
+            Ok(())
+        } else {
+            Err(format!("{counts:?}"))
+        }
     })
     .await;
 }
@@ -280,7 +297,11 @@ async fn a_fatal_producer_error_deducts_nothing_and_the_producer_is_rebuilt() {
     assert_eq!(client.get("/readyz").await.status, 503, "not ready while the producer is retired");
     eventually("ready again with a new producer", Duration::from_secs(30), || async {
         let status = client.get("/readyz").await.status;
-        if status == 200 { Ok(()) } else { Err(status.to_string()) }
+        if status == 200 {
+            Ok(())
+        } else {
+            Err(status.to_string())
+        }
     })
     .await;
     edge.stop().await;

@@ -12,8 +12,10 @@ use seckill_e2e::TestEnv;
 async fn state(env: &TestEnv, sale: seckill_shared::domain::SaleKey) -> (String, usize, i64, i64, i64) {
     let snapshot = env.stock.snapshot(sale).await.expect("redis");
     let mut conn = env.stock.connection();
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}*", env.redis.key_prefix)).query_async(&mut conn).await.expect("keys");
-    let count = |sql: &'static str| async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&env.db).await.expect("a count") };
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg(format!("{}*", env.redis.key_prefix)).query_async(&mut conn).await.expect("keys");
+    let count =
+        |sql: &'static str| async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&env.db).await.expect("a count") };
     (
         format!("{snapshot:?}"),
         keys.len(),
@@ -31,8 +33,10 @@ async fn schemathesis_finds_nothing_and_changes_nothing() {
     let edge = env.spawn_edge(env.edge_settings()).await;
     let client = Client::new(edge.url());
     let served = client.get("/openapi.json").await;
-    let committed: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(seckill_e2e::repo_root().join("api/openapi.json")).expect("api/openapi.json")).unwrap();
+    let committed: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(seckill_e2e::repo_root().join("api/openapi.json")).expect("api/openapi.json"),
+    )
+    .unwrap();
     assert_eq!(served.json, committed, "the served document is the committed one");
 
     let sale = env.sale();
@@ -42,7 +46,12 @@ async fn schemathesis_finds_nothing_and_changes_nothing() {
         .arg("run")
         .arg(seckill_e2e::repo_root().join("api/openapi.json"))
         .args(["--url", &edge.url(), "--max-examples", "30", "--seed", "42", "--workers", "1"])
-        .args(["--checks", "all", "--exclude-checks", "ignored_auth,positive_data_acceptance,use_after_free,ensure_resource_availability"])
+        .args([
+            "--checks",
+            "all",
+            "--exclude-checks",
+            "ignored_auth,positive_data_acceptance,use_after_free,ensure_resource_availability",
+        ])
         .args(["--no-shrink", "--request-timeout", "10"])
         .current_dir(seckill_e2e::repo_root().join(".data")) // it keeps a cache folder where it runs
         .env("NO_COLOR", "1")
@@ -53,12 +62,17 @@ async fn schemathesis_finds_nothing_and_changes_nothing() {
         .expect("schemathesis finished within 5 minutes")
         .expect("running schemathesis");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let summary: Vec<&str> = stdout.lines().filter(|l| l.contains("generated") || l.contains("passed") || l.contains("failed")).collect();
+    let summary: Vec<&str> =
+        stdout.lines().filter(|l| l.contains("generated") || l.contains("passed") || l.contains("failed")).collect();
     println!("schemathesis: {}", summary.join(" | "));
     if std::env::var_os("SCHEMATHESIS_VERBOSE").is_some() {
         println!("{stdout}");
     }
-    assert!(output.status.success(), "schemathesis found problems:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "schemathesis found problems:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_eq!(state(&env, sale).await, before, "the generated requests changed state");
     edge.stop().await;
 }

@@ -5,8 +5,8 @@
 use hyper::Method;
 use seckill_e2e::http::{Client, Reply};
 use seckill_e2e::{eventually, Child, TestEnv};
-use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
 use seckill_shared::cancellation::{self, Cancel, CancelReason, CancelledOrder};
+use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
 use seckill_shared::reconcile::{reconcile, Report};
 use std::time::Duration;
 
@@ -23,7 +23,11 @@ async fn created_order(client: &Client, sale: SaleKey, user: i64) -> String {
     let order_id = placed.json["orderId"].as_str().expect("an order id").to_owned();
     eventually("the order CREATED with its deadline", Duration::from_secs(30), || async {
         let seen = client.get(&format!("/api/seckill/order/{order_id}")).await;
-        if seen.json["status"] == "CREATED" && seen.json["payDeadline"].is_string() { Ok(()) } else { Err(seen.text) }
+        if seen.json["status"] == "CREATED" && seen.json["payDeadline"].is_string() {
+            Ok(())
+        } else {
+            Err(seen.text)
+        }
     })
     .await;
     order_id
@@ -33,7 +37,11 @@ async fn created_order(client: &Client, sale: SaleKey, user: i64) -> String {
 async fn settled(env: &TestEnv, sale: SaleKey) -> Report {
     eventually("the sale settled and consistent", Duration::from_secs(60), || async {
         let report = reconcile(&env.stock, &env.db, Some(&env.kafka), sale, true).await.map_err(|e| e.to_string())?;
-        if report.consistent { Ok(report) } else { Err(format!("{:?}", report.violations)) }
+        if report.consistent {
+            Ok(report)
+        } else {
+            Err(format!("{:?}", report.violations))
+        }
     })
     .await
 }
@@ -60,17 +68,23 @@ async fn a_payment_in_the_window_wins_and_a_repeat_answers_the_same() {
     let order = env.spawn_order(env.order_settings()).await;
     eventually("the order written", Duration::from_secs(30), || async {
         let seen = client.get(&format!("/api/seckill/order/{pending_id}")).await;
-        if seen.json["status"] == "CREATED" { Ok(()) } else { Err(seen.text) }
+        if seen.json["status"] == "CREATED" {
+            Ok(())
+        } else {
+            Err(seen.text)
+        }
     })
     .await;
     let seen = client.get(&format!("/api/seckill/order/{pending_id}")).await;
     assert!(chrono::DateTime::parse_from_rfc3339(seen.json["payDeadline"].as_str().unwrap()).is_ok(), "{}", seen.text);
     // The deadline is written with the row: its time plus the default window.
-    let window: f64 = sqlx::query_scalar("SELECT extract(epoch FROM pay_deadline - created_at)::float8 FROM orders WHERE order_id = $1")
-        .bind(&pending_id)
-        .fetch_one(&env.db)
-        .await
-        .unwrap();
+    let window: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM pay_deadline - created_at)::float8 FROM orders WHERE order_id = $1",
+    )
+    .bind(&pending_id)
+    .fetch_one(&env.db)
+    .await
+    .unwrap();
     assert_eq!(window, 900.0, "the default payment window");
 
     let other = post(&client, &pending_id, "pay", 2, Some("pay-1")).await;
@@ -87,8 +101,11 @@ async fn a_payment_in_the_window_wins_and_a_repeat_answers_the_same() {
     assert_eq!((cancel.status.as_u16(), cancel.code()), (409, "ALREADY_PAID"), "a paid order is not cancelled");
     let unknown = post(&client, &format!("{}-{}-999-abc", sale.activity, sale.sku), "pay", 1, None).await;
     assert_eq!((unknown.status.as_u16(), unknown.code()), (404, "ORDER_NOT_FOUND"));
-    for (body, why) in [(r#"{"userId":0}"#, "user 0"), (r#"{"userId":1,"x":1}"#, "an unknown field"), ("{", "not JSON")] {
-        let bad = client.send(Method::POST, &format!("/api/seckill/order/{pending_id}/pay"), Some(body.as_bytes()), &[]).await;
+    for (body, why) in [(r#"{"userId":0}"#, "user 0"), (r#"{"userId":1,"x":1}"#, "an unknown field"), ("{", "not JSON")]
+    {
+        let bad = client
+            .send(Method::POST, &format!("/api/seckill/order/{pending_id}/pay"), Some(body.as_bytes()), &[])
+            .await;
         assert_eq!((bad.status.as_u16(), bad.code()), (400, "INVALID_REQUEST"), "{why}");
     }
     let bad_key = post(&client, &pending_id, "pay", 1, Some("with space")).await;
@@ -115,7 +132,10 @@ async fn a_cancelled_unit_goes_back_once_and_sells_to_another_buyer() {
     assert_eq!(post(&client, &first, "cancel", 2, None).await.status, 403, "only its buyer cancels it");
     let cancelled = post(&client, &first, "cancel", 1, None).await;
     assert_eq!(cancelled.status, 200, "{}", cancelled.text);
-    assert_eq!((cancelled.json["status"].as_str(), cancelled.json["reason"].as_str()), (Some("CANCELLED"), Some("BUYER_CANCELLED")));
+    assert_eq!(
+        (cancelled.json["status"].as_str(), cancelled.json["reason"].as_str()),
+        (Some("CANCELLED"), Some("BUYER_CANCELLED"))
+    );
     assert!(cancelled.json["cancelledAt"].is_string());
     assert_eq!((env.redis_stock(sale).await, db_remaining(&env, sale).await), (1, 1), "the unit is back in both");
 
@@ -152,7 +172,13 @@ async fn a_cancelled_unit_goes_back_once_and_sells_to_another_buyer() {
     assert_eq!(client.order(sale.activity.get(), sale.sku.get(), 3).await.code(), "SOLD_OUT");
     let report = settled(&env, sale).await;
     assert_eq!(
-        (report.orders_created, report.orders_cancelled, report.returned, report.orders_paid_late, report.redis_remaining),
+        (
+            report.orders_created,
+            report.orders_cancelled,
+            report.returned,
+            report.orders_paid_late,
+            report.redis_remaining
+        ),
         (1, 1, 1, 1, 0)
     );
 
@@ -198,12 +224,18 @@ async fn with_user_auth_only_the_buyers_token_pays_or_cancels() {
     };
     let body = format!(r#"{{"activityId":{},"skuId":{},"userId":7}}"#, sale.activity, sale.sku);
     let seven = bearer(7);
-    let placed = client.send(Method::POST, "/api/seckill/order", Some(body.as_bytes()), &[("authorization", &seven)]).await;
+    let placed =
+        client.send(Method::POST, "/api/seckill/order", Some(body.as_bytes()), &[("authorization", &seven)]).await;
     assert_eq!(placed.status, 202, "{}", placed.text);
     let id = placed.json["orderId"].as_str().unwrap().to_owned();
     eventually("the order written", Duration::from_secs(30), || async {
-        let seen = client.send(Method::GET, &format!("/api/seckill/order/{id}"), None, &[("authorization", &seven)]).await;
-        if seen.json["status"] == "CREATED" { Ok(()) } else { Err(seen.text) }
+        let seen =
+            client.send(Method::GET, &format!("/api/seckill/order/{id}"), None, &[("authorization", &seven)]).await;
+        if seen.json["status"] == "CREATED" {
+            Ok(())
+        } else {
+            Err(seen.text)
+        }
     })
     .await;
     let ask = |action: &'static str, user: i64, token: Option<String>| {
@@ -211,7 +243,9 @@ async fn with_user_auth_only_the_buyers_token_pays_or_cancels() {
         async move {
             let body = format!(r#"{{"userId":{user}}}"#);
             let headers: Vec<(&str, &str)> = token.as_deref().map(|t| ("authorization", t)).into_iter().collect();
-            client.send(Method::POST, &format!("/api/seckill/order/{id}/{action}"), Some(body.as_bytes()), &headers).await
+            client
+                .send(Method::POST, &format!("/api/seckill/order/{id}/{action}"), Some(body.as_bytes()), &headers)
+                .await
         }
     };
     assert_eq!(ask("cancel", 7, None).await.status, 401, "no token");
@@ -241,7 +275,11 @@ async fn an_unpaid_order_is_cancelled_at_its_deadline_and_its_buyer_may_buy_agai
     assert_eq!(paid.status, 200, "{}", paid.text);
     eventually("the two unpaid orders cancelled", Duration::from_secs(30), || async {
         let n = env.count_orders(sale, "CANCELLED").await;
-        if n == 2 { Ok(()) } else { Err(format!("{n} cancelled")) }
+        if n == 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} cancelled"))
+        }
     })
     .await;
     for id in &ids[1..] {
@@ -250,7 +288,10 @@ async fn an_unpaid_order_is_cancelled_at_its_deadline_and_its_buyer_may_buy_agai
     }
     assert_eq!(client.get(&format!("/api/seckill/order/{}", ids[0])).await.json["status"], "PAID", "paid in time");
     let report = settled(&env, sale).await;
-    assert_eq!((report.orders_paid, report.orders_cancelled, report.redis_remaining, report.db_remaining), (1, 2, 2, 2));
+    assert_eq!(
+        (report.orders_paid, report.orders_cancelled, report.redis_remaining, report.db_remaining),
+        (1, 2, 2, 2)
+    );
     // A buyer whose order expired may buy again.
     created_order(&client, sale, 2).await;
     compensator.stop().await;
@@ -271,7 +312,11 @@ async fn a_payment_and_a_cancel_racing_for_one_order_have_one_winner() {
     let order = env.spawn_order(env.order_settings()).await;
     eventually("100 orders CREATED", Duration::from_secs(60), || async {
         let n = env.count_orders(sale, "CREATED").await;
-        if n == 100 { Ok(()) } else { Err(format!("{n} created")) }
+        if n == 100 {
+            Ok(())
+        } else {
+            Err(format!("{n} created"))
+        }
     })
     .await;
     let edge = env.spawn_edge(env.edge_settings()).await;
@@ -280,7 +325,8 @@ async fn a_payment_and_a_cancel_racing_for_one_order_have_one_winner() {
         let client = client.clone();
         let (id, user) = (record.order_id.to_string(), record.user_id.get());
         tokio::spawn(async move {
-            let (pay, cancel) = tokio::join!(post(&client, &id, "pay", user, None), post(&client, &id, "cancel", user, None));
+            let (pay, cancel) =
+                tokio::join!(post(&client, &id, "pay", user, None), post(&client, &id, "cancel", user, None));
             (pay, cancel)
         })
     });
@@ -318,7 +364,11 @@ async fn orders_due_together(env: &TestEnv, sale: SaleKey, n: i64, in_ms: i64) {
     let order = env.spawn_order(env.order_settings()).await;
     eventually("the orders CREATED", Duration::from_secs(120), || async {
         let created = env.count_orders(sale, "CREATED").await;
-        if created == n { Ok(()) } else { Err(format!("{created} created")) }
+        if created == n {
+            Ok(())
+        } else {
+            Err(format!("{created} created"))
+        }
     })
     .await;
     order.stop().await;
@@ -363,7 +413,11 @@ async fn a_deadline_worker_killed_mid_way_fires_every_deadline_once_after_restar
     let worker = Child::start("seckill-compensator", &child_env);
     eventually("the worker started cancelling", Duration::from_secs(30), || async {
         let n = env.count_orders(sale, "CANCELLED").await;
-        if n > 0 { Ok(()) } else { Err("none yet".to_owned()) }
+        if n > 0 {
+            Ok(())
+        } else {
+            Err("none yet".to_owned())
+        }
     })
     .await;
     worker.kill9().await;
@@ -383,7 +437,10 @@ async fn all_cancelled(env: &TestEnv, sale: SaleKey, n: i64) -> Report {
         if report.consistent && report.orders_cancelled == n && report.cancels_pending == 0 {
             Ok(report)
         } else {
-            Err(format!("{} cancelled, {} pending: {:?}", report.orders_cancelled, report.cancels_pending, report.violations))
+            Err(format!(
+                "{} cancelled, {} pending: {:?}",
+                report.orders_cancelled, report.cancels_pending, report.violations
+            ))
         }
     })
     .await

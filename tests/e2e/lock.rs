@@ -1,8 +1,8 @@
 //! The distributed lock: exclusion, owner check, lease expiry with fencing,
 //! and the watchdog.
 
-use seckill_shared::fence::{check as check_fence, Fence, FenceError};
 use seckill_e2e::TestEnv;
+use seckill_shared::fence::{check as check_fence, Fence, FenceError};
 use seckill_shared::lock::LockClient;
 use seckill_shared::shutdown::Background;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -20,7 +20,11 @@ async fn fifty_contenders_hold_the_lock_one_at_a_time() {
         .map(|_| {
             let (locks, key, inside, most) = (locks.clone(), key.clone(), inside.clone(), most.clone());
             tokio::spawn(async move {
-                let guard = locks.acquire(&key, Duration::from_secs(5), Duration::from_secs(30)).await.unwrap().expect("acquired within the wait");
+                let guard = locks
+                    .acquire(&key, Duration::from_secs(5), Duration::from_secs(30))
+                    .await
+                    .unwrap()
+                    .expect("acquired within the wait");
                 let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 // Hand the thread to the others while "inside".
@@ -53,7 +57,11 @@ async fn an_expired_holder_deletes_nothing_and_its_stale_writes_are_refused() {
     let first = locks.acquire(&key, Duration::from_millis(100), Duration::ZERO).await.unwrap().expect("free lock");
     assert!(locks.acquire(&key, Duration::from_secs(5), Duration::ZERO).await.unwrap().is_none(), "held");
     // Waits (within its wait) for the first lease to run out.
-    let second = locks.acquire(&key, Duration::from_secs(5), Duration::from_secs(5)).await.unwrap().expect("expired lock is free");
+    let second = locks
+        .acquire(&key, Duration::from_secs(5), Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("expired lock is free");
     assert!(second.fence() > first.fence(), "the newer holder's token is higher");
 
     // The newer holder writes; then the stale one tries.
@@ -76,7 +84,10 @@ async fn an_expired_holder_deletes_nothing_and_its_stale_writes_are_refused() {
     // Releasing a lock one no longer owns deletes nothing.
     let first_fence = first.fence();
     assert!(!first.release().await, "not the owner any more");
-    assert!(locks.acquire(&key, Duration::from_secs(5), Duration::ZERO).await.unwrap().is_none(), "the second holder still has it");
+    assert!(
+        locks.acquire(&key, Duration::from_secs(5), Duration::ZERO).await.unwrap().is_none(),
+        "the second holder still has it"
+    );
     assert!(second.release().await);
     assert!(first_fence > 0);
 }
@@ -151,7 +162,8 @@ async fn tokens_are_minted_past_the_floor_storage_has_seen() {
     // Redis loses the counter; storage remembers 500.
     let mut conn = env.stock.connection();
     let _: () = redis::cmd("DEL").arg(format!("{key}:fence")).query_async(&mut conn).await.unwrap();
-    let second = locks.acquire_above(&key, Duration::from_secs(5), Duration::ZERO, 500).await.unwrap().expect("free lock");
+    let second =
+        locks.acquire_above(&key, Duration::from_secs(5), Duration::ZERO, 500).await.unwrap().expect("free lock");
     assert_eq!(second.fence(), 501);
     assert!(second.release().await);
     let third = locks.acquire(&key, Duration::from_secs(5), Duration::ZERO).await.unwrap().expect("free lock");

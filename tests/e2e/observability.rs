@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 fn names_in(text: &str) -> BTreeSet<String> {
     text.match_indices("seckill_")
         .filter(|(at, _)| !text[..*at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
-        .map(|(at, _)| text[at..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect())
+        .map(|(at, _)| {
+            text[at..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect()
+        })
         .collect()
 }
 
@@ -56,7 +58,10 @@ fn exported() -> BTreeSet<String> {
 #[test]
 fn the_dashboard_and_the_alerts_name_only_exported_metrics() {
     let exported = exported();
-    assert!(exported.contains("seckill_edge_orders_total") && exported.contains("seckill_sale_consistent"), "{exported:?}");
+    assert!(
+        exported.contains("seckill_edge_orders_total") && exported.contains("seckill_sale_consistent"),
+        "{exported:?}"
+    );
     for file in ["infra/observability/grafana-dashboard.json", "infra/observability/alerts.yaml"] {
         let text = std::fs::read_to_string(seckill_e2e::repo_root().join(file)).expect("an observability file");
         let used = names_in(&text);
@@ -64,8 +69,10 @@ fn the_dashboard_and_the_alerts_name_only_exported_metrics() {
         let unknown: Vec<&String> = used.iter().filter(|name| !exported.contains(*name)).collect();
         assert!(unknown.is_empty(), "{file} names metrics no service exports: {unknown:?}");
     }
-    let dashboard: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(seckill_e2e::repo_root().join("infra/observability/grafana-dashboard.json")).unwrap()).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(seckill_e2e::repo_root().join("infra/observability/grafana-dashboard.json")).unwrap(),
+    )
+    .unwrap();
     assert!(dashboard["panels"].as_array().is_some_and(|p| !p.is_empty()), "a Grafana dashboard with panels");
 }
 

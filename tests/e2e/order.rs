@@ -45,7 +45,11 @@ async fn ten_thousand_records_become_ten_thousand_orders_once() {
     let status = env.stock.order_state(&accepted.order_id).await.unwrap().expect("status in redis");
     assert_eq!(status.status.as_str(), "CREATED");
     let snapshot = env.stock.snapshot(sale).await.unwrap();
-    assert_eq!((snapshot.queued, snapshot.created, snapshot.reservations), (0, 1, 0), "Redis counts the order it accepted");
+    assert_eq!(
+        (snapshot.queued, snapshot.created, snapshot.reservations),
+        (0, 1, 0),
+        "Redis counts the order it accepted"
+    );
     assert_eq!(env.stock.order_state(&records[0].order_id).await.unwrap(), None, "and adds none it never accepted");
     order.stop().await;
 }
@@ -76,12 +80,21 @@ async fn unwritable_records_go_to_the_dead_letter_topic_with_their_reason() {
         let message = dead
             .iter()
             .find(|m| match order_id {
-                Some(id) => m.payload().and_then(|p| OrderRecord::decode(p).ok()).is_some_and(|r| r.order_id.as_str() == id),
+                Some(id) => {
+                    m.payload().and_then(|p| OrderRecord::decode(p).ok()).is_some_and(|r| r.order_id.as_str() == id)
+                }
                 None => m.payload() == Some(&b"{not json"[..]),
             })
             .expect("the record is in the dead-letter topic");
         let headers = message.headers().expect("headers");
-        for key in [dlq_header::ERROR, dlq_header::ORIGINAL_TOPIC, dlq_header::ORIGINAL_PARTITION, dlq_header::ORIGINAL_OFFSET, dlq_header::ATTEMPTS, dlq_header::FAILED_AT] {
+        for key in [
+            dlq_header::ERROR,
+            dlq_header::ORIGINAL_TOPIC,
+            dlq_header::ORIGINAL_PARTITION,
+            dlq_header::ORIGINAL_OFFSET,
+            dlq_header::ATTEMPTS,
+            dlq_header::FAILED_AT,
+        ] {
             assert!(header_str(headers, key).is_some(), "header {key} present");
         }
         assert_eq!(header_str(headers, dlq_header::ORIGINAL_TOPIC), Some(topics.orders.as_str()));
@@ -119,7 +132,11 @@ async fn killed_mid_batch_the_service_loses_and_duplicates_nothing() {
     // Kill it while it is writing: some batches done, the rest not.
     eventually("the service to be mid-way", Duration::from_secs(60), || async {
         let n = env.count_orders(sale, "CREATED").await;
-        if n > 0 { Ok(()) } else { Err(format!("{n} created")) }
+        if n > 0 {
+            Ok(())
+        } else {
+            Err(format!("{n} created"))
+        }
     })
     .await;
     child.kill9().await;
@@ -185,7 +202,11 @@ async fn when_one_of_two_instances_dies_the_other_takes_its_partitions() {
     env.produce_orders(sale, 1..10_001).await;
     eventually("both instances working", Duration::from_secs(60), || async {
         let n = env.count_orders(sale, "CREATED").await;
-        if n > 500 { Ok(()) } else { Err(format!("{n} created")) }
+        if n > 500 {
+            Ok(())
+        } else {
+            Err(format!("{n} created"))
+        }
     })
     .await;
     first.kill9().await;
@@ -229,18 +250,20 @@ async fn concurrent_writers_racing_for_the_last_units_never_oversell() {
     let outcomes = futures::future::join_all(batches.iter().map(|batch| write(&env, batch))).await;
 
     let created: usize = outcomes.iter().map(|o| o.created.len()).sum();
-    let reasons: Vec<&str> = outcomes.iter().flat_map(|o| o.rejected.iter().map(|(_, reason, _)| reason.code())).collect();
+    let reasons: Vec<&str> =
+        outcomes.iter().flat_map(|o| o.rejected.iter().map(|(_, reason, _)| reason.code())).collect();
     assert_eq!(created, 100, "exactly the stock");
     assert_eq!(created + reasons.len(), 240, "every record has a fate: {reasons:?}");
     assert!(outcomes.iter().all(|o| o.already_done.is_empty()));
     assert_eq!(env.count_orders(sale, "CREATED").await, 100);
     assert_eq!(remaining(&env, sale).await, 0);
-    let user_one: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE activity_id = $1 AND sku_id = $2 AND user_id = 1")
-        .bind(sale.activity.get())
-        .bind(sale.sku.get())
-        .fetch_one(&env.db)
-        .await
-        .unwrap();
+    let user_one: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM orders WHERE activity_id = $1 AND sku_id = $2 AND user_id = 1")
+            .bind(sale.activity.get())
+            .bind(sale.sku.get())
+            .fetch_one(&env.db)
+            .await
+            .unwrap();
     assert!(user_one <= 1, "user 1 holds {user_one} orders");
     assert!(reasons.iter().all(|r| *r == "NO_DB_STOCK" || *r == "DUPLICATE_USER"), "{reasons:?}");
     assert!(reasons.iter().filter(|r| **r == "DUPLICATE_USER").count() >= 3, "user 1's other orders: {reasons:?}");
@@ -309,7 +332,11 @@ async fn a_late_record_of_a_failed_order_gives_its_unit_back() {
     })
     .await;
     eventually("the group drained", Duration::from_secs(30), || async {
-        if env.order_lag().await == 0 { Ok(()) } else { Err("lag".into()) }
+        if env.order_lag().await == 0 {
+            Ok(())
+        } else {
+            Err("lag".into())
+        }
     })
     .await;
     assert_eq!(env.redis_stock(sale).await, 3, "restored once, not twice");

@@ -7,7 +7,10 @@ use seckill_shared::kafka::dlq_header;
 use std::time::Duration;
 
 async fn parked(env: &TestEnv) -> Vec<(String, Option<String>, String)> {
-    sqlx::query_as("SELECT topic, order_id, error FROM parked_records ORDER BY id").fetch_all(&env.db).await.unwrap_or_default()
+    sqlx::query_as("SELECT topic, order_id, error FROM parked_records ORDER BY id")
+        .fetch_all(&env.db)
+        .await
+        .unwrap_or_default()
 }
 
 /// A dead letter whose order PostgreSQL can never take (its acceptedAt is
@@ -25,7 +28,8 @@ async fn a_dead_letter_that_can_never_be_settled_is_parked() {
     for record in [&poison, &good] {
         // Same key: the same partition of the dead-letter topic, poison first.
         let payload = serde_json::to_vec(record).unwrap();
-        env.produce(&dlq, "same-key", &payload, &[(dlq_header::REASON, "DB_REJECTED"), (dlq_header::ATTEMPTS, "1")]).await;
+        env.produce(&dlq, "same-key", &payload, &[(dlq_header::REASON, "DB_REJECTED"), (dlq_header::ATTEMPTS, "1")])
+            .await;
     }
     // Only the dead-letter consumer: the sweeper would settle both orders
     // by their reservations instead.

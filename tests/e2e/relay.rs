@@ -4,12 +4,12 @@
 //! transaction ids gain a digit, which a text ordering once skipped.
 
 use rdkafka::message::Message;
-use sqlx::Row;
 use seckill_e2e::private_postgres::PrivatePostgres;
 use seckill_e2e::{eventually, TestEnv};
 use seckill_order::relay::Relay;
 use seckill_shared::leader::Seat;
 use seckill_shared::shutdown::Background;
+use sqlx::Row;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -89,7 +89,10 @@ async fn the_relays_turn_reads_the_index_from_the_cursor_in_both_plans() {
     .execute(&env.db)
     .await
     .unwrap();
-    sqlx::query("UPDATE order_events_relayed SET xid = (SELECT min(xid) FROM order_events), id = 30000").execute(&env.db).await.unwrap();
+    sqlx::query("UPDATE order_events_relayed SET xid = (SELECT min(xid) FROM order_events), id = 30000")
+        .execute(&env.db)
+        .await
+        .unwrap();
     sqlx::query("ANALYZE order_events").execute(&env.db).await.unwrap();
     let mut conn = env.db.acquire().await.unwrap();
     let prepare = format!("PREPARE relay_turn(bigint) AS {}", seckill_shared::outbox::NEXT_AFTER_CURSOR);
@@ -100,13 +103,17 @@ async fn the_relays_turn_reads_the_index_from_the_cursor_in_both_plans() {
         let plan: serde_json::Value = serde_json::from_str(&row.try_get_unchecked::<String, _>(0).unwrap()).unwrap();
         let mut nodes = Vec::new();
         walk(&plan[0]["Plan"], &mut nodes);
-        let on_outbox: Vec<&(String, String, String)> = nodes.iter().filter(|(_, relation, _)| relation == "order_events").collect();
+        let on_outbox: Vec<&(String, String, String)> =
+            nodes.iter().filter(|(_, relation, _)| relation == "order_events").collect();
         assert!(
             on_outbox.iter().all(|(kind, _, index)| kind.starts_with("Index") && index == "order_events_relay_order"),
             "{mode}: the outbox is read by the relay's index only: {nodes:?}"
         );
         assert!(!on_outbox.is_empty(), "{mode}: {nodes:?}");
-        assert!(nodes.iter().all(|(kind, _, _)| kind != "Sort" && kind != "Incremental Sort"), "{mode}: nothing sorted: {nodes:?}");
+        assert!(
+            nodes.iter().all(|(kind, _, _)| kind != "Sort" && kind != "Incremental Sort"),
+            "{mode}: nothing sorted: {nodes:?}"
+        );
     }
 }
 
@@ -157,11 +164,18 @@ async fn events_a_relay_skipped_are_found_and_sent_once() {
     let since = since.to_rfc3339();
     let dry = env.ctl(&["events", "resend", "--since", &since, "--dry-run", "--json"]).await;
     assert_eq!(dry.code, 0, "{dry:?}");
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&dry.stdout).unwrap()["sent"].as_array().map(Vec::len), Some(100));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&dry.stdout).unwrap()["sent"].as_array().map(Vec::len),
+        Some(100)
+    );
     let resent = env.ctl(&["events", "resend", "--since", &since, "--json"]).await;
     assert_eq!(resent.code, 0, "{resent:?}");
     let outcome: serde_json::Value = serde_json::from_str(&resent.stdout).unwrap();
-    assert_eq!((outcome["sent"].as_array().map(Vec::len), outcome["delivered"].as_u64()), (Some(100), Some(100)), "{outcome}");
+    assert_eq!(
+        (outcome["sent"].as_array().map(Vec::len), outcome["delivered"].as_u64()),
+        (Some(100), Some(100)),
+        "{outcome}"
+    );
     env.verify_events(sale).await;
     let again = env.ctl(&["events", "resend", "--since", &since, "--json"]).await;
     let outcome: serde_json::Value = serde_json::from_str(&again.stdout).unwrap();
@@ -182,11 +196,12 @@ async fn a_frozen_relay_is_replaced() {
     child_env.push(("SECKILL__METRICS_ADDR".into(), "127.0.0.1:0".into()));
     let first = seckill_e2e::Child::start("seckill-order", &child_env);
     let holder = eventually("the first order service relaying", Duration::from_secs(60), || async {
-        let holder: Option<String> = sqlx::query_scalar("SELECT holder FROM leases WHERE name = $1 AND expires_at > now()")
-            .bind(seckill_order::relay::LEASE)
-            .fetch_optional(&env.db)
-            .await
-            .map_err(|e| e.to_string())?;
+        let holder: Option<String> =
+            sqlx::query_scalar("SELECT holder FROM leases WHERE name = $1 AND expires_at > now()")
+                .bind(seckill_order::relay::LEASE)
+                .fetch_optional(&env.db)
+                .await
+                .map_err(|e| e.to_string())?;
         holder.ok_or_else(|| "no lease yet".to_owned())
     })
     .await;
@@ -197,10 +212,18 @@ async fn a_frozen_relay_is_replaced() {
     eventually("the orders written and their events relayed by the other", Duration::from_secs(30), || async {
         let created = env.count_orders(sale, "CREATED").await;
         let events = env.read_topic(&env.topics().events, 20, Duration::from_millis(500)).await.len();
-        if created == 20 && events >= 20 { Ok(()) } else { Err(format!("{created} written, {events} events")) }
+        if created == 20 && events >= 20 {
+            Ok(())
+        } else {
+            Err(format!("{created} written, {events} events"))
+        }
     })
     .await;
-    let now: String = sqlx::query_scalar("SELECT holder FROM leases WHERE name = $1").bind(seckill_order::relay::LEASE).fetch_one(&env.db).await.unwrap();
+    let now: String = sqlx::query_scalar("SELECT holder FROM leases WHERE name = $1")
+        .bind(seckill_order::relay::LEASE)
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
     assert_ne!(now, holder, "another relay holds the lease");
     first.signal("CONT");
     env.produce_orders(sale, 21..31).await;

@@ -22,9 +22,13 @@ async fn redis_kafka_and_postgres_answer() {
     let topics = env.topics();
     env.produce(&topics.orders, "7", b"hello", &[("x-request-id", "smoke")]).await;
     let group = seckill_shared::kafka::order_group(&env.kafka);
-    let consumer: StreamConsumer = seckill_shared::kafka::consumer_config(&env.kafka, &group).create().expect("consumer");
+    let consumer: StreamConsumer =
+        seckill_shared::kafka::consumer_config(&env.kafka, &group).create().expect("consumer");
     consumer.subscribe(&[&topics.orders]).expect("subscribe");
-    let message = tokio::time::timeout(Duration::from_secs(30), consumer.recv()).await.expect("a record within 30s").expect("record");
+    let message = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+        .await
+        .expect("a record within 30s")
+        .expect("record");
     assert_eq!(message.payload(), Some(&b"hello"[..]));
     consumer.commit_message(&message, CommitMode::Sync).expect("manual commit");
     drop(message);

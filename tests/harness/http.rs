@@ -45,7 +45,10 @@ pub struct Client {
 impl Client {
     /// A client for `base` (`http://host:port`).
     pub fn new(base: impl Into<String>) -> Self {
-        Self { inner: HyperClient::builder(TokioExecutor::new()).pool_max_idle_per_host(512).build_http(), base: base.into() }
+        Self {
+            inner: HyperClient::builder(TokioExecutor::new()).pool_max_idle_per_host(512).build_http(),
+            base: base.into(),
+        }
     }
 
     /// Sends a request; panics if it cannot be sent.
@@ -75,7 +78,13 @@ impl Client {
         self.exchange(method, path, body.map(Bytes::copy_from_slice), &all).await
     }
 
-    async fn exchange(&self, method: Method, path: &str, body: Option<Bytes>, headers: &[(&str, &str)]) -> Result<Reply, String> {
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        headers: &[(&str, &str)],
+    ) -> Result<Reply, String> {
         let mut builder = Request::builder().method(method).uri(format!("{}{}", self.base, path));
         for (k, v) in headers {
             builder = builder.header(*k, *v);

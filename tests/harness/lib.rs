@@ -15,10 +15,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::config::{DbSettings, KafkaSettings, LockSettings, RedisSettings, Servers};
+use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
 use seckill_shared::host::{RetrySettings, ServiceSettings};
 use seckill_shared::lock::LockClient;
 use seckill_shared::shutdown::Background;
-use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
 use seckill_shared::stock::Stock;
 use sqlx::{Connection, PgPool};
 use std::future::Future;
@@ -94,10 +94,18 @@ impl TestEnv {
     }
 
     async fn build(topology: Topology, partitions: i32) -> Self {
-        Self::build_on(topology, partitions, ADMIN_DATABASE_URL, |name| format!("postgres://seckill:seckill@127.0.0.1:5432/{name}")).await
+        Self::build_on(topology, partitions, ADMIN_DATABASE_URL, |name| {
+            format!("postgres://seckill:seckill@127.0.0.1:5432/{name}")
+        })
+        .await
     }
 
-    async fn build_on(topology: Topology, partitions: i32, admin_url: &str, database_url: impl Fn(&str) -> String) -> Self {
+    async fn build_on(
+        topology: Topology,
+        partitions: i32,
+        admin_url: &str,
+        database_url: impl Fn(&str) -> String,
+    ) -> Self {
         let id = format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
         let mut redis = RedisSettings { key_prefix: format!("t{id}:"), ..RedisSettings::default() };
         let mut kafka = KafkaSettings {
@@ -112,20 +120,32 @@ impl TestEnv {
             kafka.brokers = CLUSTER_BROKERS.into();
         }
         let database_name = format!("seckill_t{id}");
-        let mut admin =
-            sqlx::PgConnection::connect(admin_url).await.expect("PostgreSQL must run on 127.0.0.1:5432 (infra/local/up.sh)");
+        let mut admin = sqlx::PgConnection::connect(admin_url)
+            .await
+            .expect("PostgreSQL must run on 127.0.0.1:5432 (infra/local/up.sh)");
         // A database name cannot be a bind parameter; this one is the harness's own hex id.
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database_name}"))).execute(&mut admin).await.expect("creating the test database");
-        let database = DbSettings {
-            url: database_url(&database_name),
-            max_connections: 8,
-            acquire_timeout_ms: 3_000,
-        };
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database_name}")))
+            .execute(&mut admin)
+            .await
+            .expect("creating the test database");
+        let database = DbSettings { url: database_url(&database_name), max_connections: 8, acquire_timeout_ms: 3_000 };
         let db = seckill_shared::db::connect_lazy(&database).expect("database settings");
         seckill_shared::db::migrate(&db).await.expect("migrating the test database");
         let stock = Stock::connect(&redis).await.expect("Redis must run on 127.0.0.1:6379 (infra/local/up.sh)");
-        seckill_shared::kafka::ensure_topics(&kafka).await.expect("Kafka must run on 127.0.0.1:9092 (infra/local/up.sh)");
-        Self { id, topology, redis, kafka, database, database_name, stock, db, admin_database_url: admin_url.to_owned() }
+        seckill_shared::kafka::ensure_topics(&kafka)
+            .await
+            .expect("Kafka must run on 127.0.0.1:9092 (infra/local/up.sh)");
+        Self {
+            id,
+            topology,
+            redis,
+            kafka,
+            database,
+            database_name,
+            stock,
+            db,
+            admin_database_url: admin_url.to_owned(),
+        }
     }
 
     /// A sale id pair no other test uses.
@@ -151,17 +171,29 @@ impl TestEnv {
 
     /// The servers of this test (its prefixes, its database).
     pub fn servers(&self) -> Servers {
-        Servers { redis: self.redis.clone(), kafka: self.kafka.clone(), database: self.database.clone(), ..Servers::default() }
+        Servers {
+            redis: self.redis.clone(),
+            kafka: self.kafka.clone(),
+            database: self.database.clone(),
+            ..Servers::default()
+        }
     }
 
     /// What both consuming services get in tests: a free port, short retries.
     fn service(&self) -> ServiceSettings {
-        ServiceSettings { retry: RetrySettings { max_ms: 1_000, ..RetrySettings::default() }, ..ServiceSettings::default() }
+        ServiceSettings {
+            retry: RetrySettings { max_ms: 1_000, ..RetrySettings::default() },
+            ..ServiceSettings::default()
+        }
     }
 
     /// Order service settings for this test (port 0).
     pub fn order_settings(&self) -> seckill_order::Settings {
-        seckill_order::Settings { service: self.service(), servers: self.servers(), ..seckill_order::Settings::default() }
+        seckill_order::Settings {
+            service: self.service(),
+            servers: self.servers(),
+            ..seckill_order::Settings::default()
+        }
     }
 
     /// Compensator settings for this test (port 0, short sweeper grace).
@@ -185,7 +217,8 @@ impl TestEnv {
         let settings = std::sync::Arc::new(self.order_settings());
         let connections = self.connections();
         let dead_letters =
-            seckill_order::dead_letters::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone()).expect("dead-letter producer");
+            seckill_order::dead_letters::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone())
+                .expect("dead-letter producer");
         seckill_order::consumer::Worker::new(0, settings, connections, dead_letters).expect("a worker")
     }
 
@@ -251,7 +284,9 @@ impl TestEnv {
             payment_window_seconds: window,
         };
         let locks = LockClient::new(self.stock.connection(), Background::default());
-        seckill_shared::sales::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request).await.expect("warming up");
+        seckill_shared::sales::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request)
+            .await
+            .expect("warming up");
     }
 
     /// Deducts a unit for `user` as the edge would, without publishing (an
@@ -285,7 +320,11 @@ impl TestEnv {
     pub async fn wait_orders(&self, sale: SaleKey, status: &str, n: i64) {
         eventually(&format!("{n} orders {status}"), Duration::from_secs(120), || async {
             let found = self.count_orders(sale, status).await;
-            if found == n { Ok(()) } else { Err(format!("{found} of {n}")) }
+            if found == n {
+                Ok(())
+            } else {
+                Err(format!("{found} of {n}"))
+            }
         })
         .await;
     }
@@ -314,7 +353,11 @@ impl TestEnv {
                 Group::Order => self.order_lag().await,
                 Group::Compensator => self.compensator_lag().await,
             };
-            if lag == 0 { Ok(()) } else { Err(format!("lag {lag}")) }
+            if lag == 0 {
+                Ok(())
+            } else {
+                Err(format!("lag {lag}"))
+            }
         })
         .await;
     }
@@ -469,7 +512,8 @@ impl TestEnv {
         let (settings, topic) = (self.kafka.clone(), self.topics().orders);
         tokio::task::spawn_blocking(move || {
             use rdkafka::consumer::Consumer;
-            let consumer: BaseConsumer = seckill_shared::kafka::consumer_config(&settings, "leader-lookup").create().expect("client");
+            let consumer: BaseConsumer =
+                seckill_shared::kafka::consumer_config(&settings, "leader-lookup").create().expect("client");
             let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).expect("metadata");
             let leader = metadata.topics()[0].partitions().iter().find(|p| p.id() == 0).expect("partition 0").leader();
             leader
@@ -481,7 +525,8 @@ impl TestEnv {
     /// Uses up transaction ids until the server's next one is past `xid`:
     /// one subtransaction per id, in one statement (about 200,000 a second).
     pub async fn advance_transaction_ids_past(&self, xid: u64) {
-        let current: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&self.db).await.expect("xid");
+        let current: String =
+            sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&self.db).await.expect("xid");
         let current: u64 = current.parse().expect("a transaction id");
         let burn = xid.saturating_sub(current) + 10;
         sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -495,7 +540,8 @@ impl TestEnv {
         .execute(&self.db)
         .await
         .expect("using up transaction ids");
-        let now: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&self.db).await.expect("xid");
+        let now: String =
+            sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&self.db).await.expect("xid");
         assert!(now.parse::<u64>().expect("a transaction id") > xid, "transaction ids at {now}, not past {xid}");
     }
 
@@ -503,16 +549,21 @@ impl TestEnv {
     /// the current ones: PostgreSQL "down" for this test only.
     pub async fn set_database_reachable(&self, reachable: bool) {
         let mut admin = sqlx::PgConnection::connect(&self.admin_database_url).await.expect("admin connection");
-        sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {} ALLOW_CONNECTIONS {}", self.database_name, reachable)))
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE {} ALLOW_CONNECTIONS {}",
+            self.database_name, reachable
+        )))
+        .execute(&mut admin)
+        .await
+        .expect("altering the database");
+        if !reachable {
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            )
+            .bind(&self.database_name)
             .execute(&mut admin)
             .await
-            .expect("altering the database");
-        if !reachable {
-            sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()")
-                .bind(&self.database_name)
-                .execute(&mut admin)
-                .await
-                .expect("terminating connections");
+            .expect("terminating connections");
         }
     }
 }
@@ -591,7 +642,11 @@ pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps");
     let path = dir.join(name);
-    assert!(path.exists(), "{} is missing: run `cargo build --workspace --bins` first (make test does)", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first (make test does)",
+        path.display()
+    );
     path
 }
 
@@ -649,7 +704,8 @@ impl Child {
     pub fn start_with_args(name: &str, args: &[&str], env: &[(String, String)]) -> Self {
         let log_dir = binary(name).parent().expect("dir").join("e2e-logs");
         std::fs::create_dir_all(&log_dir).expect("log dir");
-        let log = std::fs::File::create(log_dir.join(format!("{name}-{}.log", rand::random::<u32>()))).expect("log file");
+        let log =
+            std::fs::File::create(log_dir.join(format!("{name}-{}.log", rand::random::<u32>()))).expect("log file");
         let inner = tokio::process::Command::new(binary(name))
             .args(args)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -664,7 +720,8 @@ impl Child {
     /// Sends `signal` (e.g. `STOP`, `CONT`) to the process.
     pub fn signal(&self, signal: &str) {
         let pid = self.inner.id().expect("running child has a pid");
-        let sent = std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().expect("kill");
+        let sent =
+            std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().expect("kill");
         assert!(sent.success(), "kill -{signal} {pid}");
     }
 

@@ -39,7 +39,12 @@ fn run_as_postgres(program: &Path, args: &[&str]) {
         Command::new(program)
     };
     let output = command.args(args).output().unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
-    assert!(output.status.success(), "{} {args:?} failed: {}", program.display(), String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{} {args:?} failed: {}",
+        program.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 impl PrivatePostgres {
@@ -62,9 +67,13 @@ impl PrivatePostgres {
             let _ = Command::new("chown").arg("postgres").arg(&segment).status();
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
-        let options = format!("-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100", dir.display());
+        let options =
+            format!("-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100", dir.display());
         let log = dir.join("postgres.log");
-        run_as_postgres(&bin.join("pg_ctl"), &["-D", data_arg, "-o", &options, "-l", log.to_str().expect("utf-8"), "-w", "start"]);
+        run_as_postgres(
+            &bin.join("pg_ctl"),
+            &["-D", data_arg, "-o", &options, "-l", log.to_str().expect("utf-8"), "-w", "start"],
+        );
         Self { dir, bin, port }
     }
 
@@ -82,7 +91,10 @@ impl PrivatePostgres {
 impl Drop for PrivatePostgres {
     fn drop(&mut self) {
         let data = self.dir.join("data");
-        run_as_postgres(&self.bin.join("pg_ctl"), &["-D", data.to_str().unwrap_or_default(), "-m", "immediate", "stop"]);
+        run_as_postgres(
+            &self.bin.join("pg_ctl"),
+            &["-D", data.to_str().unwrap_or_default(), "-m", "immediate", "stop"],
+        );
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

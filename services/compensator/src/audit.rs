@@ -40,10 +40,16 @@ pub async fn run(settings: Arc<Settings>, deps: Connections, shutdown: Cancellat
 pub async fn audit_once(deps: &Connections) -> anyhow::Result<()> {
     for report in reconcile::reconcile_live(&deps.stock, &deps.db).await? {
         let sale = format!("{}:{}", report.activity_id, report.sku_id);
-        metrics::gauge!("seckill_sale_consistent", "sale" => sale.clone()).set(if report.consistent { 1.0 } else { 0.0 });
+        metrics::gauge!("seckill_sale_consistent", "sale" => sale.clone()).set(if report.consistent {
+            1.0
+        } else {
+            0.0
+        });
         metrics::gauge!("seckill_sale_violations", "sale" => sale.clone()).set(report.violations.len() as f64);
-        metrics::gauge!("seckill_sale_remaining", "sale" => sale.clone(), "store" => "redis").set(report.redis_remaining as f64);
-        metrics::gauge!("seckill_sale_remaining", "sale" => sale, "store" => "postgresql").set(report.db_remaining as f64);
+        metrics::gauge!("seckill_sale_remaining", "sale" => sale.clone(), "store" => "redis")
+            .set(report.redis_remaining as f64);
+        metrics::gauge!("seckill_sale_remaining", "sale" => sale, "store" => "postgresql")
+            .set(report.db_remaining as f64);
     }
     let parked = seckill_shared::parked::count(&deps.db).await?;
     metrics::gauge!("seckill_parked_records").set(parked as f64);

@@ -18,8 +18,8 @@
 //! order id: a missed deadline fires after a restart, never twice.
 
 use crate::Settings;
-use seckill_shared::host::Connections;
 use seckill_shared::cancellation::{self, Cancel};
+use seckill_shared::host::Connections;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;

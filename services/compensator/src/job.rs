@@ -31,8 +31,8 @@ impl DlqJob {
     /// Creates the consumer and subscribes it to the dead-letter topic.
     pub fn new(settings: Arc<Settings>, deps: Connections) -> anyhow::Result<Self> {
         let group = kafka::compensator_group(&settings.servers.kafka);
-        let consumer: StreamConsumer<kafka::Observed> =
-            kafka::consumer_config(&settings.servers.kafka, &group).create_with_context(kafka::Observed::new(&group))?;
+        let consumer: StreamConsumer<kafka::Observed> = kafka::consumer_config(&settings.servers.kafka, &group)
+            .create_with_context(kafka::Observed::new(&group))?;
         consumer.subscribe(&[deps.topics.dlq.as_str()])?;
         Ok(Self { settings, deps, consumer })
     }
@@ -74,7 +74,11 @@ impl DlqJob {
             // Nothing names an order to settle: logged, counted, skipped.
             other => {
                 let error = other.map(|r| r.err().map(|e| e.to_string())).unwrap_or(Some("empty record".into()));
-                tracing::warn!(reason = reason_code, error = error.as_deref().unwrap_or(""), "malformed dead letter skipped");
+                tracing::warn!(
+                    reason = reason_code,
+                    error = error.as_deref().unwrap_or(""),
+                    "malformed dead letter skipped"
+                );
                 metrics::counter!("seckill_compensator_malformed_total").increment(1);
                 return true;
             }
@@ -124,9 +128,11 @@ impl DlqJob {
     ) -> bool {
         let error = error.to_string();
         let parking = Parking { message, reason, error: &error, attempts, parked_by: "compensator" };
-        retry_until(self.settings.service.retry, "parking a dead letter", shutdown, || parked::park(&self.deps.db, &parking))
-            .await
-            .is_some()
+        retry_until(self.settings.service.retry, "parking a dead letter", shutdown, || {
+            parked::park(&self.deps.db, &parking)
+        })
+        .await
+        .is_some()
     }
 }
 

@@ -11,7 +11,6 @@
 //! - [`deadlines`] cancels CREATED orders not paid by their deadline and
 //!   gives their units back (every instance, rows shared by SKIP LOCKED).
 
-
 /// What `--help` says the service does.
 pub const ABOUT: &str = "The compensator: consumes seckill.orders.dlq in the seckill-compensator group and settles each dead-lettered order (FAILED in PostgreSQL, its unit restored in Redis at most once), runs the reservation sweeper (one across all instances) for orders whose record never reached the order service, and cancels orders not paid by their deadline, giving their units back. Health and metrics on metrics_addr.";
 

@@ -96,7 +96,9 @@ impl Sweeper {
             // A newer holder wrote: this one must not lead. Giving the lock
             // up lets whoever competes next (this instance too) take it with
             // a token above the newer one.
-            Err(error) if matches!(error.downcast_ref(), Some(SettleError::StaleFence { .. })) => return Turn::StepDown,
+            Err(error) if matches!(error.downcast_ref(), Some(SettleError::StaleFence { .. })) => {
+                return Turn::StepDown
+            }
             Err(error) => tracing::warn!(error = %format!("{error:#}"), "sweep failed"),
         }
         Turn::Again(interval)
@@ -169,7 +171,9 @@ impl Sweeper {
                 // Decided under the fence: a stale sweeper's transaction
                 // rolls back before it writes.
                 // The request never reached the pipeline's records: no trace.
-                match settle::settle(&self.deps, &record, FailReason::PublishLost, Some(fence), Default::default()).await? {
+                match settle::settle(&self.deps, &record, FailReason::PublishLost, Some(fence), Default::default())
+                    .await?
+                {
                     Followed::Created => report.created += 1,
                     Followed::Failed(_) => report.failed += 1,
                 }

@@ -177,7 +177,8 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
         (None, None) => args.users,
     };
     let next = Arc::new(AtomicU64::new(0));
-    let progress = if total == u64::MAX { indicatif::ProgressBar::new_spinner() } else { indicatif::ProgressBar::new(total) };
+    let progress =
+        if total == u64::MAX { indicatif::ProgressBar::new_spinner() } else { indicatif::ProgressBar::new(total) };
     let stop_at = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
     let started = Instant::now();
     let cpu_before = cpu_seconds();
@@ -203,9 +204,17 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                     tokio::time::sleep_until((started + Duration::from_secs_f64(i as f64 / rate)).into()).await;
                 }
                 let request = match &args.get {
-                    Some(path) => Request::builder().method(Method::GET).uri(format!("{}{}", args.url, path)).body(Full::new(Bytes::new())),
+                    Some(path) => Request::builder()
+                        .method(Method::GET)
+                        .uri(format!("{}{}", args.url, path))
+                        .body(Full::new(Bytes::new())),
                     None => {
-                        let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{}}}"#, args.activity, args.sku, user_for(&args, i));
+                        let body = format!(
+                            r#"{{"activityId":{},"skuId":{},"userId":{}}}"#,
+                            args.activity,
+                            args.sku,
+                            user_for(&args, i)
+                        );
                         Request::builder()
                             .method(Method::POST)
                             .uri(format!("{}/api/seckill/order", args.url))
@@ -232,7 +241,11 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                 let micros = sent.elapsed().as_micros().clamp(1, 60_000_000) as u64;
                 let _ = result.histogram.record(micros);
                 if args.timeline_ms.is_some() {
-                    result.samples.push((sent.duration_since(started).as_millis() as u32, micros as u32, outcome.clone()));
+                    result.samples.push((
+                        sent.duration_since(started).as_millis() as u32,
+                        micros as u32,
+                        outcome.clone(),
+                    ));
                 }
                 *result.outcomes.entry(outcome).or_insert(0) += 1;
                 progress.inc(1);
@@ -308,8 +321,12 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
     let result = load(&args).await.map_err(Failure::failed)?;
     let accepted: u64 = result.outcomes.iter().filter(|(k, _)| k.starts_with("202")).map(|(_, v)| v).sum();
     let report = if args.reconcile {
-        let reconcile_args =
-            reconcile::Args { activity: args.activity, sku: args.sku, wait_drain: Some(args.wait_drain), json: args.json };
+        let reconcile_args = reconcile::Args {
+            activity: args.activity,
+            sku: args.sku,
+            wait_drain: Some(args.wait_drain),
+            json: args.json,
+        };
         Some(reconcile::report(settings, &reconcile_args).await?)
     } else {
         None
@@ -348,7 +365,9 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         }
     }
     match report {
-        Some(report) if !report.consistent => Err(Failure::failed(anyhow::anyhow!("the sale is NOT consistent after the run"))),
+        Some(report) if !report.consistent => {
+            Err(Failure::failed(anyhow::anyhow!("the sale is NOT consistent after the run")))
+        }
         _ => Ok(()),
     }
 }
@@ -370,7 +389,8 @@ mod tests {
         let users: std::collections::HashSet<i64> = (0..100).map(|i| user_for(&args, i)).collect();
         assert_eq!(users.len(), 100, "every request a new user");
         let retrying =
-            Wrapper::parse_from(["x", "--activity", "1", "--sku", "2", "--users", "100", "--same-user-ratio", "0.5"]).args;
+            Wrapper::parse_from(["x", "--activity", "1", "--sku", "2", "--users", "100", "--same-user-ratio", "0.5"])
+                .args;
         let users: std::collections::HashSet<i64> = (0..100).map(|i| user_for(&retrying, i)).collect();
         assert!(users.len() < 80, "about half repeat an earlier user, got {} distinct", users.len());
         assert!(users.iter().all(|u| (1..=100).contains(u)));
@@ -384,7 +404,11 @@ mod tests {
 
     #[test]
     fn the_timeline_groups_requests_by_when_they_were_sent() {
-        let samples = vec![(5, 1_000, "202 QUEUED".to_owned()), (90, 3_000, "410 SOLD_OUT".to_owned()), (130, 2_000, "410 SOLD_OUT".to_owned())];
+        let samples = vec![
+            (5, 1_000, "202 QUEUED".to_owned()),
+            (90, 3_000, "410 SOLD_OUT".to_owned()),
+            (130, 2_000, "410 SOLD_OUT".to_owned()),
+        ];
         let slots = timeline(samples, 100);
         assert_eq!(slots.len(), 2);
         assert_eq!((slots[0].start_ms, slots[0].outcomes.len(), slots[0].p99_ms), (0, 2, 3.0));

@@ -131,7 +131,10 @@ fn entry(message: &OwnedMessage) -> Entry {
     let headers = message.headers().map(headers_map).unwrap_or_default();
     let value = message
         .payload()
-        .map(|p| serde_json::from_slice(p).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(p).into_owned())))
+        .map(|p| {
+            serde_json::from_slice(p)
+                .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(p).into_owned()))
+        })
         .unwrap_or(serde_json::Value::Null);
     Entry {
         position: format!("{}:{}", message.partition(), message.offset()),
@@ -166,9 +169,15 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&entries).map_err(Failure::failed)?);
             } else {
-                println!("{:<12} {:<16} {:<36} {:<8} {:<32} error", "position", "reason", "order", "attempts", "failed at");
+                println!(
+                    "{:<12} {:<16} {:<36} {:<8} {:<32} error",
+                    "position", "reason", "order", "attempts", "failed at"
+                );
                 for e in &entries {
-                    println!("{:<12} {:<16} {:<36} {:<8} {:<32} {}", e.position, e.reason, e.order_id, e.attempts, e.failed_at, e.error);
+                    println!(
+                        "{:<12} {:<16} {:<36} {:<8} {:<32} {}",
+                        e.position, e.reason, e.order_id, e.attempts, e.failed_at, e.error
+                    );
                 }
                 println!("{} record(s)", entries.len());
             }
@@ -178,7 +187,9 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
             let (partition, offset) = position
                 .split_once(':')
                 .and_then(|(p, o)| Some((p.parse::<i32>().ok()?, o.parse::<i64>().ok()?)))
-                .ok_or_else(|| Failure::unreadable(anyhow::anyhow!("position must be partition:offset, got '{position}'")))?;
+                .ok_or_else(|| {
+                    Failure::unreadable(anyhow::anyhow!("position must be partition:offset, got '{position}'"))
+                })?;
             let message = tokio::task::spawn_blocking(move || read_one(&settings, partition, offset))
                 .await
                 .map_err(Failure::failed)?
@@ -211,11 +222,17 @@ async fn parked(settings: &Settings, limit: i64, json: bool) -> Result<(), Failu
         println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::failed)?);
         return Ok(());
     }
-    println!("{:<6} {:<40} {:<36} {:<14} {:<8} {:<12} error", "id", "record", "order", "reason", "attempts", "parked by");
+    println!(
+        "{:<6} {:<40} {:<36} {:<14} {:<8} {:<12} error",
+        "id", "record", "order", "reason", "attempts", "parked by"
+    );
     for r in &rows {
         let position = format!("{}:{}:{}", r.topic, r.partition, r.offset);
         let order = r.order_id.as_deref().unwrap_or("-");
-        println!("{:<6} {:<40} {:<36} {:<14} {:<8} {:<12} {}", r.id, position, order, r.reason, r.attempts, r.parked_by, r.error);
+        println!(
+            "{:<6} {:<40} {:<36} {:<14} {:<8} {:<12} {}",
+            r.id, position, order, r.reason, r.attempts, r.parked_by, r.error
+        );
     }
     println!("{} parked record(s)", rows.len());
     Ok(())
@@ -255,7 +272,13 @@ fn read_one(settings: &Settings, partition: i32, offset: i64) -> anyhow::Result<
     Ok(None)
 }
 
-async fn replay(settings: Settings, filter: Filter, rate: Option<f64>, limit: Option<u64>, dry_run: bool) -> Result<(), Failure> {
+async fn replay(
+    settings: Settings,
+    filter: Filter,
+    rate: Option<f64>,
+    limit: Option<u64>,
+    dry_run: bool,
+) -> Result<(), Failure> {
     let producer: FutureProducer = kafka::producer(&settings.servers.kafka).map_err(Failure::unreadable)?;
     let group = format!("{}seckillctl-replay-{}", settings.servers.kafka.topic_prefix, filter.group_suffix());
     let dlq_topic = Topics::new(&settings.servers.kafka).dlq;
@@ -294,7 +317,11 @@ async fn replay(settings: Settings, filter: Filter, rate: Option<f64>, limit: Op
             break;
         }
         let e = entry(&message);
-        let original_topic = e.headers.get(dlq_header::ORIGINAL_TOPIC).cloned().unwrap_or_else(|| Topics::new(&settings.servers.kafka).orders);
+        let original_topic = e
+            .headers
+            .get(dlq_header::ORIGINAL_TOPIC)
+            .cloned()
+            .unwrap_or_else(|| Topics::new(&settings.servers.kafka).orders);
         if dry_run {
             println!("would replay {} ({}, order {}) to {original_topic}", e.position, e.reason, e.order_id);
             sent += 1;

@@ -119,7 +119,10 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let telemetry = TelemetrySettings { filter: Some(settings.servers.telemetry.filter.clone().unwrap_or_else(|| "warn".into())), ..settings.servers.telemetry.clone() };
+    let telemetry = TelemetrySettings {
+        filter: Some(settings.servers.telemetry.filter.clone().unwrap_or_else(|| "warn".into())),
+        ..settings.servers.telemetry.clone()
+    };
     seckill_shared::telemetry::init_tracing(&telemetry);
     let result = match cli.command {
         Command::Migrate => migrate(&settings).await,

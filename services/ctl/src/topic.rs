@@ -74,7 +74,10 @@ pub fn read_to_end(
     let give_up = Instant::now() + deadline;
     while !pending.is_empty() {
         if Instant::now() >= give_up {
-            anyhow::bail!("reading {topic} took longer than {deadline:?}; {} partition(s) unread to the end", pending.len());
+            anyhow::bail!(
+                "reading {topic} took longer than {deadline:?}; {} partition(s) unread to the end",
+                pending.len()
+            );
         }
         let Some(result) = consumer.poll(Duration::from_millis(500)) else {
             // A partition whose records before the mark were all deleted

@@ -59,8 +59,14 @@ async fn seed_deduct(reference: &Reference, sale: SaleKey, user: UserId) -> Resu
     Ok(match code {
         1 => {
             let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            let order_id = seckill_shared::domain::OrderId::parse(&format!("{}-{}-{n}-5eed", sale.activity, sale.sku)).map_err(|e| e.to_string())?;
-            Deduction::Accepted { order_id, round: 1, stock_left: 0, accepted_at: chrono::Utc::now().timestamp_millis() }
+            let order_id = seckill_shared::domain::OrderId::parse(&format!("{}-{}-{n}-5eed", sale.activity, sale.sku))
+                .map_err(|e| e.to_string())?;
+            Deduction::Accepted {
+                order_id,
+                round: 1,
+                stock_left: 0,
+                accepted_at: chrono::Utc::now().timestamp_millis(),
+            }
         }
         0 => Deduction::SoldOut,
         2 => Deduction::AlreadyPurchased { order_id: None },
@@ -69,12 +75,17 @@ async fn seed_deduct(reference: &Reference, sale: SaleKey, user: UserId) -> Resu
 }
 
 async fn order(State(reference): State<Reference>, Json(request): Json<OrderRequest>) -> (StatusCode, Json<Value>) {
-    let (Ok(sale), Ok(user)) = (SaleKey::from_raw(request.activity_id, request.sku_id), UserId::new(request.user_id)) else {
+    let (Ok(sale), Ok(user)) = (SaleKey::from_raw(request.activity_id, request.sku_id), UserId::new(request.user_id))
+    else {
         return (StatusCode::BAD_REQUEST, Json(json!({"code": "INVALID_REQUEST"})));
     };
     let deduction = match reference.seed {
         Some(_) => seed_deduct(&reference, sale, user).await,
-        None => reference.stock.deduct(sale, user, "ref00000", std::time::Duration::from_secs(10)).await.map_err(|e| e.to_string()),
+        None => reference
+            .stock
+            .deduct(sale, user, "ref00000", std::time::Duration::from_secs(10))
+            .await
+            .map_err(|e| e.to_string()),
     };
     match deduction {
         Ok(Deduction::Accepted { order_id, round, accepted_at, .. }) => {
@@ -83,14 +94,19 @@ async fn order(State(reference): State<Reference>, Json(request): Json<OrderRequ
                 if let outcome @ (PublishOutcome::NotPersisted(_) | PublishOutcome::Ambiguous(_)) =
                     publisher.publish(&record, Default::default()).await
                 {
-                    return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"code": "TRY_AGAIN", "message": format!("{outcome:?}")})));
+                    return (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        Json(json!({"code": "TRY_AGAIN", "message": format!("{outcome:?}")})),
+                    );
                 }
             }
             (StatusCode::ACCEPTED, Json(json!({"code": "QUEUED", "orderId": order_id.as_str()})))
         }
         Ok(Deduction::SoldOut) => (StatusCode::GONE, Json(json!({"code": "SOLD_OUT"}))),
         Ok(other) => (StatusCode::CONFLICT, Json(json!({"code": format!("{other:?}")}))),
-        Err(error) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"code": "TRY_AGAIN", "message": error.to_string()}))),
+        Err(error) => {
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"code": "TRY_AGAIN", "message": error.to_string()})))
+        }
     }
 }
 

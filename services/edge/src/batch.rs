@@ -45,7 +45,13 @@ impl Batcher {
     }
 
     /// Decides one request, in the next call for its sale.
-    pub async fn deduct(self: &Arc<Self>, sale: SaleKey, user: UserId, nonce: String, publish_deadline: Duration) -> Answer {
+    pub async fn deduct(
+        self: &Arc<Self>,
+        sale: SaleKey,
+        user: UserId,
+        nonce: String,
+        publish_deadline: Duration,
+    ) -> Answer {
         if self.max == 1 {
             return self.stock.deduct(sale, user, &nonce, publish_deadline).await.map_err(Arc::new);
         }
@@ -61,7 +67,9 @@ impl Batcher {
             // up) does not take the others' call with it.
             tokio::spawn(self.clone().drain(sale));
         }
-        answered.await.unwrap_or_else(|_| Err(Arc::new(RedisCallError::Unexpected { script: "deduct.lua", answer: "batch dropped".into() })))
+        answered.await.unwrap_or_else(|_| {
+            Err(Arc::new(RedisCallError::Unexpected { script: "deduct.lua", answer: "batch dropped".into() }))
+        })
     }
 
     /// Runs calls for `sale` while requests wait, then leaves.

@@ -7,16 +7,15 @@
 //! is awaited before answering. A publish that definitely failed is rolled
 //! back in one Lua call; an ambiguous one is left to the reservation sweeper.
 
-
 /// What `--help` says the service does.
 pub const ABOUT: &str = "The flash-sale edge: the buyer's HTTP API (place an order, read its status), the admin API (warm a sale up, reconcile it), health and Prometheus metrics. Each order: rate limits, one atomic Redis deduction, a publish to Kafka acknowledged by every in-sync replica, a rollback when the publish definitely failed.";
 
 pub mod batch;
 pub mod dashboard;
 pub mod http;
-pub mod payment;
 pub mod limit;
 pub mod lookup;
+pub mod payment;
 pub mod publish;
 pub mod settings;
 pub mod sold_out;
@@ -47,8 +46,10 @@ impl Application {
         settings.validate()?;
         // Install the metrics recorder before anything records.
         seckill_shared::telemetry::metrics_handle();
-        let stock = seckill_shared::stock::Stock::connect(&settings.servers.redis).await.context("connecting to redis")?;
-        let db = seckill_shared::db::connect_lazy(&settings.servers.database).context("configuring the database pool")?;
+        let stock =
+            seckill_shared::stock::Stock::connect(&settings.servers.redis).await.context("connecting to redis")?;
+        let db =
+            seckill_shared::db::connect_lazy(&settings.servers.database).context("configuring the database pool")?;
         // The hot path does not need PostgreSQL; a database that is down at
         // start only delays warm-ups and status fall-backs.
         if let Err(error) = seckill_shared::db::migrate(&db).await {
@@ -61,7 +62,8 @@ impl Application {
                 tracing::warn!(%error, "could not ensure topics at start");
             }
         }
-        let publisher = publish::Publisher::new(&settings.servers.kafka, topics.orders.clone()).context("creating the producer")?;
+        let publisher =
+            publish::Publisher::new(&settings.servers.kafka, topics.orders.clone()).context("creating the producer")?;
         let listener = tokio::net::TcpListener::bind(&settings.http_addr)
             .await
             .with_context(|| format!("binding {}", settings.http_addr))?;

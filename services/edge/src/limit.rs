@@ -59,7 +59,8 @@ impl RateLimits {
     pub fn check(self: &Arc<Self>, user: UserId) -> Result<(), Duration> {
         self.check_global()?;
         let result = self.per_user.check_key(&user).map_err(|not_until| not_until.wait_time_from(self.clock.now()));
-        if self.checks.fetch_add(1, Ordering::Relaxed).is_multiple_of(SIZE_CHECK_EVERY) && self.tracked_users() > self.max_tracked_users
+        if self.checks.fetch_add(1, Ordering::Relaxed).is_multiple_of(SIZE_CHECK_EVERY)
+            && self.tracked_users() > self.max_tracked_users
         {
             self.shrink_in_background();
         }
@@ -126,7 +127,10 @@ mod tests {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while limits.tracked_users() >= 100_000 || limits.shrinking.load(Ordering::Acquire) {
             let tracked = limits.tracked_users();
-            assert!(std::time::Instant::now() < deadline, "200,000 distinct users left {tracked} states (bound 10,000)");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "200,000 distinct users left {tracked} states (bound 10,000)"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }

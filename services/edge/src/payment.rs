@@ -6,8 +6,8 @@
 //! PAYMENT_LATE event). The SQL here is the edge's own.
 
 use crate::lookup::{self, LookupError, OrderView};
-use seckill_shared::domain::{OrderId, UserId};
 use seckill_shared::cancellation::{self, Cancel, CancelReason, CancelledOrder};
+use seckill_shared::domain::{OrderId, UserId};
 use seckill_shared::stock::Stock;
 use sqlx::{PgConnection, PgPool};
 
@@ -102,8 +102,11 @@ pub async fn pay(
         "CREATED" => {
             // The deadline passed and the worker has not come by yet: the
             // deadline wins, now.
-            cancelled = cancellation::cancel(&mut tx, Cancel::One { order_id: order_id.as_str(), reason: CancelReason::Expired })
-                .await?;
+            cancelled = cancellation::cancel(
+                &mut tx,
+                Cancel::One { order_id: order_id.as_str(), reason: CancelReason::Expired },
+            )
+            .await?;
             record_late_payment(&mut tx, order_id, &row, key).await?;
         }
         "PAID" => match (row.payment_key.as_deref(), key) {

@@ -108,7 +108,10 @@ impl Settings {
     /// Refuses what would start an edge that is open, or closed, by
     /// accident: a secret that is set but empty.
     pub fn validate(&self) -> anyhow::Result<()> {
-        for (value, name) in [(&self.admin_token, "SECKILL_ADMIN_TOKEN (admin_token)"), (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)")] {
+        for (value, name) in [
+            (&self.admin_token, "SECKILL_ADMIN_TOKEN (admin_token)"),
+            (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)"),
+        ] {
             if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
                 anyhow::bail!("{name} is set but empty; unset it, or give it a value");
             }
@@ -119,7 +122,9 @@ impl Settings {
                     && !origin.ends_with('/')
                     && origin.bytes().all(|b| b.is_ascii_graphic()));
             if !plausible {
-                anyhow::bail!("cors.allowed_origins: '{origin}' is not an origin (scheme://host[:port], no path) or '*'");
+                anyhow::bail!(
+                    "cors.allowed_origins: '{origin}' is not an origin (scheme://host[:port], no path) or '*'"
+                );
             }
         }
         Ok(())
@@ -154,12 +159,16 @@ mod tests {
 
     #[test]
     fn allowed_origins_come_as_a_list_or_comma_separated() {
-        let vars = [("SECKILL__CORS__ALLOWED_ORIGINS".to_owned(), "https://shop.example, https://m.shop.example".to_owned())];
+        let vars =
+            [("SECKILL__CORS__ALLOWED_ORIGINS".to_owned(), "https://shop.example, https://m.shop.example".to_owned())];
         let settings: Settings = load_from(None, &vars, UnknownKeys::Refuse).unwrap();
         assert_eq!(settings.cors.allowed_origins, ["https://shop.example", "https://m.shop.example"]);
         settings.validate().unwrap();
         for bad in ["shop.example", "https://shop.example/", "https://shop example"] {
-            let settings = Settings { cors: CorsSettings { allowed_origins: vec![bad.into()], ..CorsSettings::default() }, ..Settings::default() };
+            let settings = Settings {
+                cors: CorsSettings { allowed_origins: vec![bad.into()], ..CorsSettings::default() },
+                ..Settings::default()
+            };
             assert!(settings.validate().is_err(), "{bad} is not an origin");
         }
     }

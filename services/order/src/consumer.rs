@@ -11,9 +11,9 @@ use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use seckill_shared::domain::{FailReason, Fate, OrderId, OrderRecord, RecordError, UserId};
 use seckill_shared::fate::{self, FollowError};
-use seckill_shared::parked::{self, Parking};
 use seckill_shared::host::{retry_until, Connections};
 use seckill_shared::kafka::{self, header_str, Topics, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use seckill_shared::parked::{self, Parking};
 use seckill_shared::redis_conn::RedisCallError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -66,10 +66,15 @@ pub struct Worker {
 
 impl Worker {
     /// Creates the consumer and subscribes it.
-    pub fn new(index: usize, settings: Arc<Settings>, deps: Connections, dead_letters: DeadLetters) -> anyhow::Result<Self> {
+    pub fn new(
+        index: usize,
+        settings: Arc<Settings>,
+        deps: Connections,
+        dead_letters: DeadLetters,
+    ) -> anyhow::Result<Self> {
         let group = kafka::order_group(&settings.servers.kafka);
-        let consumer: StreamConsumer<kafka::Observed> =
-            kafka::consumer_config(&settings.servers.kafka, &group).create_with_context(kafka::Observed::new(&group))?;
+        let consumer: StreamConsumer<kafka::Observed> = kafka::consumer_config(&settings.servers.kafka, &group)
+            .create_with_context(kafka::Observed::new(&group))?;
         consumer.subscribe(&[deps.topics.orders.as_str()])?;
         Ok(Self { index, settings, deps, dead_letters, consumer, unfinished: Default::default() })
     }
@@ -81,7 +86,9 @@ impl Worker {
             // Safe point: the previous batch's commit is sent (or the batch
             // abandoned).
             let Some(batch) = self.next_batch(Some(&shutdown), None).await else { break };
-            let processed = retry_until(self.settings.service.retry, "processing a batch", &shutdown, || self.process(&batch)).await;
+            let processed =
+                retry_until(self.settings.service.retry, "processing a batch", &shutdown, || self.process(&batch))
+                    .await;
             if processed.is_none() {
                 // Shutting down mid-retry: commit nothing; the batch is
                 // consumed again by whoever gets these partitions.
@@ -122,7 +129,11 @@ impl Worker {
 
     /// Waits for a first record (until `shutdown`, or at most `wait`), then
     /// gathers more for up to the batch wait. `None` when none came.
-    async fn next_batch(&self, shutdown: Option<&CancellationToken>, wait: Option<Duration>) -> Option<Vec<OwnedMessage>> {
+    async fn next_batch(
+        &self,
+        shutdown: Option<&CancellationToken>,
+        wait: Option<Duration>,
+    ) -> Option<Vec<OwnedMessage>> {
         let never = CancellationToken::new();
         let shutdown = shutdown.unwrap_or(&never);
         let give_up = tokio::time::sleep(wait.unwrap_or(Duration::MAX / 4));
@@ -233,7 +244,11 @@ impl Worker {
         Ok(())
     }
 
-    async fn write_row_by_row(&self, records: &[OrderRecord], traces: &store::Traces<'_>) -> Result<BatchOutcome, WriteError> {
+    async fn write_row_by_row(
+        &self,
+        records: &[OrderRecord],
+        traces: &store::Traces<'_>,
+    ) -> Result<BatchOutcome, WriteError> {
         let mut total = BatchOutcome::default();
         for record in records {
             match store::write_batch(&self.deps.db, std::slice::from_ref(record), traces).await {

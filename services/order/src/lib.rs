@@ -8,7 +8,6 @@
 //! a crash anywhere replays the batch, and replays are idempotent. The
 //! [`relay`] publishes the order events the transactions wrote.
 
-
 /// What `--help` says the service does.
 pub const ABOUT: &str = "The order service: consumes seckill.orders in the seckill-order group, writes each batch of orders to PostgreSQL in one idempotent transaction with the database's stock guard, marks them CREATED in Redis, dead-letters what can never be written, and commits offsets only after all of that. Health and metrics on metrics_addr.";
 
@@ -102,7 +101,8 @@ mod tests {
     fn the_service_defaults_of_flattened_parts_hold() {
         let settings: Settings = load_from(None, &[], UnknownKeys::Refuse).unwrap();
         assert_eq!(settings.service.metrics_addr, "127.0.0.1:9101");
-        let settings: Settings = load_from(None, &vars(&[("SECKILL__RETRY__MAX_MS", "7")]), UnknownKeys::Refuse).unwrap();
+        let settings: Settings =
+            load_from(None, &vars(&[("SECKILL__RETRY__MAX_MS", "7")]), UnknownKeys::Refuse).unwrap();
         assert_eq!((settings.service.metrics_addr.as_str(), settings.service.retry.max_ms), ("127.0.0.1:9101", 7));
     }
 
@@ -110,7 +110,12 @@ mod tests {
     fn flattened_keys_stay_top_level() {
         let settings: Settings = load_from(
             None,
-            &vars(&[("SECKILL__METRICS_ADDR", "127.0.0.1:1"), ("SECKILL__RETRY__MAX_MS", "7"), ("SECKILL_KEY_PREFIX", "p:"), ("SECKILL__BATCH_SIZE", "9")]),
+            &vars(&[
+                ("SECKILL__METRICS_ADDR", "127.0.0.1:1"),
+                ("SECKILL__RETRY__MAX_MS", "7"),
+                ("SECKILL_KEY_PREFIX", "p:"),
+                ("SECKILL__BATCH_SIZE", "9"),
+            ]),
             UnknownKeys::Refuse,
         )
         .unwrap();

@@ -119,7 +119,11 @@ impl Relay {
             // After a non-empty turn, at once: a backlog drains at full speed.
             Ok(sent) => {
                 *self.failures.lock().expect("relay failures") = 0;
-                if sent > 0 { Duration::ZERO } else { poll }
+                if sent > 0 {
+                    Duration::ZERO
+                } else {
+                    poll
+                }
             }
             Err(RelayError::Lease(error)) => {
                 tracing::warn!(%error, "the relay's lease is another's");
@@ -167,7 +171,10 @@ impl Relay {
                 Ok(event) => outgoing.push((outbox::keyed(&event), &row.event)),
                 // One bad row must not stop every event behind it: it is
                 // parked for an operator and passed with the rest.
-                Err(error) => seckill_shared::parked::park_outbox_row(&self.deps.db, &self.deps.topics.events, row, &error).await?,
+                Err(error) => {
+                    seckill_shared::parked::park_outbox_row(&self.deps.db, &self.deps.topics.events, row, &error)
+                        .await?
+                }
             }
         }
         let topic = &self.deps.topics.events;

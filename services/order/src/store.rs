@@ -102,7 +102,11 @@ pub type Traces<'a> = HashMap<&'a str, Trace<'a>>;
 
 /// Writes `records` in one transaction. Records with the same order id as
 /// an earlier one in the batch are dropped (the first decides).
-pub async fn write_batch(pool: &PgPool, records: &[OrderRecord], traces: &Traces<'_>) -> Result<BatchOutcome, WriteError> {
+pub async fn write_batch(
+    pool: &PgPool,
+    records: &[OrderRecord],
+    traces: &Traces<'_>,
+) -> Result<BatchOutcome, WriteError> {
     let mut seen = HashSet::with_capacity(records.len());
     let records: Vec<&OrderRecord> = records.iter().filter(|r| seen.insert(r.order_id.as_str())).collect();
     if records.is_empty() {
@@ -159,7 +163,11 @@ async fn write_optimistic(
 }
 
 /// The locked way: every record classified under the sale rows' locks.
-async fn write_locked(pool: &PgPool, records: &[&OrderRecord], traces: &Traces<'_>) -> Result<BatchOutcome, WriteError> {
+async fn write_locked(
+    pool: &PgPool,
+    records: &[&OrderRecord],
+    traces: &Traces<'_>,
+) -> Result<BatchOutcome, WriteError> {
     let mut outcome = BatchOutcome::default();
     let mut tx = pool.begin().await?;
     let sales = read_sales(&mut tx, records, true).await?;

@@ -190,7 +190,14 @@ mod tests {
     #[test]
     fn ids_parse_from_text() {
         assert_eq!("42".parse::<ActivityId>().unwrap().get(), 42);
-        for (raw, why) in [("0", "zero"), ("-3", "negative"), ("abc", "not a number"), ("+5", "plus sign"), ("", "empty"), ("99999999999999999999", "beyond i64")] {
+        for (raw, why) in [
+            ("0", "zero"),
+            ("-3", "negative"),
+            ("abc", "not a number"),
+            ("+5", "plus sign"),
+            ("", "empty"),
+            ("99999999999999999999", "beyond i64"),
+        ] {
             let error = raw.parse::<SkuId>().expect_err(why);
             assert!(error.to_string().contains("skuId"), "{why}: {error}");
         }

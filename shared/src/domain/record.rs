@@ -39,7 +39,15 @@ impl OrderRecord {
     /// The record of an order the deduction accepted in `sale` for `user_id`
     /// (its round not named).
     pub fn new(order_id: OrderId, sale: SaleKey, user_id: UserId, accepted_at: i64) -> Self {
-        Self { order_id, activity_id: sale.activity, sku_id: sale.sku, user_id, accepted_at, round: None, v: Self::VERSION }
+        Self {
+            order_id,
+            activity_id: sale.activity,
+            sku_id: sale.sku,
+            user_id,
+            accepted_at,
+            round: None,
+            v: Self::VERSION,
+        }
     }
 
     /// The same record, naming the round it was accepted in.
@@ -102,7 +110,11 @@ mod tests {
     fn every_v1_fixture_decodes() {
         for (name, json) in FIXTURES {
             let record = OrderRecord::decode(json.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!((record.activity_id.get(), record.sku_id.get(), record.user_id.get()), (1001, 2001, 42), "{name}");
+            assert_eq!(
+                (record.activity_id.get(), record.sku_id.get(), record.user_id.get()),
+                (1001, 2001, 42),
+                "{name}"
+            );
         }
         let round = OrderRecord::decode(FIXTURES[1].1.as_bytes()).unwrap();
         assert_eq!(round.round, Some(3));

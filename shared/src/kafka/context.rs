@@ -35,8 +35,12 @@ impl ConsumerContext for Observed {
         match rebalance {
             // What was consumed of these and not committed is replayed by
             // their next owner, idempotently.
-            Rebalance::Revoke(list) => tracing::info!(group = %self.group, partitions = %partitions(list), "partitions revoked"),
-            Rebalance::Assign(list) => tracing::debug!(group = %self.group, partitions = %partitions(list), "partitions to assign"),
+            Rebalance::Revoke(list) => {
+                tracing::info!(group = %self.group, partitions = %partitions(list), "partitions revoked")
+            }
+            Rebalance::Assign(list) => {
+                tracing::debug!(group = %self.group, partitions = %partitions(list), "partitions to assign")
+            }
             Rebalance::Error(error) => tracing::warn!(group = %self.group, %error, "rebalance failed"),
         }
         metrics::counter!("seckill_consumer_rebalances_total", "group" => self.group.clone()).increment(1);

@@ -71,7 +71,8 @@ pub struct Origin<'a> {
 /// Dead-letter headers for a record from `origin` that failed for `reason`;
 /// the request id and trace context stay, the attempt count goes up.
 pub fn dlq_headers<H: Headers>(original: Option<&H>, reason: &str, error: &str, origin: Origin<'_>) -> OwnedHeaders {
-    let attempts = original.and_then(|h| header_str(h, dlq_header::ATTEMPTS)).and_then(|a| a.parse::<u32>().ok()).unwrap_or(0) + 1;
+    let attempts =
+        original.and_then(|h| header_str(h, dlq_header::ATTEMPTS)).and_then(|a| a.parse::<u32>().ok()).unwrap_or(0) + 1;
     let mut headers = Trace::of(original).headers();
     for (key, value) in [
         (dlq_header::REASON, reason.to_owned()),
@@ -108,7 +109,10 @@ mod tests {
     fn dead_letter_headers_keep_the_trace_and_count_attempts() {
         let original = OwnedHeaders::new()
             .insert(Header { key: REQUEST_ID_HEADER, value: Some("r-1") })
-            .insert(Header { key: TRACEPARENT_HEADER, value: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") })
+            .insert(Header {
+                key: TRACEPARENT_HEADER,
+                value: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            })
             .insert(Header { key: dlq_header::ATTEMPTS, value: Some("2") });
         let origin = Origin { topic: "seckill.orders", partition: 3, offset: 42 };
         let headers = dlq_headers(Some(&original), "MALFORMED", "bad", origin);

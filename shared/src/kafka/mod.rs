@@ -7,7 +7,9 @@ pub mod headers;
 pub mod lag;
 
 pub use context::Observed;
-pub use headers::{dlq_header, dlq_headers, header_str, headers_map, Origin, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+pub use headers::{
+    dlq_header, dlq_headers, header_str, headers_map, Origin, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER,
+};
 pub use lag::{committed_positions, high_watermarks, pipeline_lag, Lag, PipelineLag};
 
 use crate::config::KafkaSettings;

@@ -49,8 +49,10 @@ impl Stock {
             CompensationMode::Restore => ("restore", 0),
             CompensationMode::WriteOff { db_remaining } => ("writeoff", db_remaining),
         };
-        let mut invocation =
-            with_keys(&COMPENSATE, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off, &k.meta]);
+        let mut invocation = with_keys(
+            &COMPENSATE,
+            &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off, &k.meta],
+        );
         invocation
             .arg(order_id.as_str())
             .arg(user.get())

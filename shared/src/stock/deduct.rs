@@ -62,7 +62,10 @@ impl Stock {
         }
         let answers: Vec<Vec<redis::Value>> = self.conn.invoke(&invocation).await?;
         if answers.len() != requests.len() {
-            return Err(RedisCallError::Unexpected { script: "deduct.lua", answer: format!("{} answers to {} requests", answers.len(), requests.len()) });
+            return Err(RedisCallError::Unexpected {
+                script: "deduct.lua",
+                answer: format!("{} answers to {} requests", answers.len(), requests.len()),
+            });
         }
         answers.iter().map(|answer| parse_deduction(answer)).collect()
     }

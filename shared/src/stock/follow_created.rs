@@ -9,7 +9,8 @@ use redis::Script;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-static FOLLOW_CREATED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/follow_created.lua")));
+static FOLLOW_CREATED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/follow_created.lua")));
 
 impl Stock {
     /// Marks orders CREATED and clears their reservations

@@ -34,7 +34,13 @@ impl OrderState {
 
     /// `STATUS|user|reason|accepted_ms`, as the scripts write it.
     pub(super) fn encode(&self) -> String {
-        format!("{}|{}|{}|{}", self.status.as_str(), self.user_id, self.reason.as_deref().unwrap_or(""), self.accepted_at)
+        format!(
+            "{}|{}|{}|{}",
+            self.status.as_str(),
+            self.user_id,
+            self.reason.as_deref().unwrap_or(""),
+            self.accepted_at
+        )
     }
 }
 
@@ -71,7 +77,12 @@ impl Stock {
 
     /// Reservations whose publish deadline passed before `cutoff_ms` (Redis
     /// clock), oldest first, at most `limit`.
-    pub async fn stale_reservations(&self, sale: SaleKey, cutoff_ms: i64, limit: isize) -> Result<Vec<OrderId>, RedisCallError> {
+    pub async fn stale_reservations(
+        &self,
+        sale: SaleKey,
+        cutoff_ms: i64,
+        limit: isize,
+    ) -> Result<Vec<OrderId>, RedisCallError> {
         let k = self.keys.sale(sale);
         let mut conn = self.conn.clone();
         let ids: Vec<String> =
@@ -86,7 +97,8 @@ mod tests {
 
     #[test]
     fn order_states_round_trip() {
-        let state = OrderState { status: OrderStatus::Failed, user_id: 42, reason: Some("NO_DB_STOCK".into()), accepted_at: 7 };
+        let state =
+            OrderState { status: OrderStatus::Failed, user_id: 42, reason: Some("NO_DB_STOCK".into()), accepted_at: 7 };
         assert_eq!(OrderState::parse(&state.encode()), Some(state));
         let queued = OrderState::parse("QUEUED|9||123").expect("valid");
         assert_eq!(queued.reason, None);

@@ -34,7 +34,17 @@ impl Stock {
         let k = self.keys.sale(sale);
         let mut invocation = with_keys(
             &WARMUP,
-            &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off, &k.seq, &k.returned],
+            &[
+                &k.meta,
+                &k.stock,
+                &k.buyers,
+                &k.orders,
+                &k.reserved,
+                &k.compensated,
+                &k.written_off,
+                &k.seq,
+                &k.returned,
+            ],
         );
         invocation
             .arg(round.stock)

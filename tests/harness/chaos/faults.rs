@@ -152,7 +152,9 @@ async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Dura
         // acknowledges from now on stays in its memory only, and it is
         // killed before the replica thaws.
         signal("-STOP", pid);
-        let _ = std::process::Command::new("redis-cli").args(["-p", &primary.to_string(), "client", "kill", "type", "replica"]).status();
+        let _ = std::process::Command::new("redis-cli")
+            .args(["-p", &primary.to_string(), "client", "kill", "type", "replica"])
+            .status();
         tokio::time::sleep(behind).await;
     }
     kill9(crate::repo_root().join(format!(".data/cluster/redis-{primary}/redis.pid")));
@@ -161,7 +163,11 @@ async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Dura
     }
     let promoted = Instant::now();
     crate::eventually("Sentinel to promote the replica", Duration::from_secs(60), || async {
-        if sentinel_primary() != primary { Ok(()) } else { Err(format!(":{primary} is still the primary")) }
+        if sentinel_primary() != primary {
+            Ok(())
+        } else {
+            Err(format!(":{primary} is still the primary"))
+        }
     })
     .await;
     eprintln!("chaos: Sentinel promoted :{} after {:?}", sentinel_primary(), promoted.elapsed());
@@ -175,9 +181,13 @@ async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Dura
 pub async fn wait_redis_replicated() {
     crate::eventually("the Redis replica to be linked and synced", Duration::from_secs(90), || async {
         let replica = if sentinel_primary() == 6379 { 6380 } else { 6379 };
-        let output = std::process::Command::new("redis-cli").args(["-p", &replica.to_string(), "info", "replication"]).output();
+        let output =
+            std::process::Command::new("redis-cli").args(["-p", &replica.to_string(), "info", "replication"]).output();
         let text = output.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-        if text.contains("role:slave") && text.contains("master_link_status:up") && text.contains("master_sync_in_progress:0") {
+        if text.contains("role:slave")
+            && text.contains("master_link_status:up")
+            && text.contains("master_sync_in_progress:0")
+        {
             Ok(())
         } else {
             Err(format!(":{replica}: {text}"))

@@ -110,11 +110,28 @@ pub async fn run(scenario: Scenario) -> Outcome {
     let accepted_file = binary("seckillctl").parent().expect("dir").join(format!("accepted-{}.txt", test.id));
     let (a, s) = (sale.activity.to_string(), sale.sku.to_string());
     let args: Vec<String> = [
-        "bench", "--url", &pipeline.url, "--activity", &a, "--sku", &s,
-        "--users", &scenario.users.to_string(), "--requests", &scenario.requests.to_string(),
-        "--rate", &scenario.rate.to_string(), "--concurrency", &scenario.concurrency.to_string(),
-        "--same-user-ratio", &scenario.retry_ratio.to_string(), "--seed", &scenario.seed.to_string(),
-        "--accepted-out", accepted_file.to_str().expect("utf-8 path"), "--json",
+        "bench",
+        "--url",
+        &pipeline.url,
+        "--activity",
+        &a,
+        "--sku",
+        &s,
+        "--users",
+        &scenario.users.to_string(),
+        "--requests",
+        &scenario.requests.to_string(),
+        "--rate",
+        &scenario.rate.to_string(),
+        "--concurrency",
+        &scenario.concurrency.to_string(),
+        "--same-user-ratio",
+        &scenario.retry_ratio.to_string(),
+        "--seed",
+        &scenario.seed.to_string(),
+        "--accepted-out",
+        accepted_file.to_str().expect("utf-8 path"),
+        "--json",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -145,15 +162,26 @@ pub async fn run(scenario: Scenario) -> Outcome {
     let drain = drain_started.elapsed();
     let report: serde_json::Value = serde_json::from_str(&reconcile.stdout)
         .unwrap_or_else(|_| panic!("reconcile printed no report: {reconcile:?}"));
-    let violations: Vec<String> =
-        report["violations"].as_array().map(|v| v.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+    let violations: Vec<String> = report["violations"]
+        .as_array()
+        .map(|v| v.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
     let created = report["ordersCreated"].as_i64().unwrap_or(-1);
     // PostgreSQL's guarantees hold whatever happened to Redis.
     assert!(created <= scenario.stock, "{}: oversold: {created} > {}", scenario.name, scenario.stock);
     assert_eq!(report["duplicateUsers"], 0, "{}: a user holds two orders", scenario.name);
-    assert_eq!(report["dbRemaining"].as_i64(), Some(scenario.stock - created), "{}: database stock guard", scenario.name);
+    assert_eq!(
+        report["dbRemaining"].as_i64(),
+        Some(scenario.stock - created),
+        "{}: database stock guard",
+        scenario.name
+    );
     assert_eq!(report["parked"], 0, "{}: records parked", scenario.name);
-    assert!(report["orderLag"] == 0 && report["compensatorLag"] == 0, "{}: pipeline not drained: {report}", scenario.name);
+    assert!(
+        report["orderLag"] == 0 && report["compensatorLag"] == 0,
+        "{}: pipeline not drained: {report}",
+        scenario.name
+    );
     if redis_may_lose {
         // Redis may have lost acknowledged writes: the books may show it in
         // the balance — and must say why — but nothing else may break.
@@ -161,13 +189,20 @@ pub async fn run(scenario: Scenario) -> Outcome {
             let explained = (violation.starts_with("total_stock") && violation.contains("unknown to Redis"))
                 || violation.starts_with("redis has no such sale");
             assert!(
-                explained || violation.starts_with("compensated") || violation.starts_with("not drained: orders_in_flight"),
+                explained
+                    || violation.starts_with("compensated")
+                    || violation.starts_with("not drained: orders_in_flight"),
                 "{}: unexplained violation after Redis lost writes: {violation}",
                 scenario.name
             );
         }
     } else {
-        assert!(violations.is_empty() && reconcile.code == 0, "{}: reconciliation failed: {violations:?}\n{}", scenario.name, reconcile.stdout);
+        assert!(
+            violations.is_empty() && reconcile.code == 0,
+            "{}: reconciliation failed: {violations:?}\n{}",
+            scenario.name,
+            reconcile.stdout
+        );
         assert_eq!(report["ordersInFlight"], 0, "{}: something left in flight", scenario.name);
     }
 
@@ -204,7 +239,12 @@ pub async fn run(scenario: Scenario) -> Outcome {
         assert_eq!(lost_by_redis, 0, "{}: Redis lost accepted orders without a Redis fault", scenario.name);
         let failed: Vec<String> = rows.iter().filter(|(_, s, _)| s == "FAILED").map(|(id, _, _)| id.clone()).collect();
         let settled = test.stock.count_settled(sale, &failed).await.expect("settled sets");
-        assert_eq!(settled, failed.len() as i64, "{}: a FAILED order's unit was not restored or written off", scenario.name);
+        assert_eq!(
+            settled,
+            failed.len() as i64,
+            "{}: a FAILED order's unit was not restored or written off",
+            scenario.name
+        );
     }
     // Downstream sees every change of every order, as a consumer reads it.
     test.verify_events(sale).await;
@@ -219,7 +259,11 @@ pub async fn run(scenario: Scenario) -> Outcome {
         try_again: outcomes.get("503 TRY_AGAIN").and_then(|v| v.as_u64()).unwrap_or(0) as i64,
         accepted_failed,
         lost_by_redis,
-        verdict: if violations.is_empty() { "consistent".into() } else { format!("explained: {}", violations.join("; ")) },
+        verdict: if violations.is_empty() {
+            "consistent".into()
+        } else {
+            format!("explained: {}", violations.join("; "))
+        },
         drain,
     };
     pipeline.stop().await;

@@ -47,7 +47,9 @@ impl Pipeline {
                 (format!("http://{addr}"), vec![addr], 1)
             }
             // The ports HAProxy's configuration names (infra/haproxy).
-            Topology::Cluster => ("http://127.0.0.1:8080".into(), vec!["127.0.0.1:8081".into(), "127.0.0.1:8082".into()], 2),
+            Topology::Cluster => {
+                ("http://127.0.0.1:8080".into(), vec!["127.0.0.1:8081".into(), "127.0.0.1:8082".into()], 2)
+            }
         };
         let mut pipeline = Self { url, edge_addrs, env, running: Vec::new() };
         for kind in [Kind::Edge, Kind::Order, Kind::Compensator] {
@@ -62,8 +64,12 @@ impl Pipeline {
     fn spawn(&self, kind: Kind, index: usize) -> Child {
         let mut env = self.env.clone();
         let own: Vec<(&str, String)> = match kind {
-            Kind::Edge => vec![("SECKILL_HTTP_ADDR", self.edge_addrs[index].clone()), ("SECKILL__SOLD_OUT_FLAG_MS", "500".into())],
-            Kind::Order => vec![("SECKILL__METRICS_ADDR", "127.0.0.1:0".into()), ("SECKILL__RETRY__MAX_MS", "1000".into())],
+            Kind::Edge => {
+                vec![("SECKILL_HTTP_ADDR", self.edge_addrs[index].clone()), ("SECKILL__SOLD_OUT_FLAG_MS", "500".into())]
+            }
+            Kind::Order => {
+                vec![("SECKILL__METRICS_ADDR", "127.0.0.1:0".into()), ("SECKILL__RETRY__MAX_MS", "1000".into())]
+            }
             Kind::Compensator => vec![
                 ("SECKILL__METRICS_ADDR", "127.0.0.1:0".into()),
                 ("SECKILL__RETRY__MAX_MS", "1000".into()),
@@ -82,7 +88,12 @@ impl Pipeline {
             let url = format!("http://{addr}");
             crate::eventually("an edge to be ready", Duration::from_secs(60), || async {
                 let client = crate::http::Client::new(url.clone());
-                match tokio::time::timeout(Duration::from_secs(2), client.try_send(hyper::Method::GET, "/readyz", None, &[])).await {
+                match tokio::time::timeout(
+                    Duration::from_secs(2),
+                    client.try_send(hyper::Method::GET, "/readyz", None, &[]),
+                )
+                .await
+                {
                     Ok(Ok(reply)) if reply.status == 200 => Ok(()),
                     _ => Err(url.clone()),
                 }

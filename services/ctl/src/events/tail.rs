@@ -34,7 +34,8 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
     let kafka_settings = &settings.servers.kafka;
     let topic = Topics::new(kafka_settings).events;
     let group = format!("{}{group}", kafka_settings.topic_prefix);
-    let consumer: StreamConsumer = kafka::consumer_config(kafka_settings, &group).create().map_err(Failure::unreadable)?;
+    let consumer: StreamConsumer =
+        kafka::consumer_config(kafka_settings, &group).create().map_err(Failure::unreadable)?;
     consumer.subscribe(&[&topic]).map_err(Failure::unreadable)?;
     let mut seen = HashSet::new();
     let mut printed = 0u64;

@@ -96,7 +96,10 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
     if verdict.complete && drained {
         Ok(())
     } else {
-        Err(Failure::failed(anyhow::anyhow!("the events topic does not hold every event of sale {sale} ({} pending)", verdict.pending)))
+        Err(Failure::failed(anyhow::anyhow!(
+            "the events topic does not hold every event of sale {sale} ({} pending)",
+            verdict.pending
+        )))
     }
 }
 
@@ -107,7 +110,11 @@ pub fn on_topic(kafka: &KafkaSettings, sale: Option<SaleKey>) -> anyhow::Result<
 }
 
 /// [`on_topic`], reading from `start`.
-pub fn on_topic_from(kafka: &KafkaSettings, sale: Option<SaleKey>, start: Start<'_>) -> anyhow::Result<HashMap<String, (Position, usize)>> {
+pub fn on_topic_from(
+    kafka: &KafkaSettings,
+    sale: Option<SaleKey>,
+    start: Start<'_>,
+) -> anyhow::Result<HashMap<String, (Position, usize)>> {
     let topic = Topics::new(kafka).events;
     let mut seen: HashMap<String, (Position, usize)> = HashMap::new();
     read_to_end(kafka, &topic, start, Duration::from_secs(300), |_, message| {
@@ -120,7 +127,9 @@ pub fn on_topic_from(kafka: &KafkaSettings, sale: Option<SaleKey>, start: Start<
             activity_id: i64,
             sku_id: i64,
         }
-        let Some(head) = message.payload().and_then(|p| serde_json::from_slice::<Head>(p).ok()) else { return Ok(true) };
+        let Some(head) = message.payload().and_then(|p| serde_json::from_slice::<Head>(p).ok()) else {
+            return Ok(true);
+        };
         if sale.is_none_or(|s| (s.activity.get(), s.sku.get()) == (head.activity_id, head.sku_id)) {
             let entry = seen.entry(head.event_id).or_insert(((message.partition(), message.offset()), 0));
             entry.1 += 1;
@@ -132,7 +141,12 @@ pub fn on_topic_from(kafka: &KafkaSettings, sale: Option<SaleKey>, start: Start<
 
 /// Compares what the orders call for with what the topic holds.
 fn judge(sale: SaleKey, wanted: &[Expected], seen: &HashMap<String, (Position, usize)>) -> Verdict {
-    let mut verdict = Verdict { activity_id: sale.activity.get(), sku_id: sale.sku.get(), expected: wanted.len(), ..Verdict::default() };
+    let mut verdict = Verdict {
+        activity_id: sale.activity.get(),
+        sku_id: sale.sku.get(),
+        expected: wanted.len(),
+        ..Verdict::default()
+    };
     let mut by_order: BTreeMap<&str, Vec<Option<Position>>> = BTreeMap::new();
     for want in wanted {
         let position = seen.get(&want.event.event_id).map(|(at, copies)| {
@@ -169,7 +183,10 @@ fn judge(sale: SaleKey, wanted: &[Expected], seen: &HashMap<String, (Position, u
 }
 
 fn print(verdict: &Verdict) {
-    println!("sale {}:{}  {} orders, {} events expected", verdict.activity_id, verdict.sku_id, verdict.orders, verdict.expected);
+    println!(
+        "sale {}:{}  {} orders, {} events expected",
+        verdict.activity_id, verdict.sku_id, verdict.orders, verdict.expected
+    );
     println!("  on the topic     {} ({} repeated copies)", verdict.delivered, verdict.repeats);
     println!("  pending (relay)  {}", verdict.pending);
     println!("  missing          {}", verdict.missing_count);
@@ -210,14 +227,40 @@ mod tests {
     #[test]
     fn the_verdict_names_what_is_missing_late_out_of_order_or_unexplained() {
         let sale = SaleKey::from_raw(1, 2).unwrap();
-        let wanted = [want("a", "CREATED", false), want("a", "PAID", false), want("b", "CREATED", true), want("c", "CREATED", false)];
+        let wanted = [
+            want("a", "CREATED", false),
+            want("a", "PAID", false),
+            want("b", "CREATED", true),
+            want("c", "CREATED", false),
+        ];
         let at = |p, o, n| ((p, o), n);
         for (seen, complete, why) in [
-            (vec![("a:CREATED", at(0, 1, 1)), ("a:PAID", at(0, 5, 2)), ("c:CREATED", at(1, 1, 1))], true, "all there, one repeated, one pending"),
+            (
+                vec![("a:CREATED", at(0, 1, 1)), ("a:PAID", at(0, 5, 2)), ("c:CREATED", at(1, 1, 1))],
+                true,
+                "all there, one repeated, one pending",
+            ),
             (vec![("a:CREATED", at(0, 1, 1)), ("c:CREATED", at(1, 1, 1))], false, "a:PAID missing"),
-            (vec![("a:CREATED", at(0, 9, 1)), ("a:PAID", at(0, 5, 1)), ("c:CREATED", at(1, 1, 1))], false, "a's events out of order"),
-            (vec![("a:CREATED", at(0, 1, 1)), ("a:PAID", at(1, 5, 1)), ("c:CREATED", at(1, 1, 1))], false, "a's events in two partitions"),
-            (vec![("a:CREATED", at(0, 1, 1)), ("a:PAID", at(0, 5, 1)), ("c:CREATED", at(1, 1, 1)), ("z:CREATED", at(1, 2, 1))], false, "an event no order explains"),
+            (
+                vec![("a:CREATED", at(0, 9, 1)), ("a:PAID", at(0, 5, 1)), ("c:CREATED", at(1, 1, 1))],
+                false,
+                "a's events out of order",
+            ),
+            (
+                vec![("a:CREATED", at(0, 1, 1)), ("a:PAID", at(1, 5, 1)), ("c:CREATED", at(1, 1, 1))],
+                false,
+                "a's events in two partitions",
+            ),
+            (
+                vec![
+                    ("a:CREATED", at(0, 1, 1)),
+                    ("a:PAID", at(0, 5, 1)),
+                    ("c:CREATED", at(1, 1, 1)),
+                    ("z:CREATED", at(1, 2, 1)),
+                ],
+                false,
+                "an event no order explains",
+            ),
         ] {
             let seen: HashMap<String, (Position, usize)> = seen.into_iter().map(|(id, v)| (id.to_owned(), v)).collect();
             let verdict = judge(sale, &wanted, &seen);

@@ -69,8 +69,11 @@ pub fn rates(before: &Reading, after: &Reading, seconds: f64) -> BTreeMap<String
 /// `histogram_quantile` does; `None` when none were answered.
 pub fn quantile(before: &Reading, after: &Reading, q: f64) -> Option<f64> {
     let then: BTreeMap<u64, f64> = before.latency.iter().map(|(b, c)| (b.to_bits(), *c)).collect();
-    let buckets: Vec<(f64, f64)> =
-        after.latency.iter().map(|(bound, count)| (*bound, count - then.get(&bound.to_bits()).copied().unwrap_or(0.0))).collect();
+    let buckets: Vec<(f64, f64)> = after
+        .latency
+        .iter()
+        .map(|(bound, count)| (*bound, count - then.get(&bound.to_bits()).copied().unwrap_or(0.0)))
+        .collect();
     let total = buckets.last()?.1;
     if total <= 0.0 {
         return None;

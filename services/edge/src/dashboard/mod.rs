@@ -143,7 +143,11 @@ impl Dashboard {
             Some((then, before)) => {
                 let seconds = now.duration_since(*then).as_secs_f64();
                 let ms = |q| metrics_text::quantile(before, &reading, q).map(|s| s * 1000.0);
-                EdgeFigures { rate_per_second: metrics_text::rates(before, &reading, seconds), p50_ms: ms(0.5), p99_ms: ms(0.99) }
+                EdgeFigures {
+                    rate_per_second: metrics_text::rates(before, &reading, seconds),
+                    p50_ms: ms(0.5),
+                    p99_ms: ms(0.99),
+                }
             }
             None => EdgeFigures::default(),
         };

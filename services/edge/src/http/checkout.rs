@@ -4,8 +4,8 @@ use super::bodies::{ErrorBody, OrderOwnerBody, OrderStatusBody};
 use super::body::{from_serde, FromJsonBody, JsonBody};
 use super::order::status_body;
 use super::{auth, ApiError, AppState};
-use crate::payment::{self, PaymentError};
 use crate::lookup::LookupError;
+use crate::payment::{self, PaymentError};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
@@ -30,7 +30,12 @@ const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The checks both routes make first: the token (when user auth is on)
 /// names the body's user, the per-user limit, a well-formed order id.
-fn admit(state: &AppState, headers: &HeaderMap, raw: &str, body: &OrderOwnerBody) -> Result<(OrderId, UserId), ApiError> {
+fn admit(
+    state: &AppState,
+    headers: &HeaderMap,
+    raw: &str,
+    body: &OrderOwnerBody,
+) -> Result<(OrderId, UserId), ApiError> {
     let user = UserId::new(body.user_id).map_err(ApiError::invalid)?;
     auth::require_user(state, headers, user)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;

@@ -7,14 +7,16 @@
 //! are embedded in the binary: nothing is fetched from elsewhere.
 
 use super::{auth, ApiError, AppState};
+use crate::dashboard::Figures;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, LOCATION, SET_COOKIE, X_CONTENT_TYPE_OPTIONS};
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, LOCATION, SET_COOKIE, X_CONTENT_TYPE_OPTIONS,
+};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Form, Json, Router};
-use crate::dashboard::Figures;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -78,19 +80,25 @@ async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Re
         return Ok(login_page(StatusCode::UNAUTHORIZED, &format!("<p class=\"error\">{refused}</p>")));
     }
     let cookie = state.sessions.open();
-    Ok((StatusCode::SEE_OTHER, [(LOCATION, "/admin/dashboard".parse().expect("a path")), (SET_COOKIE, cookie)]).into_response())
+    Ok((StatusCode::SEE_OTHER, [(LOCATION, "/admin/dashboard".parse().expect("a path")), (SET_COOKIE, cookie)])
+        .into_response())
 }
 
 /// Ends the session.
 async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let cookie = state.sessions.close(&headers);
-    (StatusCode::SEE_OTHER, [(LOCATION, "/admin/dashboard".parse().expect("a path")), (SET_COOKIE, cookie)]).into_response()
+    (StatusCode::SEE_OTHER, [(LOCATION, "/admin/dashboard".parse().expect("a path")), (SET_COOKIE, cookie)])
+        .into_response()
 }
 
 /// The latest figures as JSON.
 async fn snapshot(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Arc<Figures>>, ApiError> {
     auth::require_admin_or_session(&state, &headers)?;
-    let figures = state.dashboard.current().await.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the collector sent nothing")))?;
+    let figures = state
+        .dashboard
+        .current()
+        .await
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the collector sent nothing")))?;
     Ok(Json(figures))
 }
 
@@ -101,7 +109,10 @@ async fn events(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
     let stream = futures::stream::unfold(receiver, |mut receiver| async move {
         receiver.changed().await.ok()?;
         let figures = receiver.borrow_and_update().clone()?;
-        let event = Event::default().event("figures").json_data(&*figures).unwrap_or_else(|_| Event::default().comment("unserializable"));
+        let event = Event::default()
+            .event("figures")
+            .json_data(&*figures)
+            .unwrap_or_else(|_| Event::default().comment("unserializable"));
         Some((Ok::<_, Infallible>(event), receiver))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())

@@ -9,10 +9,7 @@ use axum::Router;
 
 /// Health routes.
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(ready))
-        .route("/metrics", get(metrics))
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(ready)).route("/metrics", get(metrics))
 }
 
 /// Liveness: the process answers (no dependency is checked).

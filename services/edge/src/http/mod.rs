@@ -13,9 +13,9 @@ mod dashboard;
 mod error;
 mod health;
 mod observe;
-mod session;
 pub mod openapi;
 mod order;
+mod session;
 
 pub use error::ApiError;
 

@@ -52,7 +52,8 @@ fn new_traceparent() -> HeaderValue {
 /// (`vv-<32 hex>-<16 hex>-<2 hex>`); a malformed one starts a new trace.
 fn valid_traceparent(value: &HeaderValue) -> bool {
     let bytes = value.as_bytes();
-    let hex = |range: std::ops::Range<usize>| bytes[range].iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
+    let hex =
+        |range: std::ops::Range<usize>| bytes[range].iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
     bytes.len() == 55
         && bytes[2] == b'-'
         && bytes[35] == b'-'
@@ -102,7 +103,9 @@ mod tests {
     #[test]
     fn request_ids_are_short_and_visible() {
         let long = "x".repeat(129);
-        for (id, ok) in [("abc-123", true), ("x", true), ("a b", false), ("a\tb", false), ("é", false), (long.as_str(), false)] {
+        for (id, ok) in
+            [("abc-123", true), ("x", true), ("a b", false), ("a\tb", false), ("é", false), (long.as_str(), false)]
+        {
             let value = HeaderValue::from_bytes(id.as_bytes()).unwrap();
             assert_eq!(valid_request_id(&value), ok, "{id:?}");
         }
@@ -114,7 +117,12 @@ mod tests {
         let good = HeaderValue::from_static("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         assert!(valid_traceparent(&good));
         assert!(valid_traceparent(&new_traceparent()));
-        for bad in ["", "00-xyz", "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01", "00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"] {
+        for bad in [
+            "",
+            "00-xyz",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ] {
             assert!(!valid_traceparent(&HeaderValue::from_static(bad)), "{bad}");
         }
     }

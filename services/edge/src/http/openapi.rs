@@ -4,7 +4,9 @@
 //! are the handlers' own types ([`super::bodies`], and the shared library's
 //! sale row and reconciliation report).
 
-use super::bodies::{ErrorBody, ErrorCode, OrderOwnerBody, OrderRequestBody, OrderStatusBody, QueuedBody, QueuedCode, WarmupBody};
+use super::bodies::{
+    ErrorBody, ErrorCode, OrderOwnerBody, OrderRequestBody, OrderStatusBody, QueuedBody, QueuedCode, WarmupBody,
+};
 use super::AppState;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -21,9 +23,14 @@ struct Security;
 impl Modify for Security {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
-        let bearer = |format: &str| SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format(format).build());
+        let bearer = |format: &str| {
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format(format).build())
+        };
         components.add_security_scheme("admin", bearer("admin token (SECKILL_ADMIN_TOKEN)"));
-        components.add_security_scheme("user", bearer("HS256 JWT whose sub is the user (when SECKILL_USER_JWT_SECRET is set)"));
+        components.add_security_scheme(
+            "user",
+            bearer("HS256 JWT whose sub is the user (when SECKILL_USER_JWT_SECRET is set)"),
+        );
     }
 }
 
@@ -94,13 +101,28 @@ mod tests {
     fn every_status_and_code_of_the_contract_is_documented() {
         let text = document();
         for code in [
-            "INVALID_REQUEST", "PAYLOAD_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE", "UNAUTHORIZED", "FORBIDDEN", "RATE_LIMITED",
-            "SALE_NOT_FOUND", "SALE_NOT_ACTIVE", "ALREADY_PURCHASED", "SOLD_OUT", "ORDER_NOT_FOUND", "SALE_BUSY", "NOT_FOUND",
-            "METHOD_NOT_ALLOWED", "TRY_AGAIN",
+            "INVALID_REQUEST",
+            "PAYLOAD_TOO_LARGE",
+            "UNSUPPORTED_MEDIA_TYPE",
+            "UNAUTHORIZED",
+            "FORBIDDEN",
+            "RATE_LIMITED",
+            "SALE_NOT_FOUND",
+            "SALE_NOT_ACTIVE",
+            "ALREADY_PURCHASED",
+            "SOLD_OUT",
+            "ORDER_NOT_FOUND",
+            "SALE_BUSY",
+            "NOT_FOUND",
+            "METHOD_NOT_ALLOWED",
+            "TRY_AGAIN",
         ] {
             assert!(text.contains(code), "{code} is documented");
         }
-        for status in ["\"200\"", "\"202\"", "\"400\"", "\"401\"", "\"403\"", "\"404\"", "\"409\"", "\"410\"", "\"413\"", "\"415\"", "\"429\"", "\"503\""] {
+        for status in [
+            "\"200\"", "\"202\"", "\"400\"", "\"401\"", "\"403\"", "\"404\"", "\"409\"", "\"410\"", "\"413\"",
+            "\"415\"", "\"429\"", "\"503\"",
+        ] {
             assert!(text.contains(status), "status {status} is documented");
         }
         assert!(text.contains("\"openapi\": \"3.1.0\""));

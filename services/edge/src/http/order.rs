@@ -84,10 +84,9 @@ fn positive_field(object: &Map<String, Value>, name: &str) -> Result<i64, ApiErr
             Some(v) if v > 0 => Ok(v),
             _ => Err(ApiError::InvalidRequest(format!("{name} must be a positive integer within i64, got {n}"))),
         },
-        Some(other) => Err(ApiError::InvalidRequest(format!(
-            "{name} must be a positive integer, got {}",
-            json_type(other)
-        ))),
+        Some(other) => {
+            Err(ApiError::InvalidRequest(format!("{name} must be a positive integer, got {}", json_type(other))))
+        }
     }
 }
 
@@ -161,10 +160,16 @@ async fn place_order_inner(
     let deadline = state.publisher.deadline();
     let started = Instant::now();
     let deduction = match state.settings.deduction {
-        DeductionMode::Lua => state.batcher.deduct(sale, request.user, nonce, deadline).await.map(Some).map_err(anyhow::Error::from),
+        DeductionMode::Lua => {
+            state.batcher.deduct(sale, request.user, nonce, deadline).await.map(Some).map_err(anyhow::Error::from)
+        }
         DeductionMode::Lock => {
             let (locks, lock) = (&state.locks, &state.settings.lock);
-            state.stock.deduct_with_lock(locks, lock, sale, request.user, &nonce, deadline).await.map_err(anyhow::Error::from)
+            state
+                .stock
+                .deduct_with_lock(locks, lock, sale, request.user, &nonce, deadline)
+                .await
+                .map_err(anyhow::Error::from)
         }
     };
     metrics::histogram!("seckill_edge_deduct_seconds").record(started.elapsed().as_secs_f64());
@@ -188,7 +193,8 @@ async fn place_order_inner(
     let record = OrderRecord::new(order_id.clone(), sale, request.user, accepted_at).in_round(round);
     // The observe middleware gave every request both.
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    let trace = crate::publish::Trace { request_id: header(REQUEST_ID_HEADER), traceparent: header(TRACEPARENT_HEADER) };
+    let trace =
+        crate::publish::Trace { request_id: header(REQUEST_ID_HEADER), traceparent: header(TRACEPARENT_HEADER) };
     let started = Instant::now();
     metrics::gauge!("seckill_edge_publishes_in_flight").increment(1.0);
     let outcome = state.publisher.publish(&record, trace).await;
@@ -298,14 +304,18 @@ pub(super) async fn get_result(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<OrderStatusBody>, ApiError> {
     let field = |name: &str| -> Result<&str, ApiError> {
-        query.get(name).map(String::as_str).ok_or_else(|| ApiError::invalid(format!("missing query parameter '{name}'")))
+        query
+            .get(name)
+            .map(String::as_str)
+            .ok_or_else(|| ApiError::invalid(format!("missing query parameter '{name}'")))
     };
     let activity: ActivityId = field("activityId")?.parse().map_err(ApiError::invalid)?;
     let sku: SkuId = field("skuId")?.parse().map_err(ApiError::invalid)?;
     let user: UserId = field("userId")?.parse().map_err(ApiError::invalid)?;
     auth::require_user(&state, &headers, user)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
-    let view = lookup::user_order(&state.stock, &state.db, SaleKey::new(activity, sku), user).await.map_err(lookup_error)?;
+    let view =
+        lookup::user_order(&state.stock, &state.db, SaleKey::new(activity, sku), user).await.map_err(lookup_error)?;
     Ok(status_body(&view))
 }
 

@@ -125,7 +125,8 @@ impl Publisher {
         let key = record.user_id.get().to_string();
         let headers = trace.headers();
         let (report, reported) = oneshot::channel();
-        let base = BaseRecord::with_opaque_to(&self.topic, Box::new(report)).key(&key).payload(&payload).headers(headers);
+        let base =
+            BaseRecord::with_opaque_to(&self.topic, Box::new(report)).key(&key).payload(&payload).headers(headers);
         // An enqueue error (queue full, unknown partition, producer failed)
         // means the record never left this process.
         if let Err((error, _)) = self.live().producer.send(base) {
@@ -166,7 +167,9 @@ impl Publisher {
 fn classify(report: Report) -> PublishOutcome {
     match report {
         Report::Delivered => PublishOutcome::Delivered,
-        Report::Failed { error, persistence: Persistence::NotPersisted } => PublishOutcome::NotPersisted(error.to_string()),
+        Report::Failed { error, persistence: Persistence::NotPersisted } => {
+            PublishOutcome::NotPersisted(error.to_string())
+        }
         Report::Failed { error, persistence } => PublishOutcome::Ambiguous(format!("{error} ({persistence:?})")),
     }
 }
@@ -188,7 +191,11 @@ mod tests {
             (failed(Code::UnknownTopic, Persistence::NotPersisted), true, "a topic that does not exist"),
             (failed(Code::MessageTimedOut, Persistence::NotPersisted), true, "timed out before it was ever sent"),
             (failed(Code::MessageTimedOut, Persistence::PossiblyPersisted), false, "timed out in flight"),
-            (failed(Code::NotEnoughReplicas, Persistence::PossiblyPersisted), false, "a broker error on a retry after a timed-out attempt"),
+            (
+                failed(Code::NotEnoughReplicas, Persistence::PossiblyPersisted),
+                false,
+                "a broker error on a retry after a timed-out attempt",
+            ),
             (failed(Code::NotEnoughReplicas, Persistence::NotPersisted), true, "a broker refused it before appending"),
             (failed(Code::OutOfOrderSequenceNumber, Persistence::Persisted), false, "persisted, reported as failed"),
         ] {
