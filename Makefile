@@ -2,8 +2,9 @@
 # infrastructure up first (installing what is missing) and are idempotent.
 
 CARGO ?= cargo
-# The demo and the benchmark run optimised binaries; the tests use the dev build.
-PROFILE ?= release
+# The demo runs the tests' build (one build for both on a fresh machine);
+# the benchmarks run optimised binaries (make bench builds them itself).
+PROFILE ?= dev
 TEST_THREADS ?= 4
 
 .PHONY: lint sqlx-prepare help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster

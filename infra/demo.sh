@@ -13,7 +13,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CLUSTER=0
 [[ "${1:-}" == "--cluster" ]] && CLUSTER=1
-PROFILE="${PROFILE:-release}"
+PROFILE="${PROFILE:-dev}"
 # SECKILL_BIN: where the four binaries are (infra/image/demo.sh points it at
 # wrappers that run them from the container image).
 BIN="${SECKILL_BIN:-$ROOT/target/$([[ $PROFILE == release ]] && echo release || echo debug)}"

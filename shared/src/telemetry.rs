@@ -13,19 +13,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// The log filter: `RUST_LOG` when set, else the settings', else `info`;
+/// a level, then `target=level` pairs (`info,seckill_order=debug`). A filter
+/// that does not parse falls back to `info` rather than silencing the log.
+/// (`Targets` rather than `EnvFilter`: the same directives for targets and
+/// levels, without the regex engine EnvFilter compiles in for span filters.)
+fn filter(settings: &TelemetrySettings) -> Targets {
+    let wanted = std::env::var("RUST_LOG").ok().or_else(|| settings.filter.clone()).unwrap_or_else(|| "info".into());
+    wanted.parse().unwrap_or_else(|error| {
+        eprintln!("log filter '{wanted}' not understood ({error}); logging at info");
+        Targets::new().with_default(tracing::Level::INFO)
+    })
+}
 
 /// Installs the tracing subscriber. Call once, from `main`.
 pub fn init_tracing(settings: &TelemetrySettings) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(settings.filter.as_deref().unwrap_or("info")))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(true);
+    let registry = tracing_subscriber::registry().with(filter(settings));
     // A second init (tests starting several services) keeps the first one.
     if settings.json {
-        let _ = builder.json().try_init();
+        let _ = registry.with(tracing_subscriber::fmt::layer().json().with_target(true)).try_init();
     } else {
-        let _ = builder.try_init();
+        let _ = registry.with(tracing_subscriber::fmt::layer().with_target(true)).try_init();
     }
 }
 

@@ -4,6 +4,7 @@
 
 use rdkafka::message::{Message, OwnedMessage};
 use seckill_e2e::http::Client;
+use seckill_e2e::schemas;
 use seckill_e2e::{eventually, Child, TestEnv};
 use seckill_order::relay::Relay;
 use seckill_shared::domain::OrderEvent;
@@ -11,39 +12,7 @@ use seckill_shared::kafka::{header_str, headers_map, REQUEST_ID_HEADER, TRACEPAR
 use seckill_shared::leader::Seat;
 use seckill_shared::shutdown::Background;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::Duration;
-
-fn schemas_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schemas")
-}
-
-fn load(file: &str) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(schemas_dir().join(file)).expect("a schema file"))
-        .expect("schema JSON")
-}
-
-/// The schemas refer to each other by their `$id`s, answered from `schemas/`.
-struct LocalSchemas;
-
-impl jsonschema::Retrieve for LocalSchemas {
-    fn retrieve(
-        &self,
-        uri: &jsonschema::Uri<String>,
-    ) -> Result<serde_json::Value, Box<dyn std::error::Error + Send + Sync>> {
-        let file = uri.path().as_str().rsplit('/').next().unwrap_or_default().to_owned();
-        Ok(load(&file))
-    }
-}
-
-pub(crate) fn schema(name: &str) -> jsonschema::Validator {
-    jsonschema::options().with_retriever(LocalSchemas).build(&load(name)).expect("a valid schema")
-}
-
-pub(crate) fn assert_valid(validator: &jsonschema::Validator, value: &serde_json::Value, what: &str) {
-    let errors: Vec<String> = validator.iter_errors(value).map(|e| format!("{e} at {}", e.instance_path())).collect();
-    assert!(errors.is_empty(), "{what} does not match its schema: {errors:?}\n{value}");
-}
 
 pub(crate) fn json(message: &OwnedMessage) -> serde_json::Value {
     serde_json::from_slice(message.payload().unwrap_or_default()).unwrap_or(serde_json::Value::Null)
@@ -53,19 +22,17 @@ pub(crate) fn json(message: &OwnedMessage) -> serde_json::Value {
 /// record of another major version does not.
 #[test]
 fn fixtures_match_their_schemas() {
-    let fixtures = schemas_dir().join("../tests/fixtures/records");
-    let orders = schema("orders.v1.json");
-    let events = schema("order-events.v1.json");
-    for (file, validator, valid) in [
-        ("orders-v1.json", &orders, true),
-        ("orders-v1-round.json", &orders, true),
-        ("orders-v1-newer.json", &orders, true),
-        ("orders-v2.json", &orders, false),
-        ("order-events-v1.json", &events, true),
+    let fixtures = seckill_e2e::repo_root().join("tests/fixtures/records");
+    for (file, schema, valid) in [
+        ("orders-v1.json", "orders.v1.json", true),
+        ("orders-v1-round.json", "orders.v1.json", true),
+        ("orders-v1-newer.json", "orders.v1.json", true),
+        ("orders-v2.json", "orders.v1.json", false),
+        ("order-events-v1.json", "order-events.v1.json", true),
     ] {
         let value: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(fixtures.join(file)).unwrap()).unwrap();
-        assert_eq!(validator.is_valid(&value), valid, "{file}");
+        assert_eq!(schemas::is_valid(schema, &value), valid, "{file}");
     }
 }
 
@@ -112,11 +79,10 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
     })
     .await;
 
-    let orders_schema = schema("orders.v1.json");
     let orders = env.read_topic(&topics.orders, 4, Duration::from_secs(10)).await;
-    for message in orders.iter().filter(|m| m.payload() != Some(b"{broken")) {
-        assert_valid(&orders_schema, &json(message), "an orders record");
-    }
+    let records: Vec<_> =
+        orders.iter().filter(|m| m.payload() != Some(b"{broken")).map(|m| (json(m), "an orders record".to_owned())).collect();
+    schemas::assert_valid("orders.v1.json", &records);
     let from_edge: Vec<&OwnedMessage> =
         orders.iter().filter(|m| m.headers().and_then(|h| header_str(h, REQUEST_ID_HEADER)).is_some()).collect();
     assert_eq!(from_edge.len(), 2, "the edge's records carry their request id");
@@ -125,25 +91,27 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
         "and a traceparent"
     );
 
-    let dlq_value = schema("orders-dlq.v1.json");
-    let dlq_headers = schema("orders-dlq-headers.v1.json");
     let dead = env.read_topic(&topics.dlq, 2, Duration::from_secs(10)).await;
     assert_eq!(dead.len(), 2);
+    let mut dead_headers = Vec::new();
+    let mut dead_values = Vec::new();
     for message in &dead {
         let headers = serde_json::to_value(message.headers().map(headers_map).unwrap_or_default()).unwrap();
-        assert_valid(&dlq_headers, &headers, "dead-letter headers");
         if headers["dlq.reason"] != "MALFORMED" {
-            assert_valid(&dlq_value, &json(message), "a dead letter's value");
+            dead_values.push((json(message), "a dead letter's value".to_owned()));
         }
+        dead_headers.push((headers, "dead-letter headers".to_owned()));
     }
+    schemas::assert_valid("orders-dlq-headers.v1.json", &dead_headers);
+    schemas::assert_valid("orders-dlq.v1.json", &dead_values);
 
-    let events_schema = schema("order-events.v1.json");
     let events = env.read_topic(&topics.events, 3, Duration::from_secs(10)).await;
     assert_eq!(events.len(), 3, "one event per order: two CREATED, one FAILED");
+    let values: Vec<_> = events.iter().map(|m| (json(m), "an order event".to_owned())).collect();
+    schemas::assert_valid("order-events.v1.json", &values);
     let mut kinds = BTreeMap::new();
     for message in &events {
         let value = json(message);
-        assert_valid(&events_schema, &value, "an order event");
         let event: OrderEvent = serde_json::from_value(value).expect("an OrderEvent");
         assert_eq!(message.key(), Some(event.user_id.to_string().as_bytes()), "keyed by user id");
         *kinds.entry(event.kind.clone()).or_insert(0) += 1;

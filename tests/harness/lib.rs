@@ -9,6 +9,7 @@ pub mod chaos;
 pub mod http;
 pub mod private_postgres;
 pub mod proxy;
+pub mod schemas;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
