@@ -7,7 +7,7 @@ CARGO ?= cargo
 PROFILE ?= dev
 TEST_THREADS ?= 4
 
-.PHONY: lint sqlx-prepare help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
+.PHONY: lint sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
@@ -39,10 +39,26 @@ test-tools:
 	infra/local/test-tools.sh
 
 build: build-deps
+	$(MAKE) compile
+
+# The compile alone (its system packages installed first).
+compile:
 	$(CARGO) build --workspace --bins $(if $(filter release,$(PROFILE)),--release,)
 
-test: infra-up build-deps test-tools lint
-	$(CARGO) build --workspace --bins
+# The tests' compile: the binaries the tests start, and the tests.
+compile-tests:
+	$(CARGO) build --workspace --bins --tests
+
+# The servers and the test tools, one apt-get at a time.
+servers-and-tools: infra-up
+	$(MAKE) test-tools
+
+# On a fresh machine the servers install and start (mostly waiting on the
+# network and the disk) while the code compiles (mostly the CPU): the two
+# run side by side once the build's own packages are in.
+test: build-deps
+	$(MAKE) -j2 --output-sync=target servers-and-tools compile-tests
+	$(MAKE) lint
 	$(CARGO) test --workspace -- --test-threads=$(TEST_THREADS)
 	$(MAKE) deploy-check
 	$(MAKE) chaos-cluster-short
@@ -76,7 +92,8 @@ deploy-check: test-tools
 image:
 	infra/image/build.sh
 
-demo: infra-up build
+demo: build-deps
+	$(MAKE) -j2 --output-sync=target infra-up compile
 	PROFILE=$(PROFILE) infra/demo.sh
 
 # Benchmarks with their ceilings measured in the same run: BENCHMARKS.md.

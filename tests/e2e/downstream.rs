@@ -80,8 +80,11 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
     .await;
 
     let orders = env.read_topic(&topics.orders, 4, Duration::from_secs(10)).await;
-    let records: Vec<_> =
-        orders.iter().filter(|m| m.payload() != Some(b"{broken")).map(|m| (json(m), "an orders record".to_owned())).collect();
+    let records: Vec<_> = orders
+        .iter()
+        .filter(|m| m.payload() != Some(b"{broken"))
+        .map(|m| (json(m), "an orders record".to_owned()))
+        .collect();
     schemas::assert_valid("orders.v1.json", &records);
     let from_edge: Vec<&OwnedMessage> =
         orders.iter().filter(|m| m.headers().and_then(|h| header_str(h, REQUEST_ID_HEADER)).is_some()).collect();
