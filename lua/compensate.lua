@@ -3,7 +3,7 @@
 -- KEYS[1] stock, KEYS[2] buyers, KEYS[3] orders, KEYS[4] reserved,
 -- KEYS[5] compensated (set: order ids whose unit was restored),
 -- KEYS[6] written_off (set: order ids whose unit the database never had),
--- KEYS[7] meta (the status counters)
+-- KEYS[7] meta (the status counters), KEYS[8] trace
 -- ARGV[1] order id, ARGV[2] user id, ARGV[3] reason,
 -- ARGV[4] "1" to remove the buyer (the user may try again), "0" to keep it,
 -- ARGV[5] "restore" (stock + 1) or "writeoff" (no unit back: bring stock down
@@ -50,4 +50,5 @@ redis.call('HSET', KEYS[3], id, 'FAILED|' .. ARGV[2] .. '|' .. ARGV[3] .. '|' ..
 redis.call('HINCRBY', KEYS[7], 'queued', -1)
 redis.call('HINCRBY', KEYS[7], 'failed', 1)
 redis.call('ZREM', KEYS[4], id)
+redis.call('HDEL', KEYS[8], id)
 return 1

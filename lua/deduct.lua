@@ -1,5 +1,8 @@
 -- deduct.lua: the whole flash-sale decision for a batch of requests of one
--- sale, atomically, each decided exactly as if it ran alone, in order.
+-- sale, atomically, each decided exactly as if it ran alone, in order; and
+-- the batch's outcome kept for a while under its call id, so an edge that
+-- did not hear the answer (a timeout, a dropped connection) asks again with
+-- the same id and hears the outcome instead of deducting twice.
 --
 -- KEYS[1] meta      hash  total, starts (ms, 0 = none), ends (ms, 0 = none),
 --                         round, and the counters queued / created / failed
@@ -9,32 +12,75 @@
 -- KEYS[5] reserved  zset  order id scored by when it may be swept: the time
 --                         after which its record cannot land any more
 -- KEYS[6] seq       string, per-sale order counter (never reset, never expires)
+-- KEYS[7] call      string, this call's outcome when it kept something ("V":
+--                         voided), kept ARGV[5] ms
+-- KEYS[8] trace     hash  order id -> "round|request id|traceparent": what
+--                         the sweeper needs to publish a lost record again
 -- ARGV[1] activity id, ARGV[2] sku id,
 -- ARGV[3] publish deadline (ms): how long the edge may take to learn whether
 --         the order's record is in the log
--- ARGV[4], ARGV[5], ...: user id, nonce (hex, 64 random bits, from the
---         edge): one pair per request, decided in the order given
+-- ARGV[4] call id (unused here but in KEYS[7]'s name), ARGV[5] how long the
+--         outcome is kept (ms)
+-- ARGV[6], ARGV[7], ...: user id, nonce (hex, 64 random bits, from the
+--         edge), request id, traceparent: four per request, decided in the
+--         order given
 --
 -- Returns one {code, round, order_id?, stock_left?, accepted_ms?} per
 -- request, in order:
 --   1 accepted, -1 SALE_NOT_FOUND, -2 SALE_NOT_ACTIVE, -3 ALREADY_PURCHASED
---   (order_id = the user's order), -4 SOLD_OUT.
+--   (order_id = the user's order), -4 SOLD_OUT, -5 the call was voided (by
+--   an edge that gave up hearing its outcome: nothing was kept).
 --
 -- Invariant: stock never goes below zero and a user holds at most one order
 -- per round (a user twice in one batch: the second is ALREADY_PURCHASED);
--- every accepted unit leaves a reservation until it is settled. Time is
--- Redis's own (TIME), so the window, acceptedAt and the sweeper's deadlines
--- all read one clock whatever the edges' clocks say. The nonce keeps order
--- ids unique even if Redis restarts with a counter that went back (AOF
--- everysec may lose the last second).
-local n = (#ARGV - 3) / 2
+-- every accepted unit leaves a reservation until it is settled; a call
+-- decides once (asked again, it answers what it decided). Time is Redis's
+-- own (TIME), so the window, acceptedAt and the sweeper's deadlines all read
+-- one clock whatever the edges' clocks say. The nonce keeps order ids unique
+-- even if Redis restarts with a counter that went back (AOF may lose the
+-- last writes).
+local n = (#ARGV - 5) / 4
 local answers = {}
+local users = {}
+for i = 1, n do users[i] = ARGV[2 + 4 * i] end
 local meta = redis.call('HMGET', KEYS[1], 'starts', 'ends', 'round')
+local round = tonumber(meta[3]) or 0
+
+-- Asked again: the outcome, not a second deduction.
+local prior = redis.call('GET', KEYS[7])
+if prior then
+  if prior == 'V' then
+    for i = 1, n do answers[i] = {-5, round} end
+    return answers
+  end
+  local held = redis.call('HMGET', KEYS[3], unpack(users))
+  local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
+  local i = 0
+  for code in string.gmatch(prior, '[^,]+') do
+    i = i + 1
+    local c = tonumber(code)
+    if c == 1 and not held[i] then
+      -- Accepted then, its unit given back since: nothing is kept now.
+      answers[i] = {-5, round}
+    elseif c == 1 then
+      local order_id = held[i]
+      local value = redis.call('HGET', KEYS[4], order_id) or ''
+      answers[i] = {1, round, order_id, stock, tonumber(string.match(value, '([^|]*)$')) or 0}
+    elseif c == -3 then
+      answers[i] = {-3, round, held[i]}
+    else
+      answers[i] = {c, round}
+    end
+  end
+  return answers
+end
+
+-- Only a call that kept something records its outcome: one that kept
+-- nothing decides afresh when asked again, which is as true.
 if not meta[3] then
   for i = 1, n do answers[i] = {-1, 0} end
   return answers
 end
-local round = tonumber(meta[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local starts = tonumber(meta[1]) or 0
@@ -47,19 +93,19 @@ local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
 local deadline = now + tonumber(ARGV[3])
 -- One read of every buyer and one write per key for the whole batch: the
 -- batch's own purchases are kept in `bought`, so a user twice in it is seen.
-local users = {}
-for i = 1, n do users[i] = ARGV[2 + 2 * i] end
 local held = redis.call('HMGET', KEYS[3], unpack(users))
 local seq = tonumber(redis.call('GET', KEYS[6]) or '0')
-local bought, buyers, orders, reserved = {}, {}, {}, {}
+local bought, buyers, orders, reserved, traces, codes = {}, {}, {}, {}, {}, {}
 local accepted = 0
 for i = 1, n do
-  local user, nonce = users[i], ARGV[3 + 2 * i]
+  local user, nonce = users[i], ARGV[3 + 4 * i]
   local existing = held[i] or bought[user]
   if existing then
     answers[i] = {-3, round, existing}
+    codes[i] = -3
   elseif stock <= 0 then
     answers[i] = {-4, round}
+    codes[i] = -4
   else
     stock = stock - 1
     accepted = accepted + 1
@@ -70,16 +116,20 @@ for i = 1, n do
     buyers[at - 1], buyers[at] = user, order_id
     orders[at - 1], orders[at] = order_id, 'QUEUED|' .. user .. '||' .. now
     reserved[at - 1], reserved[at] = deadline, order_id
+    traces[at - 1], traces[at] = order_id, round .. '|' .. ARGV[4 + 4 * i] .. '|' .. ARGV[5 + 4 * i]
     answers[i] = {1, round, order_id, stock, now}
+    codes[i] = 1
   end
 end
 if accepted > 0 then
   redis.call('HSET', KEYS[3], unpack(buyers))
   redis.call('HSET', KEYS[4], unpack(orders))
   redis.call('ZADD', KEYS[5], unpack(reserved))
+  redis.call('HSET', KEYS[8], unpack(traces))
   redis.call('INCRBY', KEYS[6], accepted)
   -- DECRBY keeps the key's time to live.
   redis.call('DECRBY', KEYS[2], accepted)
   redis.call('HINCRBY', KEYS[1], 'queued', accepted)
+  redis.call('SET', KEYS[7], table.concat(codes, ','), 'PX', ARGV[5])
 end
 return answers

@@ -1,7 +1,8 @@
 -- follow_created.lua: mark orders CREATED once PostgreSQL committed their
 -- rows, and clear their reservations, for one sale.
 --
--- KEYS[1] meta (the status counters), KEYS[2] orders, KEYS[3] reserved
+-- KEYS[1] meta (the status counters), KEYS[2] orders, KEYS[3] reserved,
+-- KEYS[4] trace (what a republish needs: no longer, once written)
 -- ARGV: order id, user id, accepted (ms), repeated for every order
 --
 -- Returns how many orders changed status.
@@ -47,6 +48,7 @@ for first = 1, n, CHUNK do
     changed = changed + #statuses / 2
   end
   redis.call('ZREM', KEYS[3], unpack(ids))
+  redis.call('HDEL', KEYS[4], unpack(ids))
 end
 -- HINCRBY refuses "-0": only counters that moved are touched.
 for status, count in pairs(moved) do

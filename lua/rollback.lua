@@ -1,6 +1,7 @@
 -- rollback.lua: undo one deduction whose publish definitely failed.
 --
--- KEYS[1] stock, KEYS[2] buyers, KEYS[3] orders, KEYS[4] reserved, KEYS[5] meta
+-- KEYS[1] stock, KEYS[2] buyers, KEYS[3] orders, KEYS[4] reserved, KEYS[5] meta,
+-- KEYS[6] trace
 -- ARGV[1] order id, ARGV[2] user id, ARGV[3] reason
 --
 -- Returns 1 when the unit was restored, 0 when the order was no longer
@@ -18,4 +19,5 @@ redis.call('HSET', KEYS[3], ARGV[1], 'FAILED|' .. ARGV[2] .. '|' .. ARGV[3] .. '
 redis.call('HINCRBY', KEYS[5], 'queued', -1)
 redis.call('HINCRBY', KEYS[5], 'failed', 1)
 redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[6], ARGV[1])
 return 1

@@ -44,6 +44,17 @@ async fn chaos() {
             7,
             vec![(2_000, Fault::PoisonAndDuplicate), (6_000, Fault::PoisonAndDuplicate)],
         ),
+        scenario(
+            "9 the broker hung 8 s (past the delivery timeout), then kill -9, back after 5 s",
+            9,
+            vec![(3_000, Fault::HangThenKillKafka { hang: secs(8), down: secs(5) })],
+        ),
+        scenario("10 Kafka stopped 30 s", 10, vec![(3_000, Fault::StopKafka(secs(30)))]),
+        scenario(
+            "11 Redis paused 4 s (CLIENT PAUSE, twice the call timeout)",
+            11,
+            vec![(3_000, Fault::PauseRedis(secs(4))), (9_000, Fault::PauseRedis(secs(4)))],
+        ),
         Scenario {
             requests: 20_000,
             users: 15_000,

@@ -40,7 +40,7 @@ async fn chaos_cluster() {
             vec![(4_000, Fault::KillRedisPrimary(secs(5)))],
         ),
         scenario(
-            "b2 kill -9 the Redis primary, its replica 2 s behind",
+            "b2 the replica stopped 2 s, then the primary killed (a lagging failover)",
             26,
             vec![(4_000, Fault::KillRedisPrimaryBehind(secs(2)))],
         ),

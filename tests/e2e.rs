@@ -36,6 +36,8 @@ mod observability;
 mod order;
 #[path = "e2e/poison.rs"]
 mod poison;
+#[path = "e2e/promise.rs"]
+mod promise;
 #[path = "e2e/relay.rs"]
 mod relay;
 #[path = "e2e/smoke.rs"]

@@ -23,11 +23,29 @@ pub struct RedisSettings {
     pub key_prefix: String,
     /// Bound on every Redis call.
     pub timeout_ms: u64,
+    /// How long a deduction call's outcome is kept, so a caller that did
+    /// not hear it can ask again (or void it) instead of guessing.
+    pub call_outcome_ms: u64,
+    /// Replicas that must confirm a deduction (`WAIT`, once per batch)
+    /// before it is answered 202; unset: 1 when the topology has a replica
+    /// (a Sentinel URL, or a primary with replicas connected at start), 0
+    /// on one node.
+    pub min_replica_acks: Option<u32>,
+    /// How long a deduction waits for its replicas' confirmation before it
+    /// is undone and answered 503.
+    pub replica_ack_timeout_ms: u64,
 }
 
 impl Default for RedisSettings {
     fn default() -> Self {
-        Self { url: "redis://127.0.0.1:6379/0".into(), key_prefix: String::new(), timeout_ms: 2_000 }
+        Self {
+            url: "redis://127.0.0.1:6379/0".into(),
+            key_prefix: String::new(),
+            timeout_ms: 2_000,
+            call_outcome_ms: 60_000,
+            min_replica_acks: None,
+            replica_ack_timeout_ms: 1_000,
+        }
     }
 }
 

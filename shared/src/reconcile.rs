@@ -68,6 +68,11 @@ pub struct Report {
     /// FAILED orders that Redis had accepted (each must be compensated or
     /// written off).
     pub failed_accepted: i64,
+    /// Broken promises: FAILED orders whose buyer had been answered 202 —
+    /// they came through the edge (their record carried its request id) or
+    /// Redis accepted them — by reason. A part failing must never end a
+    /// promised order FAILED: this reads 0.
+    pub broken_promises: BTreeMap<String, i64>,
     /// Live (CREATED or PAID) orders beyond one per user (always 0 unless
     /// the schema is broken).
     pub duplicate_users: i64,
@@ -203,6 +208,7 @@ pub async fn reconcile(
     let (duplicate_users, orders_paid_late, events, events_pending) =
         (terms.duplicate_users, terms.paid_late, terms.events, terms.events_pending);
     let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(&redis)?;
+    let broken_promises = broken_promises(stock, pool, sale, round).await?;
     let cancelled_accepted = stock.count_known_orders(sale, &cancelled_ids).await.map_err(&redis)?;
     let parked = crate::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
 
@@ -237,6 +243,7 @@ pub async fn reconcile(
         compensated: snapshot.compensated,
         written_off: snapshot.written_off,
         failed_accepted,
+        broken_promises,
         duplicate_users,
         parked,
         events,
@@ -265,6 +272,42 @@ pub async fn reconcile(
     }
     report.judge(require_drained);
     Ok(report)
+}
+
+/// The FAILED orders of a round whose buyer was answered 202, by reason:
+/// those whose record came through the edge (it carries the request's id),
+/// and of the others those Redis accepted.
+async fn broken_promises(
+    stock: &Stock,
+    pool: &PgPool,
+    sale: SaleKey,
+    round: i32,
+) -> Result<BTreeMap<String, i64>, ReconcileError> {
+    let rows = sqlx::query!(
+        r#"SELECT reason AS "reason!", count(*) FILTER (WHERE request_id IS NOT NULL) AS "via_edge!",
+                  array_remove(array_agg(CASE WHEN request_id IS NULL THEN order_id END), NULL) AS "others!"
+             FROM orders
+            WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED'
+            GROUP BY reason"#,
+        sale.activity.get(),
+        sale.sku.get(),
+        round
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(source::<sqlx::Error>("postgresql"))?;
+    let mut broken = BTreeMap::new();
+    for row in rows {
+        let accepted = stock
+            .count_known_orders(sale, &row.others)
+            .await
+            .map_err(source::<crate::redis_conn::RedisCallError>("redis"))?;
+        let count = row.via_edge + accepted;
+        if count > 0 {
+            broken.insert(row.reason, count);
+        }
+    }
+    Ok(broken)
 }
 
 /// The most sales [`reconcile_live`] reports on.

@@ -175,6 +175,37 @@ impl RedisConn {
         self.bounded(pipe.query_async(&mut conn)).await.map(Some)
     }
 
+    /// `WAIT replicas timeout`: how many replicas confirmed every write this
+    /// connection made so far, waiting at most `timeout` for `replicas`.
+    pub async fn wait_replicas(&self, replicas: u32, timeout: Duration) -> Result<u32, RedisCallError> {
+        let mut conn = self.clone();
+        let mut command = redis::cmd("WAIT");
+        command.arg(replicas).arg(timeout.as_millis() as u64);
+        let wait = command.query_async::<u32>(&mut conn);
+        // WAIT answers by its own timeout; the call's bound comes after it.
+        match tokio::time::timeout(timeout + self.timeout, wait).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(RedisCallError::Timeout(timeout + self.timeout)),
+        }
+    }
+
+    /// The replicas a deduction must be confirmed by when the settings do
+    /// not say: 1 where the topology has a replica (a Sentinel URL always
+    /// has; a primary says how many are connected), else 0.
+    pub async fn replicas_in_topology(&self, url: &str) -> Result<u32, RedisCallError> {
+        if SentinelUrl::parse(url).is_some() {
+            return Ok(1);
+        }
+        let mut conn = self.clone();
+        let info: String = self.bounded(redis::cmd("INFO").arg("replication").query_async(&mut conn)).await?;
+        let connected = info
+            .lines()
+            .find_map(|line| line.strip_prefix("connected_slaves:"))
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .unwrap_or(0);
+        Ok(connected.min(1))
+    }
+
     /// `PING`, bounded: whether Redis answers.
     pub async fn ping(&self) -> Result<(), RedisCallError> {
         let mut conn = self.clone();

@@ -4,7 +4,7 @@
 use seckill_e2e::http::Client;
 use seckill_e2e::TestEnv;
 use seckill_shared::domain::UserId;
-use seckill_shared::stock::Deduction;
+use seckill_shared::stock::{DeductCall, DeductRequest, Deduction};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -14,20 +14,13 @@ async fn one_script_call_decides_a_batch_as_single_calls_would() {
     let sale = env.sale();
     env.warmup(sale, 2).await;
     let (one, two, three) = (UserId::new(1).unwrap(), UserId::new(2).unwrap(), UserId::new(3).unwrap());
-    let answers = env
-        .stock
-        .deduct_batch(
-            sale,
-            &[
-                (one, "00000000000000a1"),
-                (one, "00000000000000a2"),
-                (two, "00000000000000b1"),
-                (three, "00000000000000c1"),
-            ],
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
+    let call = call(&[
+        (one, "00000000000000a1"),
+        (one, "00000000000000a2"),
+        (two, "00000000000000b1"),
+        (three, "00000000000000c1"),
+    ]);
+    let answers = env.stock.deduct_batch(sale, &call).await.unwrap();
     let Deduction::Accepted { order_id: first, stock_left: 1, .. } = &answers[0] else { panic!("{answers:?}") };
     assert_eq!(
         answers[1],
@@ -47,10 +40,55 @@ async fn one_script_call_decides_a_batch_as_single_calls_would() {
     let unknown = env.sale();
     let none = env
         .stock
-        .deduct_batch(unknown, &[(one, "00000000000000d1"), (two, "00000000000000d2")], Duration::from_secs(5))
+        .deduct_batch(unknown, &call_of(&[(one, "00000000000000d1"), (two, "00000000000000d2")]))
         .await
         .unwrap();
     assert_eq!(none, [Deduction::SaleNotFound, Deduction::SaleNotFound]);
+
+    // Asked again, the same call answers what it decided, deducting nothing.
+    let again = env.stock.deduct_batch(sale, &call).await.unwrap();
+    let Deduction::Accepted { order_id: heard, .. } = &again[0] else { panic!("{again:?}") };
+    assert_eq!(heard, first, "the accepted order, the same");
+    assert_eq!(again[1..], answers[1..]);
+    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    assert_eq!((snapshot.remaining, snapshot.queued, snapshot.buyers), (0, 2, 2), "nothing deducted twice");
+}
+
+fn call_of(requests: &[(UserId, &str)]) -> DeductCall {
+    let requests = requests
+        .iter()
+        .map(|(user, nonce)| DeductRequest {
+            user: *user,
+            nonce: (*nonce).to_owned(),
+            request_id: "batch-test".into(),
+            traceparent: String::new(),
+        })
+        .collect();
+    DeductCall::new(requests, Duration::from_secs(5))
+}
+
+fn call(requests: &[(UserId, &str)]) -> DeductCall {
+    call_of(requests)
+}
+
+/// A call voided after it ran keeps nothing; a call voided before it ran
+/// never deducts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voided_call_keeps_nothing_whenever_it_runs() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 3).await;
+    let (one, two) = (UserId::new(1).unwrap(), UserId::new(2).unwrap());
+    let ran = call_of(&[(one, "00000000000000e1"), (two, "00000000000000e2")]);
+    assert!(matches!(env.stock.deduct_batch(sale, &ran).await.unwrap()[0], Deduction::Accepted { .. }));
+    assert_eq!(env.stock.void(sale, &ran).await.unwrap(), 2, "both units back");
+    assert_eq!(env.stock.void(sale, &ran).await.unwrap(), 0, "nothing back twice");
+    assert_eq!(env.stock.deduct_batch(sale, &ran).await.unwrap(), [Deduction::Voided, Deduction::Voided]);
+    let early = call_of(&[(one, "00000000000000f1")]);
+    assert_eq!(env.stock.void(sale, &early).await.unwrap(), 0);
+    assert_eq!(env.stock.deduct_batch(sale, &early).await.unwrap(), [Deduction::Voided], "a voided call never deducts");
+    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations, snapshot.queued), (3, 0, 0, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

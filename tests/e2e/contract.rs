@@ -283,8 +283,9 @@ async fn user_auth_checks_the_token_and_its_subject() {
 }
 
 /// A publish that definitely fails (the topic does not exist) is rolled back
-/// and answered 503; once the topic exists the sale goes on and sells out
-/// exactly.
+/// and answered 503 (and the circuit keeps further requests from deducting
+/// until a publish succeeds); once the topic exists the sale goes on and
+/// sells out exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn definite_publish_failures_roll_back_and_the_sale_recovers() {
     let env = TestEnv::new().await;
@@ -310,7 +311,9 @@ async fn definite_publish_failures_roll_back_and_the_sale_recovers() {
         (3, 0, 0, 0),
         "every deduction rolled back"
     );
-    assert_eq!(snapshot.failed, 3, "the rolled-back orders are FAILED");
+    // The first failure opens the Kafka circuit: the requests after it are
+    // answered 503 without deducting at all.
+    assert!((1..=3).contains(&snapshot.failed), "the rolled-back orders are FAILED: {}", snapshot.failed);
 
     seckill_shared::kafka::ensure_topics(&missing).await.expect("creating the topics");
     let mut order_settings = env.order_settings();

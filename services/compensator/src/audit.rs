@@ -1,7 +1,8 @@
 //! The books, for Prometheus: every `audit.interval_ms` this instance
 //! reconciles each live sale and exports the verdict and its main terms as
 //! gauges (`seckill_sale_consistent`, `seckill_sale_remaining`,
-//! `seckill_sale_violations`), with the records parked for an operator
+//! `seckill_sale_violations`, `seckill_sale_broken_promises`: orders
+//! answered 202 that ended FAILED), with the records parked for an operator
 //! (`seckill_parked_records`). The alert rules under `infra/observability/`
 //! read them. A reconciliation taken while orders move can disagree for an
 //! instant (a unit between PostgreSQL's commit and Redis's follow); the
@@ -46,6 +47,8 @@ pub async fn audit_once(deps: &Connections) -> anyhow::Result<()> {
             0.0
         });
         metrics::gauge!("seckill_sale_violations", "sale" => sale.clone()).set(report.violations.len() as f64);
+        let broken: i64 = report.broken_promises.values().sum();
+        metrics::gauge!("seckill_sale_broken_promises", "sale" => sale.clone()).set(broken as f64);
         metrics::gauge!("seckill_sale_remaining", "sale" => sale.clone(), "store" => "redis")
             .set(report.redis_remaining as f64);
         metrics::gauge!("seckill_sale_remaining", "sale" => sale, "store" => "postgresql")

@@ -88,7 +88,7 @@ impl DlqJob {
         let mut delays = self.settings.service.retry.delays();
         let mut refusals = 0;
         loop {
-            match settle::settle(&self.deps, &record, reason, None, Trace::of(message.headers())).await {
+            match settle::settle(&self.deps, &record, reason, Trace::of(message.headers())).await {
                 Ok(settled) => {
                     tracing::info!(?settled, "dead letter settled");
                     return true;

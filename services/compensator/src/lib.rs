@@ -97,7 +97,7 @@ impl Hosted for Settings {
         let dlq = job::DlqJob::new(settings.clone(), connections.clone())?;
         background.spawn("dlq consumer", dlq.run(background.shutdown().clone()));
         if settings.sweeper.enabled {
-            let sweeper = sweeper::Sweeper::new(settings.clone(), connections.clone(), background.clone());
+            let sweeper = sweeper::Sweeper::new(settings.clone(), connections.clone(), background.clone())?;
             background.spawn("reservation sweeper", sweeper.run(background.shutdown().clone()));
         }
         if settings.deadlines.enabled {

@@ -1,10 +1,8 @@
-//! Settling an order as FAILED — the one way the DLQ job and the sweeper
-//! both take.
+//! Settling a dead letter's order as FAILED.
 //!
-//! PostgreSQL decides the fate: in one transaction (fenced first when the
-//! sweeper writes, so a sweeper that lost its lock writes nothing) the
-//! order's row is written FAILED unless it already has a row, and the row's
-//! status afterwards is the verdict. Redis then follows: a CREATED order
+//! PostgreSQL decides the fate: in one transaction the order's row is
+//! written FAILED unless it already has a row, and the row's status
+//! afterwards is the verdict. Redis then follows: a CREATED order
 //! restores nothing; a FAILED one has its unit restored (or, for
 //! `NO_DB_STOCK`, written off) at most once per order id. A crash between
 //! the two steps is repaired by doing both again: the first is idempotent
@@ -14,7 +12,7 @@ use chrono::{DateTime, Utc};
 use seckill_shared::db::is_data_error;
 use seckill_shared::domain::{FailReason, Fate, OrderRecord};
 use seckill_shared::fate::{self, FollowError, Followed};
-use seckill_shared::fence::{self, Fence, FenceError};
+use seckill_shared::fence::FenceError;
 use seckill_shared::host::Connections;
 use seckill_shared::kafka::Trace;
 use sqlx::{Postgres, Transaction};
@@ -58,20 +56,15 @@ impl SettleError {
 }
 
 /// Settles `record` as FAILED for `reason` unless PostgreSQL already holds
-/// its fate; with `fence`, only while the fence's token is the newest.
-/// `trace` (the record's request id and trace context) goes with the row and
-/// its event.
+/// its fate. `trace` (the record's request id and trace context) goes with
+/// the row and its event.
 pub async fn settle(
     deps: &Connections,
     record: &OrderRecord,
     reason: FailReason,
-    fence: Option<Fence<'_>>,
     trace: Trace<'_>,
 ) -> Result<Followed, SettleError> {
     let mut tx = deps.db.begin().await?;
-    if let Some(fence) = fence {
-        fence::check(&mut tx, fence).await?;
-    }
     let fate = write_failed(&mut tx, record, reason, trace).await?;
     tx.commit().await?;
     Ok(fate::follow(&deps.stock, &deps.db, record, fate).await?)
@@ -87,7 +80,7 @@ async fn write_failed(
     trace: Trace<'_>,
 ) -> sqlx::Result<Fate> {
     let sale = record.sale();
-    sqlx::query!(
+    let written = sqlx::query!(
         "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, reason, accepted_at, request_id, traceparent)
          SELECT $1, $2, $3,
                 COALESCE($7::int, (SELECT round FROM sales WHERE activity_id = $2 AND sku_id = $3), 1),
@@ -105,6 +98,12 @@ async fn write_failed(
     )
     .execute(&mut **tx)
     .await?;
+    if written.rows_affected() == 1 && trace.request_id.is_some() {
+        // A buyer was told 202 for this order (its record came through the
+        // edge), and it ends FAILED: a broken promise, counted by reason.
+        metrics::counter!("seckill_broken_promises_total", "reason" => reason.code()).increment(1);
+        tracing::warn!(order_id = %record.order_id, reason = reason.code(), "an order answered 202 ends FAILED");
+    }
     let row = sqlx::query!("SELECT status, reason FROM orders WHERE order_id = $1", record.order_id.as_str())
         .fetch_one(&mut **tx)
         .await?;

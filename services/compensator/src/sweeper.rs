@@ -1,11 +1,15 @@
-//! The reservation sweeper: settles units whose record never reached the
-//! order service (the edge died between deduction and publish, or a publish
-//! timed out and never landed).
+//! The reservation sweeper: honours orders whose record never reached the
+//! order service (the edge died between deduction and publish, a publish
+//! timed out and never landed, a rollback Redis did not take). A buyer told
+//! 202 gets the order: its record is published again — same order id,
+//! round, acceptance time, request id and trace — and the order service
+//! writes it like any other. PostgreSQL's first-row-wins keeps a late
+//! original harmless.
 //!
 //! Only one sweeper runs across all compensators: it holds the sweeper lock
-//! with a watchdog, and passes the lock's fencing token to every
-//! transaction it writes, so a sweeper that lost the lock (paused past its
-//! lease) cannot write after its successor.
+//! with a watchdog, and checks the lock's fencing token in PostgreSQL every
+//! sweep, so a sweeper that lost the lock (paused past its lease) stops at
+//! once; a republish by such a sweeper would only be a duplicate anyway.
 //!
 //! Its fencing tokens outlive Redis: before competing it reads the newest
 //! token PostgreSQL recorded and has the lock mint one above it, so a Redis
@@ -13,8 +17,8 @@
 //! forever. A holder whose token is refused anyway (a newer holder wrote)
 //! gives the lock up at once.
 //!
-//! A reservation is settled only once the order service has provably seen
-//! every record that could belong to it. Each reservation carries its
+//! A reservation is dealt with only once the order service has provably
+//! seen every record that could belong to it. Each reservation carries its
 //! publish deadline — the deduction's time plus the edge's own delivery
 //! timeout, both on Redis's clock — after which its record is in the log or
 //! never will be. Each sweep notes Redis's time and then the orders topic's
@@ -22,20 +26,20 @@
 //! committed past that checkpoint knows every record appended before it was
 //! processed (and would have cleared its reservation). So reservations
 //! whose deadline (plus a grace margin) passed before the checkpoint, still
-//! reserved, never had a record: they are settled FAILED (`PUBLISH_LOST`).
-//! One clock decides, whatever the services' clocks say, and the deadline
-//! is the edge's, whatever the compensator's own Kafka settings are.
-//! While the order service lags (PostgreSQL down, service stopped) the
-//! checkpoint is not passed and nothing is swept, so a slow pipeline never
-//! fails orders that are merely waiting; under steady load checkpoints keep
-//! being passed, so the sweeper works during a sale, not only after it.
+//! reserved, never had a record written: PostgreSQL's row decides when it
+//! has one, and otherwise the record is published again and its deadline
+//! moved past that publish. One clock decides, whatever the services'
+//! clocks say. While the order service lags (PostgreSQL down, service
+//! stopped) the checkpoint is not passed and nothing is swept; while Kafka
+//! takes nothing, a republish fails and is tried at the next sweep.
 
-use crate::settle::{self, SettleError};
+use crate::settle::SettleError;
 use crate::Settings;
 use rdkafka::consumer::BaseConsumer;
-use seckill_shared::domain::{FailReason, OrderRecord, UserId};
-use seckill_shared::fate::Followed;
-use seckill_shared::fence::{Fence, FencedLock};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use seckill_shared::domain::{Fate, OrderId, OrderRecord, OrderStatus, SaleKey, UserId};
+use seckill_shared::fate::{self, Followed};
+use seckill_shared::fence::{self, Fence, FencedLock};
 use seckill_shared::host::Connections;
 use seckill_shared::kafka;
 use seckill_shared::leader::{self, Turn};
@@ -53,6 +57,8 @@ pub struct Sweeper {
     deps: Connections,
     /// Its seat: the sweeper lock, fenced in PostgreSQL.
     seat: FencedLock,
+    /// Publishes lost records again.
+    producer: FutureProducer,
     /// The last checkpoint (time in ms, the orders topic's high watermarks),
     /// waiting for the order group to commit past it.
     checkpoint: tokio::sync::Mutex<Option<(i64, BTreeMap<i32, i64>)>>,
@@ -61,20 +67,25 @@ pub struct Sweeper {
 /// What one sweep did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SweepReport {
-    /// Reservations settled as FAILED (`PUBLISH_LOST`).
-    pub failed: usize,
-    /// Reservations whose order turned out CREATED.
+    /// Orders whose record never landed, published again (honoured).
+    pub republished: usize,
+    /// Reservations whose order PostgreSQL had written CREATED.
     pub created: usize,
+    /// Reservations whose order PostgreSQL had failed (Redis followed).
+    pub failed: usize,
+    /// Reservations whose order Redis no longer knows (it lost data).
+    pub unknown: usize,
 }
 
 impl Sweeper {
     /// A sweeper over the compensator's connections; its lock's watchdog
     /// runs on `background`.
-    pub fn new(settings: Arc<Settings>, deps: Connections, background: Background) -> Self {
+    pub fn new(settings: Arc<Settings>, deps: Connections, background: Background) -> anyhow::Result<Self> {
         let locks = LockClient::new(deps.stock.connection(), background);
         let lease = Duration::from_millis(settings.sweeper.lock_lease_ms);
         let seat = FencedLock::new(locks, deps.db.clone(), deps.stock.keys().sweeper_lock(), lease);
-        Self { settings, deps, seat, checkpoint: Default::default() }
+        let producer = kafka::producer(&settings.servers.kafka)?;
+        Ok(Self { settings, deps, seat, producer, checkpoint: Default::default() })
     }
 
     /// Competes for the lock; while holding it, sweeps every interval.
@@ -108,6 +119,7 @@ impl Sweeper {
     async fn mark(&self, term: &LockGuard, report: &SweepReport) {
         let mark = SweepMark {
             at_ms: chrono::Utc::now().timestamp_millis(),
+            republished: report.republished as u64,
             failed: report.failed as u64,
             created: report.created as u64,
             holder: term.holder().to_owned(),
@@ -155,31 +167,75 @@ impl Sweeper {
         };
         drop(checkpoint);
         let cutoff = checkpoint_at - self.settings.sweeper.grace_ms as i64;
+        // Under the fence: a sweeper that lost its lock stops here.
+        let mut tx = self.deps.db.begin().await?;
+        fence::check(&mut tx, fence).await.map_err(SettleError::from)?;
+        tx.commit().await?;
         let mut report = SweepReport::default();
         for sale in self.deps.stock.sales().await? {
             let stale = self.deps.stock.stale_reservations(sale, cutoff, self.settings.sweeper.batch as isize).await?;
             for order_id in stale {
-                let Some(state) = self.deps.stock.order_state(&order_id).await? else {
-                    // No status to tell the buyer: nothing Redis can restore.
-                    self.deps.stock.unreserve(std::slice::from_ref(&order_id)).await?;
-                    continue;
-                };
-                let user = UserId::new(state.user_id)?;
-                // A reservation is of the sale's current round (a warm-up
-                // clears them): the record names no round.
-                let record = OrderRecord::new(order_id.clone(), sale, user, state.accepted_at);
-                // Decided under the fence: a stale sweeper's transaction
-                // rolls back before it writes.
-                // The request never reached the pipeline's records: no trace.
-                match settle::settle(&self.deps, &record, FailReason::PublishLost, Some(fence), Default::default())
-                    .await?
-                {
-                    Followed::Created => report.created += 1,
-                    Followed::Failed(_) => report.failed += 1,
-                }
+                self.settle_reservation(sale, &order_id, &mut report).await?;
             }
         }
-        metrics::counter!("seckill_sweeper_settled_total").increment(report.failed as u64);
+        metrics::counter!("seckill_sweeper_republished_total").increment(report.republished as u64);
         Ok(report)
+    }
+
+    /// One reservation whose record provably never reached the order
+    /// service: PostgreSQL's row decides if it has one (Redis follows);
+    /// else the order is honoured — its record published again as the
+    /// edge would have, and its reservation kept until it is written.
+    async fn settle_reservation(
+        &self,
+        sale: SaleKey,
+        order_id: &OrderId,
+        report: &mut SweepReport,
+    ) -> anyhow::Result<()> {
+        let stock = &self.deps.stock;
+        let Some(state) = stock.order_state(order_id).await? else {
+            // Redis lost the order itself: nobody can say whose it was.
+            tracing::error!(order_id = %order_id, "a reservation without its order: nothing to publish");
+            report.unknown += 1;
+            return Ok(stock.unreserve(std::slice::from_ref(order_id)).await?);
+        };
+        if state.status != OrderStatus::Queued {
+            // Settled meanwhile (written, rolled back, voided).
+            return Ok(stock.unreserve(std::slice::from_ref(order_id)).await?);
+        }
+        let user = UserId::new(state.user_id)?;
+        let trace = stock.reservation_trace(order_id).await?;
+        let round = match &trace {
+            Some(trace) => trace.round,
+            // Reserved without its trace (the lock deduction): the sale's
+            // round, which a warm-up replacing it would have cleared.
+            None => stock.snapshot(sale).await?.round,
+        };
+        let record = OrderRecord::new(order_id.clone(), sale, user, state.accepted_at).in_round(round);
+        let row = sqlx::query!("SELECT status, reason FROM orders WHERE order_id = $1", order_id.as_str())
+            .fetch_optional(&self.deps.db)
+            .await?;
+        if let Some(row) = row {
+            match fate::follow(stock, &self.deps.db, &record, Fate::from_row(&row.status, row.reason.as_deref()))
+                .await?
+            {
+                Followed::Created => report.created += 1,
+                Followed::Failed(_) => report.failed += 1,
+            }
+            return Ok(stock.unreserve(std::slice::from_ref(order_id)).await?);
+        }
+        let headers = trace.as_ref().map(|t| t.trace()).unwrap_or_default().headers();
+        let payload = serde_json::to_vec(&record)?;
+        let key = user.to_string();
+        let timeout = Duration::from_millis(self.settings.servers.kafka.message_timeout_ms);
+        self.producer
+            .send(FutureRecord::to(&self.deps.topics.orders).key(&key).payload(&payload).headers(headers), timeout)
+            .await
+            .map_err(|(error, _)| anyhow::anyhow!("publishing order {order_id} again: {error}"))?;
+        // Not swept again before this record's own deadline has passed.
+        stock.reserve_until(order_id, self.deps.stock.now_ms().await? + timeout.as_millis() as i64 + 2_000).await?;
+        tracing::info!(order_id = %order_id, "a lost publish is published again");
+        report.republished += 1;
+        Ok(())
     }
 }

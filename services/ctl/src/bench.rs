@@ -56,6 +56,10 @@ pub struct Args {
     /// Write the order id of every 202 to this file, one per line.
     #[arg(long)]
     accepted_out: Option<std::path::PathBuf>,
+    /// Write every answer to this file, one `user status` per line (what a
+    /// buyer was told, for checking each promise afterwards).
+    #[arg(long)]
+    answers_out: Option<std::path::PathBuf>,
     /// Instead of orders, GET this path (e.g. /healthz: the HTTP ceiling).
     #[arg(long)]
     get: Option<String>,
@@ -157,6 +161,8 @@ struct WorkerResult {
     outcomes: BTreeMap<String, u64>,
     last_accept: Option<Duration>,
     accepted: Vec<String>,
+    /// With `--answers-out`: (user, status) of every order.
+    answers: Vec<(i64, u16)>,
     /// With `--timeline-ms`: (sent, ms after the start; latency, µs; outcome).
     samples: Vec<(u32, u32, String)>,
 }
@@ -184,6 +190,7 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
     let cpu_before = cpu_seconds();
     let mut workers = Vec::new();
     let record_accepted = args.accepted_out.is_some();
+    let record_answers = args.answers_out.is_some() && args.get.is_none();
     for _ in 0..args.concurrency.max(1) {
         let (client, next, args, progress) = (client.clone(), next.clone(), args.clone(), progress.clone());
         workers.push(tokio::spawn(async move {
@@ -192,6 +199,7 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                 outcomes: BTreeMap::new(),
                 last_accept: None,
                 accepted: Vec::new(),
+                answers: Vec::new(),
                 samples: Vec::new(),
             };
             loop {
@@ -203,18 +211,15 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                     // Open loop: request i is due at i / rate seconds.
                     tokio::time::sleep_until((started + Duration::from_secs_f64(i as f64 / rate)).into()).await;
                 }
+                let user = user_for(&args, i);
                 let request = match &args.get {
                     Some(path) => Request::builder()
                         .method(Method::GET)
                         .uri(format!("{}{}", args.url, path))
                         .body(Full::new(Bytes::new())),
                     None => {
-                        let body = format!(
-                            r#"{{"activityId":{},"skuId":{},"userId":{}}}"#,
-                            args.activity,
-                            args.sku,
-                            user_for(&args, i)
-                        );
+                        let body =
+                            format!(r#"{{"activityId":{},"skuId":{},"userId":{}}}"#, args.activity, args.sku, user);
                         Request::builder()
                             .method(Method::POST)
                             .uri(format!("{}/api/seckill/order", args.url))
@@ -234,9 +239,17 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                                 result.accepted.extend(order_id_of(&body));
                             }
                         }
+                        if record_answers {
+                            result.answers.push((user, status));
+                        }
                         format!("{status} {}", code_of(&body))
                     }
-                    Err(_) => "000 CONNECTION_ERROR".to_owned(),
+                    Err(_) => {
+                        if record_answers {
+                            result.answers.push((user, 0));
+                        }
+                        "000 CONNECTION_ERROR".to_owned()
+                    }
                 };
                 let micros = sent.elapsed().as_micros().clamp(1, 60_000_000) as u64;
                 let _ = result.histogram.record(micros);
@@ -257,10 +270,12 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
     let mut outcomes = BTreeMap::new();
     let mut last_accept = None;
     let mut accepted = Vec::new();
+    let mut answers = Vec::new();
     let mut samples = Vec::new();
     for worker in workers {
         let mut result = worker.await?;
         accepted.append(&mut result.accepted);
+        answers.append(&mut result.answers);
         samples.append(&mut result.samples);
         histogram.add(&result.histogram)?;
         for (k, v) in result.outcomes {
@@ -273,6 +288,10 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
     if let Some(path) = &args.accepted_out {
         let mut text = accepted.join("\n");
         text.push('\n');
+        std::fs::write(path, text)?;
+    }
+    if let Some(path) = &args.answers_out {
+        let text: String = answers.iter().map(|(user, status)| format!("{user} {status}\n")).collect();
         std::fs::write(path, text)?;
     }
     let cpu = cpu_seconds() - cpu_before;

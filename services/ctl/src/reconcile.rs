@@ -102,6 +102,10 @@ pub fn print(report: &Report, json: bool) {
         ("orders failed (postgresql)", report.orders_failed.to_string()),
         ("  by reason", format!("{:?}", report.failed_by_reason)),
         ("failed orders redis accepted", report.failed_accepted.to_string()),
+        (
+            "202s that ended FAILED",
+            format!("{} {:?}", report.broken_promises.values().sum::<i64>(), report.broken_promises),
+        ),
         ("units compensated", report.compensated.to_string()),
         ("units written off", report.written_off.to_string()),
         ("database remaining", report.db_remaining.to_string()),

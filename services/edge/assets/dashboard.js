@@ -73,6 +73,14 @@ function showPipeline(figures) {
   }
 }
 
+// Orders whose buyer was told 202 and that still ended FAILED, by reason:
+// a promise broken by a part failing. It reads 0.
+function brokenPromises(sale) {
+  const reasons = Object.entries(sale.brokenPromises || {});
+  if (reasons.length === 0) return 0;
+  return reasons.map(([reason, n]) => `${number(n)} ${reason}`).join(", ");
+}
+
 function saleCard(sale) {
   const id = `${sale.activityId}-${sale.skuId}`;
   let card = document.getElementById(`sale-${id}`);
@@ -92,6 +100,7 @@ function saleCard(sale) {
     ["orders paid", sale.ordersPaid, "paid"],
     ["orders cancelled", sale.ordersCancelled, "cancelled"],
     ["orders failed", sale.ordersFailed, "failed"],
+    ["202s that ended FAILED", brokenPromises(sale), "broken-promises"],
     ["in flight", sale.ordersInFlight, "in-flight"],
     ["units compensated / written off", `${number(sale.compensated)} / ${number(sale.writtenOff)}`, "compensated"],
     ["records parked", sale.parked, "sale-parked"],

@@ -92,7 +92,7 @@ async fn order(State(reference): State<Reference>, Json(request): Json<OrderRequ
             if let Some(publisher) = &reference.publisher {
                 let record = OrderRecord::new(order_id.clone(), sale, user, accepted_at).in_round(round);
                 if let outcome @ (PublishOutcome::NotPersisted(_) | PublishOutcome::Ambiguous(_)) =
-                    publisher.publish(&record, Default::default()).await
+                    publisher.publish(&record, Default::default(), seckill_edge::publish::Admission::Through).await
                 {
                     return (
                         StatusCode::SERVICE_UNAVAILABLE,

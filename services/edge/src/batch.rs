@@ -1,26 +1,61 @@
-//! Adaptive micro-batching of deductions, per sale. While one script call
-//! for a sale is in flight, later requests for that sale wait, and the next
-//! call decides all of them together (up to `deduct_batch_max`), each
-//! exactly as a call of its own would have, in arrival order
-//! (`lua/deduct.lua` takes a batch). An idle sale's request goes at once:
-//! no timer ever delays a request; batches grow only when requests already
-//! have to wait for Redis. With `deduct_batch_max` 1 every request makes its
-//! own call, as before.
+//! Deductions, per sale: adaptive micro-batching, and an outcome that is
+//! always known.
+//!
+//! **Batching.** While one script call for a sale is in flight, later
+//! requests for that sale wait, and the next call decides all of them
+//! together (up to `deduct_batch_max`), each exactly as a call of its own
+//! would have, in arrival order (`lua/deduct.lua` takes a batch). An idle
+//! sale's request goes at once: no timer ever delays a request. With
+//! `deduct_batch_max` 1 every request makes its own call. A sale's queue is
+//! bounded (`deduct_queue_max`): a request that finds it full is answered
+//! at once, nothing deducted; a request whose client has gone is dropped
+//! before the call.
+//!
+//! **Outcomes.** Each call has an id and the script keeps its outcome under
+//! it. A call whose answer was not heard (a timeout, a dropped connection:
+//! the script may have run) is asked again with the same id until
+//! `deduct_resolve_ms` has passed, and the buyers hear what it decided. A
+//! call that definitely did not run (Redis refused the connection or the
+//! command) keeps nothing. A call still unheard after the resolve time is
+//! voided (`lua/void.lua`: whatever it accepted is undone, and it can never
+//! deduct later), so its buyers are told 503 truthfully. Where Redis has
+//! replicas, a batch that accepted orders is confirmed by
+//! `redis.min_replica_acks` of them (`WAIT`) before anyone hears it; not
+//! confirmed in time, it is voided too: a failover never loses a deduction
+//! a buyer was told about.
 
-use seckill_shared::domain::{SaleKey, UserId};
+use seckill_shared::domain::SaleKey;
 use seckill_shared::redis_conn::RedisCallError;
-use seckill_shared::stock::{Deduction, Stock};
+use seckill_shared::shutdown::Background;
+use seckill_shared::stock::{DeductCall, DeductRequest, Deduction, Stock};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// A deduction's answer; a failed call fails every request of its batch.
-pub type Answer = Result<Deduction, Arc<RedisCallError>>;
+/// Why a request was not decided. In every case nothing is kept.
+#[derive(Debug, thiserror::Error)]
+pub enum NotDecided {
+    /// The sale's queue is full.
+    #[error("too many requests of this sale wait for Redis")]
+    QueueFull,
+    /// The call never ran: Redis refused it.
+    #[error("redis did not run the deduction: {0}")]
+    Refused(#[source] Arc<RedisCallError>),
+    /// The replicas did not confirm the batch in time; it was undone.
+    #[error("the replicas did not confirm the deduction in time; it was undone")]
+    NotReplicated,
+    /// Its outcome could not be heard within the resolve time; the call was
+    /// voided (or is being voided: Redis does not answer).
+    #[error("redis did not answer the deduction; it was voided")]
+    Voided,
+}
+
+/// A deduction's answer.
+pub type Answer = Result<Deduction, Arc<NotDecided>>;
 
 struct Waiter {
-    user: UserId,
-    nonce: String,
+    request: DeductRequest,
     publish_deadline: Duration,
     answer: oneshot::Sender<Answer>,
 }
@@ -31,35 +66,45 @@ struct Waiting {
     requests: Vec<Waiter>,
 }
 
+/// How the batcher decides.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimits {
+    /// Most requests per call (1: no batching).
+    pub max: usize,
+    /// Most requests waiting per sale.
+    pub queue_max: usize,
+    /// How long an unheard call is asked again before it is voided.
+    pub resolve: Duration,
+}
+
 /// The batcher of one edge.
 pub struct Batcher {
     stock: Stock,
-    max: usize,
+    limits: BatchLimits,
     sales: Mutex<HashMap<SaleKey, Waiting>>,
+    /// Where voids that outlive their request go on.
+    background: Background,
 }
 
 impl Batcher {
-    /// Batches of at most `max` requests (1: no batching).
-    pub fn new(stock: Stock, max: usize) -> Arc<Self> {
-        Arc::new(Self { stock, max: max.max(1), sales: Mutex::new(HashMap::new()) })
+    /// A batcher deciding on `stock` within `limits`.
+    pub fn new(stock: Stock, limits: BatchLimits, background: Background) -> Arc<Self> {
+        let limits = BatchLimits { max: limits.max.max(1), queue_max: limits.queue_max.max(1), ..limits };
+        Arc::new(Self { stock, limits, sales: Mutex::new(HashMap::new()), background })
     }
 
     /// Decides one request, in the next call for its sale.
-    pub async fn deduct(
-        self: &Arc<Self>,
-        sale: SaleKey,
-        user: UserId,
-        nonce: String,
-        publish_deadline: Duration,
-    ) -> Answer {
-        if self.max == 1 {
-            return self.stock.deduct(sale, user, &nonce, publish_deadline).await.map_err(Arc::new);
-        }
+    pub async fn deduct(self: &Arc<Self>, sale: SaleKey, request: DeductRequest, publish_deadline: Duration) -> Answer {
         let (answer, answered) = oneshot::channel();
         let lead = {
             let mut sales = self.sales.lock().expect("batcher lock");
             let lead = !sales.contains_key(&sale);
-            sales.entry(sale).or_default().requests.push(Waiter { user, nonce, publish_deadline, answer });
+            let waiting = sales.entry(sale).or_default();
+            if waiting.requests.len() >= self.limits.queue_max {
+                metrics::counter!("seckill_edge_deduct_queue_full_total").increment(1);
+                return Err(Arc::new(NotDecided::QueueFull));
+            }
+            waiting.requests.push(Waiter { request, publish_deadline, answer });
             lead
         };
         if lead {
@@ -67,9 +112,8 @@ impl Batcher {
             // up) does not take the others' call with it.
             tokio::spawn(self.clone().drain(sale));
         }
-        answered.await.unwrap_or_else(|_| {
-            Err(Arc::new(RedisCallError::Unexpected { script: "deduct.lua", answer: "batch dropped".into() }))
-        })
+        // The drain answers every waiter it takes; it never drops one.
+        answered.await.unwrap_or(Err(Arc::new(NotDecided::Voided)))
     }
 
     /// Runs calls for `sale` while requests wait, then leaves.
@@ -78,29 +122,108 @@ impl Batcher {
             let batch: Vec<Waiter> = {
                 let mut sales = self.sales.lock().expect("batcher lock");
                 let Some(waiting) = sales.get_mut(&sale) else { return };
+                // A request whose client has gone is not decided at all.
+                waiting.requests.retain(|w| !w.answer.is_closed());
                 if waiting.requests.is_empty() {
                     sales.remove(&sale);
                     return;
                 }
-                let take = waiting.requests.len().min(self.max);
+                let take = waiting.requests.len().min(self.limits.max);
                 waiting.requests.drain(..take).collect()
             };
             metrics::histogram!("seckill_edge_deduct_batch_size").record(batch.len() as f64);
             let deadline = batch.iter().map(|w| w.publish_deadline).max().unwrap_or_default();
-            let requests: Vec<(UserId, &str)> = batch.iter().map(|w| (w.user, w.nonce.as_str())).collect();
-            match self.stock.deduct_batch(sale, &requests, deadline).await {
-                Ok(answers) => {
-                    for (waiter, answer) in batch.into_iter().zip(answers) {
-                        let _ = waiter.answer.send(Ok(answer));
+            let (requests, answers): (Vec<DeductRequest>, Vec<oneshot::Sender<Answer>>) =
+                batch.into_iter().map(|w| (w.request, w.answer)).unzip();
+            let call = DeductCall::new(requests, deadline);
+            match self.decide(sale, &call).await {
+                Ok(decided) => {
+                    for (answer, deduction) in answers.into_iter().zip(decided) {
+                        let _ = answer.send(Ok(deduction));
                     }
                 }
-                Err(error) => {
-                    let error = Arc::new(error);
-                    for waiter in batch {
-                        let _ = waiter.answer.send(Err(error.clone()));
+                Err(failure) => {
+                    let failure = Arc::new(failure);
+                    for answer in answers {
+                        let _ = answer.send(Err(failure.clone()));
                     }
                 }
             }
         }
+    }
+
+    /// Runs `call` until its outcome is known: decided (and, where Redis has
+    /// replicas, confirmed by them), or known to keep nothing.
+    async fn decide(&self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Deduction>, NotDecided> {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.stock.deduct_batch(sale, call).await {
+                Ok(decided) => {
+                    let accepted = decided.iter().any(|d| matches!(d, Deduction::Accepted { .. }));
+                    if accepted && !self.stock.replicated().await.unwrap_or(false) {
+                        metrics::counter!("seckill_edge_deduct_not_replicated_total").increment(1);
+                        self.void(sale, call).await;
+                        return Err(NotDecided::NotReplicated);
+                    }
+                    return Ok(decided);
+                }
+                Err(error) if never_ran(&error) => return Err(NotDecided::Refused(Arc::new(error))),
+                Err(error) if started.elapsed() < self.limits.resolve => {
+                    // It may have run: ask again, the same call.
+                    tracing::warn!(%error, call = %call.id, "deduction outcome not heard; asking again");
+                    metrics::counter!("seckill_edge_deduct_asked_again_total").increment(1);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(error) => {
+                    tracing::error!(%error, call = %call.id, "deduction outcome not heard in time; voiding the call");
+                    self.void(sale, call).await;
+                    return Err(NotDecided::Voided);
+                }
+            }
+        }
+    }
+
+    /// Voids `call` now if Redis answers; else keeps trying in the
+    /// background for as long as the call's outcome is kept (after that the
+    /// call cannot be told apart from one that never ran).
+    async fn void(&self, sale: SaleKey, call: &DeductCall) {
+        match self.stock.void(sale, call).await {
+            Ok(undone) => tracing::warn!(call = %call.id, undone, "deduction call voided"),
+            Err(error) => {
+                metrics::counter!("seckill_edge_void_deferred_total").increment(1);
+                tracing::error!(%error, call = %call.id, "voiding the call failed; trying on in the background");
+                let (stock, call) = (self.stock.clone(), call.clone());
+                let give_up = Instant::now() + stock.call_outcome() / 2;
+                self.background.spawn("void a deduction call", async move {
+                    while Instant::now() < give_up {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        match stock.void(sale, &call).await {
+                            Ok(undone) => {
+                                tracing::warn!(call = %call.id, undone, "deduction call voided late");
+                                return Ok(());
+                            }
+                            Err(error) => tracing::debug!(%error, call = %call.id, "voiding again"),
+                        }
+                    }
+                    metrics::counter!("seckill_edge_void_abandoned_total").increment(1);
+                    Err(anyhow::anyhow!("call {} could not be voided: Redis did not answer", call.id))
+                });
+            }
+        }
+    }
+}
+
+/// Whether a failed call certainly did not run: Redis refused the
+/// connection (nothing was sent) or answered with an error (a replica
+/// refusing writes, a script error before any write). A timeout or a
+/// connection lost after sending may have run.
+fn never_ran(error: &RedisCallError) -> bool {
+    match error {
+        RedisCallError::Redis(error) => {
+            error.is_connection_refusal() || matches!(error.kind(), redis::ErrorKind::Server(_))
+        }
+        RedisCallError::Timeout(_) | RedisCallError::Unexpected { .. } => false,
     }
 }

@@ -83,6 +83,13 @@ pub struct Settings {
     /// batch forms only while a call for the sale is in flight); 1 turns
     /// batching off.
     pub deduct_batch_max: usize,
+    /// Most requests of one sale waiting for a script call; beyond it a
+    /// request is answered 503 at once, nothing deducted.
+    pub deduct_queue_max: usize,
+    /// How long a deduction whose answer was not heard is asked again (by
+    /// its call id: it is never applied twice) before it is voided and its
+    /// buyers answered 503, nothing kept.
+    pub deduct_resolve_ms: u64,
     /// Lease and wait of the lock deduction.
     pub lock: LockSettings,
     /// Lease and wait of the warm-up lock.
@@ -140,6 +147,8 @@ impl Default for Settings {
             body_limit_bytes: 4096,
             deduction: DeductionMode::Lua,
             deduct_batch_max: 128,
+            deduct_queue_max: 2_048,
+            deduct_resolve_ms: 10_000,
             lock: LockSettings::default(),
             warmup_lock: LockSettings::warmup(),
             rate_limit: RateLimitSettings::default(),

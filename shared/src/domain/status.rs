@@ -70,11 +70,15 @@ pub enum FailReason {
     /// The order belongs to a sale round that a warm-up has replaced since:
     /// it can never be an order of the new round.
     RoundReplaced,
+    /// The edge never heard its deduction's outcome and voided the call:
+    /// the buyer was answered 503 and nothing was kept (Redis only; never
+    /// in PostgreSQL).
+    Voided,
 }
 
 impl FailReason {
     /// Every reason, for parsing and listing.
-    pub const ALL: [FailReason; 8] = [
+    pub const ALL: [FailReason; 9] = [
         Self::Malformed,
         Self::NoDbStock,
         Self::DuplicateUser,
@@ -83,6 +87,7 @@ impl FailReason {
         Self::PublishLost,
         Self::PublishFailed,
         Self::RoundReplaced,
+        Self::Voided,
     ];
 
     /// The stable code.
@@ -96,6 +101,7 @@ impl FailReason {
             Self::PublishLost => "PUBLISH_LOST",
             Self::PublishFailed => "PUBLISH_FAILED",
             Self::RoundReplaced => "ROUND_REPLACED",
+            Self::Voided => "VOIDED",
         }
     }
 

@@ -51,7 +51,7 @@ impl Stock {
         };
         let mut invocation = with_keys(
             &COMPENSATE,
-            &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off, &k.meta],
+            &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off, &k.meta, &k.trace],
         );
         invocation
             .arg(order_id.as_str())

@@ -1,5 +1,13 @@
 //! The flash-sale decision (`lua/deduct.lua`), and the seed's lock-based
 //! deduction kept beside it for comparison.
+//!
+//! Every call carries an id, and the script keeps the call's outcome under
+//! it for a while (`redis.call_outcome_ms`): a caller that did not hear the
+//! answer (a timeout, a dropped connection: the script may have run) asks
+//! again with the same [`DeductCall`] and hears the outcome instead of a
+//! second deduction. A caller that cannot hear it at all voids the call
+//! ([`Stock::void`], `lua/void.lua`): afterwards it holds nothing, so its
+//! requests may be answered "nothing kept" truthfully.
 
 use super::keys::{SaleKeys, SaleLock};
 use super::status::OrderState;
@@ -13,6 +21,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/deduct.lua")));
+static VOID: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/void.lua")));
 
 /// The answer of one deduction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +37,41 @@ pub enum Deduction {
     AlreadyPurchased { order_id: Option<String> },
     /// No units left.
     SoldOut,
+    /// The call was voided before it ran (or its unit given back since):
+    /// nothing is kept.
+    Voided,
+}
+
+/// One request of a deduction call.
+#[derive(Debug, Clone)]
+pub struct DeductRequest {
+    pub user: UserId,
+    /// 64 random bits, hex: order ids stay unique whatever Redis forgets.
+    pub nonce: String,
+    /// The HTTP request's id and W3C trace context, kept with the
+    /// reservation so a record published again carries them.
+    pub request_id: String,
+    pub traceparent: String,
+}
+
+/// One deduction call: the same id, asked again, answers what the first
+/// asking decided.
+#[derive(Debug, Clone)]
+pub struct DeductCall {
+    /// Unique per call (random).
+    pub id: String,
+    /// The requests, decided in this order.
+    pub requests: Vec<DeductRequest>,
+    /// How long the caller may take to learn whether an accepted order's
+    /// record is in the log: the reservation is not swept before.
+    pub publish_deadline: Duration,
+}
+
+impl DeductCall {
+    /// A call with a fresh id.
+    pub fn new(requests: Vec<DeductRequest>, publish_deadline: Duration) -> Self {
+        Self { id: format!("{:016x}", rand::random::<u64>()), requests, publish_deadline }
+    }
 }
 
 impl Stock {
@@ -41,33 +85,55 @@ impl Stock {
         nonce: &str,
         publish_deadline: Duration,
     ) -> Result<Deduction, RedisCallError> {
-        let mut answers = self.deduct_batch(sale, &[(user, nonce)], publish_deadline).await?;
+        let request =
+            DeductRequest { user, nonce: nonce.to_owned(), request_id: String::new(), traceparent: String::new() };
+        let call = DeductCall::new(vec![request], publish_deadline);
+        let mut answers = self.deduct_batch(sale, &call).await?;
         answers.pop().ok_or(RedisCallError::Unexpected { script: "deduct.lua", answer: "no answer".into() })
     }
 
     /// The decisions of several requests of one sale in one script call,
     /// each exactly as [`Stock::deduct`] would have decided it alone, in
-    /// the order given: one answer per request.
-    pub async fn deduct_batch(
-        &self,
-        sale: SaleKey,
-        requests: &[(UserId, &str)],
-        publish_deadline: Duration,
-    ) -> Result<Vec<Deduction>, RedisCallError> {
+    /// the order given: one answer per request. Asked again with the same
+    /// call, the same answers.
+    pub async fn deduct_batch(&self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Deduction>, RedisCallError> {
         let k = self.keys.sale(sale);
-        let mut invocation = with_keys(&DEDUCT, &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.seq]);
-        invocation.arg(sale.activity.get()).arg(sale.sku.get()).arg(publish_deadline.as_millis() as u64);
-        for (user, nonce) in requests {
-            invocation.arg(user.get()).arg(*nonce);
+        let call_key = k.call(&call.id);
+        let mut invocation =
+            with_keys(&DEDUCT, &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.seq, &call_key, &k.trace]);
+        invocation
+            .arg(sale.activity.get())
+            .arg(sale.sku.get())
+            .arg(call.publish_deadline.as_millis() as u64)
+            .arg(&call.id)
+            .arg(self.call_outcome_ms);
+        for request in &call.requests {
+            invocation.arg(request.user.get()).arg(&request.nonce).arg(&request.request_id).arg(&request.traceparent);
         }
         let answers: Vec<Vec<redis::Value>> = self.conn.invoke(&invocation).await?;
-        if answers.len() != requests.len() {
+        if answers.len() != call.requests.len() {
             return Err(RedisCallError::Unexpected {
                 script: "deduct.lua",
-                answer: format!("{} answers to {} requests", answers.len(), requests.len()),
+                answer: format!("{} answers to {} requests", answers.len(), call.requests.len()),
             });
         }
         answers.iter().map(|answer| parse_deduction(answer)).collect()
+    }
+
+    /// Makes sure `call` keeps nothing: if it ran, every order it accepted
+    /// that is still QUEUED is undone (unit back, buyer free, FAILED
+    /// `VOIDED`); if it has not run, it never will deduct (`lua/void.lua`).
+    /// Returns how many units went back.
+    pub async fn void(&self, sale: SaleKey, call: &DeductCall) -> Result<i64, RedisCallError> {
+        let k = self.keys.sale(sale);
+        let call_key = k.call(&call.id);
+        let mut invocation =
+            with_keys(&VOID, &[&call_key, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.meta, &k.trace]);
+        invocation.arg(self.call_outcome_ms).arg(crate::domain::FailReason::Voided.code());
+        for request in &call.requests {
+            invocation.arg(request.user.get()).arg(&request.nonce);
+        }
+        self.conn.invoke(&invocation).await
     }
 
     /// The seed's deduction, for comparison: a per-sale lock around separate
@@ -178,6 +244,7 @@ fn parse_deduction(answer: &[redis::Value]) -> Result<Deduction, RedisCallError>
         -2 => Ok(Deduction::NotActive),
         -3 => Ok(Deduction::AlreadyPurchased { order_id: text(2) }),
         -4 => Ok(Deduction::SoldOut),
+        -5 => Ok(Deduction::Voided),
         _ => Err(unexpected()),
     }
 }

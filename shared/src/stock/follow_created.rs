@@ -24,7 +24,7 @@ impl Stock {
         }
         for (sale, orders) in by_sale {
             let k = self.keys.sale(sale);
-            let mut invocation = with_keys(&FOLLOW_CREATED, &[&k.meta, &k.orders, &k.reserved]);
+            let mut invocation = with_keys(&FOLLOW_CREATED, &[&k.meta, &k.orders, &k.reserved, &k.trace]);
             for (order_id, user, accepted_at) in orders {
                 invocation.arg(order_id.as_str()).arg(user.get()).arg(*accepted_at);
             }

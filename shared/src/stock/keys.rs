@@ -13,6 +13,8 @@
 //! | `…:seq` | string | order counter (never reset) |
 //! | `…:compensated` | set | order ids whose unit was restored |
 //! | `…:written_off` | set | order ids whose unit the database never had |
+//! | `…:trace` | hash | order id → `round\|request id\|traceparent` while reserved: what a republish needs |
+//! | `…:call:<id>` | string | a deduction call's outcome (or `V`, voided), kept a short while |
 //! | `…:lock`, `…:warmup` | string | the sale's locks (lock deduction, warm-up) |
 //! | `P seckill:{sweeper}:lock` | string | the reservation sweeper's lock |
 //! | `P seckill:sales` | set | every warmed sale (`A:S`), for the sweeper |
@@ -39,6 +41,15 @@ pub struct SaleKeys {
     pub(super) compensated: String,
     pub(super) written_off: String,
     pub(super) returned: String,
+    pub(super) trace: String,
+    base: String,
+}
+
+impl SaleKeys {
+    /// The key of one deduction call's outcome.
+    pub(super) fn call(&self, call_id: &str) -> String {
+        format!("{}:call:{call_id}", self.base)
+    }
 }
 
 /// What a per-sale lock guards.
@@ -73,6 +84,8 @@ impl KeyLayout {
             compensated: format!("{base}:compensated"),
             written_off: format!("{base}:written_off"),
             returned: format!("{base}:returned"),
+            trace: format!("{base}:trace"),
+            base,
         }
     }
 

@@ -15,10 +15,10 @@ pub mod warmup;
 
 pub use cancel::Cancelled;
 pub use compensate::{Compensation, CompensationMode};
-pub use deduct::Deduction;
+pub use deduct::{DeductCall, DeductRequest, Deduction};
 pub use keys::{KeyLayout, SaleKeys, SaleLock};
 pub use snapshot::{SaleSnapshot, SweepMark};
-pub use status::OrderState;
+pub use status::{OrderState, ReservationTrace};
 
 use crate::config::RedisSettings;
 use crate::redis_conn::{RedisCallError, RedisConn};
@@ -29,12 +29,46 @@ use redis::Script;
 pub struct Stock {
     conn: RedisConn,
     keys: KeyLayout,
+    /// How long a deduction call's outcome is kept (ms).
+    call_outcome_ms: u64,
+    /// Replicas that must confirm a deduction, and how long they may take.
+    replica_acks: (u32, std::time::Duration),
 }
 
 impl Stock {
     /// Connects (the connection reconnects by itself afterwards).
     pub async fn connect(settings: &RedisSettings) -> Result<Self, RedisCallError> {
-        Ok(Self { conn: RedisConn::connect(settings).await?, keys: KeyLayout::new(settings.key_prefix.clone()) })
+        let conn = RedisConn::connect(settings).await?;
+        let replicas = match settings.min_replica_acks {
+            Some(replicas) => replicas,
+            None => conn.replicas_in_topology(&settings.url).await?,
+        };
+        Ok(Self {
+            conn,
+            keys: KeyLayout::new(settings.key_prefix.clone()),
+            call_outcome_ms: settings.call_outcome_ms,
+            replica_acks: (replicas, std::time::Duration::from_millis(settings.replica_ack_timeout_ms)),
+        })
+    }
+
+    /// How long a deduction call's outcome is kept.
+    pub fn call_outcome(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.call_outcome_ms)
+    }
+
+    /// How many replicas must confirm a deduction before it is answered.
+    pub fn replica_acks(&self) -> u32 {
+        self.replica_acks.0
+    }
+
+    /// Whether the writes made so far reached the replicas a deduction must
+    /// be confirmed by (`WAIT`, bounded); always when none are asked for.
+    pub async fn replicated(&self) -> Result<bool, RedisCallError> {
+        let (replicas, timeout) = self.replica_acks;
+        if replicas == 0 {
+            return Ok(true);
+        }
+        Ok(self.conn.wait_replicas(replicas, timeout).await? >= replicas)
     }
 
     /// The connection, for the lock and for raw commands (tests, health).

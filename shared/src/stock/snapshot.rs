@@ -129,7 +129,10 @@ impl Stock {
 pub struct SweepMark {
     /// When it ended (ms since the epoch, the sweeper's clock).
     pub at_ms: i64,
-    /// Reservations it settled as FAILED.
+    /// Lost publishes it published again.
+    #[serde(default)]
+    pub republished: u64,
+    /// Reservations whose order PostgreSQL had failed.
     pub failed: u64,
     /// Reservations whose order turned out CREATED.
     pub created: u64,

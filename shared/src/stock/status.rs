@@ -21,6 +21,32 @@ pub struct OrderState {
     pub accepted_at: i64,
 }
 
+/// A reservation's trace: `round|request id|traceparent`, as deduct.lua
+/// writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservationTrace {
+    pub round: i64,
+    pub request_id: String,
+    pub traceparent: String,
+}
+
+impl ReservationTrace {
+    /// Parses `round|request id|traceparent`.
+    pub fn parse(value: &str) -> Option<Self> {
+        let mut parts = value.splitn(3, '|');
+        let round = parts.next()?.parse().ok()?;
+        Some(Self { round, request_id: parts.next()?.to_owned(), traceparent: parts.next()?.to_owned() })
+    }
+
+    /// The record's headers: what is there.
+    pub fn trace(&self) -> crate::kafka::Trace<'_> {
+        fn some(s: &str) -> Option<&str> {
+            (!s.is_empty()).then_some(s)
+        }
+        crate::kafka::Trace { request_id: some(&self.request_id), traceparent: some(&self.traceparent) }
+    }
+}
+
 impl OrderState {
     /// Parses `STATUS|user|reason|accepted_ms`.
     pub fn parse(value: &str) -> Option<Self> {
@@ -70,9 +96,28 @@ impl Stock {
         }
         let mut pipe = redis::pipe();
         for (sale, ids) in &by_sale {
-            pipe.zrem(&self.keys.sale(*sale).reserved, ids).ignore();
+            let k = self.keys.sale(*sale);
+            pipe.zrem(&k.reserved, ids).ignore().hdel(&k.trace, ids).ignore();
         }
         self.conn.pipe::<()>(&pipe).await.map(drop)
+    }
+
+    /// What a reservation keeps for its record to be published again: the
+    /// round it was accepted in, and its request's id and trace context.
+    pub async fn reservation_trace(&self, order_id: &OrderId) -> Result<Option<ReservationTrace>, RedisCallError> {
+        let k = self.keys.sale(order_id.sale());
+        let mut conn = self.conn.clone();
+        let value: Option<String> = self.conn.bounded(conn.hget(&k.trace, order_id.as_str())).await?;
+        Ok(value.as_deref().and_then(ReservationTrace::parse))
+    }
+
+    /// Moves an order's reservation's deadline to `deadline_ms` (Redis
+    /// clock), if it is still reserved: it is not swept before.
+    pub async fn reserve_until(&self, order_id: &OrderId, deadline_ms: i64) -> Result<(), RedisCallError> {
+        let k = self.keys.sale(order_id.sale());
+        let mut conn = self.conn.clone();
+        let options = redis::SortedSetAddOptions::update_only(None);
+        self.conn.bounded(conn.zadd_options::<_, _, _, ()>(&k.reserved, order_id.as_str(), deadline_ms, &options)).await
     }
 
     /// Reservations whose publish deadline passed before `cutoff_ms` (Redis

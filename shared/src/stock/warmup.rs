@@ -44,6 +44,7 @@ impl Stock {
                 &k.written_off,
                 &k.seq,
                 &k.returned,
+                &k.trace,
             ],
         );
         invocation

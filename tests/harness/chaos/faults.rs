@@ -18,6 +18,13 @@ pub enum Fault {
     KillCompensator,
     /// Stop the Kafka broker (`infra/local/down.sh kafka`) for this long.
     StopKafka(Duration),
+    /// Freeze the Kafka broker (SIGSTOP) for `hang` — longer than the
+    /// delivery timeout: publishes in flight time out, their records maybe
+    /// in the log — then `kill -9` it, and start it again after `down`.
+    HangThenKillKafka { hang: Duration, down: Duration },
+    /// Pause every Redis client (`CLIENT PAUSE`) for this long — longer
+    /// than `redis.timeout_ms`: calls time out while the script may yet run.
+    PauseRedis(Duration),
     /// Stop the PostgreSQL server for this long (all databases).
     StopPostgres(Duration),
     /// Refuse connections to this test's database only, for this long (a
@@ -47,9 +54,12 @@ pub enum Fault {
 }
 
 impl Fault {
-    /// Whether Redis may lose acknowledged writes under this fault.
+    /// Whether Redis may lose acknowledged writes under this fault. A
+    /// failover loses none: a deduction is answered only once a replica
+    /// confirmed it (`WAIT`). One Redis killed may lose what it had not
+    /// written to its append-only file yet.
     pub fn loses_redis_writes(self) -> bool {
-        matches!(self, Self::KillRedis | Self::KillRedisPrimary(_) | Self::KillRedisPrimaryBehind(_))
+        matches!(self, Self::KillRedis)
     }
 }
 
@@ -81,6 +91,22 @@ pub async fn inject(test: &TestEnv, sale: SaleKey, pipeline: &mut Pipeline, faul
             infra_async("down.sh", &["kafka"]).await;
             tokio::time::sleep(down).await;
             infra_async("up.sh", &["kafka"]).await;
+        }
+        Fault::HangThenKillKafka { hang, down } => {
+            let pidfile = crate::repo_root().join(".data/kafka/kafka.pid");
+            let pid = std::fs::read_to_string(&pidfile).expect("the broker's pid file").trim().to_owned();
+            let _ = std::process::Command::new("kill").args(["-STOP", &pid]).status();
+            tokio::time::sleep(hang).await;
+            kill9(pidfile);
+            let _ = std::process::Command::new("kill").args(["-CONT", &pid]).status();
+            tokio::time::sleep(down).await;
+            infra_async("up.sh", &["kafka"]).await;
+        }
+        Fault::PauseRedis(pause) => {
+            let ms = pause.as_millis().to_string();
+            let paused = std::process::Command::new("redis-cli").args(["client", "pause", &ms, "all"]).status();
+            assert!(paused.is_ok_and(|s| s.success()), "CLIENT PAUSE");
+            tokio::time::sleep(pause).await;
         }
         Fault::StopPostgres(down) => {
             infra_async("down.sh", &["postgres"]).await;

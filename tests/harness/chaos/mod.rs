@@ -55,8 +55,11 @@ pub struct Outcome {
     /// 503 TRY_AGAIN answers: definite publish failures (rolled back),
     /// Redis unreachable, a producer being rebuilt (nothing deducted).
     pub try_again: i64,
-    /// Accepted orders (202) that ended FAILED, by reason.
+    /// Accepted orders (202) that ended FAILED, by reason: broken promises.
     pub accepted_failed: BTreeMap<String, i64>,
+    /// Buyers told only 503 who hold an order afterwards: broken promises
+    /// too ("nothing was kept").
+    pub refused_but_kept: i64,
     /// Accepted orders Redis has no status for after the run: deductions it
     /// acknowledged and then lost.
     pub lost_by_redis: i64,
@@ -75,7 +78,7 @@ impl Outcome {
             self.accepted_failed.iter().map(|(r, n)| format!("{n} {r}")).collect::<Vec<_>>().join(", ")
         };
         format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |",
             self.name,
             self.requests,
             self.accepted,
@@ -84,6 +87,7 @@ impl Outcome {
             self.written_off,
             self.try_again,
             failed,
+            self.refused_but_kept,
             self.lost_by_redis,
             self.verdict,
             self.drain.as_secs_f64()
@@ -92,7 +96,38 @@ impl Outcome {
 }
 
 /// The header of [`Outcome::row`].
-pub const TABLE_HEADER: &str = "| scenario | requests | 202s | orders created | units restored | written off | 503 TRY_AGAIN | 202s that ended FAILED | deductions Redis lost | reconciliation | drain |\n|---|---|---|---|---|---|---|---|---|---|---|";
+pub const TABLE_HEADER: &str = "| scenario | requests | 202s | orders created | units restored | written off | 503 TRY_AGAIN | 202s that ended FAILED | 503s that kept a unit | deductions Redis lost | reconciliation | drain |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
+
+/// Buyers whose every answer was 503 (or 429, 410) and who hold an order in
+/// PostgreSQL (CREATED or PAID) after the drain.
+async fn refused_but_kept(test: &TestEnv, sale: seckill_shared::domain::SaleKey, answers: &std::path::Path) -> i64 {
+    let mut told: BTreeMap<i64, Vec<u16>> = BTreeMap::new();
+    for line in std::fs::read_to_string(answers).expect("the answers").lines() {
+        let mut parts = line.split(' ');
+        if let (Some(Ok(user)), Some(Ok(status))) = (parts.next().map(str::parse), parts.next().map(str::parse)) {
+            told.entry(user).or_default().push(status);
+        }
+    }
+    let refused: Vec<i64> = told
+        .into_iter()
+        .filter(|(_, answers)| answers.contains(&503) && answers.iter().all(|s| matches!(s, 503 | 429 | 410)))
+        .map(|(user, _)| user)
+        .collect();
+    let holding: Vec<i64> = sqlx::query_scalar(
+        "SELECT DISTINCT user_id FROM orders
+          WHERE activity_id = $1 AND sku_id = $2 AND status IN ('CREATED', 'PAID') AND user_id = ANY($3)",
+    )
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .bind(&refused)
+    .fetch_all(&test.db)
+    .await
+    .expect("orders of refused buyers");
+    if !holding.is_empty() {
+        eprintln!("chaos: buyers told only 503 who hold an order: {:?}", &holding[..holding.len().min(20)]);
+    }
+    holding.len() as i64
+}
 
 /// Runs a scenario and checks every promise; panics naming the broken one.
 pub async fn run(scenario: Scenario) -> Outcome {
@@ -108,6 +143,7 @@ pub async fn run(scenario: Scenario) -> Outcome {
     pipeline.wait_ready().await;
 
     let accepted_file = binary("seckillctl").parent().expect("dir").join(format!("accepted-{}.txt", test.id));
+    let answers_file = binary("seckillctl").parent().expect("dir").join(format!("answers-{}.txt", test.id));
     let (a, s) = (sale.activity.to_string(), sale.sku.to_string());
     let args: Vec<String> = [
         "bench",
@@ -131,6 +167,8 @@ pub async fn run(scenario: Scenario) -> Outcome {
         &scenario.seed.to_string(),
         "--accepted-out",
         accepted_file.to_str().expect("utf-8 path"),
+        "--answers-out",
+        answers_file.to_str().expect("utf-8 path"),
         "--json",
     ]
     .iter()
@@ -246,6 +284,17 @@ pub async fn run(scenario: Scenario) -> Outcome {
             scenario.name
         );
     }
+    // A 503 kept nothing: a buyer told only 503 (never 202, 409 or a lost
+    // connection, whose answer nobody heard) holds no order.
+    let refused_but_kept = refused_but_kept(&test, sale, &answers_file).await;
+    let _ = std::fs::remove_file(&answers_file);
+    let _ = std::fs::remove_file(&accepted_file);
+    // Every promise held: no 202 ended FAILED, no 503 kept a unit.
+    assert!(
+        accepted_failed.is_empty() && refused_but_kept == 0,
+        "{}: broken promises: 202s that ended FAILED {accepted_failed:?}, 503s that kept a unit {refused_but_kept}",
+        scenario.name
+    );
     // Downstream sees every change of every order, as a consumer reads it.
     test.verify_events(sale).await;
     let snapshot = test.stock.snapshot(sale).await.expect("a redis snapshot");
@@ -258,6 +307,7 @@ pub async fn run(scenario: Scenario) -> Outcome {
         written_off: snapshot.written_off,
         try_again: outcomes.get("503 TRY_AGAIN").and_then(|v| v.as_u64()).unwrap_or(0) as i64,
         accepted_failed,
+        refused_but_kept,
         lost_by_redis,
         verdict: if violations.is_empty() {
             "consistent".into()

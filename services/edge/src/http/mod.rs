@@ -86,7 +86,15 @@ impl AppState {
         background.spawn("limiter clean-up", forget_quiet_users(limits.clone(), background.shutdown().clone()));
         let dashboard = crate::dashboard::Dashboard::new(stock.clone(), db.clone(), settings.servers.kafka.clone());
         Ok(Self(Arc::new(Shared {
-            batcher: crate::batch::Batcher::new(stock.clone(), settings.deduct_batch_max),
+            batcher: crate::batch::Batcher::new(
+                stock.clone(),
+                crate::batch::BatchLimits {
+                    max: settings.deduct_batch_max,
+                    queue_max: settings.deduct_queue_max,
+                    resolve: Duration::from_millis(settings.deduct_resolve_ms),
+                },
+                background.clone(),
+            ),
             sessions: session::Sessions::default(),
             dashboard,
             sold_out: Arc::new(SoldOutFlags::new(Duration::from_millis(settings.sold_out_flag_ms))),

@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use seckill_shared::domain::{ActivityId, FailReason, OrderId, OrderRecord, SaleKey, SkuId, UserId};
 use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
-use seckill_shared::stock::Deduction;
+use seckill_shared::stock::{DeductRequest, Deduction};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -152,16 +152,27 @@ async fn place_order_inner(
         return Err(ApiError::SoldOut);
     }
     state.limits.check(request.user).map_err(ApiError::RateLimited)?;
-    // A producer retired by a fatal error could not publish: deduct nothing.
-    state.publisher.ensure_usable().map_err(|e| ApiError::TryAgain(e.into()))?;
+    // Nothing deducted that could not be published: a producer retired by a
+    // fatal error, or no broker taking records (the circuit), is a 503 now.
+    let admission = state.publisher.admit().map_err(|e| ApiError::TryAgain(e.into()))?;
 
+    // The observe middleware gave every request both.
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let trace =
+        crate::publish::Trace { request_id: header(REQUEST_ID_HEADER), traceparent: header(TRACEPARENT_HEADER) };
     // 64 random bits: ids stay unique even if the order counter went back.
     let nonce = format!("{:016x}", rand::random::<u64>());
     let deadline = state.publisher.deadline();
     let started = Instant::now();
     let deduction = match state.settings.deduction {
         DeductionMode::Lua => {
-            state.batcher.deduct(sale, request.user, nonce, deadline).await.map(Some).map_err(anyhow::Error::from)
+            let deduct = DeductRequest {
+                user: request.user,
+                nonce,
+                request_id: trace.request_id.unwrap_or_default().to_owned(),
+                traceparent: trace.traceparent.unwrap_or_default().to_owned(),
+            };
+            state.batcher.deduct(sale, deduct, deadline).await.map(Some).map_err(anyhow::Error::from)
         }
         DeductionMode::Lock => {
             let (locks, lock) = (&state.locks, &state.settings.lock);
@@ -173,8 +184,8 @@ async fn place_order_inner(
         }
     };
     metrics::histogram!("seckill_edge_deduct_seconds").record(started.elapsed().as_secs_f64());
-    // A Redis error may come after the script ran; then the reservation it
-    // left is settled by the sweeper. Either way the client may try again.
+    // Every refusal of the batcher keeps nothing (it resolves or voids a
+    // call it did not hear): the client may try again.
     let deduction = deduction.map_err(ApiError::TryAgain)?;
     let (order_id, round, accepted_at) = match deduction {
         None => return Err(ApiError::TryAgain(anyhow::anyhow!("the sale's lock was not had within its wait"))),
@@ -186,41 +197,60 @@ async fn place_order_inner(
             state.sold_out.mark(sale);
             return Err(ApiError::SoldOut);
         }
+        Some(Deduction::Voided) => {
+            return Err(ApiError::TryAgain(anyhow::anyhow!("the deduction was voided: nothing was kept")))
+        }
     };
 
     tracing::Span::current().record("order_id", order_id.as_str());
 
     let record = OrderRecord::new(order_id.clone(), sale, request.user, accepted_at).in_round(round);
-    // The observe middleware gave every request both.
-    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    let trace =
-        crate::publish::Trace { request_id: header(REQUEST_ID_HEADER), traceparent: header(TRACEPARENT_HEADER) };
     let started = Instant::now();
     metrics::gauge!("seckill_edge_publishes_in_flight").increment(1.0);
-    let outcome = state.publisher.publish(&record, trace).await;
+    let outcome = state.publisher.publish(&record, trace, admission).await;
     metrics::gauge!("seckill_edge_publishes_in_flight").decrement(1.0);
     metrics::histogram!("seckill_edge_publish_seconds").record(started.elapsed().as_secs_f64());
     match outcome {
         PublishOutcome::Delivered => Ok(queued(&order_id)),
         PublishOutcome::Ambiguous(why) => {
             // The record may be in the log: rolling back could sell the unit
-            // twice. The order stays QUEUED; the order service (if the record
-            // landed) or the reservation sweeper (if not) settles it, and the
-            // client follows it with GET /api/seckill/order/{id}.
-            tracing::warn!(order_id = %order_id, reason = %why, "publish outcome unknown; left to the sweeper");
+            // twice. The order stays QUEUED and is a promise: the order
+            // service writes it if the record landed; if it never did, the
+            // reservation sweeper publishes it again. The client follows it
+            // with GET /api/seckill/order/{id}.
+            tracing::warn!(order_id = %order_id, reason = %why, "publish outcome unknown; the sweeper publishes it again if it never landed");
             metrics::counter!("seckill_edge_publish_ambiguous_total").increment(1);
             Ok(queued(&order_id))
         }
         PublishOutcome::NotPersisted(why) => {
             tracing::warn!(order_id = %order_id, reason = %why, "publish failed; rolling back");
-            match state.stock.rollback(&order_id, request.user, FailReason::PublishFailed).await {
-                Ok(_) => state.sold_out.clear(sale),
-                // The reservation stays; the sweeper restores the unit.
-                Err(error) => tracing::error!(order_id = %order_id, %error, "rollback failed; left to the sweeper"),
+            if roll_back(state, &order_id, request.user).await {
+                state.sold_out.clear(sale);
+                return Err(ApiError::TryAgain(anyhow::anyhow!("publish failed, deduction rolled back: {why}")));
             }
-            Err(ApiError::TryAgain(anyhow::anyhow!("publish failed, deduction rolled back: {why}")))
+            // Redis kept the unit and will not say otherwise: the reservation
+            // stands, and the sweeper publishes it. The buyer holds an order.
+            tracing::error!(order_id = %order_id, "rollback failed; the order is kept and published again later");
+            metrics::counter!("seckill_edge_rollback_failed_total").increment(1);
+            Ok(queued(&order_id))
         }
     }
+}
+
+/// Rolls a definitely unpublished deduction back, trying a few times (the
+/// script is idempotent: it undoes only an order still QUEUED). Whether the
+/// unit is back.
+async fn roll_back(state: &AppState, order_id: &OrderId, user: UserId) -> bool {
+    for attempt in 0..3u32 {
+        match state.stock.rollback(order_id, user, FailReason::PublishFailed).await {
+            Ok(_) => return true,
+            Err(error) => {
+                tracing::warn!(order_id = %order_id, %error, attempt, "rollback failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
+            }
+        }
+    }
+    false
 }
 
 fn queued(order_id: &OrderId) -> (StatusCode, Json<QueuedBody>) {

@@ -2,10 +2,13 @@
 //! librdkafka's own verdict on whether the record may be in the log, handed
 //! to the request that waits for it; and the producer's fatal errors.
 
+use super::circuit::Circuit;
 use rdkafka::bindings::{rd_kafka_message_status, rd_kafka_msg_status_t};
 use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::statistics::Statistics;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -33,20 +36,44 @@ pub enum Report {
     Failed { error: KafkaError, persistence: Persistence },
 }
 
-/// Hands each delivery report to its waiting request, and notes fatal
-/// producer errors.
+/// Hands each delivery report to its waiting request, notes fatal producer
+/// errors, and feeds the Kafka circuit librdkafka's view of the brokers.
 pub struct DeliveryContext {
     /// Set by a fatal error: this producer must not be used again.
     pub fatal: Arc<AtomicBool>,
+    /// Opened when every broker is down, or none is up.
+    pub circuit: Arc<Circuit>,
+    /// Set when the circuit opened because every broker is down: records
+    /// still queued (never sent) can be failed at once instead of waiting
+    /// for their delivery timeout.
+    pub purge_queued: Arc<AtomicBool>,
 }
 
 impl ClientContext for DeliveryContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        if matches!(error.rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::Fatal)) {
-            self.fatal.store(true, Ordering::SeqCst);
-            tracing::error!(%error, reason, "the producer failed fatally; it will be rebuilt");
-        } else {
-            tracing::warn!(%error, reason, "producer error");
+        match error.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::Fatal) => {
+                self.fatal.store(true, Ordering::SeqCst);
+                tracing::error!(%error, reason, "the producer failed fatally; it will be rebuilt");
+            }
+            Some(RDKafkaErrorCode::AllBrokersDown) => {
+                if self.circuit.open("every broker is down") {
+                    self.purge_queued.store(true, Ordering::SeqCst);
+                }
+                tracing::warn!(%error, reason, "producer error");
+            }
+            _ => tracing::warn!(%error, reason, "producer error"),
+        }
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        // The brokers learned from the cluster's metadata, once there are
+        // any (a bootstrap entry stands for an address, and may idle once
+        // the real brokers are known); until then, the bootstrap ones.
+        let learned: Vec<_> = statistics.brokers.values().filter(|b| b.nodeid >= 0).collect();
+        let considered: Vec<_> = if learned.is_empty() { statistics.brokers.values().collect() } else { learned };
+        if !considered.is_empty() {
+            self.circuit.brokers_seen(considered.iter().any(|b| b.state == "UP"));
         }
     }
 }

@@ -10,8 +10,10 @@
 //! not ready and answers 503 before deducting anything, and the producer is
 //! rebuilt on the next request or readiness probe.
 
+mod circuit;
 mod delivery;
 
+pub use circuit::{Admission, Circuit, CircuitOpen};
 pub use delivery::{Persistence, Report};
 
 use delivery::DeliveryContext;
@@ -42,18 +44,32 @@ pub enum PublishOutcome {
 #[error("the Kafka producer failed fatally and is being rebuilt")]
 pub struct ProducerRetired;
 
-/// One producer and the flag its fatal errors set.
+/// Why a request may not deduct now: nothing it deducted could be published.
+#[derive(Debug, thiserror::Error)]
+pub enum NotAdmitted {
+    #[error(transparent)]
+    Retired(#[from] ProducerRetired),
+    #[error(transparent)]
+    CircuitOpen(#[from] CircuitOpen),
+}
+
+/// One producer and the flags its callbacks set.
 struct Live {
     producer: ThreadedProducer<DeliveryContext>,
     fatal: Arc<AtomicBool>,
+    purge_queued: Arc<AtomicBool>,
 }
 
 impl Live {
-    fn create(settings: &KafkaSettings) -> anyhow::Result<Self> {
+    fn create(settings: &KafkaSettings, circuit: Arc<Circuit>) -> anyhow::Result<Self> {
         let fatal = Arc::new(AtomicBool::new(false));
-        let context = DeliveryContext { fatal: fatal.clone() };
-        let producer = seckill_shared::kafka::producer_config(settings).create_with_context(context)?;
-        Ok(Self { producer, fatal })
+        let purge_queued = Arc::new(AtomicBool::new(false));
+        let context = DeliveryContext { fatal: fatal.clone(), circuit, purge_queued: purge_queued.clone() };
+        let mut config = seckill_shared::kafka::producer_config(settings);
+        // The circuit reads the brokers' states from the statistics.
+        config.set("statistics.interval.ms", "1000");
+        let producer = config.create_with_context(context)?;
+        Ok(Self { producer, fatal, purge_queued })
     }
 
     fn is_fatal(&self) -> bool {
@@ -65,6 +81,8 @@ impl Live {
 #[derive(Clone)]
 pub struct Publisher {
     live: Arc<RwLock<Arc<Live>>>,
+    /// Open while no broker takes records: requests deduct nothing.
+    circuit: Arc<Circuit>,
     settings: Arc<KafkaSettings>,
     topic: Arc<str>,
     /// How long until a publish's outcome is known: the delivery timeout
@@ -75,8 +93,10 @@ pub struct Publisher {
 impl Publisher {
     /// A producer for `topic`.
     pub fn new(settings: &KafkaSettings, topic: String) -> anyhow::Result<Self> {
+        let circuit = Arc::new(Circuit::default());
         Ok(Self {
-            live: Arc::new(RwLock::new(Arc::new(Live::create(settings)?))),
+            live: Arc::new(RwLock::new(Arc::new(Live::create(settings, circuit.clone())?))),
+            circuit,
             settings: Arc::new(settings.clone()),
             topic: topic.into(),
             deadline: Duration::from_millis(settings.message_timeout_ms + 2_000),
@@ -102,7 +122,7 @@ impl Publisher {
         let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
         // Another caller may have replaced it meanwhile.
         if live.is_fatal() {
-            match Live::create(&self.settings) {
+            match Live::create(&self.settings, self.circuit.clone()) {
                 Ok(fresh) => {
                     tracing::warn!("the producer was retired by a fatal error; a new one replaces it");
                     metrics::counter!("seckill_edge_producer_rebuilt_total").increment(1);
@@ -116,8 +136,42 @@ impl Publisher {
         Err(ProducerRetired)
     }
 
-    /// Publishes one order (key = user id) and awaits its delivery report.
-    pub async fn publish(&self, record: &OrderRecord, trace: Trace<'_>) -> PublishOutcome {
+    /// Whether a request may deduct now: the producer is usable and the
+    /// circuit lets it through (as the open circuit's probe, perhaps).
+    /// Records still queued when every broker went down are failed now
+    /// (never sent: their deductions are rolled back at once).
+    pub fn admit(&self) -> Result<Admission, NotAdmitted> {
+        self.ensure_usable()?;
+        let live = self.live();
+        if live.purge_queued.swap(false, Ordering::SeqCst) {
+            use rdkafka::producer::PurgeConfig;
+            live.producer.purge(PurgeConfig::default().queue().non_blocking());
+        }
+        Ok(self.circuit.admit()?)
+    }
+
+    /// Whether the circuit is open (no broker takes records).
+    pub fn circuit_open(&self) -> bool {
+        self.circuit.is_open()
+    }
+
+    /// Publishes one order (key = user id), awaits its delivery report, and
+    /// tells the circuit how it went.
+    pub async fn publish(&self, record: &OrderRecord, trace: Trace<'_>, admission: Admission) -> PublishOutcome {
+        let outcome = self.send(record, trace).await;
+        match &outcome {
+            PublishOutcome::Delivered => self.circuit.delivered(),
+            PublishOutcome::NotPersisted(why) | PublishOutcome::Ambiguous(why) => {
+                self.circuit.open(why);
+                if admission == Admission::Probe {
+                    self.circuit.probe_failed();
+                }
+            }
+        }
+        outcome
+    }
+
+    async fn send(&self, record: &OrderRecord, trace: Trace<'_>) -> PublishOutcome {
         let payload = match serde_json::to_vec(record) {
             Ok(payload) => payload,
             Err(error) => return PublishOutcome::NotPersisted(format!("encoding the record: {error}")),
