@@ -177,13 +177,17 @@ pub fn run<B: Binary>() -> anyhow::Result<()> {
     let args = crate::cli::ServiceArgs::parse_for(B::BINARY, B::ABOUT);
     let Some(settings) = args.settings::<B::Settings>()? else { return Ok(()) };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         crate::telemetry::init_tracing(B::telemetry(&settings));
         let shutdown = crate::shutdown::shutdown_signal();
         let service = B::build(settings).await.with_context(|| format!("starting {}", B::BINARY))?;
         tracing::info!(service = B::BINARY, addr = %service.listening(), "listening");
         service.run(shutdown).await
-    })
+    });
+    // The service waited for its tasks (bounded); a call still blocking a
+    // thread (a client library waiting on a server) must not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    result
 }
 
 /// A consuming service as the host runs it: its settings say where it

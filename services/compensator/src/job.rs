@@ -56,8 +56,11 @@ impl DlqJob {
             if !self.handle(&message, &shutdown).instrument(span).await {
                 break;
             }
-            // Only now: a crash before this line replays the record.
-            if let Err(error) = self.consumer.commit_message(&message, CommitMode::Sync) {
+            // Only now: a crash before this line replays the record (and a
+            // commit lost with a crash replays it too: settling is
+            // idempotent). Asynchronous, so a coordinator that does not
+            // answer holds no thread of the runtime.
+            if let Err(error) = self.consumer.commit_message(&message, CommitMode::Async) {
                 tracing::warn!(%error, "offset commit failed; the record will be replayed");
             }
         }

@@ -57,7 +57,9 @@ pub struct Worker {
     settings: Arc<Settings>,
     deps: Connections,
     dead_letters: DeadLetters,
-    consumer: StreamConsumer<kafka::Observed>,
+    /// Shared with the bounded final commit, which runs on a thread of its
+    /// own (a synchronous commit blocks until the coordinator answers).
+    consumer: Arc<StreamConsumer<kafka::Observed>>,
     /// A batch [`Worker::try_execute_batch`] could not finish: the next
     /// turn tries it again before reading more (the consumer's position is
     /// already past it).
@@ -76,7 +78,7 @@ impl Worker {
         let consumer: StreamConsumer<kafka::Observed> = kafka::consumer_config(&settings.servers.kafka, &group)
             .create_with_context(kafka::Observed::new(&group))?;
         consumer.subscribe(&[deps.topics.orders.as_str()])?;
-        Ok(Self { index, settings, deps, dead_letters, consumer, unfinished: Default::default() })
+        Ok(Self { index, settings, deps, dead_letters, consumer: Arc::new(consumer), unfinished: Default::default() })
     }
 
     /// Consumes until `shutdown`, a batch at a time.
@@ -98,9 +100,18 @@ impl Worker {
             // commit lost to a crash only replays finished (idempotent) work.
             last_commit = Some(self.commit(&batch, CommitMode::Async));
         }
-        // Leaving: make sure the last commit reached the broker.
+        // Leaving: make sure the last commit reached the broker — for a
+        // while: a coordinator that does not answer (a broker just back)
+        // must not keep the service from stopping; what is not committed
+        // is replayed, idempotently.
         if let Some(list) = last_commit {
-            self.send_commit(&list, CommitMode::Sync);
+            let consumer = self.consumer.clone();
+            let commit = tokio::task::spawn_blocking(move || consumer.commit(&list, CommitMode::Sync));
+            match tokio::time::timeout(Duration::from_secs(10), commit).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(error))) => tracing::warn!(worker = self.index, %error, "the last commit failed; its records will be replayed"),
+                _ => tracing::warn!(worker = self.index, "the last commit did not complete in 10 s; its records will be replayed"),
+            }
         }
         self.consumer.unsubscribe();
         tracing::info!(worker = self.index, "consumer left the group");
