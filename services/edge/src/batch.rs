@@ -22,7 +22,9 @@
 //! replicas, a batch that accepted orders is confirmed by
 //! `redis.min_replica_acks` of them (`WAIT`) before anyone hears it; not
 //! confirmed in time, it is voided too: a failover never loses a deduction
-//! a buyer was told about.
+//! a buyer was told about. A void is confirmed by the replicas the same way
+//! before its buyers are told 503, so a failover cannot bring back what
+//! they were told was not kept.
 
 use seckill_shared::domain::SaleKey;
 use seckill_shared::redis_conn::RedisCallError;
@@ -185,33 +187,54 @@ impl Batcher {
         }
     }
 
-    /// Voids `call` now if Redis answers; else keeps trying in the
-    /// background for as long as the call's outcome is kept (after that the
-    /// call cannot be told apart from one that never ran).
+    /// Voids `call` and, where Redis has replicas, waits until they confirm
+    /// the void: a failover right after must not bring back a deduction its
+    /// buyers are told was not kept (a promoted replica may have had the
+    /// deduction and not the void — then it is voided there again; voiding
+    /// is idempotent). Tried until the resolve time has passed; after that
+    /// the void goes on in the background for as long as the call's outcome
+    /// is kept (after that the call cannot be told apart from one that
+    /// never ran).
     async fn void(&self, sale: SaleKey, call: &DeductCall) {
-        match self.stock.void(sale, call).await {
-            Ok(undone) => tracing::warn!(call = %call.id, undone, "deduction call voided"),
-            Err(error) => {
-                metrics::counter!("seckill_edge_void_deferred_total").increment(1);
-                tracing::error!(%error, call = %call.id, "voiding the call failed; trying on in the background");
-                let (stock, call) = (self.stock.clone(), call.clone());
-                let give_up = Instant::now() + stock.call_outcome() / 2;
-                self.background.spawn("void a deduction call", async move {
-                    while Instant::now() < give_up {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        match stock.void(sale, &call).await {
-                            Ok(undone) => {
-                                tracing::warn!(call = %call.id, undone, "deduction call voided late");
-                                return Ok(());
-                            }
-                            Err(error) => tracing::debug!(%error, call = %call.id, "voiding again"),
-                        }
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.stock.void(sale, call).await {
+                Ok(undone) => match self.stock.replicated().await {
+                    Ok(true) => {
+                        tracing::warn!(call = %call.id, undone, "deduction call voided");
+                        return;
                     }
-                    metrics::counter!("seckill_edge_void_abandoned_total").increment(1);
-                    Err(anyhow::anyhow!("call {} could not be voided: Redis did not answer", call.id))
-                });
+                    Ok(false) => tracing::warn!(call = %call.id, "the void is not confirmed by the replicas yet"),
+                    Err(error) => tracing::warn!(%error, call = %call.id, "confirming the void failed"),
+                },
+                Err(error) => tracing::warn!(%error, call = %call.id, "voiding the call failed"),
             }
+            if started.elapsed() >= self.limits.resolve {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
         }
+        metrics::counter!("seckill_edge_void_deferred_total").increment(1);
+        tracing::error!(call = %call.id, "the void is not confirmed in time; trying on in the background");
+        let (stock, call) = (self.stock.clone(), call.clone());
+        let give_up = Instant::now() + stock.call_outcome() / 2;
+        self.background.spawn("void a deduction call", async move {
+            while Instant::now() < give_up {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                match stock.void(sale, &call).await {
+                    Ok(undone) if stock.replicated().await.unwrap_or(false) => {
+                        tracing::warn!(call = %call.id, undone, "deduction call voided late");
+                        return Ok(());
+                    }
+                    Ok(_) => tracing::debug!(call = %call.id, "voided, not confirmed; again"),
+                    Err(error) => tracing::debug!(%error, call = %call.id, "voiding again"),
+                }
+            }
+            metrics::counter!("seckill_edge_void_abandoned_total").increment(1);
+            Err(anyhow::anyhow!("call {} could not be voided: Redis did not answer", call.id))
+        });
     }
 }
 
