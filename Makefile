@@ -82,9 +82,11 @@ deploy-render:
 
 # Every overlay rendered and each object decoded strictly into the
 # Kubernetes API types, the deployment's rules, the Compose file against the
-# Compose specification, and the Dockerfile linted; offline.
-deploy-check: test-tools
-	cd deploy/check && go vet ./... && go test ./... && go run . check ../k8s/overlays/* -compose ../compose.yaml
+# Compose specification, every service binary of both run with
+# --check-config and the environment its container gets, and the Dockerfile
+# linted; offline.
+deploy-check: test-tools compile
+	cd deploy/check && go vet ./... && go test ./... && go run . check ../k8s/overlays/* -compose ../compose.yaml -bin ../../target/$(if $(filter release,$(PROFILE)),release,debug)
 	.data/venv/bin/hadolint Dockerfile
 
 # The container image, built with podman where there is no Docker engine

@@ -15,6 +15,12 @@
 -- counters move. An order the hash does not hold (another round's, or one
 -- Redis lost) or holds as FAILED gives nothing back: its unit is not this
 -- round's to count, or was restored already.
+--
+-- A sale whose keys expired (meta gone) is left alone: nothing in Redis is
+-- recreated, PostgreSQL's cancellation stands by itself.
+if redis.call('EXISTS', KEYS[6]) == 0 then
+  return 0
+end
 local returned = 0
 for i = 1, #ARGV, 3 do
   local id, user = ARGV[i], ARGV[i + 1]
@@ -35,5 +41,10 @@ for i = 1, #ARGV, 3 do
       returned = returned + 1
     end
   end
+end
+-- The set of returned units may be new: it ends with the sale.
+local expires = tonumber(redis.call('HGET', KEYS[6], 'expires') or '0')
+if returned > 0 and expires > 0 then
+  redis.call('PEXPIREAT', KEYS[5], expires)
 end
 return returned

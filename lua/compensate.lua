@@ -17,6 +17,11 @@
 -- Invariant: a unit goes back to the sale at most once per order id, and only
 -- for an order Redis itself accepted.
 local id = ARGV[1]
+-- A sale whose keys expired: nothing is recreated (Redis holds no unit of
+-- it to give back).
+if redis.call('EXISTS', KEYS[7]) == 0 then
+  return -1
+end
 if redis.call('SISMEMBER', KEYS[5], id) == 1 or redis.call('SISMEMBER', KEYS[6], id) == 1 then
   return 0
 end
@@ -51,4 +56,10 @@ redis.call('HINCRBY', KEYS[7], 'queued', -1)
 redis.call('HINCRBY', KEYS[7], 'failed', 1)
 redis.call('ZREM', KEYS[4], id)
 redis.call('HDEL', KEYS[8], id)
+-- The settled sets may be new: they end with the sale.
+local expires = tonumber(redis.call('HGET', KEYS[7], 'expires') or '0')
+if expires > 0 then
+  redis.call('PEXPIREAT', KEYS[5], expires)
+  redis.call('PEXPIREAT', KEYS[6], expires)
+end
 return 1

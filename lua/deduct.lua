@@ -11,7 +11,8 @@
 -- KEYS[4] orders    hash  order id -> "STATUS|user|reason|accepted_ms"
 -- KEYS[5] reserved  zset  order id scored by when it may be swept: the time
 --                         after which its record cannot land any more
--- KEYS[6] seq       string, per-sale order counter (never reset, never expires)
+-- KEYS[6] seq       string, per-sale order counter (never reset while the
+--                   sale lives)
 -- KEYS[7] call      string, this call's outcome when it kept something ("V":
 --                         voided), kept ARGV[5] ms
 -- KEYS[8] trace     hash  order id -> "round|request id|traceparent": what
@@ -43,7 +44,7 @@ local n = (#ARGV - 5) / 4
 local answers = {}
 local users = {}
 for i = 1, n do users[i] = ARGV[2 + 4 * i] end
-local meta = redis.call('HMGET', KEYS[1], 'starts', 'ends', 'round')
+local meta = redis.call('HMGET', KEYS[1], 'starts', 'ends', 'round', 'expires')
 local round = tonumber(meta[3]) or 0
 
 -- Asked again: the outcome, not a second deduction.
@@ -131,5 +132,12 @@ if accepted > 0 then
   redis.call('DECRBY', KEYS[2], accepted)
   redis.call('HINCRBY', KEYS[1], 'queued', accepted)
   redis.call('SET', KEYS[7], table.concat(codes, ','), 'PX', ARGV[5])
+  -- The keys this call may have created end with the sale (warmup.lua).
+  local expires = tonumber(meta[4]) or 0
+  if expires > 0 then
+    for _, i in ipairs({ 3, 4, 5, 6, 8 }) do
+      redis.call('PEXPIREAT', KEYS[i], expires)
+    end
+  end
 end
 return answers

@@ -4,7 +4,10 @@
 -- KEYS[5] reserved, KEYS[6] compensated, KEYS[7] written_off, KEYS[8] seq,
 -- KEYS[9] returned (units cancelled orders gave back), KEYS[10] trace
 -- ARGV[1] stock, ARGV[2] starts (ms, 0 = none), ARGV[3] ends (ms, 0 = none),
--- ARGV[4] round, ARGV[5] expire at (ms, 0 = never),
+-- ARGV[4] round, ARGV[5] expire at (ms, 0 = never): when every key of the
+--         sale expires; kept in meta as 'expires', so the scripts that
+--         create a key later (buyers, orders, reservations, ...) give it
+--         the same end,
 -- ARGV[6] "1" to replace a round that still has orders in flight
 --
 -- Returns 1 loaded, 0 refused: the previous round has orders in flight
@@ -13,7 +16,9 @@
 --
 -- Invariant: stock is SET, never added; the previous round's buyers,
 -- statuses, reservations and counters are cleared; the order counter is
--- kept, and never expires, so order ids never repeat.
+-- kept while the sale lives (order ids stay unique after it expires too:
+-- each carries a random nonce). Every key of a sale with an end expires at
+-- ARGV[5], whichever script creates it.
 if ARGV[6] ~= '1' then
   local queued = tonumber(redis.call('HGET', KEYS[1], 'queued') or '0')
   if queued > 0 or redis.call('ZCARD', KEYS[5]) > 0 then
@@ -22,16 +27,14 @@ if ARGV[6] ~= '1' then
 end
 redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10])
 redis.call('HSET', KEYS[1], 'total', ARGV[1], 'starts', ARGV[2], 'ends', ARGV[3], 'round', ARGV[4],
-  'queued', 0, 'created', 0, 'failed', 0, 'cancelled', 0)
+  'queued', 0, 'created', 0, 'failed', 0, 'cancelled', 0, 'expires', ARGV[5])
 redis.call('SET', KEYS[2], ARGV[1])
-if tonumber(ARGV[5]) > 0 then
-  for _, i in ipairs({ 1, 2, 3, 4, 5, 6, 7, 9 }) do
+-- The keys that exist now; the others get their expiry when created.
+for _, i in ipairs({ 1, 2, 8 }) do
+  if tonumber(ARGV[5]) > 0 then
     redis.call('PEXPIREAT', KEYS[i], ARGV[5])
-  end
-else
-  for _, i in ipairs({ 1, 2, 3, 4, 5, 6, 7, 9 }) do
+  else
     redis.call('PERSIST', KEYS[i])
   end
 end
-redis.call('PERSIST', KEYS[8])
 return 1

@@ -2,6 +2,8 @@
 //! `infra/local/up.sh` (`make test` starts them). One binary, one module per
 //! area, so the suite links once.
 
+#[path = "e2e/admin_access.rs"]
+mod admin_access;
 #[path = "e2e/architecture.rs"]
 mod architecture;
 #[path = "e2e/batching.rs"]
@@ -24,6 +26,8 @@ mod dashboard;
 mod downstream;
 #[path = "e2e/edge.rs"]
 mod edge;
+#[path = "e2e/finished_sales.rs"]
+mod finished_sales;
 #[path = "e2e/fuzz.rs"]
 mod fuzz;
 #[path = "e2e/lifecycle.rs"]
@@ -40,5 +44,7 @@ mod poison;
 mod promise;
 #[path = "e2e/relay.rs"]
 mod relay;
+#[path = "e2e/slow_clients.rs"]
+mod slow_clients;
 #[path = "e2e/smoke.rs"]
 mod smoke;

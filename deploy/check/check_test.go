@@ -49,11 +49,24 @@ func edit(t *testing.T, file, old, new string) {
 }
 
 func TestTheCommittedDeploymentPasses(t *testing.T) {
-	if problems := checkKustomization("../k8s/overlays/local"); len(problems) > 0 {
+	problems, starts := checkKustomization("../k8s/overlays/local")
+	if len(problems) > 0 {
 		t.Fatalf("problems: %v", problems)
 	}
-	if problems := checkCompose("../compose.yaml"); len(problems) > 0 {
+	if len(starts) != 3 {
+		t.Fatalf("want the edge, order service and compensator to check, got %v", starts)
+	}
+	problems, starts = checkCompose("../compose.yaml")
+	if len(problems) > 0 {
 		t.Fatalf("problems: %v", problems)
+	}
+	if len(starts) != 5 {
+		t.Fatalf("want two edges, two order services and the compensator to check, got %v", starts)
+	}
+	for _, s := range starts {
+		if value, set := s.env["SECKILL_USER_JWT_SECRET"]; set {
+			t.Fatalf("%s: SECKILL_USER_JWT_SECRET set (to %q) though the user did not set it", s.where, value)
+		}
 	}
 }
 
@@ -81,7 +94,8 @@ func TestEachBreakIsFound(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			root := copyTree(t)
 			edit(t, filepath.Join(root, b.file), b.old, b.new)
-			problems := strings.Join(checkKustomization(filepath.Join(root, "k8s/overlays/local")), "\n")
+			found, _ := checkKustomization(filepath.Join(root, "k8s/overlays/local"))
+			problems := strings.Join(found, "\n")
 			if !strings.Contains(problems, b.want) {
 				t.Fatalf("want a problem containing %q, got:\n%s", b.want, problems)
 			}
@@ -93,7 +107,7 @@ func TestComposeBreaksAreFound(t *testing.T) {
 	breaks := []struct {
 		name, old, new, want string
 	}{
-		{"token in the file", "SECKILL_ADMIN_TOKEN: ${SECKILL_ADMIN_TOKEN:?set SECKILL_ADMIN_TOKEN}\n    SECKILL_USER", "SECKILL_ADMIN_TOKEN: hunter2\n    SECKILL_USER", "written in the file"},
+		{"token in the file", "SECKILL_ADMIN_TOKEN: ${SECKILL_ADMIN_TOKEN:?set SECKILL_ADMIN_TOKEN}\n    # No value", "SECKILL_ADMIN_TOKEN: hunter2\n    # No value", "written in the file"},
 		{"not in the schema", "  read_only: true\n  user: \"65532:65532\"\n  depends_on:", "  read_only: true\n  readonly: true\n  user: \"65532:65532\"\n  depends_on:", "readonly"},
 		{"writable", "  read_only: true\n  user: \"65532:65532\"\n  depends_on:", "  read_only: false\n  user: \"65532:65532\"\n  depends_on:", "not read-only"},
 	}
@@ -101,7 +115,8 @@ func TestComposeBreaksAreFound(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			root := copyTree(t)
 			edit(t, filepath.Join(root, "compose.yaml"), b.old, b.new)
-			problems := strings.Join(checkCompose(filepath.Join(root, "compose.yaml")), "\n")
+			found, _ := checkCompose(filepath.Join(root, "compose.yaml"))
+			problems := strings.Join(found, "\n")
 			if !strings.Contains(problems, b.want) {
 				t.Fatalf("want a problem containing %q, got:\n%s", b.want, problems)
 			}

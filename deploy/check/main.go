@@ -2,12 +2,14 @@
 // validates them offline, and validates the Compose file:
 //
 //	go run . render ../k8s/overlays/local   # the manifests, as YAML
-//	go run . check ../k8s/overlays/* -compose ../compose.yaml
+//	go run . check ../k8s/overlays/* -compose ../compose.yaml [-bin DIR]
 //
 // Rendering is kustomize's own library. Every object is decoded strictly
 // into the Kubernetes API types (k8s.io/api): an unknown or repeated field,
 // a wrong type or an unknown kind is an error. Then the rules this
-// deployment promises are checked (policy.go). No cluster, no network.
+// deployment promises are checked (policy.go). With -bin, the project's
+// service binaries in DIR check the settings each container would start
+// with (settings.go). No cluster, no network.
 package main
 
 import (
@@ -37,13 +39,24 @@ func main() {
 		}
 		os.Stdout.Write(yaml)
 	case "check":
-		dirs, compose := splitArgs(os.Args[2:])
+		dirs, compose, bin := splitArgs(os.Args[2:])
 		problems := 0
+		var starts []started
 		for _, dir := range dirs {
-			problems += report(dir, checkKustomization(dir))
+			found, dirStarts := checkKustomization(dir)
+			problems += report(dir, found)
+			starts = append(starts, dirStarts...)
 		}
 		if compose != "" {
-			problems += report(compose, checkCompose(compose))
+			found, composeStarts := checkCompose(compose)
+			problems += report(compose, found)
+			starts = append(starts, composeStarts...)
+		}
+		if bin != "" {
+			if len(starts) == 0 {
+				problems += report("settings", []string{"no container runs a service binary"})
+			}
+			problems += report("settings", checkStarts(bin, starts))
 		}
 		if problems > 0 {
 			fmt.Fprintf(os.Stderr, "deploy-check: %d problem(s)\n", problems)
@@ -54,16 +67,21 @@ func main() {
 	}
 }
 
-func splitArgs(args []string) (dirs []string, compose string) {
+func splitArgs(args []string) (dirs []string, compose, bin string) {
 	for i := 0; i < len(args); i++ {
 		if args[i] == "-compose" && i+1 < len(args) {
 			compose = args[i+1]
 			i++
 			continue
 		}
+		if args[i] == "-bin" && i+1 < len(args) {
+			bin = args[i+1]
+			i++
+			continue
+		}
 		dirs = append(dirs, args[i])
 	}
-	return dirs, compose
+	return dirs, compose, bin
 }
 
 func fail(err error) {
@@ -96,12 +114,13 @@ func render(dir string) ([]byte, error) {
 }
 
 // checkKustomization renders dir and decodes every object strictly, then
-// applies the deployment's rules to the typed objects.
-func checkKustomization(dir string) []string {
+// applies the deployment's rules to the typed objects; it answers the
+// containers that run service binaries too.
+func checkKustomization(dir string) ([]string, []started) {
 	k, fs := kustomize(dir)
 	resources, err := k.Run(fs, dir)
 	if err != nil {
-		return []string{"rendering: " + err.Error()}
+		return []string{"rendering: " + err.Error()}, nil
 	}
 	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	var problems []string
@@ -119,26 +138,34 @@ func checkKustomization(dir string) []string {
 		}
 		objects = append(objects, object)
 	}
-	return append(problems, policy(objects)...)
+	w, _ := index(objects)
+	return append(problems, policy(objects)...), w.kubernetesStarts(dir)
 }
 
 // checkCompose loads the Compose file as `docker compose config` would
-// (the Compose specification's schema, interpolation, anchors, merges).
-func checkCompose(file string) []string {
+// (the Compose specification's schema, interpolation, anchors, merges),
+// with only the variable the README tells a user to set; it answers the
+// services that run service binaries too.
+func checkCompose(file string) ([]string, []started) {
 	options, err := cli.NewProjectOptions([]string{file},
 		cli.WithName("seckill"),
 		cli.WithProfiles([]string{"tools"}),
-		cli.WithEnv([]string{"SECKILL_ADMIN_TOKEN=deploy-check"}),
+		cli.WithEnv([]string{"SECKILL_ADMIN_TOKEN=" + composeAdminToken}),
 	)
 	if err != nil {
-		return []string{err.Error()}
+		return []string{err.Error()}, nil
 	}
 	project, err := options.LoadProject(context.Background())
 	if err != nil {
-		return []string{err.Error()}
+		return []string{err.Error()}, nil
 	}
-	return composePolicy(project)
+	return composePolicy(project), composeStarts(file, project)
 }
+
+// The admin token the Compose file is loaded with, as `openssl rand -hex
+// 16` would make one (the README's instruction).
+const composeAdminToken = "0123456789abcdef0123456789abcdef"
+
 
 // lower-case, for the secret-looking name rule.
 func looksSecret(name string) bool {

@@ -350,7 +350,7 @@ func composePolicy(project *types.Project) []string {
 		if !oneShot && (service.HealthCheck == nil || len(service.HealthCheck.Test) == 0) {
 			problems = append(problems, name+": no health check")
 		}
-		if token, ok := service.Environment["SECKILL_ADMIN_TOKEN"]; ok && (token == nil || *token != "deploy-check") {
+		if token, ok := service.Environment["SECKILL_ADMIN_TOKEN"]; ok && (token == nil || *token != composeAdminToken) {
 			problems = append(problems, name+": SECKILL_ADMIN_TOKEN is written in the file, not taken from the environment")
 		}
 	}

@@ -1,6 +1,8 @@
 //! The command line every service binary takes: `--help` (what the service
 //! does and how it is configured), `--version` (with the git commit),
-//! `--print-config` (the effective settings, secrets masked); anything else
+//! `--print-config` (the effective settings, secrets masked),
+//! `--check-config` (the settings loaded and checked as at start, without
+//! connecting to anything: the problems printed, exit 1); anything else
 //! is a usage error (exit code 2), never a silent start.
 
 use crate::config::{self, UnknownKeys};
@@ -35,8 +37,13 @@ error naming it. RUST_LOG sets the log filter.";
 pub struct ServiceArgs {
     /// Print the effective settings (defaults, file, environment) as TOML,
     /// secrets masked, and exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "check_config")]
     pub print_config: bool,
+    /// Load and check the settings exactly as at start (without connecting
+    /// to anything), print what is wrong, and exit: 0 when they would start,
+    /// 1 otherwise.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 impl ServiceArgs {
@@ -69,7 +76,7 @@ pub fn masked_toml<T: Serialize>(settings: &T) -> anyhow::Result<String> {
     Ok(toml::to_string_pretty(&value)?)
 }
 
-const SECRET_KEYS: [&str; 2] = ["admin_token", "user_jwt_secret"];
+pub(crate) const SECRET_KEYS: [&str; 2] = ["admin_token", "user_jwt_secret"];
 const MASK: &str = "********";
 
 fn mask(value: &mut toml::Value) {
@@ -86,6 +93,11 @@ fn mask(value: &mut toml::Value) {
             _ => {}
         }
     }
+}
+
+/// `url` with its password masked, for messages.
+pub fn masked_url(url: &str) -> String {
+    mask_url_password(url).unwrap_or_else(|| url.to_owned())
 }
 
 /// `scheme://user:password@host/...` with the password masked; `None` when

@@ -34,6 +34,11 @@ pub struct RedisSettings {
     /// How long a deduction waits for its replicas' confirmation before it
     /// is undone and answered 503.
     pub replica_ack_timeout_ms: u64,
+    /// How long a sale's keys outlive its end and its payment window (the
+    /// last order's deadline): then every key of the sale expires, whichever
+    /// script created it. A sale without an end keeps its keys until it is
+    /// closed (`seckillctl sale close`).
+    pub sale_key_margin_secs: u64,
 }
 
 impl Default for RedisSettings {
@@ -45,6 +50,7 @@ impl Default for RedisSettings {
             call_outcome_ms: 60_000,
             min_replica_acks: None,
             replica_ack_timeout_ms: 1_000,
+            sale_key_margin_secs: 3_600,
         }
     }
 }
@@ -265,7 +271,11 @@ pub fn load_from<T: DeserializeOwned + Serialize + Default>(
                 bail!("environment variable {name}: empty key segment");
             }
             let path: Vec<&str> = path.iter().map(String::as_str).collect();
-            set_path(&mut table, &path, infer_value(value), name)?;
+            // A secret is text whatever it looks like: read as a number, it
+            // would be refused in a message that shows it.
+            let secret = path.last().is_some_and(|key| crate::cli::SECRET_KEYS.contains(key));
+            let value = if secret { toml::Value::String(value.clone()) } else { infer_value(value) };
+            set_path(&mut table, &path, value, name)?;
         }
     }
     match unknown {

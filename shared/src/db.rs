@@ -92,6 +92,20 @@ pub async fn upsert_sale(
     .await
 }
 
+/// Ends a sale now (an end only moves earlier); `None` for an unknown sale.
+pub async fn close_sale(pool: &PgPool, sale: SaleKey) -> sqlx::Result<Option<SaleRow>> {
+    sqlx::query_as!(
+        SaleRow,
+        "UPDATE sales SET ends_at = LEAST(COALESCE(ends_at, now()), now()), updated_at = now()
+          WHERE activity_id = $1 AND sku_id = $2
+         RETURNING activity_id, sku_id, round, total_stock, remaining_stock, starts_at, ends_at, payment_window_seconds",
+        sale.activity.get(),
+        sale.sku.get()
+    )
+    .fetch_optional(pool)
+    .await
+}
+
 /// Whether a database error is a verdict on the data (SQLSTATE class 22,
 /// data exception, or 23, integrity constraint violation) rather than on the
 /// database's health: only these are worth giving up on. Both consumers

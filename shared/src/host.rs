@@ -162,6 +162,9 @@ pub trait Binary: Sized + Send + 'static {
     const ABOUT: &'static str;
     /// Its logging settings.
     fn telemetry(settings: &Self::Settings) -> &TelemetrySettings;
+    /// Refuses settings it could not start with, naming the setting,
+    /// without connecting to anything: run at start and by `--check-config`.
+    fn check(settings: &Self::Settings) -> anyhow::Result<()>;
     /// Binds its port and connects what it must have at start.
     fn build(settings: Self::Settings) -> impl Future<Output = anyhow::Result<Self>> + Send;
     /// The address it listens on (HTTP, or health and metrics).
@@ -175,7 +178,22 @@ pub trait Binary: Sized + Send + 'static {
 /// builds the service and runs it until SIGINT or SIGTERM.
 pub fn run<B: Binary>() -> anyhow::Result<()> {
     let args = crate::cli::ServiceArgs::parse_for(B::BINARY, B::ABOUT);
+    if args.check_config {
+        let checked = args.settings::<B::Settings>().and_then(|settings| match settings {
+            Some(settings) => B::check(&settings),
+            None => Ok(()),
+        });
+        match checked {
+            Ok(()) => println!("{}: the configuration would start", B::BINARY),
+            Err(error) => {
+                eprintln!("{}: the configuration would not start: {error:#}", B::BINARY);
+                std::process::exit(1);
+            }
+        }
+        return Ok(());
+    }
     let Some(settings) = args.settings::<B::Settings>()? else { return Ok(()) };
+    B::check(&settings)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     let result = runtime.block_on(async move {
         crate::telemetry::init_tracing(B::telemetry(&settings));
@@ -202,6 +220,11 @@ pub trait Hosted: DeserializeOwned + Serialize + Default + Send + Sync + Sized +
     /// Its listener, retries and shutdown bound, and the servers it
     /// connects to.
     fn hosting(&self) -> (&ServiceSettings, &Servers);
+    /// Refuses settings of its own it could not start with (the servers'
+    /// and the listener's are checked by the host).
+    fn check(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// Spawns its tasks on `background`, once its dependencies answer.
     fn start(settings: Arc<Self>, connections: Connections, background: &Background) -> anyhow::Result<()>;
 }
@@ -260,6 +283,15 @@ impl<S: Hosted> Binary for Service<S> {
         &settings.hosting().1.telemetry
     }
 
+    fn check(settings: &S) -> anyhow::Result<()> {
+        let (service, servers) = settings.hosting();
+        check_servers(servers)?;
+        service.metrics_addr.parse::<SocketAddr>().with_context(|| {
+            format!("metrics_addr (SECKILL__METRICS_ADDR) '{}' is not an address (host:port)", service.metrics_addr)
+        })?;
+        settings.check()
+    }
+
     async fn build(settings: S) -> anyhow::Result<Self> {
         Service::build(settings).await
     }
@@ -271,6 +303,27 @@ impl<S: Hosted> Binary for Service<S> {
     async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         Service::run(self, shutdown).await
     }
+}
+
+/// Refuses server settings no connection could be made with: a Redis or
+/// PostgreSQL URL of no known form, no Kafka broker (connecting to nothing).
+pub fn check_servers(servers: &Servers) -> anyhow::Result<()> {
+    use std::str::FromStr;
+    crate::redis_conn::check_url(&servers.redis.url)
+        .map_err(|why| anyhow::anyhow!("redis.url (SECKILL_REDIS_URL): {why}"))?;
+    sqlx::postgres::PgConnectOptions::from_str(&servers.database.url).map_err(|error| {
+        anyhow::anyhow!(
+            "database.url (SECKILL_DATABASE_URL) '{}': {error}",
+            crate::cli::masked_url(&servers.database.url)
+        )
+    })?;
+    let brokers = &servers.kafka.brokers;
+    if brokers.split(',').map(str::trim).any(|broker| {
+        broker.rsplit_once(':').is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+    }) {
+        anyhow::bail!("kafka.brokers (SECKILL_KAFKA_BROKERS) '{brokers}' is not a list of host:port");
+    }
+    Ok(())
 }
 
 /// Redis, PostgreSQL (migrated) and Kafka (topics created), each retried

@@ -109,6 +109,15 @@ impl SentinelUrl {
     }
 }
 
+/// Whether `url` is one [`RedisConn::connect`] takes (connecting to
+/// nothing): `redis://`, `rediss://`, `unix://` or `redis+sentinel://`.
+pub fn check_url(url: &str) -> Result<(), String> {
+    match SentinelUrl::parse(url) {
+        Some(parsed) => parsed.map(|_| ()),
+        None => redis::Client::open(url).map(|_| ()).map_err(|e| format!("{}: {e}", crate::cli::masked_url(url))),
+    }
+}
+
 impl RedisConn {
     /// Connects, to one server or to the primary Sentinel names.
     pub async fn connect(settings: &RedisSettings) -> Result<Self, RedisCallError> {

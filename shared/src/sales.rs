@@ -1,7 +1,10 @@
 //! A sale's setup across PostgreSQL and Redis. Warm-up is the one
 //! operation behind `PUT /admin/sales/{a}/{s}` and `seckillctl warmup`: it
 //! writes the sale (a new round) to PostgreSQL, then loads it into Redis
-//! (`lua/warmup.lua`), under the sale's warm-up lock.
+//! (`lua/warmup.lua`), under the sale's warm-up lock. Closing
+//! (`POST /admin/sales/{a}/{s}/close`, `seckillctl sale close`) ends the
+//! round now, in both, under the same lock, and schedules the expiry of
+//! every key of the sale.
 
 use crate::config::LockSettings;
 use crate::db::{self, SaleRow};
@@ -11,10 +14,6 @@ use crate::redis_conn::RedisCallError;
 use crate::stock::{warmup::Round, SaleLock, Stock};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use std::time::Duration;
-
-/// How long a sale's keys outlive its end.
-pub const KEY_TTL_AFTER_END: Duration = Duration::from_secs(24 * 3600);
 
 /// What to warm up.
 #[derive(Debug, Clone)]
@@ -47,6 +46,9 @@ pub enum WarmupError {
     /// Another warm-up of this sale is running.
     #[error("another warm-up of sale {0} is running")]
     Busy(SaleKey),
+    /// No such sale.
+    #[error("sale {0} not found")]
+    NotFound(SaleKey),
     /// The previous round still has orders in flight.
     #[error("sale {0} still has orders in flight; wait for them to settle or force the warm-up")]
     InFlight(SaleKey),
@@ -96,8 +98,10 @@ pub async fn warmup(
         let window = request.payment_window_seconds as i32;
         let row = db::upsert_sale(&mut tx, sale, request.stock, request.starts_at, request.ends_at, window).await?;
         let ms = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis()).unwrap_or(0);
-        let expire_at =
-            request.ends_at.map(|e| e.timestamp_millis() + KEY_TTL_AFTER_END.as_millis() as i64).unwrap_or(0);
+        let expire_at = request
+            .ends_at
+            .map(|end| stock.sale_keys_expire_at(end.timestamp_millis(), request.payment_window_seconds))
+            .unwrap_or(0);
         let round = Round {
             stock: request.stock,
             starts_ms: ms(request.starts_at),
@@ -110,6 +114,32 @@ pub async fn warmup(
             return Err(WarmupError::InFlight(sale));
         }
         tx.commit().await?;
+        Ok(row)
+    }
+    .await;
+    guard.release().await;
+    result
+}
+
+/// Closes `sale` now, under its warm-up lock: PostgreSQL's end first (an
+/// end only moves earlier), then Redis's (`lua/close.lua`): no order is
+/// accepted after it, and every key of the sale expires once the payment
+/// window and `redis.sale_key_margin_secs` have passed. Closing again
+/// changes nothing more. The sale as PostgreSQL now holds it.
+pub async fn close(
+    stock: &Stock,
+    pool: &PgPool,
+    locks: &LockClient,
+    lock: &LockSettings,
+    sale: SaleKey,
+) -> Result<SaleRow, WarmupError> {
+    let lock_name = stock.keys().sale_lock(sale, SaleLock::Warmup);
+    let Some(guard) = locks.acquire_with_watchdog(&lock_name, lock.lease(), lock.wait(), 0).await? else {
+        return Err(WarmupError::Busy(sale));
+    };
+    let result = async {
+        let row = db::close_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale))?;
+        stock.close(sale, i64::from(row.payment_window_seconds)).await?;
         Ok(row)
     }
     .await;

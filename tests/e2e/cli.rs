@@ -100,6 +100,59 @@ fn print_config_shows_the_effective_settings_with_secrets_masked() {
     assert_eq!(run("seckillctl", &["config", "--service", "nope"], &[]).code, 2);
 }
 
+/// `--check-config`: exit 0 for settings that would start, 1 naming the
+/// problem otherwise; the README's TOML example is among what starts, and a
+/// secret is never shown, whatever type it was read as.
+#[test]
+fn check_config_says_whether_the_settings_would_start() {
+    for (name, _) in SERVICES {
+        let fine = run(name, &["--check-config"], &[]);
+        assert_eq!((fine.code, fine.stdout.contains("would start")), (0, true), "{name}: {}", fine.stderr);
+        let bad_url = run(name, &["--check-config"], &[("SECKILL_DATABASE_URL", "postgres://u:db-s3cret@h:99999/x")]);
+        assert_eq!(bad_url.code, 1, "{name}: {}", bad_url.stdout);
+        assert!(bad_url.stderr.contains("SECKILL_DATABASE_URL"), "{}", bad_url.stderr);
+        assert!(!bad_url.stderr.contains("s3cret"), "{name} showed a password: {}", bad_url.stderr);
+        let no_broker = run(name, &["--check-config"], &[("SECKILL_KAFKA_BROKERS", "kafka")]);
+        assert_eq!(no_broker.code, 1, "{name}: {}", no_broker.stdout);
+    }
+    for (setting, value, named) in [
+        ("SECKILL_USER_JWT_SECRET", "", "SECKILL_USER_JWT_SECRET"),
+        ("SECKILL__DEDUCT_BATCH_MAX", "4000", "deduct_batch_max"),
+        ("SECKILL__CONNECTIONS__MAX_IN_FLIGHT", "0", "max_in_flight"),
+        ("SECKILL_REDIS_URL", "redis+sentinel://127.0.0.1:26379", "no master name"),
+    ] {
+        let refused = run("seckill-edge", &["--check-config"], &[(setting, value)]);
+        assert_eq!(refused.code, 1, "{setting}={value}: {}", refused.stdout);
+        assert!(refused.stderr.contains(named), "{setting}={value}: {}", refused.stderr);
+    }
+    // A token that reads as a number is a token, never shown.
+    let numeric = run("seckill-edge", &["--check-config"], &[("SECKILL__ADMIN_TOKEN", "7352189464021234")]);
+    assert_eq!(numeric.code, 0, "{}", numeric.stderr);
+    let numeric = run("seckill-edge", &["--print-config"], &[("SECKILL__USER_JWT_SECRET", "735218946402")]);
+    assert!(!numeric.stdout.contains("735218946402") && !numeric.stderr.contains("735218946402"));
+    // Secrets too short to resist guessing are refused at start, the length
+    // named, the secret not shown.
+    for (setting, value) in
+        [("SECKILL_ADMIN_TOKEN", "short-t0ken"), ("SECKILL_USER_JWT_SECRET", "a-secret-of-25-characters")]
+    {
+        let short = run("seckill-edge", &["--check-config"], &[(setting, value)]);
+        assert_eq!(short.code, 1, "{setting}: {}", short.stdout);
+        assert!(short.stderr.contains("at least") && !short.stderr.contains(value), "{}", short.stderr);
+    }
+
+    // The README's edge.toml, as written.
+    let readme = std::fs::read_to_string(seckill_e2e::repo_root().join("README.md")).unwrap();
+    let start = readme.find("# edge.toml\n").expect("the README's edge.toml");
+    let example = &readme[start..start + readme[start..].find("```").expect("the example ends")];
+    let file = std::env::temp_dir().join(format!("edge-{}.toml", std::process::id()));
+    std::fs::write(&file, example).unwrap();
+    let checked = run("seckill-edge", &["--check-config"], &[("SECKILL_CONFIG", file.to_str().unwrap())]);
+    let printed = run("seckill-edge", &["--print-config"], &[("SECKILL_CONFIG", file.to_str().unwrap())]);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(checked.code, 0, "the README's edge.toml: {}", checked.stderr);
+    assert!(printed.stdout.contains("max_in_flight = 4096"), "{}", printed.stdout);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_takes_a_limit_and_the_next_run_resumes_after_it() {
     let env = TestEnv::with_partitions(1).await;

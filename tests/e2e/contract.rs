@@ -226,7 +226,7 @@ async fn rate_limits_answer_429_with_retry_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn user_auth_checks_the_token_and_its_subject() {
     let env = TestEnv::new().await;
-    let secret = "jwt-test-secret";
+    let secret = "jwt-test-secret-of-at-least-32-bytes";
     let (edge, client) = edge_with(&env, |s| s.user_jwt_secret = Some(secret.into())).await;
     let sale = env.sale();
     env.warmup(sale, 5).await;
@@ -479,7 +479,7 @@ async fn empty_secrets_refuse_to_start() {
 async fn status_reads_check_the_token_first_and_are_rate_limited() {
     let env = TestEnv::new().await;
     let mut settings = env.edge_settings();
-    settings.user_jwt_secret = Some("status-secret".into());
+    settings.user_jwt_secret = Some("status-secret-of-at-least-32-bytes".into());
     settings.rate_limit.per_user_per_second = 1;
     settings.rate_limit.per_user_burst = 2;
     let edge = env.spawn_edge(settings).await;
@@ -491,7 +491,7 @@ async fn status_reads_check_the_token_first_and_are_rate_limited() {
 
     let token = {
         let claims = serde_json::json!({ "sub": "5", "exp": chrono::Utc::now().timestamp() + 600 });
-        let key = jsonwebtoken::EncodingKey::from_secret(b"status-secret").unwrap();
+        let key = jsonwebtoken::EncodingKey::from_secret(b"status-secret-of-at-least-32-bytes").unwrap();
         jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap()
     };
     let bearer = format!("Bearer {token}");

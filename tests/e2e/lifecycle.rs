@@ -212,13 +212,13 @@ async fn with_user_auth_only_the_buyers_token_pays_or_cancels() {
     let sale = env.sale();
     env.warmup(sale, 2).await;
     let mut settings = env.edge_settings();
-    settings.user_jwt_secret = Some("lifecycle-secret".into());
+    settings.user_jwt_secret = Some("lifecycle-secret-of-at-least-32-bytes".into());
     let edge = env.spawn_edge(settings).await;
     let order = env.spawn_order(env.order_settings()).await;
     let client = Client::new(edge.url());
     let bearer = |user: i64| {
         let claims = serde_json::json!({ "sub": user.to_string(), "exp": chrono::Utc::now().timestamp() + 600 });
-        let key = jsonwebtoken::EncodingKey::from_secret(b"lifecycle-secret").unwrap();
+        let key = jsonwebtoken::EncodingKey::from_secret(b"lifecycle-secret-of-at-least-32-bytes").unwrap();
         format!("Bearer {}", jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap())
     };
     let body = format!(r#"{{"activityId":{},"skuId":{},"userId":7}}"#, sale.activity, sale.sku);
@@ -468,4 +468,28 @@ async fn ten_thousand_deadlines_in_one_second_all_fire_once() {
         eprintln!("lateness of 10000 deadlines due at once, {what}: p50 {p50:.0} ms, p99 {p99:.0} ms, max {max:.0} ms");
     }
     compensator.stop().await;
+}
+
+/// An order the edge rolled back (its publish definitely failed; the buyer
+/// was told 503) never becomes payable: pay and cancel answer ORDER_FAILED,
+/// not ORDER_PENDING forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_order_answers_order_failed() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 2).await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let client = Client::new(edge.url());
+    let record = env.deduct(sale, 7).await;
+    let rolled_back = env
+        .stock
+        .rollback(&record.order_id, record.user_id, seckill_shared::domain::FailReason::PublishFailed)
+        .await
+        .unwrap();
+    assert!(rolled_back);
+    for action in ["pay", "cancel"] {
+        let reply = post(&client, record.order_id.as_str(), action, 7, None).await;
+        assert_eq!((reply.status.as_u16(), reply.code()), (409, "ORDER_FAILED"), "{action}: {}", reply.text);
+    }
+    edge.stop().await;
 }

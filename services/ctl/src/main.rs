@@ -48,6 +48,9 @@ enum Command {
     Migrate,
     /// Create or re-warm a sale: stock is set (never added), buyers cleared.
     Warmup(warmup::Args),
+    /// A sale's life after its warm-up.
+    #[command(subcommand)]
+    Sale(SaleCommand),
     /// Check a sale's books: every term of the invariant and the verdict.
     Reconcile(reconcile::Args),
     /// Inspect and replay the dead-letter topic.
@@ -73,6 +76,15 @@ enum Command {
         #[arg(long, value_enum)]
         service: Service,
     },
+}
+
+/// `seckillctl sale ...`.
+#[derive(Subcommand)]
+enum SaleCommand {
+    /// End the sale now (an end only moves earlier): no order is accepted
+    /// after it, and every key of the sale expires once its payment window
+    /// and redis.sale_key_margin_secs have passed.
+    Close(warmup::CloseArgs),
 }
 
 /// The service binaries `config` asks.
@@ -127,6 +139,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Migrate => migrate(&settings).await,
         Command::Warmup(args) => warmup::run(&settings, args).await,
+        Command::Sale(SaleCommand::Close(args)) => warmup::close(&settings, args).await,
         Command::Reconcile(args) => reconcile::run(&settings, args).await,
         Command::Dlq(command) => dlq::run(&settings, command).await,
         Command::Events(command) => events::run(&settings, command).await,

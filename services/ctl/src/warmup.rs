@@ -1,7 +1,9 @@
-//! `seckillctl warmup`: the same operation as `PUT /admin/sales/{a}/{s}`.
+//! `seckillctl warmup`: the same operation as `PUT /admin/sales/{a}/{s}`;
+//! `seckillctl sale close`: the same as `POST /admin/sales/{a}/{s}/close`.
 
 use crate::{connect, Failure, Settings};
 use chrono::{DateTime, Utc};
+use seckill_shared::db::SaleRow;
 use seckill_shared::domain::SaleKey;
 use seckill_shared::sales::{warmup, WarmupError, WarmupRequest};
 
@@ -49,15 +51,47 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         payment_window_seconds: args.payment_window,
     };
     let locks = seckill_shared::lock::LockClient::new(stock.connection(), Default::default());
-    let row = warmup(&stock, &db, &locks, &settings.warmup_lock, &request).await.map_err(|error| match error {
+    let row = warmup(&stock, &db, &locks, &settings.warmup_lock, &request).await.map_err(failure)?;
+    print(&row, args.json, &format!("sale {sale} warmed up"))
+}
+
+/// Arguments of `sale close`.
+#[derive(clap::Args)]
+pub struct CloseArgs {
+    /// Activity id.
+    #[arg(long)]
+    activity: i64,
+    /// SKU id.
+    #[arg(long)]
+    sku: i64,
+    /// Print the sale as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `sale close`: no order is accepted after it, and every key of the
+/// sale expires once its payment window and the margin have passed.
+pub async fn close(settings: &Settings, args: CloseArgs) -> Result<(), Failure> {
+    let sale = SaleKey::from_raw(args.activity, args.sku).map_err(Failure::unreadable)?;
+    let (stock, db) = connect(settings).await?;
+    let locks = seckill_shared::lock::LockClient::new(stock.connection(), Default::default());
+    let row = seckill_shared::sales::close(&stock, &db, &locks, &settings.warmup_lock, sale).await.map_err(failure)?;
+    print(&row, args.json, &format!("sale {sale} closed"))
+}
+
+fn failure(error: WarmupError) -> Failure {
+    match error {
         WarmupError::Redis(_) | WarmupError::Db(_) => Failure::unreadable(error),
         other => Failure::failed(other),
-    })?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&row).map_err(Failure::failed)?);
+    }
+}
+
+fn print(row: &SaleRow, json: bool, what: &str) -> Result<(), Failure> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(row).map_err(Failure::failed)?);
     } else {
         println!(
-            "sale {sale} warmed up: round {}, stock {}, window {} .. {}, payment window {} s",
+            "{what}: round {}, stock {}, window {} .. {}, payment window {} s",
             row.round,
             row.total_stock,
             row.starts_at.map(|t| t.to_rfc3339()).unwrap_or_else(|| "open".into()),

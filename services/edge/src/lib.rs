@@ -17,6 +17,7 @@ pub mod limit;
 pub mod lookup;
 pub mod payment;
 pub mod publish;
+pub mod serve;
 pub mod settings;
 pub mod sold_out;
 
@@ -42,8 +43,9 @@ pub struct Application {
 impl Application {
     /// Connects to Redis, Kafka and PostgreSQL and binds the HTTP port
     /// (port 0 picks a free one, for tests).
-    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+    pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
         settings.validate()?;
+        settings.trim_secrets();
         // Install the metrics recorder before anything records.
         seckill_shared::telemetry::metrics_handle();
         let stock =
@@ -98,6 +100,11 @@ impl Binary for Application {
         &settings.servers.telemetry
     }
 
+    fn check(settings: &Settings) -> anyhow::Result<()> {
+        settings.validate()?;
+        seckill_shared::host::check_servers(&settings.servers)
+    }
+
     async fn build(settings: Settings) -> anyhow::Result<Self> {
         Application::build(settings).await
     }
@@ -114,8 +121,9 @@ impl Binary for Application {
         tracing::info!(addr = %listener.local_addr()?, deduction = ?state.settings.deduction, "edge listening");
         let publisher = state.publisher.clone();
         let timeout = Duration::from_millis(state.settings.shutdown_timeout_ms);
+        let connections = state.settings.connections.clone();
         let router = http::router(state);
-        axum::serve(listener, router).with_graceful_shutdown(async move { shutdown.cancelled().await }).await?;
+        serve::serve(listener, router, &connections, shutdown, timeout).await;
         tokio::task::spawn_blocking(move || publisher.flush(timeout)).await.context("flushing the producer")?;
         background.shutdown().cancel();
         if !background.wait(timeout).await {

@@ -7,7 +7,7 @@
 
 use crate::lookup::{self, LookupError, OrderView};
 use seckill_shared::cancellation::{self, Cancel, CancelReason, CancelledOrder};
-use seckill_shared::domain::{OrderId, UserId};
+use seckill_shared::domain::{OrderId, OrderStatus, UserId};
 use seckill_shared::stock::Stock;
 use sqlx::{PgConnection, PgPool};
 
@@ -66,6 +66,10 @@ async fn lock_row(
         // Not written yet, or never accepted: Redis knows which.
         return match stock.order_state(order_id).await {
             Ok(Some(state)) if state.user_id != user.get() => Err(PaymentError::NotOwner),
+            // Rolled back by the edge (its buyer was told 503): never written.
+            Ok(Some(state)) if state.status == OrderStatus::Failed => {
+                Err(PaymentError::Failed(state.reason.unwrap_or_else(|| "FAILED".into())))
+            }
             Ok(Some(_)) => Err(PaymentError::Pending),
             Ok(None) => Err(PaymentError::NotFound),
             Err(error) => Err(LookupError::from(error).into()),

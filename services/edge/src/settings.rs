@@ -65,6 +65,54 @@ impl Default for CorsSettings {
     }
 }
 
+/// How the edge holds connections against slow and idle clients
+/// ([`crate::serve`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConnectionSettings {
+    /// A connection that has not sent a whole request header within this
+    /// long is closed: a new one (headers never finished) and one idle
+    /// between two requests alike — this is the keep-alive idle timeout.
+    pub header_timeout_ms: u64,
+    /// A request body not received in full within this long is answered
+    /// 408 `REQUEST_TIMEOUT` and its connection closed.
+    pub body_timeout_ms: u64,
+    /// Most connections open at once; one more is closed at once. Lowered
+    /// at start (with a warning) to stay below the descriptor limit.
+    pub max_connections: usize,
+    /// Most requests handled at once (health probes and metrics aside);
+    /// one more is answered 503 `TRY_AGAIN` at once, nothing kept.
+    pub max_in_flight: usize,
+}
+
+impl Default for ConnectionSettings {
+    fn default() -> Self {
+        Self { header_timeout_ms: 10_000, body_timeout_ms: 10_000, max_connections: 10_000, max_in_flight: 4_096 }
+    }
+}
+
+/// How failed admin authentications are throttled, per client
+/// ([`crate::http`]'s admin guard).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminAuthSettings {
+    /// Failed admin authentications a client recovers per minute.
+    pub failures_per_minute: u32,
+    /// Failures a client may make in a row before it is answered 429.
+    pub failure_burst: u32,
+}
+
+impl Default for AdminAuthSettings {
+    fn default() -> Self {
+        Self { failures_per_minute: 10, failure_burst: 10 }
+    }
+}
+
+/// The shortest admin token accepted (16 characters: `openssl rand -hex 8`).
+pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
+/// The shortest user JWT secret accepted (32 bytes: HS256's key size).
+pub const MIN_JWT_SECRET_LEN: usize = 32;
+
 /// Settings of `seckill-edge`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
@@ -96,6 +144,13 @@ pub struct Settings {
     pub warmup_lock: LockSettings,
     pub rate_limit: RateLimitSettings,
     pub cors: CorsSettings,
+    /// Deadlines and caps of client connections.
+    pub connections: ConnectionSettings,
+    /// Throttling of failed admin authentications.
+    pub admin_auth: AdminAuthSettings,
+    /// The edge is reached through TLS (a terminating proxy or ingress):
+    /// the dashboard's session cookie is then `Secure`.
+    pub behind_tls: bool,
     /// How long a sale's local sold-out flag is trusted before Redis is asked
     /// again, so restored units sell within about this long.
     pub sold_out_flag_ms: u64,
@@ -123,6 +178,29 @@ impl Settings {
                 anyhow::bail!("{name} is set but empty; unset it, or give it a value");
             }
         }
+        for (value, name, shortest) in [
+            (&self.admin_token, "SECKILL_ADMIN_TOKEN (admin_token)", MIN_ADMIN_TOKEN_LEN),
+            (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)", MIN_JWT_SECRET_LEN),
+        ] {
+            if let Some(length) = value.as_deref().map(|v| v.trim().len()).filter(|length| *length < shortest) {
+                anyhow::bail!("{name} has {length} characters; at least {shortest} are needed (openssl rand -hex 16)");
+            }
+        }
+        let max_batch = seckill_shared::stock::MAX_DEDUCT_BATCH;
+        if !(1..=max_batch).contains(&self.deduct_batch_max) {
+            anyhow::bail!("deduct_batch_max must be 1 to {max_batch} (one script call), not {}", self.deduct_batch_max);
+        }
+        let connections = &self.connections;
+        for (value, name) in [
+            (connections.header_timeout_ms, "connections.header_timeout_ms"),
+            (connections.body_timeout_ms, "connections.body_timeout_ms"),
+            (connections.max_connections as u64, "connections.max_connections"),
+            (connections.max_in_flight as u64, "connections.max_in_flight"),
+        ] {
+            if value == 0 {
+                anyhow::bail!("{name} must be above 0");
+            }
+        }
         for origin in &self.cors.allowed_origins {
             let plausible = origin == "*"
                 || ((origin.starts_with("https://") || origin.starts_with("http://"))
@@ -135,6 +213,20 @@ impl Settings {
             }
         }
         Ok(())
+    }
+}
+
+impl Settings {
+    /// The secrets without the whitespace around them: a Kubernetes Secret
+    /// made from a file keeps the file's last newline, and a token compared
+    /// with it would never match.
+    pub fn trim_secrets(&mut self) {
+        for secret in [&mut self.admin_token, &mut self.user_jwt_secret].into_iter().flatten() {
+            let trimmed = secret.trim();
+            if trimmed.len() != secret.len() {
+                *secret = trimmed.to_owned();
+            }
+        }
     }
 }
 
@@ -153,6 +245,9 @@ impl Default for Settings {
             warmup_lock: LockSettings::warmup(),
             rate_limit: RateLimitSettings::default(),
             cors: CorsSettings::default(),
+            connections: ConnectionSettings::default(),
+            admin_auth: AdminAuthSettings::default(),
+            behind_tls: false,
             sold_out_flag_ms: 1_000,
             ensure_topics: true,
             shutdown_timeout_ms: 10_000,

@@ -109,8 +109,13 @@ impl Worker {
             let commit = tokio::task::spawn_blocking(move || consumer.commit(&list, CommitMode::Sync));
             match tokio::time::timeout(Duration::from_secs(10), commit).await {
                 Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(error))) => tracing::warn!(worker = self.index, %error, "the last commit failed; its records will be replayed"),
-                _ => tracing::warn!(worker = self.index, "the last commit did not complete in 10 s; its records will be replayed"),
+                Ok(Ok(Err(error))) => {
+                    tracing::warn!(worker = self.index, %error, "the last commit failed; its records will be replayed")
+                }
+                _ => tracing::warn!(
+                    worker = self.index,
+                    "the last commit did not complete in 10 s; its records will be replayed"
+                ),
             }
         }
         self.consumer.unsubscribe();

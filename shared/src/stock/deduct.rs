@@ -54,6 +54,12 @@ pub struct DeductRequest {
     pub traceparent: String,
 }
 
+/// Most requests one deduction call decides. `lua/deduct.lua` passes two
+/// values per request to one command (`unpack`), and Redis's Lua takes at
+/// most 8,000 results from an `unpack`: 4,000 requests would fail every
+/// such call. The edge refuses a `deduct_batch_max` above this at start.
+pub const MAX_DEDUCT_BATCH: usize = 3_000;
+
 /// One deduction call: the same id, asked again, answers what the first
 /// asking decided.
 #[derive(Debug, Clone)]

@@ -46,6 +46,23 @@ pub struct SaleKeys {
 }
 
 impl SaleKeys {
+    /// Every key of the round, in the order `lua/warmup.lua` and
+    /// `lua/close.lua` take them.
+    pub(super) fn every_key(&self) -> [&String; 10] {
+        [
+            &self.meta,
+            &self.stock,
+            &self.buyers,
+            &self.orders,
+            &self.reserved,
+            &self.compensated,
+            &self.written_off,
+            &self.seq,
+            &self.returned,
+            &self.trace,
+        ]
+    }
+
     /// The key of one deduction call's outcome.
     pub(super) fn call(&self, call_id: &str) -> String {
         format!("{}:call:{call_id}", self.base)

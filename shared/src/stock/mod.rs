@@ -15,7 +15,7 @@ pub mod warmup;
 
 pub use cancel::Cancelled;
 pub use compensate::{Compensation, CompensationMode};
-pub use deduct::{DeductCall, DeductRequest, Deduction};
+pub use deduct::{DeductCall, DeductRequest, Deduction, MAX_DEDUCT_BATCH};
 pub use keys::{KeyLayout, SaleKeys, SaleLock};
 pub use snapshot::{SaleSnapshot, SweepMark};
 pub use status::{OrderState, ReservationTrace};
@@ -33,6 +33,8 @@ pub struct Stock {
     call_outcome_ms: u64,
     /// Replicas that must confirm a deduction, and how long they may take.
     replica_acks: (u32, std::time::Duration),
+    /// How long a sale's keys outlive its end plus its payment window.
+    sale_key_margin: std::time::Duration,
 }
 
 impl Stock {
@@ -48,7 +50,14 @@ impl Stock {
             keys: KeyLayout::new(settings.key_prefix.clone()),
             call_outcome_ms: settings.call_outcome_ms,
             replica_acks: (replicas, std::time::Duration::from_millis(settings.replica_ack_timeout_ms)),
+            sale_key_margin: std::time::Duration::from_secs(settings.sale_key_margin_secs),
         })
+    }
+
+    /// When the keys of a sale ending at `ends_ms` with a payment window of
+    /// `window_secs` expire (ms): its last order's deadline plus the margin.
+    pub fn sale_keys_expire_at(&self, ends_ms: i64, window_secs: i64) -> i64 {
+        ends_ms + window_secs * 1000 + self.sale_key_margin.as_millis() as i64
     }
 
     /// How long a deduction call's outcome is kept.

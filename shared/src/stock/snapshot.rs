@@ -71,17 +71,33 @@ impl Stock {
         })
     }
 
-    /// Every sale ever warmed with this prefix.
+    /// Every sale whose round Redis still holds (the sweeper, the audit and
+    /// the dashboard go through these). A sale whose keys expired (its end,
+    /// payment window and margin passed, or it was closed) is forgotten
+    /// here: removed from the registry.
     pub async fn sales(&self) -> Result<Vec<SaleKey>, RedisCallError> {
         let mut conn = self.conn.clone();
         let members: Vec<String> = self.conn.bounded(conn.smembers(self.keys.registry())).await?;
-        Ok(members
+        let sales: Vec<(&String, SaleKey)> = members
             .iter()
             .filter_map(|m| {
                 let (a, s) = m.split_once(':')?;
-                SaleKey::from_raw(a.parse().ok()?, s.parse().ok()?).ok()
+                Some((m, SaleKey::from_raw(a.parse().ok()?, s.parse().ok()?).ok()?))
             })
-            .collect())
+            .collect();
+        let mut exists = redis::pipe();
+        for (_, sale) in &sales {
+            exists.exists(&self.keys.sale(*sale).meta);
+        }
+        let alive: Vec<bool> = self.conn.pipe(&exists).await?.unwrap_or_default();
+        let gone: Vec<&String> =
+            sales.iter().zip(&alive).filter(|(_, alive)| !**alive).map(|((member, _), _)| *member).collect();
+        if !gone.is_empty() {
+            let mut forget = redis::pipe();
+            forget.srem(self.keys.registry(), gone).ignore();
+            self.conn.pipe::<()>(&forget).await?;
+        }
+        Ok(sales.into_iter().zip(alive).filter(|(_, alive)| *alive).map(|((_, sale), _)| sale).collect())
     }
 
     /// How many of `ids` Redis has a status for (orders Redis accepted).

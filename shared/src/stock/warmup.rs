@@ -1,4 +1,5 @@
-//! Loading a sale round (`lua/warmup.lua`).
+//! Loading a sale round (`lua/warmup.lua`), and closing it
+//! (`lua/close.lua`).
 
 use super::{with_keys, Stock};
 use crate::domain::SaleKey;
@@ -7,6 +8,7 @@ use redis::Script;
 use std::sync::LazyLock;
 
 static WARMUP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/warmup.lua")));
+static CLOSE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/close.lua")));
 
 /// One round of a sale, as Redis loads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,22 +33,7 @@ impl Stock {
     /// answers `false` (checked and loaded in one script). Registers the
     /// sale for the sweeper.
     pub async fn warmup(&self, sale: SaleKey, round: Round) -> Result<bool, RedisCallError> {
-        let k = self.keys.sale(sale);
-        let mut invocation = with_keys(
-            &WARMUP,
-            &[
-                &k.meta,
-                &k.stock,
-                &k.buyers,
-                &k.orders,
-                &k.reserved,
-                &k.compensated,
-                &k.written_off,
-                &k.seq,
-                &k.returned,
-                &k.trace,
-            ],
-        );
+        let mut invocation = with_keys(&WARMUP, &self.keys.sale(sale).every_key());
         invocation
             .arg(round.stock)
             .arg(round.starts_ms)
@@ -62,5 +49,16 @@ impl Stock {
         register.sadd(self.keys.registry(), sale.to_string()).ignore();
         self.conn.pipe::<()>(&register).await?;
         Ok(true)
+    }
+
+    /// Closes a sale's round now (an end only moves earlier): no order is
+    /// accepted after it, and every key of the sale expires once the payment
+    /// window (`window_secs`) and the margin have passed. The end in force
+    /// (ms), or `None` when Redis holds no round of the sale.
+    pub async fn close(&self, sale: SaleKey, window_secs: i64) -> Result<Option<i64>, RedisCallError> {
+        let mut invocation = with_keys(&CLOSE, &self.keys.sale(sale).every_key());
+        invocation.arg(self.sale_keys_expire_at(0, window_secs));
+        let ends: i64 = self.conn.invoke(&invocation).await?;
+        Ok((ends > 0).then_some(ends))
     }
 }

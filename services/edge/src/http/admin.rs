@@ -1,11 +1,12 @@
-//! The operator's API: warm a sale up, and read its reconciliation.
+//! The operator's API: warm a sale up, close it, and read its
+//! reconciliation.
 
 use super::bodies::{ErrorBody, WarmupBody};
 use super::body::{from_serde, FromJsonBody, JsonBody};
 use super::{auth, ApiError, AppState};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::routing::put;
+use axum::routing::{post, put};
 use axum::{Json, Router};
 use seckill_shared::db::SaleRow;
 use seckill_shared::domain::{ActivityId, SaleKey, SkuId};
@@ -14,7 +15,9 @@ use seckill_shared::sales::{self, WarmupError, WarmupRequest};
 
 /// Admin routes.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/admin/sales/{activity_id}/{sku_id}", put(warm_up).get(report))
+    Router::new()
+        .route("/admin/sales/{activity_id}/{sku_id}", put(warm_up).get(report))
+        .route("/admin/sales/{activity_id}/{sku_id}/close", post(close))
 }
 
 impl FromJsonBody for WarmupBody {
@@ -38,7 +41,7 @@ fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
     params(("activityId" = i64, Path, minimum = 1), ("skuId" = i64, Path, minimum = 1)),
     request_body(content = WarmupBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "Warmed up: stock set (never added), buyers cleared, keys expire a day after the end", body = SaleRow),
+        (status = 200, description = "Warmed up: stock set (never added), buyers cleared; with an end, every key of the sale expires after the end, the payment window and redis.sale_key_margin_secs", body = SaleRow),
         (status = 400, description = "INVALID_REQUEST: a bad id, stock or window", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: no or a wrong admin token", body = ErrorBody),
         (status = 409, description = "SALE_BUSY: another warm-up runs, or the previous round has orders in flight (force to replace it)", body = ErrorBody),
@@ -65,16 +68,55 @@ pub(super) async fn warm_up(
     };
     let row = sales::warmup(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, &request)
         .await
-        .map_err(|error| match error {
-            WarmupError::Invalid(why) => ApiError::InvalidRequest(why),
-            WarmupError::Busy(_) | WarmupError::InFlight(_) => ApiError::SaleBusy(error.to_string()),
-            WarmupError::Redis(_) | WarmupError::Db(_) => ApiError::TryAgain(error.into()),
-        })?;
+        .map_err(warmup_refusal)?;
     // Units may have come back: this edge stops trusting its flag at once
     // (other edges within their flag's time to live).
     state.sold_out.clear(sale);
     tracing::info!(sale = %sale, stock = row.total_stock, round = row.round, "sale warmed up");
     Ok(Json(row))
+}
+
+/// Closes a sale now: no order is accepted after it (an end only moves
+/// earlier), and every key of the sale expires once the payment window and
+/// the margin have passed; the sweeper, the audit and the dashboard forget
+/// it then. Closing again changes nothing more.
+#[utoipa::path(
+    post,
+    path = "/admin/sales/{activityId}/{skuId}/close",
+    tag = "admin",
+    security(("admin" = [])),
+    params(("activityId" = i64, Path, minimum = 1), ("skuId" = i64, Path, minimum = 1)),
+    responses(
+        (status = 200, description = "Closed: the sale with its end", body = SaleRow),
+        (status = 400, description = "INVALID_REQUEST: a bad id", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 404, description = "SALE_NOT_FOUND", body = ErrorBody),
+        (status = 409, description = "SALE_BUSY: a warm-up of the sale runs", body = ErrorBody),
+        (status = 503, description = "TRY_AGAIN: Redis or PostgreSQL unavailable", body = ErrorBody),
+    )
+)]
+pub(super) async fn close(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((activity, sku)): Path<(String, String)>,
+) -> Result<Json<SaleRow>, ApiError> {
+    auth::require_admin(&state, &headers)?;
+    let sale = sale_from_path(&activity, &sku)?;
+    let row = sales::close(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, sale)
+        .await
+        .map_err(warmup_refusal)?;
+    tracing::info!(sale = %sale, ends_at = ?row.ends_at, "sale closed");
+    Ok(Json(row))
+}
+
+/// What a warm-up's or a close's failure answers.
+fn warmup_refusal(error: WarmupError) -> ApiError {
+    match error {
+        WarmupError::Invalid(why) => ApiError::InvalidRequest(why),
+        WarmupError::NotFound(_) => ApiError::SaleNotFound,
+        WarmupError::Busy(_) | WarmupError::InFlight(_) => ApiError::SaleBusy(error.to_string()),
+        WarmupError::Redis(_) | WarmupError::Db(_) => ApiError::TryAgain(error.into()),
+    }
 }
 
 /// The sale's reconciliation: every term of the invariant and the verdict.

@@ -40,6 +40,8 @@ error_codes! {
     InvalidRequest = "INVALID_REQUEST",
     /// A body over the limit.
     PayloadTooLarge = "PAYLOAD_TOO_LARGE",
+    /// A body not received within `connections.body_timeout_ms`.
+    RequestTimeout = "REQUEST_TIMEOUT",
     /// A body not declared `application/json`.
     UnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE",
     /// Missing or bad credentials.

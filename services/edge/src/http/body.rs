@@ -1,12 +1,15 @@
 //! The one way a handler reads a JSON body: declared `application/json`
 //! (415 otherwise — a browser's simple cross-origin POST is `text/plain`
 //! and must not place an order), within the configured limit (413 over it),
-//! of the expected shape (400 otherwise), every refusal an [`ApiError`].
+//! received within `connections.body_timeout_ms` (408 otherwise: hyper then
+//! closes the connection, its body unread), of the expected shape (400
+//! otherwise), every refusal an [`ApiError`].
 
 use super::{ApiError, AppState};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::header;
+use std::time::Duration;
 
 /// A body parsed into `T`.
 pub struct JsonBody<T>(pub T);
@@ -25,7 +28,10 @@ impl<T: FromJsonBody> FromRequest<AppState> for JsonBody<T> {
         if !content_type.is_some_and(is_json) {
             return Err(ApiError::UnsupportedMediaType(content_type.unwrap_or("none").chars().take(64).collect()));
         }
-        let bytes = read(request, state.settings.body_limit_bytes).await?;
+        let deadline = Duration::from_millis(state.settings.connections.body_timeout_ms);
+        let bytes = tokio::time::timeout(deadline, read(request, state.settings.body_limit_bytes))
+            .await
+            .map_err(|_| ApiError::RequestTimeout(deadline))??;
         T::from_json(&bytes).map(JsonBody)
     }
 }

@@ -102,18 +102,23 @@ async fn snapshot(State(state): State<AppState>, headers: HeaderMap) -> Result<J
     Ok(Json(figures))
 }
 
-/// The figures as Server-Sent Events (`figures`), one set a second.
+/// The figures as Server-Sent Events (`figures`), one set a second, for as
+/// long as the credentials hold: the stream ends at sign-out, when the
+/// session expires, or when the admin token changes.
 async fn events(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     auth::require_admin_or_session(&state, &headers)?;
     let receiver = state.dashboard.watch();
-    let stream = futures::stream::unfold(receiver, |mut receiver| async move {
+    let stream = futures::stream::unfold((receiver, state, headers), |(mut receiver, state, headers)| async move {
         receiver.changed().await.ok()?;
+        if auth::require_admin_or_session(&state, &headers).is_err() {
+            return None;
+        }
         let figures = receiver.borrow_and_update().clone()?;
         let event = Event::default()
             .event("figures")
             .json_data(&*figures)
             .unwrap_or_else(|_| Event::default().comment("unserializable"));
-        Some((Ok::<_, Infallible>(event), receiver))
+        Some((Ok::<_, Infallible>(event), (receiver, state, headers)))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
 }

@@ -19,6 +19,9 @@ pub enum ApiError {
     /// Body over the limit.
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
+    /// A body that did not arrive in time (the deadline).
+    #[error("the request body did not arrive within {} ms", .0.as_millis())]
+    RequestTimeout(Duration),
     /// A body that is not declared `application/json` (what was declared).
     #[error("request body must be application/json, got '{0}'")]
     UnsupportedMediaType(String),
@@ -97,6 +100,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
             Self::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            Self::RequestTimeout(_) => ErrorCode::RequestTimeout,
             Self::UnsupportedMediaType(_) => ErrorCode::UnsupportedMediaType,
             Self::Unauthorized(_) => ErrorCode::Unauthorized,
             Self::Forbidden(_) => ErrorCode::Forbidden,
@@ -123,6 +127,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) | Self::SaleNotActive => StatusCode::FORBIDDEN,
@@ -198,6 +203,7 @@ mod tests {
         for (error, status, code) in [
             (ApiError::InvalidRequest("x".into()), 400, "INVALID_REQUEST"),
             (ApiError::PayloadTooLarge(4096), 413, "PAYLOAD_TOO_LARGE"),
+            (ApiError::RequestTimeout(Duration::from_secs(10)), 408, "REQUEST_TIMEOUT"),
             (ApiError::UnsupportedMediaType("text/plain".into()), 415, "UNSUPPORTED_MEDIA_TYPE"),
             (ApiError::Unauthorized("x".into()), 401, "UNAUTHORIZED"),
             (ApiError::Forbidden("x".into()), 403, "FORBIDDEN"),

@@ -31,7 +31,7 @@ pub(super) async fn metrics() -> String {
     tag = "operations",
     responses(
         (status = 200, description = "ready", content_type = "text/plain", body = String),
-        (status = 503, description = "What is not reachable, in words", content_type = "text/plain", body = String),
+        (status = 503, description = "What is not reachable, in a word or two (the cause is logged, never answered)", content_type = "text/plain", body = String),
     )
 )]
 pub(super) async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
@@ -41,16 +41,23 @@ pub(super) async fn ready(State(state): State<AppState>) -> (StatusCode, String)
     (status, why)
 }
 
+/// What is not reachable; the cause goes to the log only (the probe is
+/// open to anyone who reaches the port, and an error names hosts, ports and
+/// versions).
 async fn readiness(state: &AppState) -> (StatusCode, String) {
     if let Err(error) = state.stock.connection().ping().await {
-        return (StatusCode::SERVICE_UNAVAILABLE, format!("redis unreachable: {error}"));
+        tracing::warn!(%error, "not ready: redis unreachable");
+        return (StatusCode::SERVICE_UNAVAILABLE, "redis unreachable".into());
     }
     let publisher = state.publisher.clone();
     let timeout = state.settings.servers.kafka.admin_timeout();
     let kafka = tokio::task::spawn_blocking(move || publisher.ping(timeout)).await;
     match kafka {
         Ok(Ok(())) => (StatusCode::OK, "ready".into()),
-        Ok(Err(error)) => (StatusCode::SERVICE_UNAVAILABLE, format!("kafka unreachable: {error}")),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "not ready: kafka unreachable");
+            (StatusCode::SERVICE_UNAVAILABLE, "kafka unreachable".into())
+        }
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "kafka check failed".into()),
     }
 }

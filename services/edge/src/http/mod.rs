@@ -4,6 +4,7 @@
 //! read.
 
 mod admin;
+mod admin_guard;
 mod auth;
 pub mod bodies;
 mod body;
@@ -23,8 +24,10 @@ use crate::limit::RateLimits;
 use crate::publish::Publisher;
 use crate::settings::Settings;
 use crate::sold_out::SoldOutFlags;
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
+use axum::BoxError;
 use axum::Router;
 use seckill_shared::lock::LockClient;
 use seckill_shared::shutdown::Background;
@@ -32,6 +35,8 @@ use seckill_shared::stock::Stock;
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower::ServiceBuilder;
 
 /// Everything a handler needs, behind one `Arc`: axum clones the state for
 /// every request.
@@ -60,6 +65,8 @@ pub struct Shared {
     pub user_key: Option<jsonwebtoken::DecodingKey>,
     /// The dashboard's browser sessions.
     pub sessions: session::Sessions,
+    /// Failed admin authentications, per client.
+    pub admin_throttle: admin_guard::AdminThrottle,
     /// The dashboard's figures.
     pub dashboard: Arc<crate::dashboard::Dashboard>,
     /// Deductions, batched per sale.
@@ -95,7 +102,8 @@ impl AppState {
                 },
                 background.clone(),
             ),
-            sessions: session::Sessions::default(),
+            sessions: session::Sessions::new(settings.behind_tls),
+            admin_throttle: admin_guard::AdminThrottle::new(&settings.admin_auth),
             dashboard,
             sold_out: Arc::new(SoldOutFlags::new(Duration::from_millis(settings.sold_out_flag_ms))),
             locks: LockClient::new(stock.connection(), background.clone()),
@@ -132,12 +140,27 @@ pub fn router(state: AppState) -> Router {
         Some(cors) => api.layer(cors).layer(middleware::map_response(cors::preflight_no_content)),
         None => api,
     };
+    // Requests beyond connections.max_in_flight are answered 503 at once;
+    // the probes and metrics stay outside the limit, so an edge at its
+    // limit is still seen alive and ready.
+    // Failed admin authentications are counted, logged and throttled per
+    // client around both admin surfaces.
+    let admin = admin::router()
+        .method_not_allowed_fallback(method_not_allowed)
+        .merge(dashboard::router().method_not_allowed_fallback(method_not_allowed))
+        .layer(middleware::from_fn_with_state(state.clone(), admin_guard::guard));
+    let limited = Router::new().merge(api).merge(admin).layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(|_: BoxError| async {
+                ApiError::TryAgain(anyhow::anyhow!("the edge is at connections.max_in_flight"))
+            }))
+            .load_shed()
+            .layer(GlobalConcurrencyLimitLayer::new(state.settings.connections.max_in_flight)),
+    );
     // The body limit is enforced by our own extractor (413 with the
     // contract's body); axum's default limit must not answer first.
     Router::new()
-        .merge(api)
-        .merge(admin::router().method_not_allowed_fallback(method_not_allowed))
-        .merge(dashboard::router().method_not_allowed_fallback(method_not_allowed))
+        .merge(limited)
         .merge(health::router().method_not_allowed_fallback(method_not_allowed))
         .merge(openapi::router())
         .fallback(|| async { ApiError::NotFound })

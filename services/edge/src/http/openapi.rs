@@ -50,6 +50,7 @@ impl Modify for Security {
         super::checkout::cancel,
         super::admin::warm_up,
         super::admin::report,
+        super::admin::close,
         super::health::healthz,
         super::health::ready,
         super::health::metrics,

@@ -119,10 +119,11 @@ fn json_type(value: &Value) -> &'static str {
         (status = 405, description = "METHOD_NOT_ALLOWED (with Allow)", body = ErrorBody),
         (status = 409, description = "ALREADY_PURCHASED: one order per user per sale (orderId: theirs)", body = ErrorBody),
         (status = 410, description = "SOLD_OUT", body = ErrorBody),
+        (status = 408, description = "REQUEST_TIMEOUT: the body did not arrive within connections.body_timeout_ms (the connection is closed)", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE: over the body limit (default 4 KiB)", body = ErrorBody),
         (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: not declared application/json", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
-        (status = 503, description = "TRY_AGAIN: Redis or Kafka unavailable; nothing was kept", body = ErrorBody),
+        (status = 503, description = "TRY_AGAIN: Redis or Kafka unavailable, or the edge at connections.max_in_flight; nothing was kept", body = ErrorBody),
     )
 )]
 pub(super) async fn place_order(

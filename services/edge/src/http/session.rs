@@ -21,9 +21,16 @@ const MAX_SESSIONS: usize = 256;
 #[derive(Default)]
 pub struct Sessions {
     live: Mutex<HashMap<String, Instant>>,
+    /// The cookie is `Secure` (the edge is reached through TLS).
+    secure: bool,
 }
 
 impl Sessions {
+    /// No session yet; cookies `Secure` when `secure`.
+    pub fn new(secure: bool) -> Self {
+        Self { live: Mutex::default(), secure }
+    }
+
     /// Opens a session; returns the `Set-Cookie` value that carries it.
     pub fn open(&self) -> HeaderValue {
         let id = format!("{:032x}{:032x}", rand::random::<u128>(), rand::random::<u128>());
@@ -36,7 +43,7 @@ impl Sessions {
             }
         }
         live.insert(id.clone(), now + LIFETIME);
-        cookie(&id, LIFETIME.as_secs())
+        self.cookie(&id, LIFETIME.as_secs())
     }
 
     /// Whether the request carries a live session.
@@ -51,13 +58,16 @@ impl Sessions {
         if let Some(id) = session_id(headers) {
             self.live.lock().expect("sessions lock").remove(id);
         }
-        cookie("", 0)
+        self.cookie("", 0)
     }
-}
 
-fn cookie(id: &str, max_age: u64) -> HeaderValue {
-    HeaderValue::from_str(&format!("{COOKIE_NAME}={id}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age}"))
+    fn cookie(&self, id: &str, max_age: u64) -> HeaderValue {
+        let secure = if self.secure { "; Secure" } else { "" };
+        HeaderValue::from_str(&format!(
+            "{COOKIE_NAME}={id}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
+        ))
         .expect("a cookie of hex digits")
+    }
 }
 
 fn session_id(headers: &HeaderMap) -> Option<&str> {

@@ -1,0 +1,88 @@
+//! Guessing the admin token is slow and seen. Around the admin API and the
+//! dashboard: every failed admin authentication (a 401 there) is counted
+//! (`seckill_edge_admin_auth_failures_total`) and logged with the client's
+//! address; a client past `admin_auth.failures_per_minute` (burst
+//! `admin_auth.failure_burst`) is answered 429 `RATE_LIMITED`, before its
+//! credentials are looked at, until its failures have recovered. Successful
+//! requests cost nothing. The address is the TCP peer's: behind a proxy,
+//! the proxy is the client.
+
+use super::{ApiError, AppState};
+use crate::settings::AdminAuthSettings;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::num::NonZeroU32;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Clients blocked at once, at most; past it the ones whose block ended go.
+const MAX_BLOCKED: usize = 10_000;
+
+/// Failed admin authentications, per client.
+pub struct AdminThrottle {
+    failures: DefaultKeyedRateLimiter<IpAddr>,
+    clock: DefaultClock,
+    /// Clients over their failures, and until when.
+    blocked: Mutex<HashMap<IpAddr, Instant>>,
+}
+
+impl AdminThrottle {
+    /// A throttle from settings.
+    pub fn new(settings: &AdminAuthSettings) -> Self {
+        let per_minute = NonZeroU32::new(settings.failures_per_minute.max(1)).expect("max(1) is non-zero");
+        let burst = NonZeroU32::new(settings.failure_burst.max(1)).expect("max(1) is non-zero");
+        Self {
+            failures: governor::RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
+            clock: DefaultClock::default(),
+            blocked: Mutex::default(),
+        }
+    }
+
+    /// How long `client` is still blocked, if it is.
+    fn blocked_for(&self, client: IpAddr) -> Option<Duration> {
+        let blocked = self.blocked.lock().expect("throttle lock");
+        let until = *blocked.get(&client)?;
+        until.checked_duration_since(Instant::now())
+    }
+
+    /// Counts a failure of `client`; blocks it when that was one too many.
+    fn failed(&self, client: IpAddr) {
+        if let Err(not_until) = self.failures.check_key(&client) {
+            let wait = not_until.wait_time_from(self.clock.now());
+            let mut blocked = self.blocked.lock().expect("throttle lock");
+            if blocked.len() >= MAX_BLOCKED {
+                let now = Instant::now();
+                blocked.retain(|_, until| *until > now);
+            }
+            blocked.insert(client, Instant::now() + wait);
+        }
+    }
+}
+
+/// The middleware: 429 for a blocked client, a failure counted and logged
+/// for every 401.
+pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    if let Some(wait) = state.admin_throttle.blocked_for(client) {
+        metrics::counter!("seckill_edge_admin_auth_throttled_total").increment(1);
+        return ApiError::RateLimited(wait).into_response();
+    }
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    if response.status() == StatusCode::UNAUTHORIZED {
+        metrics::counter!("seckill_edge_admin_auth_failures_total").increment(1);
+        tracing::warn!(%client, path, "admin authentication failed");
+        state.admin_throttle.failed(client);
+    }
+    response
+}

@@ -1,0 +1,123 @@
+//! Admin access is not guessable and sessions end: failed admin
+//! authentications are throttled per client, a token configured with a
+//! trailing newline works, a dashboard stream ends at sign-out, the cookie
+//! is `Secure` behind TLS, and short secrets are refused at start.
+
+use hyper::Method;
+use seckill_e2e::http::{assert_error, Client};
+use seckill_e2e::{TestEnv, ADMIN_TOKEN};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_admin_tokens_are_throttled_per_client() {
+    let env = TestEnv::new().await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let client = Client::new(edge.url());
+    let sale = env.sale();
+    env.warmup(sale, 1).await;
+    let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
+    let mut statuses = Vec::new();
+    for guess in 0..300 {
+        let token = format!("Bearer guess-{guess:012}");
+        statuses.push(client.send(Method::GET, &path, None, &[("authorization", &token)]).await.status.as_u16());
+    }
+    let unauthorized = statuses.iter().filter(|s| **s == 401).count();
+    let throttled = statuses.iter().filter(|s| **s == 429).count();
+    // A burst of 10 failures; the one past it is answered 401 too (its
+    // token was looked at before it was known to fail), every later one 429.
+    assert_eq!((unauthorized, throttled), (11, 289), "{statuses:?}");
+    // Throttled before the token is looked at: the right one waits too.
+    let right = client.send(Method::GET, &path, None, &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))]).await;
+    assert_error(&right, 429, "RATE_LIMITED", "a client that guessed is throttled");
+    assert!(right.headers.contains_key("retry-after"));
+    let metrics = client.get("/metrics").await.text;
+    let failures = metrics.lines().find(|l| l.starts_with("seckill_edge_admin_auth_failures_total")).unwrap();
+    assert!(failures.ends_with(" 11"), "{failures}");
+    // The login form counts the same.
+    let login = client
+        .send_raw(
+            Method::POST,
+            "/admin/login",
+            Some(format!("token={ADMIN_TOKEN}").into_bytes()),
+            &[("content-type", "application/x-www-form-urlencoded")],
+        )
+        .await;
+    assert_eq!(login.status, 429);
+    edge.stop().await;
+}
+
+/// Signs in through the form; answers the session cookie (`name=value`).
+async fn sign_in(client: &Client) -> String {
+    let login = client
+        .send_raw(
+            Method::POST,
+            "/admin/login",
+            Some(format!("token={ADMIN_TOKEN}").into_bytes()),
+            &[("content-type", "application/x-www-form-urlencoded")],
+        )
+        .await;
+    assert_eq!(login.status, 303, "{}", login.text);
+    let cookie = login.headers["set-cookie"].to_str().unwrap().to_owned();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dashboard_stream_ends_at_sign_out_and_the_cookie_is_secure_behind_tls() {
+    let env = TestEnv::new().await;
+    let mut settings = env.edge_settings();
+    // A Kubernetes Secret made from a file keeps the file's newline.
+    settings.admin_token = Some(format!("{ADMIN_TOKEN}\n"));
+    settings.behind_tls = true;
+    let edge = env.spawn_edge(settings).await;
+    let client = Client::new(edge.url());
+    let login = client
+        .send_raw(
+            Method::POST,
+            "/admin/login",
+            Some(format!("token={ADMIN_TOKEN}").into_bytes()),
+            &[("content-type", "application/x-www-form-urlencoded")],
+        )
+        .await;
+    assert!(login.headers["set-cookie"].to_str().unwrap().ends_with("; Secure"), "{:?}", login.headers);
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let sale = env.sale();
+    env.warmup(sale, 1).await;
+    let report = client
+        .send(Method::GET, &format!("/admin/sales/{}/{}", sale.activity, sale.sku), None, &[("authorization", &bearer)])
+        .await;
+    assert_eq!(report.status, 200, "the token without its newline is the token: {}", report.text);
+
+    let cookie = sign_in(&client).await;
+    let mut stream = TcpStream::connect(edge.addr).await.unwrap();
+    let request = format!("GET /admin/dashboard/events HTTP/1.1\r\nHost: edge\r\nCookie: {cookie}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut seen = String::new();
+    let mut buffer = [0u8; 8192];
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !seen.contains("event: figures") {
+            let n = stream.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "the stream ended before its first event: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
+        }
+    })
+    .await
+    .expect("a first event within 30 s");
+
+    let logout = client.send_raw(Method::POST, "/admin/logout", None, &[("cookie", &cookie)]).await;
+    assert!(logout.status.is_redirection() || logout.status.is_success(), "{}", logout.status);
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let n = stream.read(&mut buffer).await.unwrap_or(0);
+            seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
+            // The chunked body's last chunk, or the connection closed.
+            if n == 0 || seen.ends_with("\r\n0\r\n\r\n") {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream still flows 30 s after sign-out");
+    edge.stop().await;
+}

@@ -1,0 +1,155 @@
+//! Slow and idle clients cannot pin the edge (README.md, "Connections"):
+//! headers and bodies have deadlines, idle keep-alive connections end,
+//! connections are capped and requests beyond the in-flight limit are
+//! answered 503 at once, while the probes and buyers keep being answered.
+
+use hyper::Method;
+use seckill_e2e::http::{assert_error, Client};
+use seckill_e2e::TestEnv;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Half a request: headers never finished.
+const HALF_HEADERS: &[u8] = b"POST /api/seckill/order HTTP/1.1\r\nHost: edge\r\nContent-Ty";
+
+/// Whole headers, then a body that never arrives in full.
+const HALF_BODY: &[u8] = b"POST /api/seckill/order HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\nContent-Length: 64\r\n\r\n{\"activityId\":";
+
+/// Opens `count` connections that each send `bytes` and then nothing.
+async fn slow_clients(addr: std::net::SocketAddr, count: usize, bytes: &'static [u8]) -> Vec<TcpStream> {
+    let mut streams = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut stream = TcpStream::connect(addr).await.expect("connecting");
+        stream.write_all(bytes).await.expect("sending half a request");
+        streams.push(stream);
+    }
+    streams
+}
+
+/// What the edge sent on `stream` before closing it, or `None` when it is
+/// still open after `within`.
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> Option<Vec<u8>> {
+    let mut received = Vec::new();
+    let read = tokio::time::timeout(within, async {
+        let mut buffer = [0u8; 1024];
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => received.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await;
+    read.is_ok().then_some(received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_slow_clients_are_cut_off_while_the_edge_answers() {
+    let env = TestEnv::new().await;
+    let mut settings = env.edge_settings();
+    settings.connections.header_timeout_ms = 5_000;
+    settings.connections.body_timeout_ms = 5_000;
+    let edge = env.spawn_edge(settings).await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    let client = Client::new(edge.url());
+
+    let mut headers = slow_clients(edge.addr, 1_000, HALF_HEADERS).await;
+    let mut bodies = slow_clients(edge.addr, 1_000, HALF_BODY).await;
+    // One that asked once and then stays idle, keep-alive.
+    let mut idle = TcpStream::connect(edge.addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: edge\r\n\r\n").await.unwrap();
+    let mut first = [0u8; 12];
+    idle.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200", "the idle connection's first request is answered");
+
+    // With 2,000 slow clients connected, the probes and a buyer are answered.
+    assert_eq!(client.get("/healthz").await.status, 200);
+    assert_eq!(client.get("/readyz").await.status, 200);
+    let reply = client.order(sale.activity.get(), sale.sku.get(), 1).await;
+    assert_eq!(reply.status, 202, "{reply:?}");
+
+    // Every slow one is cut off (the deadlines are 5 s; 30 s is the bound).
+    for (i, stream) in headers.iter_mut().enumerate() {
+        let closed = closed_within(stream, Duration::from_secs(30)).await;
+        assert!(closed.is_some(), "half-header connection {i} still open after 30 s");
+    }
+    for (i, stream) in bodies.iter_mut().enumerate() {
+        let answer = closed_within(stream, Duration::from_secs(30)).await;
+        let answer = answer.unwrap_or_else(|| panic!("half-body connection {i} still open after 30 s"));
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "a body that never came is answered 408: {answer}");
+        assert!(answer.contains("REQUEST_TIMEOUT"), "{answer}");
+    }
+    assert!(closed_within(&mut idle, Duration::from_secs(30)).await.is_some(), "an idle keep-alive connection ends");
+    // Nothing a slow client sent kept anything: one order, the buyer's.
+    assert_eq!(env.redis_stock(sale).await, 9);
+    edge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_the_in_flight_limit_are_answered_503_at_once() {
+    let env = TestEnv::new().await;
+    let mut settings = env.edge_settings();
+    settings.connections.max_in_flight = 4;
+    settings.connections.body_timeout_ms = 60_000;
+    let edge = env.spawn_edge(settings).await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    let client = Client::new(edge.url());
+
+    // Four requests whose bodies never come hold the four places.
+    let holders = slow_clients(edge.addr, 4, HALF_BODY).await;
+    seckill_e2e::eventually("the four places taken", Duration::from_secs(10), || async {
+        let reply = client.get("/api/seckill/order/00000000-0000-0000-0000-000000000000").await;
+        if reply.status == 503 {
+            Ok(())
+        } else {
+            Err(format!("{}", reply.status))
+        }
+    })
+    .await;
+    let reply = client.order(sale.activity.get(), sale.sku.get(), 3).await;
+    assert_error(&reply, 503, "TRY_AGAIN", "beyond max_in_flight");
+    assert_eq!(env.redis_stock(sale).await, 10, "a shed request kept nothing");
+    assert_eq!(client.get("/readyz").await.status, 200, "the probes are outside the limit");
+
+    drop(holders);
+    seckill_e2e::eventually("places free again", Duration::from_secs(10), || async {
+        let reply = client.order(sale.activity.get(), sale.sku.get(), 3).await;
+        if reply.status == 202 {
+            Ok(())
+        } else {
+            Err(format!("{}", reply.status))
+        }
+    })
+    .await;
+    edge.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_cap_are_closed_at_once() {
+    let env = TestEnv::new().await;
+    let mut settings = env.edge_settings();
+    settings.connections.max_connections = 20;
+    settings.connections.header_timeout_ms = 60_000;
+    let edge = env.spawn_edge(settings).await;
+
+    let held = slow_clients(edge.addr, 20, HALF_HEADERS).await;
+    let mut extra = TcpStream::connect(edge.addr).await.unwrap();
+    let _ = extra.write_all(b"GET /healthz HTTP/1.1\r\nHost: edge\r\n\r\n").await;
+    let answer = closed_within(&mut extra, Duration::from_secs(10)).await;
+    assert_eq!(answer, Some(Vec::new()), "the 21st connection is closed unanswered");
+
+    drop(held);
+    let client = Client::new(edge.url());
+    seckill_e2e::eventually("served again under the cap", Duration::from_secs(10), || async {
+        match client.try_send(Method::GET, "/healthz", None, &[]).await {
+            Ok(reply) if reply.status == 200 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    edge.stop().await;
+}
