@@ -16,7 +16,16 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 /// Opens a pool. Connections are made lazily, so a service starts even while
 /// PostgreSQL is down and catches up when it returns.
 pub fn connect_lazy(settings: &DbSettings) -> anyhow::Result<PgPool> {
-    let options = PgConnectOptions::from_str(&settings.url)?.application_name("seckill");
+    // sqlx leaves its sockets' options alone: the keepalives are asked of
+    // the server, per session (PostgreSQL's tcp_keepalives_*), so a client
+    // that vanished — a frozen or cut-off leader — loses its session, its
+    // locks and its transaction in about 25 s.
+    let keepalive = crate::config::TCP_KEEPALIVE;
+    let options = PgConnectOptions::from_str(&settings.url)?.application_name("seckill").options([
+        ("tcp_keepalives_idle", keepalive.idle.as_secs().to_string()),
+        ("tcp_keepalives_interval", keepalive.interval.as_secs().to_string()),
+        ("tcp_keepalives_count", keepalive.probes.to_string()),
+    ]);
     Ok(PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms))

@@ -230,3 +230,40 @@ async fn a_frozen_relay_is_replaced() {
     env.verify_events(sale).await;
     assert!(first.terminate().await && second.terminate().await, "both stop cleanly");
 }
+
+/// Every connection to PostgreSQL and Redis has TCP keepalives: a peer that
+/// vanished without a reset is noticed in about 25 s, not two hours. For
+/// PostgreSQL the server keeps them (sqlx leaves its sockets alone): a
+/// frozen client loses its session, and whatever it held, that soon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_to_postgres_and_redis_keep_alive() {
+    let env = TestEnv::new().await;
+    let pool = seckill_shared::db::connect_lazy(&env.database).unwrap();
+    let shown: (String, String, String) = sqlx::query_as(
+        "SELECT current_setting('tcp_keepalives_idle'), current_setting('tcp_keepalives_interval'),
+                current_setting('tcp_keepalives_count')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(shown, ("10".into(), "5".into(), "3".into()), "the session's keepalives");
+
+    let stock = seckill_shared::stock::Stock::connect(&env.redis).await.unwrap();
+    stock.connection().ping().await.unwrap();
+    let port = env.redis.url.rsplit(':').next().and_then(|p| p.split('/').next()).unwrap().to_owned();
+    let ss = std::process::Command::new("ss")
+        .args(["-tnpo", "state", "established", &format!("( dport = :{port} )")])
+        .output()
+        .expect("ss (iproute2)");
+    let ours: Vec<String> = String::from_utf8_lossy(&ss.stdout)
+        .lines()
+        .filter(|line| line.contains(&format!("pid={},", std::process::id())))
+        .map(str::to_owned)
+        .collect();
+    assert!(!ours.is_empty(), "this process's connections to Redis: {}", String::from_utf8_lossy(&ss.stdout));
+    assert!(
+        ours.iter().all(|line| line.contains("timer:(keepalive")),
+        "a Redis connection without keepalive: {ours:?}"
+    );
+    drop(stock);
+}
