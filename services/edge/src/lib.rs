@@ -20,6 +20,7 @@ pub mod publish;
 pub mod serve;
 pub mod settings;
 pub mod sold_out;
+pub mod status_reads;
 
 use anyhow::Context;
 use http::AppState;

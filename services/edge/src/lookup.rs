@@ -2,7 +2,8 @@
 //! answers within the sale), PostgreSQL for written orders (their payment
 //! deadline, payment and cancellation live there) and whenever Redis no
 //! longer holds the order — its keys expired, or Redis lost data — or does
-//! not answer. The SQL here is the edge's own.
+//! not answer; when PostgreSQL does not answer, Redis's view of an order it
+//! holds is the answer. The SQL here is the edge's own.
 
 use chrono::{DateTime, Utc};
 use seckill_shared::domain::{OrderId, OrderStatus, SaleKey, UserId};
@@ -68,7 +69,17 @@ pub async fn order(stock: &Stock, db: &PgPool, order_id: &OrderId) -> Result<Ord
         order_id.as_str()
     )
     .fetch_optional(db)
-    .await?;
+    .await;
+    let row = match (row, &in_redis) {
+        (Ok(row), _) => row,
+        // PostgreSQL down: what Redis knows (CREATED, CANCELLED: without
+        // the deadline and times PostgreSQL keeps) is still the truth.
+        (Err(error), Some(_)) => {
+            tracing::warn!(%error, "the database did not answer a status read; answering Redis's view");
+            None
+        }
+        (Err(error), None) => return Err(error.into()),
+    };
     match (row, in_redis, redis_error) {
         (Some(row), _, _) => Ok(row.into()),
         (None, Some(view), _) => Ok(view),

@@ -91,6 +91,30 @@ impl Default for ConnectionSettings {
     }
 }
 
+/// How buyers' status reads are kept from flooding PostgreSQL
+/// ([`crate::status_reads`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StatusReadSettings {
+    /// Status reads per second per client where no user is known (user
+    /// auth off); with user auth on, the per-user limit applies.
+    pub per_client_per_second: u32,
+    /// Burst of those per client.
+    pub per_client_burst: u32,
+    /// How long an order id neither Redis nor PostgreSQL knows is answered
+    /// 404 without asking again (0: never remembered).
+    pub miss_cache_ms: u64,
+    /// PostgreSQL connections of status reads, apart from the pool of pay,
+    /// cancel and warm-up (`database.max_connections`).
+    pub pool_connections: u32,
+}
+
+impl Default for StatusReadSettings {
+    fn default() -> Self {
+        Self { per_client_per_second: 200, per_client_burst: 400, miss_cache_ms: 1_000, pool_connections: 2 }
+    }
+}
+
 /// How failed admin authentications are throttled, per client
 /// ([`crate::http`]'s admin guard).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -148,6 +172,8 @@ pub struct Settings {
     pub connections: ConnectionSettings,
     /// Throttling of failed admin authentications.
     pub admin_auth: AdminAuthSettings,
+    /// Limits and the pool of buyers' status reads.
+    pub status_reads: StatusReadSettings,
     /// The edge is reached through TLS (a terminating proxy or ingress):
     /// the dashboard's session cookie is then `Secure`.
     pub behind_tls: bool,
@@ -196,6 +222,7 @@ impl Settings {
             (connections.body_timeout_ms, "connections.body_timeout_ms"),
             (connections.max_connections as u64, "connections.max_connections"),
             (connections.max_in_flight as u64, "connections.max_in_flight"),
+            (u64::from(self.status_reads.pool_connections), "status_reads.pool_connections"),
         ] {
             if value == 0 {
                 anyhow::bail!("{name} must be above 0");
@@ -247,6 +274,7 @@ impl Default for Settings {
             cors: CorsSettings::default(),
             connections: ConnectionSettings::default(),
             admin_auth: AdminAuthSettings::default(),
+            status_reads: StatusReadSettings::default(),
             behind_tls: false,
             sold_out_flag_ms: 1_000,
             ensure_topics: true,

@@ -54,8 +54,12 @@ impl std::ops::Deref for AppState {
 pub struct Shared {
     pub settings: Arc<Settings>,
     pub stock: Stock,
-    /// PostgreSQL: warm-up, status fall-back, reconciliation.
+    /// PostgreSQL: warm-up, pay, cancel, reconciliation.
     pub db: PgPool,
+    /// PostgreSQL for buyers' status reads: a pool of their own.
+    pub status_db: PgPool,
+    /// Per-client limits and remembered misses of status reads.
+    pub status_reads: Arc<crate::status_reads::StatusReads>,
     pub publisher: Publisher,
     pub limits: Arc<RateLimits>,
     pub sold_out: Arc<SoldOutFlags>,
@@ -90,7 +94,15 @@ impl AppState {
             None => None,
         };
         let limits = Arc::new(RateLimits::new(&settings.rate_limit));
-        background.spawn("limiter clean-up", forget_quiet_users(limits.clone(), background.shutdown().clone()));
+        let status_db = seckill_shared::db::connect_lazy(&seckill_shared::config::DbSettings {
+            max_connections: settings.status_reads.pool_connections,
+            ..settings.servers.database.clone()
+        })?;
+        let status_reads = Arc::new(crate::status_reads::StatusReads::new(&settings.status_reads));
+        background.spawn(
+            "limiter clean-up",
+            forget_quiet_users(limits.clone(), status_reads.clone(), background.shutdown().clone()),
+        );
         let dashboard = crate::dashboard::Dashboard::new(stock.clone(), db.clone(), settings.servers.kafka.clone());
         Ok(Self(Arc::new(Shared {
             batcher: crate::batch::Batcher::new(
@@ -103,6 +115,8 @@ impl AppState {
                 background.clone(),
             ),
             sessions: session::Sessions::new(settings.behind_tls),
+            status_reads: status_reads.clone(),
+            status_db,
             admin_throttle: admin_guard::AdminThrottle::new(&settings.admin_auth),
             dashboard,
             sold_out: Arc::new(SoldOutFlags::new(Duration::from_millis(settings.sold_out_flag_ms))),
@@ -117,13 +131,16 @@ impl AppState {
     }
 }
 
-/// Forgets per-user limiter state of users who went quiet, until shutdown.
+/// Forgets limiter state of users and clients who went quiet, and misses
+/// remembered past their time, until shutdown.
 async fn forget_quiet_users(
     limits: Arc<RateLimits>,
+    status_reads: Arc<crate::status_reads::StatusReads>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), std::convert::Infallible> {
     seckill_shared::shutdown::every("limiter clean-up", Duration::from_secs(30), shutdown, || async {
         limits.shrink();
+        status_reads.shrink();
         Ok(())
     })
     .await

@@ -6,7 +6,7 @@ use super::{auth, ApiError, AppState};
 use crate::lookup::{self, LookupError, OrderView};
 use crate::publish::PublishOutcome;
 use crate::settings::DeductionMode;
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -15,6 +15,7 @@ use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use seckill_shared::stock::{DeductRequest, Deduction};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::time::Instant;
 
 /// Buyer routes.
@@ -289,19 +290,29 @@ fn lookup_error(error: LookupError) -> ApiError {
 )]
 pub(super) async fn get_order(
     State(state): State<AppState>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Path(raw): Path<String>,
 ) -> Result<Json<OrderStatusBody>, ApiError> {
     // With user auth on, the token comes first: whether an order id exists
-    // is told to its owner only.
+    // is told to its owner only. Without it, the client is what is limited.
     let caller = auth::caller(&state, &headers)?;
     match caller {
         Some(user) => state.limits.check(user),
-        None => state.limits.check_global(),
+        None => state.limits.check_global().and_then(|()| state.status_reads.check_client(client.ip())),
     }
     .map_err(ApiError::RateLimited)?;
     let order_id = OrderId::parse(&raw).map_err(ApiError::invalid)?;
-    let view = lookup::order(&state.stock, &state.db, &order_id).await.map_err(lookup_error)?;
+    if state.status_reads.known_missing(order_id.as_str()) {
+        return Err(ApiError::OrderNotFound);
+    }
+    let view = match lookup::order(&state.stock, &state.status_db, &order_id).await {
+        Err(LookupError::NotFound) => {
+            state.status_reads.missed(order_id.as_str());
+            return Err(ApiError::OrderNotFound);
+        }
+        other => other.map_err(lookup_error)?,
+    };
     match caller {
         Some(user) if user.get() != view.user_id => Err(ApiError::Forbidden("the order is another user's".into())),
         _ => Ok(status_body(&view)),
@@ -345,8 +356,9 @@ pub(super) async fn get_result(
     let user: UserId = field("userId")?.parse().map_err(ApiError::invalid)?;
     auth::require_user(&state, &headers, user)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
-    let view =
-        lookup::user_order(&state.stock, &state.db, SaleKey::new(activity, sku), user).await.map_err(lookup_error)?;
+    let view = lookup::user_order(&state.stock, &state.status_db, SaleKey::new(activity, sku), user)
+        .await
+        .map_err(lookup_error)?;
     Ok(status_body(&view))
 }
 
