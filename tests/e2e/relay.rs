@@ -267,3 +267,52 @@ async fn connections_to_postgres_and_redis_keep_alive() {
     );
     drop(stock);
 }
+
+/// A turn that fails part-way lets no later event of a user out before an
+/// earlier one: each user's events leave one after another, so one that
+/// cannot be delivered (here: over the broker's size limit) holds back the
+/// user's next, while other users' events go on. (Sent side by side, the
+/// user's CANCELLED reached the topic while its CREATED never did.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_later_event_never_overtakes_an_earlier_one() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let order = |n: i64| format!("{}-{}-{n}-00000000000000aa", sale.activity, sale.sku);
+    let insert = |event_id: &'static str, order_id: String, user: i64, kind: &'static str, reason: Option<String>| {
+        let db = env.db.clone();
+        async move {
+            sqlx::query(
+                "INSERT INTO order_events (event_id, order_id, activity_id, sku_id, round, user_id, type, reason)
+                 VALUES ($1, $2, $3, $4, 1, $5, $6, $7)",
+            )
+            .bind(event_id)
+            .bind(order_id)
+            .bind(sale.activity.get())
+            .bind(sale.sku.get())
+            .bind(user)
+            .bind(kind)
+            .bind(reason)
+            .execute(&db)
+            .await
+            .unwrap();
+        }
+    };
+    seckill_shared::kafka::ensure_topics(&env.kafka).await.expect("the topics");
+    insert("e-created-7", order(1), 7, "CREATED", Some("x".repeat(2_000_000))).await;
+    insert("e-created-8", order(2), 8, "CREATED", None).await;
+    insert("e-cancelled-7", order(1), 7, "CANCELLED", Some("BUYER_CANCELLED".into())).await;
+
+    let mut settings = env.order_settings();
+    settings.events.enabled = true;
+    let relay = Relay::new(std::sync::Arc::new(settings), env.connections(), Background::default()).expect("a relay");
+    let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
+    assert!(relay.relay_once(&term).await.is_err(), "an event over the size limit fails the turn");
+
+    let events = env.read_topic(&env.topics().events, 3, Duration::from_secs(5)).await;
+    let ids: Vec<String> = events
+        .iter()
+        .map(|m| serde_json::from_slice::<serde_json::Value>(m.payload().unwrap()).unwrap()["eventId"].to_string())
+        .collect();
+    assert!(!ids.iter().any(|id| id.contains("e-cancelled-7")), "user 7's CANCELLED left before its CREATED: {ids:?}");
+    assert!(ids.iter().any(|id| id.contains("e-created-8")), "another user's event is not held back: {ids:?}");
+}

@@ -26,9 +26,13 @@ use seckill_shared::lease::{Lease, LeaseError, LeaseTerm};
 use seckill_shared::outbox;
 use seckill_shared::shutdown::Background;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+/// One event on its way: its key and value, and the row (for the headers).
+type Outgoing<'a> = ((String, Vec<u8>), &'a outbox::EventRow);
 
 /// The lease one relay per database holds: the cursor is the database's,
 /// whatever the topic or key prefix.
@@ -165,7 +169,7 @@ impl Relay {
     pub async fn relay_once(&self, term: &LeaseTerm) -> Result<usize, RelayError> {
         let rows = outbox::next_after_cursor(&self.deps.db, self.settings.events.batch).await?;
         let Some(last) = rows.last() else { return Ok(0) };
-        let mut outgoing = Vec::with_capacity(rows.len());
+        let mut outgoing: Vec<Outgoing> = Vec::with_capacity(rows.len());
         for row in &rows {
             match row.event.event() {
                 Ok(event) => outgoing.push((outbox::keyed(&event), &row.event)),
@@ -179,12 +183,30 @@ impl Relay {
         }
         let topic = &self.deps.topics.events;
         let queue_timeout = Timeout::After(Duration::from_millis(self.settings.servers.kafka.message_timeout_ms));
-        let sends = outgoing.iter().map(|((key, payload), event)| {
-            let headers = event.trace().headers();
-            self.producer.send(FutureRecord::to(topic).key(key).payload(payload).headers(headers), queue_timeout)
+        // Each key's events (one user's) one after another, the keys side
+        // by side: an event that cannot be delivered stops the ones after
+        // it of the same user, so a consumer never sees a user's later
+        // event before an earlier one — the next turn sends again from the
+        // cursor, in order (at least once).
+        let mut chains: Vec<Vec<&Outgoing>> = Vec::new();
+        let mut chain_of: HashMap<&str, usize> = HashMap::new();
+        for item in &outgoing {
+            let index = *chain_of.entry(item.0 .0.as_str()).or_insert_with(|| {
+                chains.push(Vec::new());
+                chains.len() - 1
+            });
+            chains[index].push(item);
+        }
+        let sends = chains.into_iter().map(|chain| async move {
+            for ((key, payload), event) in chain {
+                let headers = event.trace().headers();
+                let record = FutureRecord::to(topic).key(key).payload(payload).headers(headers);
+                self.producer.send(record, queue_timeout).await.map_err(|(error, _)| error)?;
+            }
+            Ok::<(), rdkafka::error::KafkaError>(())
         });
-        for delivery in futures::future::join_all(sends).await {
-            delivery.map_err(|(error, _)| error)?;
+        for delivered in futures::future::join_all(sends).await {
+            delivered?;
         }
         // Only now: a relay killed before this line sends them again. The
         // position itself, not a lookup of the last row: that row may be

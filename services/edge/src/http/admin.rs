@@ -44,6 +44,7 @@ fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
         (status = 200, description = "Warmed up: stock set (never added), buyers cleared; with an end, every key of the sale expires after the end, the payment window and redis.sale_key_margin_secs", body = SaleRow),
         (status = 400, description = "INVALID_REQUEST: a bad id, stock or window", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: no or a wrong admin token", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: this client failed to authenticate too often (Retry-After)", body = ErrorBody),
         (status = 409, description = "SALE_BUSY: another warm-up runs, or the previous round has orders in flight (force to replace it)", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
         (status = 415, description = "UNSUPPORTED_MEDIA_TYPE", body = ErrorBody),
@@ -90,6 +91,7 @@ pub(super) async fn warm_up(
         (status = 200, description = "Closed: the sale with its end", body = SaleRow),
         (status = 400, description = "INVALID_REQUEST: a bad id", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: this client failed to authenticate too often (Retry-After)", body = ErrorBody),
         (status = 404, description = "SALE_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "SALE_BUSY: a warm-up of the sale runs", body = ErrorBody),
         (status = 503, description = "TRY_AGAIN: Redis or PostgreSQL unavailable", body = ErrorBody),
@@ -130,6 +132,7 @@ fn warmup_refusal(error: WarmupError) -> ApiError {
         (status = 200, description = "The report", body = Report),
         (status = 400, description = "INVALID_REQUEST: a bad id", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: this client failed to authenticate too often (Retry-After)", body = ErrorBody),
         (status = 404, description = "SALE_NOT_FOUND", body = ErrorBody),
         (status = 503, description = "TRY_AGAIN: a source could not be read", body = ErrorBody),
     )

@@ -88,6 +88,9 @@ pub struct Publisher {
     /// How long until a publish's outcome is known: the delivery timeout
     /// and a margin. The reservation is not swept before it has passed.
     deadline: Duration,
+    /// Set while a retired producer is being replaced (off the requests'
+    /// path), so one replacement runs at a time.
+    rebuilding: Arc<AtomicBool>,
 }
 
 impl Publisher {
@@ -100,6 +103,7 @@ impl Publisher {
             settings: Arc::new(settings.clone()),
             topic: topic.into(),
             deadline: Duration::from_millis(settings.message_timeout_ms + 2_000),
+            rebuilding: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -113,27 +117,41 @@ impl Publisher {
     }
 
     /// `Ok` when the producer can take records. A producer retired by a
-    /// fatal error is replaced now, and this call answers `Err`: the caller
-    /// has deducted nothing and answers 503.
+    /// fatal error answers `Err` (the caller has deducted nothing and
+    /// answers 503) and is replaced on a blocking thread of its own: no
+    /// request waits for a new client to start.
     pub fn ensure_usable(&self) -> Result<(), ProducerRetired> {
         if !self.live().is_fatal() {
             return Ok(());
         }
-        let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
-        // Another caller may have replaced it meanwhile.
-        if live.is_fatal() {
-            match Live::create(&self.settings, self.circuit.clone()) {
-                Ok(fresh) => {
-                    tracing::warn!("the producer was retired by a fatal error; a new one replaces it");
-                    metrics::counter!("seckill_edge_producer_rebuilt_total").increment(1);
-                    // In-flight records of the old one still get their
-                    // delivery reports, each judged by its own status.
-                    *live = Arc::new(fresh);
-                }
-                Err(error) => tracing::error!(%error, "could not create a new producer"),
-            }
-        }
+        self.replace_in_background();
         Err(ProducerRetired)
+    }
+
+    /// Replaces the retired producer off the requests' path, once at a time.
+    fn replace_in_background(&self) {
+        if self.rebuilding.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            // Another replacement may have finished just before this one.
+            if this.live().is_fatal() {
+                match Live::create(&this.settings, this.circuit.clone()) {
+                    Ok(fresh) => {
+                        tracing::warn!("the producer was retired by a fatal error; a new one replaces it");
+                        metrics::counter!("seckill_edge_producer_rebuilt_total").increment(1);
+                        // In-flight records of the old one still get their
+                        // delivery reports, each judged by its own status.
+                        *this.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "could not create a new producer; the next request tries again")
+                    }
+                }
+            }
+            this.rebuilding.store(false, Ordering::Release);
+        });
     }
 
     /// Whether a request may deduct now: the producer is usable and the
