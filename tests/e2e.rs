@@ -48,3 +48,5 @@ mod relay;
 mod slow_clients;
 #[path = "e2e/smoke.rs"]
 mod smoke;
+#[path = "e2e/upgrade.rs"]
+mod upgrade;

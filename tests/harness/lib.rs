@@ -546,6 +546,32 @@ impl TestEnv {
         assert!(now.parse::<u64>().expect("a transaction id") > xid, "transaction ids at {now}, not past {xid}");
     }
 
+    /// An empty database beside this test's (`<its name>_<suffix>`, no
+    /// migration applied), for tests that migrate step by step; dropped by
+    /// [`TestEnv::drop_scratch_database`].
+    pub async fn scratch_database(&self, suffix: &str) -> PgPool {
+        let name = format!("{}_{suffix}", self.database_name);
+        let mut admin = sqlx::PgConnection::connect(&self.admin_database_url).await.expect("admin connection");
+        // The harness's own hex id and a suffix of the test's.
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .expect("creating the scratch database");
+        let url = self.database.url.replace(&self.database_name, &name);
+        seckill_shared::db::connect_lazy(&DbSettings { url, ..self.database.clone() }).expect("database settings")
+    }
+
+    /// Drops the database [`TestEnv::scratch_database`] made.
+    pub async fn drop_scratch_database(&self, suffix: &str, pool: PgPool) {
+        pool.close().await;
+        let mut admin = sqlx::PgConnection::connect(&self.admin_database_url).await.expect("admin connection");
+        let name = format!("{}_{suffix}", self.database_name);
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+            .execute(&mut admin)
+            .await
+            .expect("dropping the scratch database");
+    }
+
     /// Blocks or allows new connections to this test's database, and drops
     /// the current ones: PostgreSQL "down" for this test only.
     pub async fn set_database_reachable(&self, reachable: bool) {
