@@ -7,13 +7,14 @@ CARGO ?= cargo
 PROFILE ?= dev
 TEST_THREADS ?= 4
 
-.PHONY: lint sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
+.PHONY: lint sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
 	@echo "make test    bring infra up and run every test against the real Redis, Kafka and PostgreSQL"
 	@echo "make lint    cargo fmt --check, clippy -D warnings, .sqlx/ up to date (also part of make test)"
 	@echo "make bench   benchmarks against ceilings measured in the same run (writes BENCHMARKS.md)"
+	@echo "make soak    the pipeline under steady load, every service's memory over time (SOAK_SECONDS, SOAK_RATE)"
 	@echo "make chaos   the fault-injection suite (stops and starts the shared servers; a few minutes)"
 	@echo "make chaos-cluster | demo-cluster | bench-cluster   the same on the replicated topology (up.sh --cluster)"
 	@echo "make deploy-render | deploy-check   the Kubernetes manifests, rendered / validated offline"
@@ -103,6 +104,12 @@ bench: infra-up build-deps test-tools
 	command -v redis-benchmark >/dev/null && command -v pgbench >/dev/null
 	$(CARGO) build --release --workspace --bins --examples
 	.data/venv/bin/python infra/bench.py
+
+# The pipeline under a steady load of distinct buyers, every service's
+# memory sampled (SOAK_SECONDS, SOAK_RATE); runs alone, like bench.
+soak: infra-up build-deps
+	$(CARGO) build --release --workspace --bins
+	python3 infra/soak.py
 
 # Kills and stops every part under load; runs alone (it stops shared servers).
 chaos: infra-up build-deps

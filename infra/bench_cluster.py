@@ -33,6 +33,17 @@ def written(addr):
     return 0
 
 
+def start_edges(suffix, extra=None):
+    """Both edges behind HAProxy, each with its share of the global rate
+    limit, once ready."""
+    edges = [b.start([str(b.BIN / "seckill-edge")], f"cluster-edge{i}{suffix}",
+                     {"SECKILL_HTTP_ADDR": addr, "SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND": "100000", **(extra or {})})
+             for i, addr in enumerate(EDGES)]
+    for addr in EDGES + [LB]:
+        b.wait_http(f"http://{addr}/readyz")
+    return edges
+
+
 def sample_of(edges, servers):
     """CPU seconds so far of the edges and of each kind of server."""
     return {"edges": sum(b.cpu_seconds(p.pid) for p in edges),
@@ -50,12 +61,7 @@ def main():
     b.LOGS.mkdir(parents=True, exist_ok=True)
     b.log(f"run {b.RUN} (replicated topology) on {b.machine()}")
     b.ctl("migrate")
-    # Each edge takes its share of the global rate limit.
-    edges = [b.start([str(b.BIN / "seckill-edge")], f"cluster-edge{i}",
-                     {"SECKILL_HTTP_ADDR": addr, "SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND": "100000"})
-             for i, addr in enumerate(EDGES)]
-    for addr in EDGES + [LB]:
-        b.wait_http(f"http://{addr}/readyz")
+    edges = start_edges("")
 
     # Ceilings: plain HTTP through HAProxy and to one edge directly.
     RESULTS["ceiling_http_lb"] = b.load(LB, 1, 1, 100_000, 100_000, get="/healthz")
@@ -80,12 +86,7 @@ def main():
     # the same load through edges that do not wait for the replica.
     for proc in edges:
         b.stop(proc)
-    no_wait = [b.start([str(b.BIN / "seckill-edge")], f"cluster-edge{i}-no-wait",
-                       {"SECKILL_HTTP_ADDR": addr, "SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND": "100000",
-                        "SECKILL__REDIS__MIN_REPLICA_ACKS": "0"})
-               for i, addr in enumerate(EDGES)]
-    for addr in EDGES + [LB]:
-        b.wait_http(f"http://{addr}/readyz")
+    no_wait = start_edges("-no-wait", {"SECKILL__REDIS__MIN_REPLICA_ACKS": "0"})
     b.warm(b.sale(4), 1, 50_000_000)
     before = sample_of(no_wait, servers)
     unwaited = b.load(LB, b.sale(4), 1, 200_000, 200_000)
@@ -95,9 +96,7 @@ def main():
     b.log(f"accepted path without WAIT: {unwaited['requestsPerSecond']:.0f} req/s, p99 {unwaited['latencyMs']['p99']:.2f} ms")
     for proc in no_wait:
         b.stop(proc)
-    edges = [b.start([str(b.BIN / "seckill-edge")], f"cluster-edge{i}",
-                     {"SECKILL_HTTP_ADDR": addr, "SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND": "100000"})
-             for i, addr in enumerate(EDGES)]
+    edges = start_edges("")
 
     # Drain of both backlogs by two order services sharing the group.
     backlog = b.lag()

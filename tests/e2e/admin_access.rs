@@ -4,7 +4,7 @@
 //! is `Secure` behind TLS, and short secrets are refused at start.
 
 use hyper::Method;
-use seckill_e2e::http::{assert_error, Client};
+use seckill_e2e::http::{assert_error, Client, Reply};
 use seckill_e2e::{TestEnv, ADMIN_TOKEN};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -36,28 +36,26 @@ async fn wrong_admin_tokens_are_throttled_per_client() {
     let failures = metrics.lines().find(|l| l.starts_with("seckill_edge_admin_auth_failures_total")).unwrap();
     assert!(failures.ends_with(" 11"), "{failures}");
     // The login form counts the same.
-    let login = client
-        .send_raw(
-            Method::POST,
-            "/admin/login",
-            Some(format!("token={ADMIN_TOKEN}").into_bytes()),
-            &[("content-type", "application/x-www-form-urlencoded")],
-        )
-        .await;
+    let login = log_in(&client).await;
     assert_eq!(login.status, 429);
     edge.stop().await;
 }
 
-/// Signs in through the form; answers the session cookie (`name=value`).
-async fn sign_in(client: &Client) -> String {
-    let login = client
+/// Posts the admin token to the sign-in form.
+async fn log_in(client: &Client) -> Reply {
+    client
         .send_raw(
             Method::POST,
             "/admin/login",
             Some(format!("token={ADMIN_TOKEN}").into_bytes()),
             &[("content-type", "application/x-www-form-urlencoded")],
         )
-        .await;
+        .await
+}
+
+/// Signs in through the form; answers the session cookie (`name=value`).
+async fn sign_in(client: &Client) -> String {
+    let login = log_in(client).await;
     assert_eq!(login.status, 303, "{}", login.text);
     let cookie = login.headers["set-cookie"].to_str().unwrap().to_owned();
     cookie.split(';').next().unwrap().to_owned()
@@ -72,14 +70,7 @@ async fn a_dashboard_stream_ends_at_sign_out_and_the_cookie_is_secure_behind_tls
     settings.behind_tls = true;
     let edge = env.spawn_edge(settings).await;
     let client = Client::new(edge.url());
-    let login = client
-        .send_raw(
-            Method::POST,
-            "/admin/login",
-            Some(format!("token={ADMIN_TOKEN}").into_bytes()),
-            &[("content-type", "application/x-www-form-urlencoded")],
-        )
-        .await;
+    let login = log_in(&client).await;
     assert!(login.headers["set-cookie"].to_str().unwrap().ends_with("; Secure"), "{:?}", login.headers);
     let bearer = format!("Bearer {ADMIN_TOKEN}");
     let sale = env.sale();

@@ -31,10 +31,20 @@ pub struct RateLimits {
     shrinking: AtomicBool,
 }
 
-fn quota(per_second: u32, burst: u32) -> Quota {
+/// `per_second` with `burst` (each at least 1), as governor takes them.
+pub(crate) fn quota(per_second: u32, burst: u32) -> Quota {
     let rate = NonZeroU32::new(per_second.max(1)).expect("max(1) is non-zero");
-    let burst = NonZeroU32::new(burst.max(1)).expect("max(1) is non-zero");
-    Quota::per_second(rate).allow_burst(burst)
+    per_period(Quota::per_second(rate), burst)
+}
+
+/// `per_minute` with `burst` (each at least 1).
+pub(crate) fn quota_per_minute(per_minute: u32, burst: u32) -> Quota {
+    let rate = NonZeroU32::new(per_minute.max(1)).expect("max(1) is non-zero");
+    per_period(Quota::per_minute(rate), burst)
+}
+
+fn per_period(quota: Quota, burst: u32) -> Quota {
+    quota.allow_burst(NonZeroU32::new(burst.max(1)).expect("max(1) is non-zero"))
 }
 
 impl RateLimits {

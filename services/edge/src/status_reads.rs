@@ -9,10 +9,9 @@
 
 use crate::settings::StatusReadSettings;
 use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota};
+use governor::DefaultKeyedRateLimiter;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -31,10 +30,9 @@ pub struct StatusReads {
 impl StatusReads {
     /// From settings.
     pub fn new(settings: &StatusReadSettings) -> Self {
-        let rate = NonZeroU32::new(settings.per_client_per_second.max(1)).expect("max(1) is non-zero");
-        let burst = NonZeroU32::new(settings.per_client_burst.max(1)).expect("max(1) is non-zero");
+        let quota = crate::limit::quota(settings.per_client_per_second, settings.per_client_burst);
         Self {
-            per_client: governor::RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
+            per_client: governor::RateLimiter::keyed(quota),
             clock: DefaultClock::default(),
             misses: Mutex::default(),
             miss_ttl: Duration::from_millis(settings.miss_cache_ms),

@@ -14,10 +14,9 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota};
+use governor::DefaultKeyedRateLimiter;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -35,10 +34,9 @@ pub struct AdminThrottle {
 impl AdminThrottle {
     /// A throttle from settings.
     pub fn new(settings: &AdminAuthSettings) -> Self {
-        let per_minute = NonZeroU32::new(settings.failures_per_minute.max(1)).expect("max(1) is non-zero");
-        let burst = NonZeroU32::new(settings.failure_burst.max(1)).expect("max(1) is non-zero");
+        let quota = crate::limit::quota_per_minute(settings.failures_per_minute, settings.failure_burst);
         Self {
-            failures: governor::RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
+            failures: governor::RateLimiter::keyed(quota),
             clock: DefaultClock::default(),
             blocked: Mutex::default(),
         }
