@@ -152,7 +152,6 @@ pub async fn reconcile(
     let (activity, sku, round) = (sale.activity.get(), sale.sku.get(), row.round);
     let by_status = sqlx::query!(
         r#"SELECT status, reason, count(*) AS "count!",
-                  array_agg(order_id) FILTER (WHERE status IN ('FAILED', 'CANCELLED')) AS ids,
                   count(*) FILTER (WHERE status = 'CANCELLED' AND unit_returned_at IS NULL) AS "pending!"
              FROM orders
             WHERE activity_id = $1 AND sku_id = $2 AND round = $3
@@ -166,9 +165,8 @@ pub async fn reconcile(
     .map_err(&pg)?;
     let (mut created, mut paid, mut failed, mut cancelled, mut cancels_pending) = (0, 0, 0, 0, 0);
     let (mut failed_by_reason, mut cancelled_by_reason) = (BTreeMap::new(), BTreeMap::new());
-    let (mut failed_ids, mut cancelled_ids) = (Vec::new(), Vec::new());
     for by in by_status {
-        let (reason, count, ids, pending) = (by.reason, by.count, by.ids, by.pending);
+        let (reason, count, pending) = (by.reason, by.count, by.pending);
         match by.status.as_str() {
             "CREATED" => created += count,
             "PAID" => paid += count,
@@ -176,12 +174,10 @@ pub async fn reconcile(
                 cancelled += count;
                 cancels_pending += pending;
                 *cancelled_by_reason.entry(reason.unwrap_or_default()).or_insert(0) += count;
-                cancelled_ids.extend(ids.unwrap_or_default());
             }
             _ => {
                 failed += count;
                 *failed_by_reason.entry(reason.unwrap_or_default()).or_insert(0) += count;
-                failed_ids.extend(ids.unwrap_or_default());
             }
         }
     }
@@ -207,9 +203,36 @@ pub async fn reconcile(
     .map_err(&pg)?;
     let (duplicate_users, orders_paid_late, events, events_pending) =
         (terms.duplicate_users, terms.paid_late, terms.events, terms.events_pending);
-    let failed_accepted = stock.count_known_orders(sale, &failed_ids).await.map_err(&redis)?;
+    // Which of the round's FAILED and CANCELLED orders Redis had accepted:
+    // their ids streamed from PostgreSQL and asked of Redis a chunk at a
+    // time, so a round of a million orders costs a chunk of memory, not a
+    // million ids.
+    let (_, failed_accepted) = known_to_redis(
+        stock,
+        sale,
+        sqlx::query_scalar!(
+            "SELECT order_id FROM orders WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED'",
+            activity,
+            sku,
+            round
+        )
+        .fetch(pool),
+    )
+    .await?;
     let broken_promises = broken_promises(stock, pool, sale, round).await?;
-    let cancelled_accepted = stock.count_known_orders(sale, &cancelled_ids).await.map_err(&redis)?;
+    let (_, cancelled_accepted) = known_to_redis(
+        stock,
+        sale,
+        sqlx::query_scalar!(
+            "SELECT order_id FROM orders
+              WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'CANCELLED'",
+            activity,
+            sku,
+            round
+        )
+        .fetch(pool),
+    )
+    .await?;
     let parked = crate::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
 
     let (order_lag, compensator_lag) = match kafka_settings {
@@ -257,18 +280,20 @@ pub async fn reconcile(
     };
     if report.balance() != report.total_stock {
         // Explain the difference: which live orders Redis lost.
-        let created_ids = sqlx::query_scalar!(
-            "SELECT order_id FROM orders
-              WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')",
-            activity,
-            sku,
-            round
+        let (live, known) = known_to_redis(
+            stock,
+            sale,
+            sqlx::query_scalar!(
+                "SELECT order_id FROM orders
+                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')",
+                activity,
+                sku,
+                round
+            )
+            .fetch(pool),
         )
-        .fetch_all(pool)
-        .await
-        .map_err(&pg)?;
-        let known = stock.count_known_orders(sale, &created_ids).await.map_err(&redis)?;
-        report.created_unknown_to_redis = Some(created_ids.len() as i64 - known);
+        .await?;
+        report.created_unknown_to_redis = Some(live - known);
     }
     report.judge(require_drained);
     Ok(report)
@@ -283,9 +308,8 @@ async fn broken_promises(
     sale: SaleKey,
     round: i32,
 ) -> Result<BTreeMap<String, i64>, ReconcileError> {
-    let rows = sqlx::query!(
-        r#"SELECT reason AS "reason!", count(*) FILTER (WHERE request_id IS NOT NULL) AS "via_edge!",
-                  array_remove(array_agg(CASE WHEN request_id IS NULL THEN order_id END), NULL) AS "others!"
+    let reasons = sqlx::query!(
+        r#"SELECT reason AS "reason!", count(*) FILTER (WHERE request_id IS NOT NULL) AS "via_edge!"
              FROM orders
             WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED'
             GROUP BY reason"#,
@@ -297,11 +321,22 @@ async fn broken_promises(
     .await
     .map_err(source::<sqlx::Error>("postgresql"))?;
     let mut broken = BTreeMap::new();
-    for row in rows {
-        let accepted = stock
-            .count_known_orders(sale, &row.others)
-            .await
-            .map_err(source::<crate::redis_conn::RedisCallError>("redis"))?;
+    for row in reasons {
+        let (_, accepted) = known_to_redis(
+            stock,
+            sale,
+            sqlx::query_scalar!(
+                "SELECT order_id FROM orders
+                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED' AND reason = $4
+                    AND request_id IS NULL",
+                sale.activity.get(),
+                sale.sku.get(),
+                round,
+                row.reason
+            )
+            .fetch(pool),
+        )
+        .await?;
         let count = row.via_edge + accepted;
         if count > 0 {
             broken.insert(row.reason, count);
@@ -310,11 +345,34 @@ async fn broken_promises(
     Ok(broken)
 }
 
+/// Order ids streamed from PostgreSQL and asked of Redis a chunk at a time.
+const KNOWN_CHUNK: usize = 10_000;
+
+/// How many order ids `ids` streams, and how many of them Redis holds a
+/// status for.
+async fn known_to_redis(
+    stock: &Stock,
+    sale: SaleKey,
+    ids: impl futures::Stream<Item = sqlx::Result<String>>,
+) -> Result<(i64, i64), ReconcileError> {
+    use futures::TryStreamExt;
+    let mut chunks = std::pin::pin!(ids.try_chunks(KNOWN_CHUNK));
+    let (mut seen, mut known) = (0, 0);
+    while let Some(chunk) = chunks.try_next().await.map_err(|error| source::<sqlx::Error>("postgresql")(error.1))? {
+        seen += chunk.len() as i64;
+        known += stock
+            .count_known_orders(sale, &chunk)
+            .await
+            .map_err(source::<crate::redis_conn::RedisCallError>("redis"))?;
+    }
+    Ok((seen, known))
+}
+
 /// The most sales [`reconcile_live`] reports on.
 pub const LIVE_SALES_SHOWN: usize = 50;
 
-/// Reconciles every live sale (Redis still holds it; a sale's keys expire a
-/// day after its end), at most [`LIVE_SALES_SHOWN`], in key order. The
+/// Reconciles every live sale (Redis still holds it; a sale's keys expire
+/// after its end, payment window and margin), at most [`LIVE_SALES_SHOWN`], in key order. The
 /// dashboard and the compensator's audit both watch these.
 pub async fn reconcile_live(stock: &Stock, pool: &PgPool) -> Result<Vec<Report>, ReconcileError> {
     let redis = source::<crate::redis_conn::RedisCallError>("redis");

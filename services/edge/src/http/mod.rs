@@ -157,15 +157,15 @@ pub fn router(state: AppState) -> Router {
         Some(cors) => api.layer(cors).layer(middleware::map_response(cors::preflight_no_content)),
         None => api,
     };
-    // Requests beyond connections.max_in_flight are answered 503 at once;
-    // the probes and metrics stay outside the limit, so an edge at its
-    // limit is still seen alive and ready.
     // Failed admin authentications are counted, logged and throttled per
     // client around both admin surfaces.
     let admin = admin::router()
         .method_not_allowed_fallback(method_not_allowed)
         .merge(dashboard::router().method_not_allowed_fallback(method_not_allowed))
         .layer(middleware::from_fn_with_state(state.clone(), admin_guard::guard));
+    // Requests beyond connections.max_in_flight are answered 503 at once;
+    // the probes and metrics stay outside the limit, so an edge at its
+    // limit is still seen alive and ready.
     let limited = Router::new().merge(api).merge(admin).layer(
         ServiceBuilder::new()
             .layer(HandleErrorLayer::new(|_: BoxError| async {
