@@ -17,21 +17,8 @@
 -- A relay of the previous version (one that marks rows) fails on the
 -- dropped column and sends nothing more: upgrade the order services, and
 -- the new relay takes over where the marks ended.
---
--- Locks: order_events ACCESS EXCLUSIVE for the statements below (adding a
--- column with a constant default rewrites nothing; the index is built
--- under the same lock). Old binaries: the order service's writes keep
--- working (the trigger fills xid), its relay stops as said above.
---
--- The rows written before this migration carry xid '1', older than any
--- transaction: a transaction still running when this one commits (it took
--- its id before, say with the stock update a batch makes first, and writes
--- its event after) lands ahead of the cursor, not behind it. (Corrected:
--- the first version gave them this migration's own xid, and such an event
--- fell behind the cursor, never relayed; shared/src/db.rs accepts that
--- version's checksum where it was applied.)
-ALTER TABLE order_events ADD COLUMN IF NOT EXISTS xid xid8 NOT NULL DEFAULT '1';
-ALTER TABLE order_events ALTER COLUMN xid SET DEFAULT pg_current_xact_id();
+
+ALTER TABLE order_events ADD COLUMN IF NOT EXISTS xid xid8 NOT NULL DEFAULT pg_current_xact_id();
 
 CREATE TABLE IF NOT EXISTS order_events_relayed (
     single BOOLEAN PRIMARY KEY DEFAULT true CHECK (single),
@@ -39,12 +26,11 @@ CREATE TABLE IF NOT EXISTS order_events_relayed (
     id     BIGINT  NOT NULL
 );
 
--- The rows written before this migration all carry xid '1': those already
+-- The rows written before this migration all carry its xid: those already
 -- marked are behind the cursor, the first unmarked one and all after it
--- ahead of it (a marked row among them is sent again: at least once), as
--- is every row written from now on.
+-- ahead of it (a marked row among them is sent again: at least once).
 INSERT INTO order_events_relayed (xid, id)
-SELECT '1',
+SELECT pg_current_xact_id(),
        COALESCE((SELECT min(id) - 1 FROM order_events WHERE relayed_at IS NULL), (SELECT max(id) FROM order_events), 0)
 ON CONFLICT (single) DO NOTHING;
 

@@ -32,58 +32,10 @@ pub fn connect_lazy(settings: &DbSettings) -> anyhow::Result<PgPool> {
         .connect_lazy_with(options))
 }
 
-/// Migrations corrected after they were released: (version, the checksum
-/// of the version first released). A database that applied the first
-/// version is not migrated again — the correction concerns the moment of
-/// the upgrade, long past there — but its record is brought to the
-/// corrected file's checksum, so the migrator does not refuse it.
-const CORRECTED: [(i64, &str); 1] = [
-    // 04, the relay's cursor: its first version started the cursor at its
-    // own transaction id (an event of a transaction running across the
-    // upgrade fell behind it; `seckillctl events verify` finds such events,
-    // `events resend` sends them).
-    (
-        20261201000004,
-        "538f2e985e36c949cccc52928f006ff5613be4ebf67f05bce51bc15baa0251206b5b164c383ad1e11c0de2b3117c10de",
-    ),
-];
-
 /// Applies the migrations (idempotent; concurrent callers are serialised by
 /// sqlx's advisory lock).
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    accept_corrections(pool).await?;
     MIGRATOR.run(pool).await?;
-    Ok(())
-}
-
-/// Brings the records of corrected migrations applied in their first
-/// version to the corrected checksum ([`CORRECTED`]).
-async fn accept_corrections(pool: &PgPool) -> anyhow::Result<()> {
-    let applied: bool = sqlx::query_scalar!(r#"SELECT to_regclass('_sqlx_migrations') IS NOT NULL AS "applied!""#)
-        .fetch_one(pool)
-        .await?;
-    if !applied {
-        return Ok(());
-    }
-    for (version, first) in CORRECTED {
-        let Some(migration) = MIGRATOR.iter().find(|m| m.version == version) else { continue };
-        let first: Vec<u8> =
-            (0..first.len()).step_by(2).map(|i| u8::from_str_radix(&first[i..i + 2], 16)).collect::<Result<_, _>>()?;
-        // Not a compile-time query: the table is the migrator's, made at
-        // run time.
-        let corrected = sqlx::query("UPDATE _sqlx_migrations SET checksum = $1 WHERE version = $2 AND checksum = $3")
-            .bind(migration.checksum.as_ref())
-            .bind(version)
-            .bind(first)
-            .execute(pool)
-            .await?;
-        if corrected.rows_affected() > 0 {
-            tracing::warn!(
-                version,
-                "a migration applied in its first version: its record now names the corrected file"
-            );
-        }
-    }
     Ok(())
 }
 
