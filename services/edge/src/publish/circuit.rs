@@ -4,12 +4,16 @@
 //! sold out to everyone else).
 //!
 //! It opens on librdkafka's own word — every broker down (its error
-//! callback), no broker up (its statistics, once a second) — and on a
-//! delivery that failed. While it is open, one request at a time is let
+//! callback), no broker up in two statistics in a row (once a second each:
+//! one alone may catch a connection being made) — and on a delivery that
+//! failed. While it is open, one request at a time is let
 //! through as a probe, once a second or as soon as the statistics show a
 //! broker up again; a probe delivered closes the circuit, a probe failed
-//! keeps it open. So it closes by itself when a broker answers.
+//! keeps it open. So it closes by itself when a broker answers. A probe
+//! that ends without publishing (sold out, already purchased, voided) gives
+//! its turn back when it is dropped: the next request probes instead.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -30,15 +34,50 @@ enum State {
 #[derive(Debug)]
 pub struct Circuit {
     state: Mutex<State>,
+    /// Whether the last statistics saw no broker up.
+    none_up_before: AtomicBool,
 }
 
 /// What [`Circuit::admit`] lets a request do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+#[derive(Debug)]
+pub enum Admission<'a> {
     /// The circuit is closed.
     Through,
     /// The circuit is open and this request is its probe.
-    Probe,
+    Probe(Probe<'a>),
+}
+
+/// The open circuit's one probe. Dropped without [`Probe::delivered`] or
+/// [`Probe::failed`] (the request ended before publishing), it gives the
+/// turn back at once; without that, a probe whose sale was sold out kept
+/// the circuit open for good.
+#[derive(Debug)]
+pub struct Probe<'a> {
+    circuit: &'a Circuit,
+    settled: bool,
+}
+
+impl Probe<'_> {
+    /// The probe's record was delivered: the circuit closes.
+    pub fn delivered(mut self) {
+        self.settled = true;
+        self.circuit.delivered();
+    }
+
+    /// The probe's record was not delivered: the circuit stays open and the
+    /// next probe waits its interval.
+    pub fn failed(mut self) {
+        self.settled = true;
+        self.circuit.probe_failed();
+    }
+}
+
+impl Drop for Probe<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.circuit.probe_unused();
+        }
+    }
 }
 
 /// The circuit is open: nothing would reach a broker.
@@ -48,7 +87,7 @@ pub struct CircuitOpen(pub Duration);
 
 impl Default for Circuit {
     fn default() -> Self {
-        Self { state: Mutex::new(State::Closed) }
+        Self { state: Mutex::new(State::Closed), none_up_before: AtomicBool::new(false) }
     }
 }
 
@@ -58,13 +97,13 @@ impl Circuit {
     }
 
     /// Whether a request may deduct now.
-    pub fn admit(&self) -> Result<Admission, CircuitOpen> {
+    pub fn admit(&self) -> Result<Admission<'_>, CircuitOpen> {
         let mut state = self.state();
         match *state {
             State::Closed => Ok(Admission::Through),
             State::Open { since, probing: false, broker_up } if broker_up || since.elapsed() >= PROBE_EVERY => {
                 *state = State::Open { since, probing: true, broker_up };
-                Ok(Admission::Probe)
+                Ok(Admission::Probe(Probe { circuit: self, settled: false }))
             }
             State::Open { since, .. } => Err(CircuitOpen(since.elapsed())),
         }
@@ -105,8 +144,17 @@ impl Circuit {
         }
     }
 
+    /// A probe ended before publishing anything: the next request may probe
+    /// at once (the interval and the brokers' state are as they were).
+    fn probe_unused(&self) {
+        let mut state = self.state();
+        if let State::Open { since, broker_up, .. } = *state {
+            *state = State::Open { since, probing: false, broker_up };
+        }
+    }
+
     /// A probe ended without a delivery (it was not even sent, or failed).
-    pub fn probe_failed(&self) {
+    fn probe_failed(&self) {
         let mut state = self.state();
         if let State::Open { broker_up, .. } = *state {
             *state = State::Open { since: Instant::now(), probing: false, broker_up };
@@ -115,10 +163,11 @@ impl Circuit {
 
     /// librdkafka's statistics: whether any broker is up.
     pub fn brokers_seen(&self, any_up: bool) {
+        let none_up_before = self.none_up_before.swap(!any_up, Ordering::SeqCst);
         let mut state = self.state();
         match *state {
             State::Open { since, probing, .. } => *state = State::Open { since, probing, broker_up: any_up },
-            State::Closed if !any_up => {
+            State::Closed if !any_up && none_up_before => {
                 drop(state);
                 self.open("no broker is up (librdkafka statistics)");
             }
@@ -134,22 +183,47 @@ mod tests {
     #[test]
     fn an_open_circuit_lets_one_probe_through_and_closes_on_a_delivery() {
         let circuit = Circuit::default();
-        assert_eq!(circuit.admit().unwrap(), Admission::Through);
+        assert!(matches!(circuit.admit().unwrap(), Admission::Through));
         assert!(circuit.open("test"));
         assert!(!circuit.open("again"), "opened once");
         assert!(circuit.admit().is_err(), "no probe within the first second");
         circuit.brokers_seen(true);
-        assert_eq!(circuit.admit().unwrap(), Admission::Probe, "a broker up: a probe at once");
+        let first = probe(circuit.admit());
         assert!(circuit.admit().is_err(), "one probe at a time");
-        circuit.probe_failed();
+        first.failed();
         circuit.brokers_seen(false);
         assert!(circuit.admit().is_err(), "the probe failed and no broker is up");
         circuit.brokers_seen(true);
-        assert_eq!(circuit.admit().unwrap(), Admission::Probe);
-        circuit.delivered();
-        assert_eq!(circuit.admit().unwrap(), Admission::Through);
+        probe(circuit.admit()).delivered();
+        assert!(matches!(circuit.admit().unwrap(), Admission::Through));
         assert!(!circuit.is_open());
         circuit.brokers_seen(false);
-        assert!(circuit.is_open(), "statistics with no broker up open it");
+        assert!(!circuit.is_open(), "one statistics with no broker up may catch a connection being made");
+        circuit.brokers_seen(true);
+        circuit.brokers_seen(false);
+        assert!(!circuit.is_open(), "not two in a row");
+        circuit.brokers_seen(false);
+        assert!(circuit.is_open(), "two statistics in a row with no broker up open it");
+    }
+
+    /// The demo's failure: the circuit opened, its probe met a sold-out
+    /// sale and never published, and every later request was answered 503.
+    #[test]
+    fn a_probe_that_never_publishes_gives_its_turn_back() {
+        let circuit = Circuit::default();
+        circuit.open("test");
+        circuit.brokers_seen(true);
+        drop(probe(circuit.admit()));
+        let next = probe(circuit.admit());
+        assert!(circuit.admit().is_err(), "still one probe at a time");
+        next.delivered();
+        assert!(!circuit.is_open());
+    }
+
+    fn probe(admission: Result<Admission<'_>, CircuitOpen>) -> Probe<'_> {
+        match admission {
+            Ok(Admission::Probe(probe)) => probe,
+            other => panic!("expected the probe, got {other:?}"),
+        }
     }
 }

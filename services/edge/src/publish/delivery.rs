@@ -69,8 +69,11 @@ impl ClientContext for DeliveryContext {
     fn stats(&self, statistics: Statistics) {
         // The brokers learned from the cluster's metadata, once there are
         // any (a bootstrap entry stands for an address, and may idle once
-        // the real brokers are known); until then, the bootstrap ones.
-        let learned: Vec<_> = statistics.brokers.values().filter(|b| b.nodeid >= 0).collect();
+        // the real brokers are known); until then, the bootstrap ones. A
+        // learned broker still in INIT was never tried (librdkafka connects
+        // to a broker only once it leads a partition written to): it says
+        // nothing about the cluster.
+        let learned: Vec<_> = statistics.brokers.values().filter(|b| b.nodeid >= 0 && b.state != "INIT").collect();
         let considered: Vec<_> = if learned.is_empty() { statistics.brokers.values().collect() } else { learned };
         if !considered.is_empty() {
             self.circuit.brokers_seen(considered.iter().any(|b| b.state == "UP"));

@@ -13,7 +13,7 @@
 mod circuit;
 mod delivery;
 
-pub use circuit::{Admission, Circuit, CircuitOpen};
+pub use circuit::{Admission, Circuit, CircuitOpen, Probe};
 pub use delivery::{Persistence, Report};
 
 use delivery::DeliveryContext;
@@ -158,7 +158,7 @@ impl Publisher {
     /// circuit lets it through (as the open circuit's probe, perhaps).
     /// Records still queued when every broker went down are failed now
     /// (never sent: their deductions are rolled back at once).
-    pub fn admit(&self) -> Result<Admission, NotAdmitted> {
+    pub fn admit(&self) -> Result<Admission<'_>, NotAdmitted> {
         self.ensure_usable()?;
         let live = self.live();
         if live.purge_queued.swap(false, Ordering::SeqCst) {
@@ -175,14 +175,15 @@ impl Publisher {
 
     /// Publishes one order (key = user id), awaits its delivery report, and
     /// tells the circuit how it went.
-    pub async fn publish(&self, record: &OrderRecord, trace: Trace<'_>, admission: Admission) -> PublishOutcome {
+    pub async fn publish(&self, record: &OrderRecord, trace: Trace<'_>, admission: Admission<'_>) -> PublishOutcome {
         let outcome = self.send(record, trace).await;
-        match &outcome {
-            PublishOutcome::Delivered => self.circuit.delivered(),
-            PublishOutcome::NotPersisted(why) | PublishOutcome::Ambiguous(why) => {
+        match (&outcome, admission) {
+            (PublishOutcome::Delivered, Admission::Probe(probe)) => probe.delivered(),
+            (PublishOutcome::Delivered, Admission::Through) => self.circuit.delivered(),
+            (PublishOutcome::NotPersisted(why) | PublishOutcome::Ambiguous(why), admission) => {
                 self.circuit.open(why);
-                if admission == Admission::Probe {
-                    self.circuit.probe_failed();
+                if let Admission::Probe(probe) = admission {
+                    probe.failed();
                 }
             }
         }
