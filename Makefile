@@ -7,13 +7,14 @@ CARGO ?= cargo
 PROFILE ?= dev
 TEST_THREADS ?= 4
 
-.PHONY: lint sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
+.PHONY: lint sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
 	@echo "make test    bring infra up and run every test against the real Redis, Kafka and PostgreSQL"
 	@echo "make lint    cargo fmt --check, clippy -D warnings, .sqlx/ up to date (also part of make test)"
 	@echo "make bench   benchmarks against ceilings measured in the same run (writes BENCHMARKS.md)"
+	@echo "make upgrade-test  a rolling upgrade from the previous landed version under a sale (UPGRADE_FROM)"
 	@echo "make soak    the pipeline under steady load, every service's memory over time (SOAK_SECONDS, SOAK_RATE)"
 	@echo "make chaos   the fault-injection suite (stops and starts the shared servers; a few minutes)"
 	@echo "make chaos-cluster | demo-cluster | bench-cluster   the same on the replicated topology (up.sh --cluster)"
@@ -110,6 +111,13 @@ bench: infra-up build-deps test-tools
 soak: infra-up build-deps
 	$(CARGO) build --release --workspace --bins
 	python3 infra/soak.py
+
+# A rolling upgrade from the previous landed version (infra/upgrade/FROM, or
+# UPGRADE_FROM) while a sale runs: nothing lost, oversold or duplicated,
+# every event relayed. Builds the old version once (target/upgrade/).
+upgrade-test: infra-up build-deps
+	$(CARGO) build --workspace --bins
+	python3 infra/upgrade_test.py
 
 # Kills and stops every part under load; runs alone (it stops shared servers).
 chaos: infra-up build-deps

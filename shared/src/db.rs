@@ -33,9 +33,26 @@ pub fn connect_lazy(settings: &DbSettings) -> anyhow::Result<PgPool> {
 }
 
 /// Applies the migrations (idempotent; concurrent callers are serialised by
-/// sqlx's advisory lock).
+/// sqlx's advisory lock). A database migrated by a newer version is not
+/// refused: during a rolling upgrade (or a rollback) an older binary keeps
+/// starting on it — every migration keeps the binaries before it working
+/// (migrations/README.md says how) — and says which ones it does not know.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    MIGRATOR.run(pool).await?;
+    // sqlx's own table (absent before the first migration), not the
+    // project's schema: checked at run time, not against .sqlx/.
+    let newer = sqlx::query_scalar::<_, i64>("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+        .fetch_all(pool)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|version| !MIGRATOR.version_exists(*version))
+        .collect::<Vec<_>>();
+    if !newer.is_empty() {
+        tracing::warn!(?newer, "the database has migrations of a newer version; this binary runs on them");
+    }
+    let mut migrator = sqlx::migrate!("../migrations");
+    migrator.set_ignore_missing(true);
+    migrator.run(pool).await?;
     Ok(())
 }
 
