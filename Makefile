@@ -61,6 +61,7 @@ servers-and-tools: infra-up
 test: build-deps
 	$(MAKE) -j2 --output-sync=target servers-and-tools compile-tests
 	$(MAKE) lint
+	infra/local/clean-test-data.sh
 	$(CARGO) test --workspace -- --test-threads=$(TEST_THREADS)
 	$(MAKE) deploy-check
 	$(MAKE) chaos-cluster-short
@@ -122,6 +123,7 @@ upgrade-test: infra-up build-deps
 # Kills and stops every part under load; runs alone (it stops shared servers).
 chaos: infra-up build-deps
 	$(CARGO) build --workspace --bins
+	infra/local/clean-test-data.sh
 	$(CARGO) test --features chaos --test chaos -- --nocapture --test-threads=1
 
 # The replicated topology: three Kafka brokers, Redis with Sentinel, HAProxy

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# What earlier test runs left on the local servers: each test makes a
+# database seckill_t<id> and Redis keys under t<id>: (tests/harness), and a
+# failed or interrupted test leaves them. Run before the suites (make test,
+# make chaos), when no test runs. Their Kafka topics (t<id>.*) are left: the
+# broker's partition count grows by about a thousand per full run.
+source "$(dirname "$0")/common.sh"
+export PGPASSWORD=seckill
+psql=(psql -h 127.0.0.1 -p "$PG_PORT" -U seckill -qtA -d seckill)
+mapfile -t dbs < <("${psql[@]}" -c "SELECT datname FROM pg_database WHERE datname ~ '^seckill_t[0-9a-f]{12}(_[a-z]+)?$'")
+for db in "${dbs[@]}"; do
+  [[ -n "$db" ]] && "${psql[@]}" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+done
+keys=0
+for port in "$REDIS_PORT"; do
+  while read -r batch; do
+    [[ -z "$batch" ]] && continue
+    # shellcheck disable=SC2086
+    redis-cli -p "$port" UNLINK $batch >/dev/null
+    keys=$((keys + $(wc -w <<<"$batch")))
+  done < <(redis-cli -p "$port" --scan --pattern 't[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]:*' | xargs -r -n 500 echo)
+done
+log "cleaned up earlier test runs: ${#dbs[@]} databases, $keys Redis keys"
