@@ -21,6 +21,9 @@ LOGS="${SECKILL_DATA:-$ROOT/.data}/logs"
 mkdir -p "$LOGS"
 
 export SECKILL_ADMIN_TOKEN="${SECKILL_ADMIN_TOKEN:-demo-admin-token}"
+# The demo stands in for the payment provider (infra/demo_lifecycle.py signs
+# its notifications with this secret).
+export SECKILL_PAYMENT_WEBHOOK_SECRET="${SECKILL_PAYMENT_WEBHOOK_SECRET:-demo-payment-webhook-secret-0123456789}"
 export RUST_LOG="${RUST_LOG:-warn}"
 EDGE="${SECKILL_HTTP_ADDR:-127.0.0.1:8080}"
 if (( CLUSTER )); then
@@ -116,7 +119,7 @@ echo "== the payment window: 200 units, 5 s to pay; a quarter of the buyers neve
 "$CTL" warmup --activity 1001 --sku 2003 --stock 200 --payment-window 5 --force
 python3 "$ROOT/infra/demo_lifecycle.py" "$EDGE" 1001 2003 200 5
 "$CTL" reconcile --activity 1001 --sku 2003 --wait-drain 60 >"$LOGS/demo-lifecycle-reconcile.txt" || { cat "$LOGS/demo-lifecycle-reconcile.txt"; exit 1; }
-grep -E '^(orders paid|orders cancelled|  units given back|orders paid late|remaining\+created|verdict)' "$LOGS/demo-lifecycle-reconcile.txt"
+grep -E '^(orders paid|orders cancelled|  units given back|payments applied|refunds due|paid late|remaining\+created|verdict)' "$LOGS/demo-lifecycle-reconcile.txt"
 
 echo
 echo "== stopping the services"

@@ -6,10 +6,18 @@ cancelled and the units go back on sale; a second wave buys exactly those
 units, and pays. Prints what happened; exits non-zero if the counts are not
 what the lifecycle promises (the reconciliation is printed by the caller).
 
+The payments come the way a payment provider sends them: a notification
+to POST /api/payments/notify signed with SECKILL_PAYMENT_WEBHOOK_SECRET
+(Seckill-Signature: t=<seconds>,v1=<HMAC-SHA256 of "<t>.<body>">) — this
+script stands in for the provider.
+
 Usage: demo_lifecycle.py EDGE ACTIVITY SKU UNITS WINDOW_SECONDS
 """
 
+import hashlib
+import hmac
 import json
+import os
 import sys
 import time
 import urllib.error
@@ -18,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 
 def call(edge, method, path, body=None, headers=None):
-    data = json.dumps(body).encode() if body is not None else None
+    data = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(f"http://{edge}{path}", data=data, method=method)
     request.add_header("content-type", "application/json")
     for name, value in (headers or {}).items():
@@ -49,13 +57,20 @@ def wait_status(edge, order_ids, wanted, timeout):
         sys.exit(f"demo: {len(left)} orders never became {wanted}")
 
 
+def notify(edge, order_id, payment_id):
+    """The payment provider's signed notification that payment_id paid order_id."""
+    body = json.dumps({"paymentId": payment_id, "orderId": order_id, "status": "SUCCEEDED",
+                       "amount": 9900, "currency": "CNY"}).encode()
+    at = str(int(time.time()))
+    secret = os.environ["SECKILL_PAYMENT_WEBHOOK_SECRET"].encode()
+    signature = hmac.new(secret, at.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return call(edge, "POST", "/api/payments/notify", body, {"Seckill-Signature": f"t={at},v1={signature}"})
+
+
 def pay(edge, orders):
     with ThreadPoolExecutor(32) as pool:
-        replies = list(pool.map(
-            lambda item: call(edge, "POST", f"/api/seckill/order/{item[1]}/pay", {"userId": item[0]},
-                              {"Idempotency-Key": f"demo-{item[1]}"}),
-            orders.items()))
-    return sum(1 for status, _ in replies if status == 200)
+        replies = list(pool.map(lambda order: notify(edge, order, f"pay_{order}"), orders.values()))
+    return sum(1 for status, reply in replies if status == 200 and reply.get("outcome") == "APPLIED")
 
 
 def main():
@@ -70,14 +85,17 @@ def main():
     wait_status(edge, unpaid.values(), "CANCELLED", window + 30)
     print(f"  {len(unpaid)} unpaid orders cancelled at their deadline ({window} s window; "
           f"{time.monotonic() - started:.1f} s after the payments)")
-    late_user, late_order = next(iter(unpaid.items()))
-    status, reply = call(edge, "POST", f"/api/seckill/order/{late_order}/pay", {"userId": late_user})
-    print(f"  a payment after the cancellation: {status} {reply.get('code')} (recorded for a refund)")
+    late_order = next(iter(unpaid.values()))
+    status, reply = notify(edge, late_order, f"pay_late_{late_order}")
+    late = f"{reply.get('outcome')} {reply.get('refundReason')}"
+    print(f"  a payment after the cancellation: {status} {late} (owed back: seckillctl payments refunds)")
+    repeat = notify(edge, next(iter(payers.values())), f"pay_{next(iter(payers.values()))}")[1].get("outcome")
+    print(f"  a notification the provider sent twice: {repeat} again, applied once")
     second = wave(edge, activity, sku, range(2 * units + 1, 4 * units + 1))
     wait_status(edge, second.values(), "CREATED", 60)
     paid_again = pay(edge, second)
     print(f"  second wave: {2 * units} new buyers, {len(second)} orders (the returned units), {paid_again} paid")
-    if len(first) != units or len(second) != len(unpaid) or paid + paid_again != units or status != 409:
+    if len(first) != units or len(second) != len(unpaid) or paid + paid_again != units or late != "REFUND_DUE ORDER_EXPIRED" or repeat != "APPLIED":
         sys.exit("demo: the payment window did not sell every unit exactly once")
 
 

@@ -76,7 +76,7 @@ pub fn masked_toml<T: Serialize>(settings: &T) -> anyhow::Result<String> {
     Ok(toml::to_string_pretty(&value)?)
 }
 
-pub(crate) const SECRET_KEYS: [&str; 2] = ["admin_token", "user_jwt_secret"];
+pub(crate) const SECRET_KEYS: [&str; 3] = ["admin_token", "user_jwt_secret", "payment_webhook_secret"];
 const MASK: &str = "********";
 
 fn mask(value: &mut toml::Value) {

@@ -238,6 +238,7 @@ const CONTRACT_VARS: &[(&str, &[&str])] = &[
     ("SECKILL_HTTP_ADDR", &["http_addr"]),
     ("SECKILL_ADMIN_TOKEN", &["admin_token"]),
     ("SECKILL_USER_JWT_SECRET", &["user_jwt_secret"]),
+    ("SECKILL_PAYMENT_WEBHOOK_SECRET", &["payment_webhook_secret"]),
 ];
 
 /// Whether a key the settings do not have is an error.

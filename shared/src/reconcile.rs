@@ -48,9 +48,16 @@ pub struct Report {
     /// CANCELLED orders Redis had accepted (each must have given its unit
     /// back).
     pub cancelled_accepted: i64,
-    /// Orders with a payment that came after their cancellation (recorded
-    /// to be refunded; one PAYMENT_LATE event each).
+    /// Orders with a payment that came after their cancellation before the
+    /// payments ledger (one PAYMENT_LATE event each).
     pub orders_paid_late: i64,
+    /// Payments the ledger applied (each made one order PAID): as many as
+    /// the PAID orders.
+    pub payments_applied: i64,
+    /// Payments owed back and not refunded yet (`seckillctl payments refunds`).
+    pub refunds_due: i64,
+    /// Payments owed back, refunded or not, that have a REFUND_DUE event.
+    pub refund_events: i64,
     /// FAILED orders this round.
     pub orders_failed: i64,
     /// FAILED orders by reason.
@@ -188,6 +195,14 @@ pub async fn reconcile(
                     WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')) AS "duplicate_users!",
                   (SELECT count(DISTINCT order_id) FROM late_payments
                     WHERE activity_id = $1 AND sku_id = $2 AND round = $3) AS "paid_late!",
+                  (SELECT count(*) FROM payments
+                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND outcome = 'APPLIED') AS "applied!",
+                  (SELECT count(*) FROM payments
+                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND outcome = 'REFUND_DUE'
+                      AND refunded_at IS NULL) AS "refunds_due!",
+                  (SELECT count(*) FROM payments
+                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND outcome = 'REFUND_DUE'
+                      AND payment_id NOT LIKE 'legacy:%') AS "refund_events!",
                   (SELECT count(*) FROM order_events WHERE activity_id = $1 AND sku_id = $2 AND round = $3)
                 + (SELECT COALESCE(sum(count), 0)::bigint FROM order_events_pruned
                     WHERE activity_id = $1 AND sku_id = $2 AND round = $3) AS "events!",
@@ -258,6 +273,9 @@ pub async fn reconcile(
         returned: snapshot.returned,
         cancelled_accepted,
         orders_paid_late,
+        payments_applied: terms.applied,
+        refunds_due: terms.refunds_due,
+        refund_events: terms.refund_events,
         orders_failed: failed,
         failed_by_reason,
         orders_in_flight: snapshot.queued,
@@ -461,13 +479,22 @@ pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
             r.parked
         ));
     }
+    if r.orders_paid != r.payments_applied {
+        violations.push(format!(
+            "orders_paid {} != payments_applied {}: every PAID order was paid by one recorded payment",
+            r.orders_paid, r.payments_applied
+        ));
+    }
     // A PAID or CANCELLED order was CREATED first: two events each.
-    let expected_events =
-        r.orders_created + r.orders_failed + 2 * (r.orders_paid + r.orders_cancelled) + r.orders_paid_late;
+    let expected_events = r.orders_created
+        + r.orders_failed
+        + 2 * (r.orders_paid + r.orders_cancelled)
+        + r.orders_paid_late
+        + r.refund_events;
     if r.events != expected_events {
         violations.push(format!(
-            "order events {} != orders_created {} + orders_failed {} + 2 × (orders_paid {} + orders_cancelled {}) + orders_paid_late {}: every order has one event per state",
-            r.events, r.orders_created, r.orders_failed, r.orders_paid, r.orders_cancelled, r.orders_paid_late
+            "order events {} != orders_created {} + orders_failed {} + 2 × (orders_paid {} + orders_cancelled {}) + orders_paid_late {} + refund_events {}: every order has one event per state, every refund due one",
+            r.events, r.orders_created, r.orders_failed, r.orders_paid, r.orders_cancelled, r.orders_paid_late, r.refund_events
         ));
     }
     if r.returned != r.cancelled_accepted {

@@ -35,6 +35,15 @@ pub fn assert_error(reply: &Reply, status: u16, code: &str, case: &str) {
     assert!(reply.json["message"].as_str().is_some_and(|m| !m.is_empty()), "{case}: a message is given");
 }
 
+/// The secret the tests' edges check payment notifications with.
+pub const WEBHOOK_SECRET: &str = "whsec_tests_0123456789abcdef0123456789";
+
+/// The provider's `Seckill-Signature` for `body`, signed now with
+/// [`WEBHOOK_SECRET`].
+pub fn signed_now(body: &str) -> String {
+    seckill_edge::signature::sign(WEBHOOK_SECRET.as_bytes(), chrono::Utc::now().timestamp(), body.as_bytes())
+}
+
 /// The client.
 #[derive(Clone)]
 pub struct Client {
@@ -106,6 +115,22 @@ impl Client {
     }
 
     /// `GET path`.
+    /// The payment provider's notification that `payment_id` paid
+    /// `order_id`, signed now with [`WEBHOOK_SECRET`].
+    pub async fn pay(&self, order_id: &str, payment_id: &str) -> Reply {
+        let body = serde_json::json!({
+            "paymentId": payment_id, "orderId": order_id, "status": "SUCCEEDED", "amount": 9900, "currency": "CNY"
+        })
+        .to_string();
+        self.notify(&body, &signed_now(&body)).await
+    }
+
+    /// A payment notification with the signature header given.
+    pub async fn notify(&self, body: &str, signature: &str) -> Reply {
+        self.send(Method::POST, "/api/payments/notify", Some(body.as_bytes()), &[("seckill-signature", signature)])
+            .await
+    }
+
     pub async fn get(&self, path: &str) -> Reply {
         self.send(Method::GET, path, None, &[]).await
     }

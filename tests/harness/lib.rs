@@ -165,6 +165,9 @@ impl TestEnv {
         seckill_edge::Settings {
             http_addr: "127.0.0.1:0".into(),
             admin_token: Some(ADMIN_TOKEN.into()),
+            payment_webhook_secret: Some(http::WEBHOOK_SECRET.into()),
+            // The tests act for users by id; tests of identity turn it off.
+            auth: seckill_edge::settings::AuthSettings { allow_anonymous: true },
             servers: self.servers(),
             ..seckill_edge::Settings::default()
         }

@@ -8,6 +8,7 @@
 mod bench;
 mod dlq;
 mod events;
+mod payments;
 mod probe;
 mod reconcile;
 mod topic;
@@ -59,6 +60,9 @@ enum Command {
     /// Consume the order events, as a team downstream would.
     #[command(subcommand)]
     Events(events::Command),
+    /// The payments ledger: refunds due.
+    #[command(subcommand)]
+    Payments(payments::Command),
     /// Load-test the edge.
     Bench(bench::Args),
     /// Consumer-group lag of the order service and the compensator.
@@ -143,6 +147,7 @@ async fn main() -> ExitCode {
         Command::Reconcile(args) => reconcile::run(&settings, args).await,
         Command::Dlq(command) => dlq::run(&settings, command).await,
         Command::Events(command) => events::run(&settings, command).await,
+        Command::Payments(command) => payments::run(&settings, command).await,
         Command::Bench(args) => bench::run(&settings, args).await,
         Command::Lag { json } => lag(&settings, json).await,
         Command::Config { .. } | Command::Probe(_) => unreachable!("answered before the settings are loaded"),

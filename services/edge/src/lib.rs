@@ -19,6 +19,7 @@ pub mod payment;
 pub mod publish;
 pub mod serve;
 pub mod settings;
+pub mod signature;
 pub mod sold_out;
 pub mod status_reads;
 

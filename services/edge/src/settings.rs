@@ -136,6 +136,23 @@ impl Default for AdminAuthSettings {
 pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
 /// The shortest user JWT secret accepted (32 bytes: HS256's key size).
 pub const MIN_JWT_SECRET_LEN: usize = 32;
+/// The shortest payment-notification signing secret accepted (as HS256's).
+pub const MIN_WEBHOOK_SECRET_LEN: usize = 32;
+
+/// Buyers' identity beyond the JWT.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AuthSettings {
+    /// With no user identity configured (`user_jwt_secret` unset), let
+    /// anyone cancel an order and read orders by user id, and answer a
+    /// repeat buyer their order id — acting for any user whose id they
+    /// know. Off (the default): orders are still placed by the body's
+    /// `userId` (the seed's contract), but those are refused with 401 and no
+    /// answer names an order id to someone who only gave a user id. For
+    /// demos and trusted networks; logged as a warning at start and shown
+    /// on `/readyz`.
+    pub allow_anonymous: bool,
+}
 
 /// Settings of `seckill-edge`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -147,6 +164,14 @@ pub struct Settings {
     pub admin_token: Option<String>,
     /// HS256 secret; when set, `/api/*` requires a JWT whose `sub` is the user.
     pub user_jwt_secret: Option<String>,
+    /// The secret the payment provider signs its notifications with
+    /// (`POST /api/payments/notify`); unset, every notification is refused
+    /// and no order can become PAID.
+    pub payment_webhook_secret: Option<String>,
+    /// How far a notification's signed time may be from now, either way.
+    pub payment_signature_tolerance_secs: u64,
+    /// Who a request acts for when no identity is configured.
+    pub auth: AuthSettings,
     /// Largest accepted request body.
     pub body_limit_bytes: usize,
     /// Lua script or lock.
@@ -199,6 +224,7 @@ impl Settings {
         for (value, name) in [
             (&self.admin_token, "SECKILL_ADMIN_TOKEN (admin_token)"),
             (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)"),
+            (&self.payment_webhook_secret, "SECKILL_PAYMENT_WEBHOOK_SECRET (payment_webhook_secret)"),
         ] {
             if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
                 anyhow::bail!("{name} is set but empty; unset it, or give it a value");
@@ -207,6 +233,11 @@ impl Settings {
         for (value, name, shortest) in [
             (&self.admin_token, "SECKILL_ADMIN_TOKEN (admin_token)", MIN_ADMIN_TOKEN_LEN),
             (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)", MIN_JWT_SECRET_LEN),
+            (
+                &self.payment_webhook_secret,
+                "SECKILL_PAYMENT_WEBHOOK_SECRET (payment_webhook_secret)",
+                MIN_WEBHOOK_SECRET_LEN,
+            ),
         ] {
             if let Some(length) = value.as_deref().map(|v| v.trim().len()).filter(|length| *length < shortest) {
                 anyhow::bail!("{name} has {length} characters; at least {shortest} are needed (openssl rand -hex 16)");
@@ -248,7 +279,9 @@ impl Settings {
     /// made from a file keeps the file's last newline, and a token compared
     /// with it would never match.
     pub fn trim_secrets(&mut self) {
-        for secret in [&mut self.admin_token, &mut self.user_jwt_secret].into_iter().flatten() {
+        for secret in
+            [&mut self.admin_token, &mut self.user_jwt_secret, &mut self.payment_webhook_secret].into_iter().flatten()
+        {
             let trimmed = secret.trim();
             if trimmed.len() != secret.len() {
                 *secret = trimmed.to_owned();
@@ -263,6 +296,9 @@ impl Default for Settings {
             http_addr: "127.0.0.1:8080".into(),
             admin_token: None,
             user_jwt_secret: None,
+            payment_webhook_secret: None,
+            payment_signature_tolerance_secs: 300,
+            auth: AuthSettings::default(),
             body_limit_bytes: 4096,
             deduction: DeductionMode::Lua,
             deduct_batch_max: 128,

@@ -4,7 +4,7 @@
 //!
 //! Key: the user id, so one consumer sees all of a user's events, and every
 //! event of one order, in the order they happened. `eventId` is stable
-//! (`<orderId>:<type>`): an event sent twice (a relay restarted before it
+//! (`<orderId>:<type>`, and `<orderId>:REFUND_DUE:<paymentId>`): an event sent twice (a relay restarted before it
 //! marked what it had sent) is the same event, for the consumer to drop.
 //! Headers carry `x-request-id` and `traceparent` of the order's request
 //! when the order came through the edge. Compatibility as for the order
@@ -20,8 +20,10 @@ pub struct OrderEvent {
     /// Stable: `<orderId>:<type>`.
     pub event_id: String,
     /// What happened: `CREATED` (awaiting payment), `FAILED`, `PAID`,
-    /// `CANCELLED`, or `PAYMENT_LATE` (a payment after the cancellation,
-    /// recorded for a refund; the order stays CANCELLED).
+    /// `CANCELLED`, `REFUND_DUE` (a payment the order could not take — paid
+    /// already, cancelled, expired, failed — is owed back; the order stays
+    /// as it was), or `PAYMENT_LATE` (before the payments ledger: a payment
+    /// after the cancellation, recorded for a refund).
     #[serde(rename = "type")]
     pub kind: String,
     pub order_id: OrderId,
@@ -30,10 +32,15 @@ pub struct OrderEvent {
     /// The sale round the order belongs to.
     pub round: i64,
     pub user_id: UserId,
-    /// Why, for `FAILED` and `CANCELLED` (`EXPIRED`, `BUYER_CANCELLED`), and
-    /// `ORDER_CANCELLED` for `PAYMENT_LATE`: a stable code.
+    /// Why, for `FAILED` and `CANCELLED` (`EXPIRED`, `BUYER_CANCELLED`),
+    /// for `REFUND_DUE` (`ALREADY_PAID`, `ORDER_CANCELLED`, `ORDER_EXPIRED`,
+    /// `ORDER_FAILED`), and `ORDER_CANCELLED` for `PAYMENT_LATE`: a stable code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// `PAID` and `REFUND_DUE`: the payment provider's id of the payment
+    /// (`legacy:<orderId>` for an order paid before the payments ledger).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment_id: Option<String>,
     /// When the change was written (ms since the epoch, PostgreSQL's clock).
     pub occurred_at: i64,
     /// Event format major version; 1.

@@ -2,8 +2,9 @@
 //! from the outbox, whose rows are pruned and whose cursor is what a
 //! relay claims): a `CREATED` event for every order that was created (all
 //! but those written FAILED), one for its later state (`PAID`,
-//! `CANCELLED`, `FAILED`), and `PAYMENT_LATE` for an order paid after its
-//! cancellation. Each with its stable `eventId` and, when the outbox still
+//! `CANCELLED`, `FAILED`), `REFUND_DUE` for every payment the ledger owes
+//! back (of an order PostgreSQL holds), and `PAYMENT_LATE` for an order paid
+//! after its cancellation before the ledger. Each with its stable `eventId` and, when the outbox still
 //! holds its row, whether the relay has yet to send it.
 
 use chrono::{DateTime, Utc};
@@ -43,22 +44,31 @@ pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> 
                AND ($3::timestamptz IS NULL OR created_at >= $3 OR paid_at >= $3 OR cancelled_at >= $3)
         ), derived AS (
             SELECT order_id || ':CREATED' AS event_id, 'CREATED' AS kind, order_id, activity_id, sku_id, round, user_id,
-                   NULL::text AS reason, created_at AS at, request_id, traceparent
+                   NULL::text AS reason, created_at AS at, request_id, traceparent, NULL::text AS payment_id
               FROM o WHERE status <> 'FAILED'
             UNION ALL
             SELECT order_id || ':' || status, status, order_id, activity_id, sku_id, round, user_id, reason,
                    COALESCE(CASE status WHEN 'PAID' THEN paid_at WHEN 'CANCELLED' THEN cancelled_at END, created_at),
-                   request_id, traceparent
+                   request_id, traceparent,
+                   CASE WHEN status = 'PAID' THEN
+                       (SELECT p.payment_id FROM payments p WHERE p.order_id = o.order_id AND p.outcome = 'APPLIED') END
               FROM o WHERE status <> 'CREATED'
             UNION ALL
             SELECT DISTINCT ON (order_id) order_id || ':PAYMENT_LATE', 'PAYMENT_LATE', order_id, activity_id, sku_id, round,
-                   user_id, 'ORDER_CANCELLED', recorded_at, NULL, NULL
+                   user_id, 'ORDER_CANCELLED', recorded_at, NULL, NULL, NULL
               FROM late_payments
              WHERE ($1::bigint IS NULL OR (activity_id = $1 AND sku_id = $2)) AND ($3::timestamptz IS NULL OR recorded_at >= $3)
+            UNION ALL
+            SELECT order_id || ':REFUND_DUE:' || payment_id, 'REFUND_DUE', order_id, activity_id, sku_id, round,
+                   user_id, refund_reason, received_at, NULL, NULL, payment_id
+              FROM payments
+             WHERE outcome = 'REFUND_DUE' AND round IS NOT NULL AND payment_id NOT LIKE 'legacy:%'
+               AND ($1::bigint IS NULL OR (activity_id = $1 AND sku_id = $2)) AND ($3::timestamptz IS NULL OR received_at >= $3)
         )
         SELECT d.event_id AS "event_id!", d.kind AS "kind!", d.order_id AS "order_id!", d.activity_id AS "activity_id!",
                d.sku_id AS "sku_id!", d.round AS "round!", d.user_id AS "user_id!", d.reason,
                COALESCE(e.occurred_at, d.at) AS "occurred_at!", d.request_id, d.traceparent,
+               COALESCE(d.payment_id, e.payment_id) AS payment_id,
                COALESCE((e.xid, e.id) > (SELECT xid, id FROM order_events_relayed), false) AS "pending!"
           FROM derived d
           LEFT JOIN order_events e ON e.event_id = d.event_id
@@ -85,6 +95,7 @@ pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> 
                 occurred_at: row.occurred_at,
                 request_id: row.request_id,
                 traceparent: row.traceparent,
+                payment_id: row.payment_id,
             },
             pending: row.pending,
         })

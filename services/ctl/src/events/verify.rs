@@ -220,6 +220,7 @@ mod tests {
             occurred_at: chrono::Utc::now(),
             request_id: None,
             traceparent: None,
+            payment_id: None,
         };
         Expected { event, pending }
     }

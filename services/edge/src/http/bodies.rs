@@ -62,8 +62,8 @@ error_codes! {
     OrderNotFound = "ORDER_NOT_FOUND",
     /// Accepted, not written yet (`Retry-After`).
     OrderPending = "ORDER_PENDING",
-    /// A payment after the order was cancelled.
-    PaymentLate = "PAYMENT_LATE",
+    /// A payment id already recorded for another order.
+    PaymentConflict = "PAYMENT_CONFLICT",
     /// Paid already.
     AlreadyPaid = "ALREADY_PAID",
     /// The order failed: nothing to pay or cancel.
@@ -89,7 +89,8 @@ pub struct ErrorBody {
     pub code: ErrorCode,
     /// In words, for a human.
     pub message: String,
-    /// `ALREADY_PURCHASED` only: the user's order in this sale.
+    /// `ALREADY_PURCHASED` only: the user's order in this sale, when the
+    /// user was identified (a token, or `auth.allow_anonymous`).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub order_id: Option<String>,
@@ -189,13 +190,57 @@ fn rfc3339_millis<S: Serializer>(at: &Option<DateTime<Utc>>, serializer: S) -> R
     }
 }
 
-/// Who pays or cancels: the order's buyer.
+/// Who cancels: the order's buyer.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(as = OrderOwner)]
 pub struct OrderOwnerBody {
     #[schema(minimum = 1, format = Int64)]
     pub user_id: i64,
+}
+
+/// The payment provider's notification of a payment. Fields beyond these
+/// are allowed (providers add their own: amount, currency, method) and kept
+/// in the ledger as sent.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = PaymentNotification)]
+pub struct PaymentNotificationBody {
+    /// The provider's id of the payment (1 to 128 visible ASCII
+    /// characters): the same id again is the same payment.
+    pub payment_id: String,
+    /// The order it pays, as answered by `POST /api/seckill/order`.
+    pub order_id: String,
+    /// `SUCCEEDED` is money taken; any other status is acknowledged and
+    /// changes nothing.
+    pub status: String,
+}
+
+/// What became of a notified payment.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PaymentOutcomeCode {
+    /// It paid the order: now PAID.
+    Applied,
+    /// The money is owed back (`refundReason`); listed by `seckillctl payments refunds`.
+    RefundDue,
+    /// Not a successful payment: nothing recorded.
+    Ignored,
+}
+
+/// The answer to a notification (the same for a repeat of it).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = PaymentRecorded)]
+pub struct PaymentRecordedBody {
+    pub payment_id: String,
+    pub order_id: String,
+    pub outcome: PaymentOutcomeCode,
+    /// For `REFUND_DUE`: `ALREADY_PAID`, `ORDER_CANCELLED`, `ORDER_EXPIRED`,
+    /// `ORDER_FAILED` or `ORDER_UNKNOWN`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub refund_reason: Option<String>,
 }
 
 /// A warm-up: stock is set, never added; buyers cleared.

@@ -53,10 +53,9 @@ pub enum ApiError {
     /// a moment.
     #[error("the order is still being placed; try again in a moment")]
     OrderPending,
-    /// The payment came after the order was cancelled; it is recorded to be
-    /// refunded.
-    #[error("the order was cancelled before this payment; the payment is recorded for a refund")]
-    PaymentLate,
+    /// A notification whose payment id was recorded for another order.
+    #[error("this payment id was recorded for another order")]
+    PaymentConflict,
     /// The order is paid (by another confirmation, or it cannot be cancelled).
     #[error("the order is already paid")]
     AlreadyPaid,
@@ -111,7 +110,7 @@ impl ApiError {
             Self::SoldOut => ErrorCode::SoldOut,
             Self::OrderNotFound => ErrorCode::OrderNotFound,
             Self::OrderPending => ErrorCode::OrderPending,
-            Self::PaymentLate => ErrorCode::PaymentLate,
+            Self::PaymentConflict => ErrorCode::PaymentConflict,
             Self::AlreadyPaid => ErrorCode::AlreadyPaid,
             Self::OrderFailed(_) => ErrorCode::OrderFailed,
             Self::NotFound => ErrorCode::NotFound,
@@ -137,7 +136,7 @@ impl ApiError {
             Self::AlreadyPurchased(_)
             | Self::SaleBusy(_)
             | Self::OrderPending
-            | Self::PaymentLate
+            | Self::PaymentConflict
             | Self::AlreadyPaid
             | Self::OrderFailed(_) => StatusCode::CONFLICT,
             Self::SoldOut => StatusCode::GONE,
@@ -214,7 +213,7 @@ mod tests {
             (ApiError::SoldOut, 410, "SOLD_OUT"),
             (ApiError::OrderNotFound, 404, "ORDER_NOT_FOUND"),
             (ApiError::OrderPending, 409, "ORDER_PENDING"),
-            (ApiError::PaymentLate, 409, "PAYMENT_LATE"),
+            (ApiError::PaymentConflict, 409, "PAYMENT_CONFLICT"),
             (ApiError::AlreadyPaid, 409, "ALREADY_PAID"),
             (ApiError::OrderFailed("NO_DB_STOCK".into()), 409, "ORDER_FAILED"),
             (ApiError::NotFound, 404, "NOT_FOUND"),

@@ -16,6 +16,7 @@ mod health;
 mod observe;
 pub mod openapi;
 mod order;
+mod payments;
 mod session;
 
 pub use error::ApiError;
@@ -93,6 +94,11 @@ impl AppState {
             ),
             None => None,
         };
+        if user_key.is_none() && settings.auth.allow_anonymous {
+            tracing::warn!(
+                "auth.allow_anonymous: with no user identity, anyone may cancel any order and read orders by user id"
+            );
+        }
         let limits = Arc::new(RateLimits::new(&settings.rate_limit));
         let status_db = seckill_shared::db::connect_lazy(&seckill_shared::config::DbSettings {
             max_connections: settings.status_reads.pool_connections,
@@ -153,6 +159,8 @@ pub fn router(state: AppState) -> Router {
     // preflight to the buyer's API is answered by its CORS layer first.
     let method_not_allowed = || async { ApiError::MethodNotAllowed };
     let api = order::router().merge(checkout::router()).method_not_allowed_fallback(method_not_allowed);
+    // The provider's servers call it, never a browser: outside CORS.
+    let notifications = payments::router().method_not_allowed_fallback(method_not_allowed);
     let api = match cors::layer(&state.settings.cors) {
         Some(cors) => api.layer(cors).layer(middleware::map_response(cors::preflight_no_content)),
         None => api,
@@ -166,7 +174,7 @@ pub fn router(state: AppState) -> Router {
     // Requests beyond connections.max_in_flight are answered 503 at once;
     // the probes and metrics stay outside the limit, so an edge at its
     // limit is still seen alive and ready.
-    let limited = Router::new().merge(api).merge(admin).layer(
+    let limited = Router::new().merge(api).merge(notifications).merge(admin).layer(
         ServiceBuilder::new()
             .layer(HandleErrorLayer::new(|_: BoxError| async {
                 ApiError::TryAgain(anyhow::anyhow!("the edge is at connections.max_in_flight"))

@@ -5,7 +5,8 @@
 //! sale row and reconciliation report).
 
 use super::bodies::{
-    ErrorBody, ErrorCode, OrderOwnerBody, OrderRequestBody, OrderStatusBody, QueuedBody, QueuedCode, WarmupBody,
+    ErrorBody, ErrorCode, OrderOwnerBody, OrderRequestBody, OrderStatusBody, PaymentNotificationBody,
+    PaymentOutcomeCode, PaymentRecordedBody, QueuedBody, QueuedCode, WarmupBody,
 };
 use super::AppState;
 use axum::routing::get;
@@ -46,8 +47,8 @@ impl Modify for Security {
         super::order::place_order,
         super::order::get_order,
         super::order::get_result,
-        super::checkout::pay,
         super::checkout::cancel,
+        super::payments::notify,
         super::admin::warm_up,
         super::admin::report,
         super::admin::close,
@@ -58,10 +59,10 @@ impl Modify for Security {
     ),
     components(schemas(
         ErrorBody, ErrorCode, OrderRequestBody, QueuedBody, QueuedCode, OrderStatusBody, OrderStatus, OrderOwnerBody, WarmupBody, SaleRow,
-        Report, SaleSnapshot
+        Report, SaleSnapshot, PaymentNotificationBody, PaymentRecordedBody, PaymentOutcomeCode
     )),
     modifiers(&Security),
-    tags((name = "buyer", description = "Orders and their status"), (name = "admin", description = "Warm-up and reconciliation"), (name = "operations", description = "Health, readiness, metrics, this document"))
+    tags((name = "buyer", description = "Orders and their status"), (name = "payments", description = "The payment provider's signed notifications: the only way an order becomes PAID"), (name = "admin", description = "Warm-up and reconciliation"), (name = "operations", description = "Health, readiness, metrics, this document"))
 )]
 pub struct ApiDoc;
 

@@ -118,7 +118,7 @@ fn json_type(value: &Value) -> &'static str {
         (status = 403, description = "SALE_NOT_ACTIVE: before the sale's start or after its end; FORBIDDEN: the JWT's subject is another user", body = ErrorBody),
         (status = 404, description = "SALE_NOT_FOUND: unknown or not warmed up", body = ErrorBody),
         (status = 405, description = "METHOD_NOT_ALLOWED (with Allow)", body = ErrorBody),
-        (status = 409, description = "ALREADY_PURCHASED: one order per user per sale (orderId: theirs)", body = ErrorBody),
+        (status = 409, description = "ALREADY_PURCHASED: one order per user per sale (orderId: theirs, when the user was identified by a token or auth.allow_anonymous is on)", body = ErrorBody),
         (status = 410, description = "SOLD_OUT", body = ErrorBody),
         (status = 408, description = "REQUEST_TIMEOUT: the body did not arrive within connections.body_timeout_ms (the connection is closed)", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE: over the body limit (default 4 KiB)", body = ErrorBody),
@@ -194,7 +194,11 @@ async fn place_order_inner(
         Some(Deduction::Accepted { order_id, round, accepted_at, .. }) => (order_id, round, accepted_at),
         Some(Deduction::SaleNotFound) => return Err(ApiError::SaleNotFound),
         Some(Deduction::NotActive) => return Err(ApiError::SaleNotActive),
-        Some(Deduction::AlreadyPurchased { order_id }) => return Err(ApiError::AlreadyPurchased(order_id)),
+        // Its id only to a buyer who proved who they are: otherwise anyone
+        // naming a user id would learn that user's order.
+        Some(Deduction::AlreadyPurchased { order_id }) => {
+            return Err(ApiError::AlreadyPurchased(order_id.filter(|_| auth::identified(state))))
+        }
         Some(Deduction::SoldOut) => {
             state.sold_out.mark(sale);
             return Err(ApiError::SoldOut);
@@ -333,7 +337,7 @@ pub(super) async fn get_order(
     responses(
         (status = 200, description = "The user's order", body = OrderStatusBody),
         (status = 400, description = "INVALID_REQUEST: a missing or bad parameter", body = ErrorBody),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED: the JWT is missing or invalid, or no user identity is configured (and auth.allow_anonymous is off)", body = ErrorBody),
         (status = 403, description = "FORBIDDEN: the JWT's subject is another user", body = ErrorBody),
         (status = 404, description = "ORDER_NOT_FOUND: the user has no order in this sale", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
@@ -354,7 +358,7 @@ pub(super) async fn get_result(
     let activity: ActivityId = field("activityId")?.parse().map_err(ApiError::invalid)?;
     let sku: SkuId = field("skuId")?.parse().map_err(ApiError::invalid)?;
     let user: UserId = field("userId")?.parse().map_err(ApiError::invalid)?;
-    auth::require_user(&state, &headers, user)?;
+    auth::require_identity(&state, &headers, user)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
     let view = lookup::user_order(&state.stock, &state.status_db, SaleKey::new(activity, sku), user)
         .await
