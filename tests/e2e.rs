@@ -30,6 +30,8 @@ mod edge;
 mod finished_sales;
 #[path = "e2e/fuzz.rs"]
 mod fuzz;
+#[path = "e2e/identity.rs"]
+mod identity;
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
 #[path = "e2e/lock.rs"]

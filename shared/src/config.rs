@@ -239,6 +239,9 @@ const CONTRACT_VARS: &[(&str, &[&str])] = &[
     ("SECKILL_ADMIN_TOKEN", &["admin_token"]),
     ("SECKILL_USER_JWT_SECRET", &["user_jwt_secret"]),
     ("SECKILL_PAYMENT_WEBHOOK_SECRET", &["payment_webhook_secret"]),
+    ("SECKILL_USER_JWKS", &["user_jwks"]),
+    ("SECKILL_USER_JWT_AUDIENCE", &["user_jwt_audience"]),
+    ("SECKILL_USER_JWT_ISSUER", &["user_jwt_issuer"]),
 ];
 
 /// Whether a key the settings do not have is an error.

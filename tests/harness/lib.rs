@@ -167,7 +167,7 @@ impl TestEnv {
             admin_token: Some(ADMIN_TOKEN.into()),
             payment_webhook_secret: Some(http::WEBHOOK_SECRET.into()),
             // The tests act for users by id; tests of identity turn it off.
-            auth: seckill_edge::settings::AuthSettings { allow_anonymous: true },
+            auth: seckill_edge::settings::AuthSettings { allow_anonymous: true, ..Default::default() },
             servers: self.servers(),
             ..seckill_edge::Settings::default()
         }

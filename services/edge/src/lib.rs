@@ -13,6 +13,7 @@ pub const ABOUT: &str = "The flash-sale edge: the buyer's HTTP API (place an ord
 pub mod batch;
 pub mod dashboard;
 pub mod http;
+pub mod identity;
 pub mod limit;
 pub mod lookup;
 pub mod payment;

@@ -152,6 +152,11 @@ pub struct AuthSettings {
     /// demos and trusted networks; logged as a warning at start and shown
     /// on `/readyz`.
     pub allow_anonymous: bool,
+    /// Gateway mode: the header the shop's API gateway puts the user id in
+    /// (e.g. `x-user-id`), when it authenticates buyers itself.
+    pub gateway_user_header: Option<String>,
+    /// The gateway's addresses: the header is believed from these only.
+    pub trusted_proxies: Vec<String>,
 }
 
 /// Settings of `seckill-edge`.
@@ -164,6 +169,16 @@ pub struct Settings {
     pub admin_token: Option<String>,
     /// HS256 secret; when set, `/api/*` requires a JWT whose `sub` is the user.
     pub user_jwt_secret: Option<String>,
+    /// The identity provider's public keys (a JWK set file, RS256 and
+    /// ES256; read again every `user_jwks_refresh_secs`): `/api/*` then
+    /// requires a JWT signed by one of them whose `sub` is the user.
+    pub user_jwks: Option<String>,
+    /// How often the JWKS file is read again.
+    pub user_jwks_refresh_secs: u64,
+    /// The `aud` a user JWT must carry, when set.
+    pub user_jwt_audience: Option<String>,
+    /// The `iss` a user JWT must carry, when set.
+    pub user_jwt_issuer: Option<String>,
     /// The secret the payment provider signs its notifications with
     /// (`POST /api/payments/notify`); unset, every notification is refused
     /// and no order can become PAID.
@@ -243,6 +258,28 @@ impl Settings {
                 anyhow::bail!("{name} has {length} characters; at least {shortest} are needed (openssl rand -hex 16)");
             }
         }
+        let identities =
+            [self.user_jwt_secret.is_some(), self.user_jwks.is_some(), self.auth.gateway_user_header.is_some()];
+        if identities.iter().filter(|set| **set).count() > 1 {
+            anyhow::bail!(
+                "user identity: set one of SECKILL_USER_JWT_SECRET, SECKILL_USER_JWKS and auth.gateway_user_header"
+            );
+        }
+        if let Some(jwks) = self.user_jwks.as_deref() {
+            if jwks.starts_with("https://") || jwks.starts_with("http://") {
+                anyhow::bail!(
+                    "SECKILL_USER_JWKS: a URL is not fetched by this version; give a file (mount the provider's JWKS, refreshed every user_jwks_refresh_secs)"
+                );
+            }
+        }
+        if self.auth.gateway_user_header.is_some() && self.auth.trusted_proxies.is_empty() {
+            anyhow::bail!("auth.gateway_user_header needs auth.trusted_proxies: the gateway's addresses");
+        }
+        for proxy in &self.auth.trusted_proxies {
+            if proxy.parse::<std::net::IpAddr>().is_err() {
+                anyhow::bail!("auth.trusted_proxies: '{proxy}' is not an IP address");
+            }
+        }
         let max_batch = seckill_shared::stock::MAX_DEDUCT_BATCH;
         if !(1..=max_batch).contains(&self.deduct_batch_max) {
             anyhow::bail!("deduct_batch_max must be 1 to {max_batch} (one script call), not {}", self.deduct_batch_max);
@@ -297,6 +334,10 @@ impl Default for Settings {
             admin_token: None,
             user_jwt_secret: None,
             payment_webhook_secret: None,
+            user_jwks: None,
+            user_jwks_refresh_secs: 300,
+            user_jwt_audience: None,
+            user_jwt_issuer: None,
             payment_signature_tolerance_secs: 300,
             auth: AuthSettings::default(),
             body_limit_bytes: 4096,
@@ -324,6 +365,22 @@ impl Default for Settings {
 mod tests {
     use super::*;
     use seckill_shared::config::{load_from, UnknownKeys};
+
+    #[test]
+    fn one_user_identity_at_a_time_and_each_complete() {
+        let secret = Some("a-jwt-secret-of-at-least-32-bytes-long".to_owned());
+        let two = Settings { user_jwt_secret: secret, user_jwks: Some("/keys.json".into()), ..Settings::default() };
+        assert!(two.validate().unwrap_err().to_string().contains("set one of"));
+        let url = Settings { user_jwks: Some("https://id.example/jwks.json".into()), ..Settings::default() };
+        assert!(url.validate().unwrap_err().to_string().contains("give a file"));
+        let mut gateway = Settings::default();
+        gateway.auth.gateway_user_header = Some("x-user-id".into());
+        assert!(gateway.validate().unwrap_err().to_string().contains("trusted_proxies"));
+        gateway.auth.trusted_proxies = vec!["10.0.0.300".into()];
+        assert!(gateway.validate().unwrap_err().to_string().contains("not an IP address"));
+        gateway.auth.trusted_proxies = vec!["10.0.0.3".into(), "::1".into()];
+        gateway.validate().unwrap();
+    }
 
     #[test]
     fn allowed_origins_come_as_a_list_or_comma_separated() {

@@ -1,9 +1,14 @@
-//! Credentials: the admin bearer token, and the optional user JWT (HS256)
-//! whose `sub` must be the user the request acts for.
+//! Credentials: the admin bearer token, and the buyer's identity
+//! ([`crate::identity`]: a JWT or the gateway's header) that must name the
+//! user the request acts for.
 
 use super::{ApiError, AppState};
-use axum::http::{header, HeaderMap};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::Next;
+use axum::response::Response;
 use seckill_shared::domain::UserId;
+use std::net::SocketAddr;
 
 /// Refuses the request unless it carries `Authorization: Bearer <admin token>`.
 /// With no admin token configured, the admin API refuses everything.
@@ -33,28 +38,25 @@ pub fn require_admin_or_session(state: &AppState, headers: &HeaderMap) -> Result
     require_admin(state, headers)
 }
 
-#[derive(serde::Deserialize)]
-struct Claims {
-    sub: serde_json::Value,
+/// The user the request is for: `None` when no identity is configured,
+/// 401 when one is and the request names no user it can prove.
+pub fn caller(state: &AppState, headers: &HeaderMap) -> Result<Option<UserId>, ApiError> {
+    let Some(identity) = state.identity.as_deref() else { return Ok(None) };
+    identity.user(&state.settings, headers).map(Some).map_err(|refused| ApiError::Unauthorized(refused.to_string()))
 }
 
-/// The user the request's JWT is for: `None` when user auth is off, 401
-/// when it is on and the token is missing or invalid.
-pub fn caller(state: &AppState, headers: &HeaderMap) -> Result<Option<UserId>, ApiError> {
-    let Some(key) = state.user_key.as_ref() else { return Ok(None) };
-    let token = bearer(headers).ok_or_else(|| ApiError::Unauthorized("missing bearer token".into()))?;
-    let validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
-    // The library's words stay in the log: they tell a forger what to fix.
-    let data = jsonwebtoken::decode::<Claims>(token, key, &validation).map_err(|error| {
-        tracing::info!(%error, "user token refused");
-        ApiError::Unauthorized("invalid token".into())
-    })?;
-    let subject = match &data.claims.sub {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Number(n) => n.to_string(),
-        _ => return Err(ApiError::Unauthorized("token subject is not a user id".into())),
-    };
-    subject.parse().map(Some).map_err(|_| ApiError::Unauthorized("token subject is not a user id".into()))
+/// In gateway mode, a buyer's request keeps the gateway's user header only
+/// when it came from a trusted proxy.
+pub async fn gateway_header_from_trusted_proxies(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if let Some(identity) = state.identity.as_deref() {
+        let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+        identity.drop_untrusted_header(request.headers_mut(), peer);
+    }
+    next.run(request).await
 }
 
 /// When user auth is on, checks the JWT and that its `sub` is `user`.
@@ -69,7 +71,7 @@ pub fn require_user(state: &AppState, headers: &HeaderMap, user: UserId) -> Resu
 /// would do harm (cancel an order, read orders by user id): the JWT names
 /// `user`; with no identity configured, only under `auth.allow_anonymous`.
 pub fn require_identity(state: &AppState, headers: &HeaderMap, user: UserId) -> Result<(), ApiError> {
-    if state.user_key.is_none() && !state.settings.auth.allow_anonymous {
+    if state.identity.is_none() && !state.settings.auth.allow_anonymous {
         return Err(ApiError::Unauthorized(
             "no user identity is configured: this needs a user token (or auth.allow_anonymous)".into(),
         ));
@@ -80,11 +82,11 @@ pub fn require_identity(state: &AppState, headers: &HeaderMap, user: UserId) -> 
 /// Whether an answer may name the user's order to this request: the user
 /// was identified by a token, or anonymous requests are trusted.
 pub fn identified(state: &AppState) -> bool {
-    state.user_key.is_some() || state.settings.auth.allow_anonymous
+    state.identity.is_some() || state.settings.auth.allow_anonymous
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers.get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ").map(str::trim)
+    crate::identity::bearer(headers)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

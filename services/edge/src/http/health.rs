@@ -53,7 +53,7 @@ async fn readiness(state: &AppState) -> (StatusCode, String) {
     let timeout = state.settings.servers.kafka.admin_timeout();
     let kafka = tokio::task::spawn_blocking(move || publisher.ping(timeout)).await;
     match kafka {
-        Ok(Ok(())) if state.user_key.is_none() && state.settings.auth.allow_anonymous => {
+        Ok(Ok(())) if state.identity.is_none() && state.settings.auth.allow_anonymous => {
             (StatusCode::OK, "ready (auth.allow_anonymous: no user identity)".into())
         }
         Ok(Ok(())) => (StatusCode::OK, "ready".into()),

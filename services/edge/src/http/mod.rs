@@ -66,8 +66,8 @@ pub struct Shared {
     pub sold_out: Arc<SoldOutFlags>,
     /// Locks for the lock deduction and the warm-up.
     pub locks: LockClient,
-    /// The key user JWTs are checked with; `None`: user auth is off.
-    pub user_key: Option<jsonwebtoken::DecodingKey>,
+    /// How requests name their user; `None`: no identity configured.
+    pub identity: Option<Arc<crate::identity::Identity>>,
     /// The dashboard's browser sessions.
     pub sessions: session::Sessions,
     /// Failed admin authentications, per client.
@@ -87,14 +87,12 @@ impl AppState {
         publisher: Publisher,
         background: &Background,
     ) -> anyhow::Result<Self> {
-        let user_key = match settings.user_jwt_secret.as_deref() {
-            Some(secret) => Some(
-                jsonwebtoken::DecodingKey::from_secret(secret.as_bytes())
-                    .map_err(|e| anyhow::anyhow!("SECKILL_USER_JWT_SECRET is not a usable HS256 key: {e}"))?,
-            ),
-            None => None,
-        };
-        if user_key.is_none() && settings.auth.allow_anonymous {
+        let identity = crate::identity::Identity::from_settings(&settings)?.map(Arc::new);
+        if let Some(crate::identity::Identity::Keys(keys)) = identity.as_deref() {
+            let every = Duration::from_secs(settings.user_jwks_refresh_secs.max(1));
+            background.spawn("JWKS refresh", keys.clone().refresh_every(every, background.shutdown().clone()));
+        }
+        if identity.is_none() && settings.auth.allow_anonymous {
             tracing::warn!(
                 "auth.allow_anonymous: with no user identity, anyone may cancel any order and read orders by user id"
             );
@@ -128,7 +126,7 @@ impl AppState {
             sold_out: Arc::new(SoldOutFlags::new(Duration::from_millis(settings.sold_out_flag_ms))),
             locks: LockClient::new(stock.connection(), background.clone()),
             limits,
-            user_key,
+            identity,
             settings,
             stock,
             db,
@@ -158,7 +156,10 @@ pub fn router(state: AppState) -> Router {
     // Each group answers a wrong method itself, inside its layers: a CORS
     // preflight to the buyer's API is answered by its CORS layer first.
     let method_not_allowed = || async { ApiError::MethodNotAllowed };
-    let api = order::router().merge(checkout::router()).method_not_allowed_fallback(method_not_allowed);
+    let api = order::router()
+        .merge(checkout::router())
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), auth::gateway_header_from_trusted_proxies));
     // The provider's servers call it, never a browser: outside CORS.
     let notifications = payments::router().method_not_allowed_fallback(method_not_allowed);
     let api = match cors::layer(&state.settings.cors) {

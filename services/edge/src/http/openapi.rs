@@ -30,7 +30,7 @@ impl Modify for Security {
         components.add_security_scheme("admin", bearer("admin token (SECKILL_ADMIN_TOKEN)"));
         components.add_security_scheme(
             "user",
-            bearer("HS256 JWT whose sub is the user (when SECKILL_USER_JWT_SECRET is set)"),
+            bearer("A JWT whose sub is the user: HS256 with SECKILL_USER_JWT_SECRET, or RS256/ES256 of a key in SECKILL_USER_JWKS"),
         );
     }
 }

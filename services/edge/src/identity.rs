@@ -1,0 +1,214 @@
+//! Who a buyer's request is for, as the shop's identity provider says:
+//!
+//! - **HS256** with `SECKILL_USER_JWT_SECRET` (a shared secret);
+//! - **a JWKS** (`SECKILL_USER_JWKS`: a file of the provider's public keys,
+//!   read again every `user_jwks_refresh_secs`, so a Secret or ConfigMap
+//!   mounted as a file rotates keys without a restart), RS256 and ES256.
+//!   The algorithm is the key's — its `alg`, else its type — never the
+//!   token's: a token whose header names another (an HS256 token "signed"
+//!   with the public key) is refused;
+//! - **a gateway**: the user id from a header the shop's API gateway sets
+//!   (`auth.gateway_user_header`), believed only from the addresses in
+//!   `auth.trusted_proxies`: from anyone else the header is removed before
+//!   any handler sees it ([`Identity::drop_untrusted_header`]).
+//!
+//! For the JWTs, `exp` is required, `nbf` honoured, and `aud` and `iss`
+//! checked when `SECKILL_USER_JWT_AUDIENCE` / `SECKILL_USER_JWT_ISSUER` are
+//! set. A refusal says only "invalid token"; the library's reason goes to
+//! the log.
+
+use crate::settings::Settings;
+use axum::http::HeaderMap;
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use seckill_shared::domain::UserId;
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// How requests name their user.
+pub enum Identity {
+    /// HS256 tokens with the shared secret.
+    Secret(DecodingKey),
+    /// Tokens signed by a key of the provider's set.
+    Keys(Arc<KeySet>),
+    /// The gateway's header, from trusted addresses.
+    Gateway { header: String, trusted: Vec<IpAddr> },
+}
+
+/// Why a request names no user (the client hears only the first words).
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("missing bearer token")]
+    Missing,
+    #[error("invalid token")]
+    Invalid,
+    #[error("token subject is not a user id")]
+    Subject,
+}
+
+/// The provider's keys, as last read from the file.
+pub struct KeySet {
+    path: String,
+    keys: RwLock<JwkSet>,
+}
+
+impl KeySet {
+    /// Reads the file; a set that does not parse is an error at start.
+    pub fn load(path: &str) -> anyhow::Result<Self> {
+        Ok(Self { path: path.to_owned(), keys: RwLock::new(read(path)?) })
+    }
+
+    /// Reads the file again; a file that no longer parses keeps the keys
+    /// it had (and says so).
+    pub fn refresh(&self) {
+        match read(&self.path) {
+            Ok(keys) => *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys,
+            Err(error) => {
+                tracing::warn!(%error, path = %self.path, "the JWKS could not be read again; keeping the keys it had")
+            }
+        }
+    }
+
+    /// Re-reads the file every `every` until shutdown.
+    pub async fn refresh_every(
+        self: Arc<Self>,
+        every: Duration,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Result<(), std::convert::Infallible> {
+        seckill_shared::shutdown::every("JWKS refresh", every, shutdown, || {
+            let this = self.clone();
+            async move {
+                this.refresh();
+                Ok(())
+            }
+        })
+        .await
+    }
+
+    /// The key a token's header points at, and the algorithm it verifies:
+    /// its `kid`, or the only key when the set has one.
+    fn key_for(&self, kid: Option<&str>) -> Option<(DecodingKey, Algorithm)> {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let jwk = match kid {
+            Some(kid) => keys.find(kid)?,
+            None if keys.keys.len() == 1 => &keys.keys[0],
+            None => return None,
+        };
+        let algorithm = algorithm_of(jwk)?;
+        Some((DecodingKey::from_jwk(jwk).ok()?, algorithm))
+    }
+}
+
+fn read(path: &str) -> anyhow::Result<JwkSet> {
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading SECKILL_USER_JWKS {path}: {e}"))?;
+    let set: JwkSet =
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("SECKILL_USER_JWKS {path} is not a JWK set: {e}"))?;
+    if !set.keys.iter().any(|k| algorithm_of(k).is_some()) {
+        anyhow::bail!("SECKILL_USER_JWKS {path} holds no RS256 or ES256 key");
+    }
+    Ok(set)
+}
+
+/// The algorithm a key verifies: its own `alg` when it names RS256 or
+/// ES256, else what its type implies (RSA: RS256; EC P-256: ES256); other
+/// keys verify nothing.
+fn algorithm_of(jwk: &Jwk) -> Option<Algorithm> {
+    let implied = match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => Algorithm::RS256,
+        AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P256 => Algorithm::ES256,
+        _ => return None,
+    };
+    match jwk.common.key_algorithm {
+        None => Some(implied),
+        Some(KeyAlgorithm::RS256) if implied == Algorithm::RS256 => Some(implied),
+        Some(KeyAlgorithm::ES256) if implied == Algorithm::ES256 => Some(implied),
+        Some(_) => None,
+    }
+}
+
+impl Identity {
+    /// The identity the settings configure, if any (validated: at most one).
+    pub fn from_settings(settings: &Settings) -> anyhow::Result<Option<Self>> {
+        if let Some(secret) = settings.user_jwt_secret.as_deref() {
+            let key = DecodingKey::from_secret(secret.as_bytes())
+                .map_err(|e| anyhow::anyhow!("SECKILL_USER_JWT_SECRET is not a usable HS256 key: {e}"))?;
+            return Ok(Some(Self::Secret(key)));
+        }
+        if let Some(path) = settings.user_jwks.as_deref() {
+            return Ok(Some(Self::Keys(Arc::new(KeySet::load(path)?))));
+        }
+        if let Some(header) = settings.auth.gateway_user_header.as_deref() {
+            let trusted = settings
+                .auth
+                .trusted_proxies
+                .iter()
+                .map(|a| a.parse().map_err(|_| anyhow::anyhow!("auth.trusted_proxies: '{a}' is not an IP address")))
+                .collect::<anyhow::Result<_>>()?;
+            return Ok(Some(Self::Gateway { header: header.to_ascii_lowercase(), trusted }));
+        }
+        Ok(None)
+    }
+
+    /// In gateway mode, removes the gateway's header from a request whose
+    /// TCP peer is not a trusted proxy: a client cannot name its user.
+    pub fn drop_untrusted_header(&self, headers: &mut HeaderMap, peer: Option<IpAddr>) {
+        if let Self::Gateway { header, trusted } = self {
+            if !peer.is_some_and(|p| trusted.contains(&p)) && headers.remove(header.as_str()).is_some() {
+                tracing::warn!(?peer, "a gateway user header from an untrusted address was ignored");
+            }
+        }
+    }
+
+    /// The user the request is for (the gateway's header has been through
+    /// [`Identity::drop_untrusted_header`]).
+    pub fn user(&self, settings: &Settings, headers: &HeaderMap) -> Result<UserId, Refused> {
+        let (key, algorithm) = match self {
+            Self::Gateway { header, .. } => {
+                let value = headers.get(header.as_str()).ok_or(Refused::Missing)?;
+                return value.to_str().ok().and_then(|v| v.trim().parse().ok()).ok_or(Refused::Subject);
+            }
+            Self::Secret(key) => (key.clone(), Algorithm::HS256),
+            Self::Keys(keys) => {
+                let token = bearer(headers).ok_or(Refused::Missing)?;
+                let header = jsonwebtoken::decode_header(token).map_err(|_| Refused::Invalid)?;
+                let (key, algorithm) = keys.key_for(header.kid.as_deref()).ok_or(Refused::Invalid)?;
+                if header.alg != algorithm {
+                    tracing::info!(token_alg = ?header.alg, key_alg = ?algorithm, "user token refused: not the key's algorithm");
+                    return Err(Refused::Invalid);
+                }
+                (key, algorithm)
+            }
+        };
+        let token = bearer(headers).ok_or(Refused::Missing)?;
+        let mut validation = Validation::new(algorithm);
+        validation.validate_nbf = true;
+        match settings.user_jwt_audience.as_deref() {
+            Some(audience) => validation.set_audience(&[audience]),
+            None => validation.validate_aud = false,
+        }
+        if let Some(issuer) = settings.user_jwt_issuer.as_deref() {
+            validation.set_issuer(&[issuer]);
+        }
+        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation).map_err(|error| {
+            tracing::info!(%error, "user token refused");
+            Refused::Invalid
+        })?;
+        let subject = match &data.claims.sub {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => return Err(Refused::Subject),
+        };
+        subject.parse().map_err(|_| Refused::Subject)
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Claims {
+    sub: serde_json::Value,
+}
+
+/// The `Authorization: Bearer` token.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ").map(str::trim)
+}
