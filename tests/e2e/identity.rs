@@ -172,3 +172,167 @@ async fn the_gateways_user_header_is_believed_from_its_addresses_only() {
     }
     assert_eq!(env.redis_stock(sale).await, 9, "one order, from the gateway");
 }
+
+/// A certificate authority and a server certificate for 127.0.0.1 (PEM
+/// files in `dir`), made by openssl.
+fn tls_files(dir: &Path) {
+    let run = |args: &[&str]| {
+        let ok = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl").status.success();
+        assert!(ok, "openssl {args:?}");
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test-ca",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    ]);
+}
+
+/// An https server on 127.0.0.1 answering every GET with `body`'s current
+/// value; its port.
+async fn jwks_server(dir: &Path, body: std::sync::Arc<std::sync::Mutex<String>>) -> u16 {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let certs: Vec<_> = CertificateDer::pem_file_iter(dir.join("server.pem")).unwrap().map(|c| c.unwrap()).collect();
+    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
+    let config =
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, body) = (acceptor.clone(), body.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = body.lock().unwrap().clone();
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+/// The provider's JWKS fetched over https (a private CA trusted by
+/// `user_jwks_ca_file`), and fetched again: a key the provider rotated in is
+/// accepted and the one it dropped refused, without a restart. An edge that
+/// cannot verify the server's certificate loads no key: not ready, and
+/// every token refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_fetched_over_https_rotate_without_a_restart() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    let dir = std::env::temp_dir().join(format!("seckill-jwks-tls-{:08x}", rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let provider = provider(&dir);
+    tls_files(&dir);
+    let sets: serde_json::Value = serde_json::from_str(&provider.jwks).unwrap();
+    let only = |kid: &str| {
+        let keys: Vec<_> = sets["keys"].as_array().unwrap().iter().filter(|k| k["kid"] == kid).cloned().collect();
+        serde_json::json!({ "keys": keys }).to_string()
+    };
+    let served = std::sync::Arc::new(std::sync::Mutex::new(only("rsa-1")));
+    let port = jwks_server(&dir, served.clone()).await;
+    let mut settings = env.edge_settings();
+    settings.auth.allow_anonymous = false;
+    settings.user_jwks = Some(format!("https://127.0.0.1:{port}/.well-known/jwks.json"));
+    settings.user_jwks_refresh_secs = 1;
+    let mut untrusting = settings.clone();
+    settings.user_jwks_ca_file = Some(dir.join("ca.pem").display().to_string());
+    let edge = env.spawn_edge(settings).await;
+    let client = Client::new(edge.url());
+    let rs = |user| token(&provider.rsa, Algorithm::RS256, "rsa-1", claims(user, "any", "any"));
+    let es = |user| token(&provider.ec, Algorithm::ES256, "ec-1", claims(user, "any", "any"));
+    seckill_e2e::eventually("the keys fetched", std::time::Duration::from_secs(30), || async {
+        let ready = client.get("/readyz").await;
+        if ready.status == 200 {
+            Ok(())
+        } else {
+            Err(ready.text)
+        }
+    })
+    .await;
+    assert_eq!(order_as(&client, sale, 1, &rs(1)).await.0, 202, "the served RSA key");
+    assert_eq!(order_as(&client, sale, 2, &es(2)).await.0, 401, "the EC key is not served yet");
+
+    *served.lock().unwrap() = only("ec-1");
+    seckill_e2e::eventually("the rotated key accepted", std::time::Duration::from_secs(30), || async {
+        match order_as(&client, sale, 2, &es(2)).await {
+            (202, _) => Ok(()),
+            (status, text) => Err(format!("{status} {text}")),
+        }
+    })
+    .await;
+    assert_eq!(order_as(&client, sale, 3, &rs(3)).await.0, 401, "the dropped key is refused");
+
+    untrusting.user_jwks_ca_file = None;
+    let blind = env.spawn_edge(untrusting).await;
+    let blind_client = Client::new(blind.url());
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let ready = blind_client.get("/readyz").await;
+    assert_eq!((ready.status.as_u16(), ready.text.as_str()), (503, "user keys not loaded"));
+    assert_eq!(order_as(&blind_client, sale, 4, &es(4)).await.0, 401, "no key loaded: no token accepted");
+    assert_eq!(env.redis_stock(sale).await, 8);
+    blind.stop().await;
+    edge.stop().await;
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -1,9 +1,10 @@
 //! Who a buyer's request is for, as the shop's identity provider says:
 //!
 //! - **HS256** with `SECKILL_USER_JWT_SECRET` (a shared secret);
-//! - **a JWKS** (`SECKILL_USER_JWKS`: a file of the provider's public keys,
-//!   read again every `user_jwks_refresh_secs`, so a Secret or ConfigMap
-//!   mounted as a file rotates keys without a restart), RS256 and ES256.
+//! - **a JWKS** (`SECKILL_USER_JWKS`: the provider's public keys, an
+//!   https URL ([`crate::jwks_fetch`]) or a file, fetched or read again
+//!   every `user_jwks_refresh_secs`, so keys rotate without a restart;
+//!   until a URL's first fetch every token is refused), RS256 and ES256.
 //!   The algorithm is the key's — its `alg`, else its type — never the
 //!   token's: a token whose header names another (an HS256 token "signed"
 //!   with the public key) is refused;
@@ -47,43 +48,82 @@ pub enum Refused {
     Subject,
 }
 
-/// The provider's keys, as last read from the file.
+/// Where the keys come from.
+enum Source {
+    File(String),
+    Url(crate::jwks_fetch::Fetcher),
+}
+
+/// The provider's keys, as last read or fetched.
 pub struct KeySet {
-    path: String,
+    source: Source,
     keys: RwLock<JwkSet>,
 }
 
+/// How soon a URL whose first fetch failed is asked again.
+const FIRST_FETCH_RETRY: Duration = Duration::from_secs(2);
+
 impl KeySet {
-    /// Reads the file; a set that does not parse is an error at start.
-    pub fn load(path: &str) -> anyhow::Result<Self> {
-        Ok(Self { path: path.to_owned(), keys: RwLock::new(read(path)?) })
+    /// A file is read now (a set that does not parse is an error at start);
+    /// a URL is fetched by [`KeySet::refresh_every`], and until then no
+    /// token is accepted.
+    pub fn load(source: &str, ca_file: Option<&str>) -> anyhow::Result<Self> {
+        if source.starts_with("https://") {
+            let fetcher = crate::jwks_fetch::Fetcher::new(source, ca_file)?;
+            return Ok(Self { source: Source::Url(fetcher), keys: RwLock::new(JwkSet { keys: Vec::new() }) });
+        }
+        Ok(Self { keys: RwLock::new(parse(source, &read_file(source)?)?), source: Source::File(source.to_owned()) })
     }
 
-    /// Reads the file again; a file that no longer parses keeps the keys
-    /// it had (and says so).
-    pub fn refresh(&self) {
-        match read(&self.path) {
-            Ok(keys) => *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys,
+    /// Whether any key is loaded (`/readyz`: an edge that would refuse
+    /// every buyer is not ready).
+    pub fn loaded(&self) -> bool {
+        !self.keys.read().unwrap_or_else(|p| p.into_inner()).keys.is_empty()
+    }
+
+    /// Reads or fetches the keys again; a source that fails or no longer
+    /// parses keeps the keys it had (and says so). Whether it loaded.
+    pub async fn refresh(&self) -> bool {
+        let fresh = match &self.source {
+            Source::File(path) => read_file(path).and_then(|text| parse(path, &text)),
+            Source::Url(fetcher) => match fetcher.fetch().await {
+                Ok(body) => parse(&fetcher.url(), &String::from_utf8_lossy(&body)),
+                Err(error) => Err(anyhow::anyhow!("fetching SECKILL_USER_JWKS {}: {error:#}", fetcher.url())),
+            },
+        };
+        match fresh {
+            Ok(keys) => {
+                *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+                true
+            }
             Err(error) => {
-                tracing::warn!(%error, path = %self.path, "the JWKS could not be read again; keeping the keys it had")
+                tracing::warn!(error = %format!("{error:#}"), "the JWKS could not be loaded again; keeping the keys it had");
+                false
             }
         }
     }
 
-    /// Re-reads the file every `every` until shutdown.
+    /// Loads the keys again every `every` until shutdown (a URL not fetched
+    /// yet: at once, then every two seconds until it is).
     pub async fn refresh_every(
         self: Arc<Self>,
         every: Duration,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> Result<(), std::convert::Infallible> {
-        seckill_shared::shutdown::every("JWKS refresh", every, shutdown, || {
-            let this = self.clone();
-            async move {
-                this.refresh();
-                Ok(())
+        let mut unloaded = matches!(self.source, Source::Url(_));
+        loop {
+            if unloaded {
+                unloaded = !self.refresh().await;
             }
-        })
-        .await
+            let wait = if unloaded { FIRST_FETCH_RETRY.min(every) } else { every };
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = tokio::time::sleep(wait) => {}
+            }
+            if !unloaded {
+                self.refresh().await;
+            }
+        }
     }
 
     /// The key a token's header points at, and the algorithm it verifies:
@@ -100,12 +140,15 @@ impl KeySet {
     }
 }
 
-fn read(path: &str) -> anyhow::Result<JwkSet> {
-    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading SECKILL_USER_JWKS {path}: {e}"))?;
+fn read_file(path: &str) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading SECKILL_USER_JWKS {path}: {e}"))
+}
+
+fn parse(source: &str, text: &str) -> anyhow::Result<JwkSet> {
     let set: JwkSet =
-        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("SECKILL_USER_JWKS {path} is not a JWK set: {e}"))?;
+        serde_json::from_str(text).map_err(|e| anyhow::anyhow!("SECKILL_USER_JWKS {source} is not a JWK set: {e}"))?;
     if !set.keys.iter().any(|k| algorithm_of(k).is_some()) {
-        anyhow::bail!("SECKILL_USER_JWKS {path} holds no RS256 or ES256 key");
+        anyhow::bail!("SECKILL_USER_JWKS {source} holds no RS256 or ES256 key");
     }
     Ok(set)
 }
@@ -136,7 +179,7 @@ impl Identity {
             return Ok(Some(Self::Secret(key)));
         }
         if let Some(path) = settings.user_jwks.as_deref() {
-            return Ok(Some(Self::Keys(Arc::new(KeySet::load(path)?))));
+            return Ok(Some(Self::Keys(Arc::new(KeySet::load(path, settings.user_jwks_ca_file.as_deref())?))));
         }
         if let Some(header) = settings.auth.gateway_user_header.as_deref() {
             let trusted = settings

@@ -14,6 +14,7 @@ pub mod batch;
 pub mod dashboard;
 pub mod http;
 pub mod identity;
+pub mod jwks_fetch;
 pub mod limit;
 pub mod lookup;
 pub mod payment;

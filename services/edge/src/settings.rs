@@ -173,8 +173,11 @@ pub struct Settings {
     /// ES256; read again every `user_jwks_refresh_secs`): `/api/*` then
     /// requires a JWT signed by one of them whose `sub` is the user.
     pub user_jwks: Option<String>,
-    /// How often the JWKS file is read again.
+    /// How often the JWKS is read or fetched again.
     pub user_jwks_refresh_secs: u64,
+    /// PEM certificates to trust, besides Mozilla's roots, for an https
+    /// JWKS (a private CA).
+    pub user_jwks_ca_file: Option<String>,
     /// The `aud` a user JWT must carry, when set.
     pub user_jwt_audience: Option<String>,
     /// The `iss` a user JWT must carry, when set.
@@ -266,10 +269,11 @@ impl Settings {
             );
         }
         if let Some(jwks) = self.user_jwks.as_deref() {
-            if jwks.starts_with("https://") || jwks.starts_with("http://") {
-                anyhow::bail!(
-                    "SECKILL_USER_JWKS: a URL is not fetched by this version; give a file (mount the provider's JWKS, refreshed every user_jwks_refresh_secs)"
-                );
+            if jwks.starts_with("http://") {
+                anyhow::bail!("SECKILL_USER_JWKS: keys are fetched over https only, not {jwks}");
+            }
+            if jwks.starts_with("https://") {
+                crate::jwks_fetch::Fetcher::new(jwks, self.user_jwks_ca_file.as_deref())?;
             }
         }
         if self.auth.gateway_user_header.is_some() && self.auth.trusted_proxies.is_empty() {
@@ -336,6 +340,7 @@ impl Default for Settings {
             payment_webhook_secret: None,
             user_jwks: None,
             user_jwks_refresh_secs: 300,
+            user_jwks_ca_file: None,
             user_jwt_audience: None,
             user_jwt_issuer: None,
             payment_signature_tolerance_secs: 300,
@@ -371,8 +376,9 @@ mod tests {
         let secret = Some("a-jwt-secret-of-at-least-32-bytes-long".to_owned());
         let two = Settings { user_jwt_secret: secret, user_jwks: Some("/keys.json".into()), ..Settings::default() };
         assert!(two.validate().unwrap_err().to_string().contains("set one of"));
-        let url = Settings { user_jwks: Some("https://id.example/jwks.json".into()), ..Settings::default() };
-        assert!(url.validate().unwrap_err().to_string().contains("give a file"));
+        let plain = Settings { user_jwks: Some("http://id.example/jwks.json".into()), ..Settings::default() };
+        assert!(plain.validate().unwrap_err().to_string().contains("https only"));
+        Settings { user_jwks: Some("https://id.example/jwks.json".into()), ..Settings::default() }.validate().unwrap();
         let mut gateway = Settings::default();
         gateway.auth.gateway_user_header = Some("x-user-id".into());
         assert!(gateway.validate().unwrap_err().to_string().contains("trusted_proxies"));

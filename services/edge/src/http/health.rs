@@ -45,6 +45,11 @@ pub(super) async fn ready(State(state): State<AppState>) -> (StatusCode, String)
 /// open to anyone who reaches the port, and an error names hosts, ports and
 /// versions).
 async fn readiness(state: &AppState) -> (StatusCode, String) {
+    if let Some(crate::identity::Identity::Keys(keys)) = state.identity.as_deref() {
+        if !keys.loaded() {
+            return (StatusCode::SERVICE_UNAVAILABLE, "user keys not loaded".into());
+        }
+    }
     if let Err(error) = state.stock.connection().ping().await {
         tracing::warn!(%error, "not ready: redis unreachable");
         return (StatusCode::SERVICE_UNAVAILABLE, "redis unreachable".into());
