@@ -621,6 +621,16 @@ async fn without_identity_nobody_cancels_or_reads_for_another_user() {
     assert_eq!(env.count_orders(sale, "CREATED").await, 1, "nothing changed");
     let ready = client.get("/readyz").await;
     assert_eq!(ready.text, "ready", "anonymous access is off");
+    let bearer = format!("Bearer {}", seckill_e2e::ADMIN_TOKEN);
+    let page = client.send(Method::GET, "/admin/dashboard", None, &[("authorization", &bearer)]).await;
+    assert!(page.status == 200 && !page.text.contains(r#"id="anonymous""#), "{}", page.text);
+    // Turned on, it says so where an operator looks.
+    let open = env.spawn_edge(env.edge_settings()).await;
+    let open_client = Client::new(open.url());
+    assert_eq!(open_client.get("/readyz").await.text, "ready (auth.allow_anonymous: no user identity)");
+    let page = open_client.send(Method::GET, "/admin/dashboard", None, &[("authorization", &bearer)]).await;
+    assert!(page.text.contains(r#"id="anonymous""#), "{}", page.text);
+    open.stop().await;
     edge.stop().await;
     order.stop().await;
 }

@@ -61,9 +61,21 @@ fn login_page(status: StatusCode, message: &str) -> Response {
 /// The dashboard, or the sign-in form when the browser has no session.
 async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if auth::require_admin_or_session(&state, &headers).is_ok() {
-        html(StatusCode::OK, PAGE.to_owned())
+        html(StatusCode::OK, page_for(&state))
     } else {
         login_page(StatusCode::OK, "")
+    }
+}
+
+/// The page, with a warning under its title when anyone may act for any
+/// user (`auth.allow_anonymous` with no identity configured).
+fn page_for(state: &AppState) -> String {
+    if state.identity.is_none() && state.settings.auth.allow_anonymous {
+        let warning = "<p class=\"warning\" id=\"anonymous\">auth.allow_anonymous: no user identity is configured \
+                       — anyone may cancel any order and read orders by user id</p>";
+        PAGE.replacen("</h1>", &format!("</h1>\n  {warning}"), 1)
+    } else {
+        PAGE.to_owned()
     }
 }
 
