@@ -67,6 +67,18 @@ pub async fn park<M: Message>(db: &PgPool, parking: &Parking<'_, M>) -> sqlx::Re
 /// Parks an outbox row that cannot be an event (`BAD_OUTBOX_ROW`), its
 /// outbox id as the offset and partition -1, so the events behind it flow.
 pub async fn park_outbox_row(db: &PgPool, topic: &str, row: &OutboxRow, error: &NotAnEvent) -> sqlx::Result<()> {
+    park_event_row(db, topic, row, "BAD_OUTBOX_ROW", &error.to_string()).await
+}
+
+/// Parks an outbox row whose event the broker refuses for good (larger than
+/// it takes, a record it calls invalid): retried, it would stop every event
+/// behind it. `seckillctl dlq parked` shows it; `events resend` sends it
+/// once the cause is fixed.
+pub async fn park_undeliverable_event(db: &PgPool, topic: &str, row: &OutboxRow, error: &str) -> sqlx::Result<()> {
+    park_event_row(db, topic, row, "UNDELIVERABLE_EVENT", error).await
+}
+
+async fn park_event_row(db: &PgPool, topic: &str, row: &OutboxRow, reason: &str, error: &str) -> sqlx::Result<()> {
     let event = &row.event;
     let payload = serde_json::json!({
         "eventId": &event.event_id,
@@ -77,7 +89,7 @@ pub async fn park_outbox_row(db: &PgPool, topic: &str, row: &OutboxRow, error: &
     sqlx::query!(
         r#"INSERT INTO parked_records
              (topic, partition, "offset", payload, order_id, activity_id, sku_id, reason, error, attempts, parked_by)
-           VALUES ($1, -1, $2, $3, $4, $5, $6, 'BAD_OUTBOX_ROW', $7, 1, 'order-relay')
+           VALUES ($1, -1, $2, $3, $4, $5, $6, $7, $8, 1, 'order-relay')
            ON CONFLICT (topic, partition, "offset") DO NOTHING"#,
         topic,
         row.id,
@@ -85,12 +97,13 @@ pub async fn park_outbox_row(db: &PgPool, topic: &str, row: &OutboxRow, error: &
         &event.order_id,
         event.activity_id,
         event.sku_id,
-        error.to_string()
+        reason,
+        error
     )
     .execute(db)
     .await?;
     metrics::counter!("seckill_parked_records_total", "by" => "order-relay").increment(1);
-    tracing::error!(outbox_id = row.id, order_id = %event.order_id, %error, "outbox row parked: it is not an event");
+    tracing::error!(outbox_id = row.id, order_id = %event.order_id, reason, error, "outbox row parked");
     Ok(())
 }
 

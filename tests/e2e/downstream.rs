@@ -304,6 +304,44 @@ async fn an_outbox_row_that_is_no_event_is_parked_and_the_rest_flow() {
     assert_eq!((report.events_pending, report.parked), (0, 1), "the operator is told: {:?}", report.violations);
 }
 
+/// An event the broker refuses for good (here larger than any record it
+/// takes: a 2 MB reason written by a tool) is parked, and the events behind
+/// it — the same user's included — still flow. (Before: the relay retried
+/// it every turn and no event after it was ever sent.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_the_broker_refuses_for_good_is_parked_and_the_rest_flow() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    let order = format!("{}-{}-1-00000000000000ff", sale.activity, sale.sku);
+    sqlx::query(
+        "INSERT INTO order_events (event_id, order_id, activity_id, sku_id, round, user_id, type, reason)
+         VALUES ($1 || ':FAILED', $1, $2, $3, 1, 1, 'FAILED', repeat('x', 2000000))",
+    )
+    .bind(&order)
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .execute(&env.db)
+    .await
+    .unwrap();
+    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default())
+        .expect("a relay");
+    let worker = env.order_worker().await;
+    env.produce_orders(sale, 1..4).await;
+    while env.count_orders(sale, "CREATED").await < 3 {
+        worker.try_execute_batch(Duration::from_secs(1)).await.expect("a turn");
+    }
+    let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
+    assert_eq!(relay.relay_once(&term).await.expect("a turn past the refused event"), 4, "three sent, one parked");
+    let sent = env.read_topic(&env.topics().events, 3, Duration::from_secs(10)).await;
+    assert_eq!(sent.len(), 3);
+    assert!(sent.iter().any(|m| json(m)["userId"] == 1), "user 1's later event went on");
+    let parked: Vec<(String, String)> =
+        sqlx::query_as("SELECT order_id, reason FROM parked_records").fetch_all(&env.db).await.unwrap();
+    assert_eq!(parked, [(order, "UNDELIVERABLE_EVENT".to_owned())]);
+    assert_eq!(relay.relay_once(&term).await.expect("a turn"), 0, "nothing left behind the cursor");
+}
+
 /// Keys land on the partitions Java's default partitioner picks
 /// (`toPositive(murmur2(key)) % partitions`; the expected values were
 /// computed with Kafka's murmur2, checked against its own test vectors).

@@ -32,7 +32,17 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// One event on its way: its key and value, and the row (for the headers).
-type Outgoing<'a> = ((String, Vec<u8>), &'a outbox::EventRow);
+type Outgoing<'a> = ((String, Vec<u8>), &'a outbox::OutboxRow);
+
+/// Whether the broker (or the client) refuses this record whatever is
+/// retried: too large, or a record it calls invalid.
+fn undeliverable(error: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{InvalidMessage, InvalidMessageSize, InvalidRecord, MessageSizeTooLarge};
+    matches!(
+        error.rdkafka_error_code(),
+        Some(MessageSizeTooLarge | InvalidMessageSize | InvalidRecord | InvalidMessage)
+    )
+}
 
 /// The lease one relay per database holds: the cursor is the database's,
 /// whatever the topic or key prefix.
@@ -172,7 +182,7 @@ impl Relay {
         let mut outgoing: Vec<Outgoing> = Vec::with_capacity(rows.len());
         for row in &rows {
             match row.event.event() {
-                Ok(event) => outgoing.push((outbox::keyed(&event), &row.event)),
+                Ok(event) => outgoing.push((outbox::keyed(&event), row)),
                 // One bad row must not stop every event behind it: it is
                 // parked for an operator and passed with the rest.
                 Err(error) => {
@@ -198,12 +208,21 @@ impl Relay {
             chains[index].push(item);
         }
         let sends = chains.into_iter().map(|chain| async move {
-            for ((key, payload), event) in chain {
-                let headers = event.trace().headers();
+            for ((key, payload), row) in chain {
+                let headers = row.event.trace().headers();
                 let record = FutureRecord::to(topic).key(key).payload(payload).headers(headers);
-                self.producer.send(record, queue_timeout).await.map_err(|(error, _)| error)?;
+                match self.producer.send(record, queue_timeout).await {
+                    Ok(_) => {}
+                    // Refused for good: parked and passed, or it would stop
+                    // every event behind it. The user's later events go on.
+                    Err((error, _)) if undeliverable(&error) => {
+                        seckill_shared::parked::park_undeliverable_event(&self.deps.db, topic, row, &error.to_string())
+                            .await?
+                    }
+                    Err((error, _)) => return Err(RelayError::Kafka(error)),
+                }
             }
-            Ok::<(), rdkafka::error::KafkaError>(())
+            Ok::<(), RelayError>(())
         });
         for delivered in futures::future::join_all(sends).await {
             delivered?;
