@@ -106,6 +106,18 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
         dead_headers.push((headers, "dead-letter headers".to_owned()));
     }
     schemas::assert_valid("orders-dlq-headers.v1.json", &dead_headers);
+    // Spring's headers as a Java DLT tool reads them: the partition a 4-byte
+    // and the offset an 8-byte big-endian number, equal to ours.
+    for message in &dead {
+        use rdkafka::message::Headers as _;
+        let h = message.headers().expect("headers");
+        let raw = |key: &str| h.iter().find(|x| x.key == key).and_then(|x| x.value).expect(key).to_vec();
+        let ours = |key| header_str(h, key).expect(key).parse::<i64>().unwrap();
+        let partition = i32::from_be_bytes(raw("kafka_dlt-original-partition").try_into().unwrap());
+        let offset = i64::from_be_bytes(raw("kafka_dlt-original-offset").try_into().unwrap());
+        assert_eq!((i64::from(partition), offset), (ours("dlq.original.partition"), ours("dlq.original.offset")));
+        assert_eq!(raw("kafka_dlt-original-timestamp").len(), 8);
+    }
     schemas::assert_valid("orders-dlq.v1.json", &dead_values);
 
     let events = env.read_topic(&topics.events, 3, Duration::from_secs(10)).await;

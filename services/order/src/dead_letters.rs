@@ -40,19 +40,28 @@ pub struct DeadLetters {
     topic: String,
     /// How long a send waits for room in the producer's queue.
     queue_timeout: Duration,
+    /// The order service's consumer group (Spring's original-consumer-group).
+    group: String,
 }
 
 impl DeadLetters {
     /// A producer for `topic` (deliveries bounded by the message timeout).
     pub fn new(settings: &KafkaSettings, topic: String) -> anyhow::Result<Self> {
         let queue_timeout = Duration::from_millis(settings.message_timeout_ms);
-        Ok(Self { producer: seckill_shared::kafka::producer(settings)?, topic, queue_timeout })
+        let group = seckill_shared::kafka::order_group(settings);
+        Ok(Self { producer: seckill_shared::kafka::producer(settings)?, topic, queue_timeout, group })
     }
 
     /// Sends `message` unchanged with headers saying why, and waits for the
     /// broker's acknowledgement.
     pub async fn send(&self, message: &OwnedMessage, reason: FailReason, error: &str) -> Result<(), DeadLetterError> {
-        let origin = Origin { topic: message.topic(), partition: message.partition(), offset: message.offset() };
+        let origin = Origin {
+            topic: message.topic(),
+            partition: message.partition(),
+            offset: message.offset(),
+            timestamp: message.timestamp().to_millis(),
+            group: &self.group,
+        };
         let headers = dlq_headers(message.headers(), reason.code(), error, origin);
         let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
         if let Some(key) = message.key() {

@@ -31,6 +31,24 @@ pub mod dlq_header {
     pub const REPLAYED_FROM: &str = "dlq.replayed-from";
 }
 
+/// The headers Spring Kafka's `DeadLetterPublishingRecoverer` writes, so a
+/// Java team's dead-letter tooling reads ours: text, except the partition
+/// (a 4-byte big-endian int), the offset and the timestamp (8-byte
+/// big-endian longs), as Spring encodes them.
+pub mod spring_dlt {
+    pub const ORIGINAL_TOPIC: &str = "kafka_dlt-original-topic";
+    pub const ORIGINAL_PARTITION: &str = "kafka_dlt-original-partition";
+    pub const ORIGINAL_OFFSET: &str = "kafka_dlt-original-offset";
+    pub const ORIGINAL_TIMESTAMP: &str = "kafka_dlt-original-timestamp";
+    pub const ORIGINAL_TIMESTAMP_TYPE: &str = "kafka_dlt-original-timestamp-type";
+    pub const ORIGINAL_CONSUMER_GROUP: &str = "kafka_dlt-original-consumer-group";
+    pub const EXCEPTION_FQCN: &str = "kafka_dlt-exception-fqcn";
+    pub const EXCEPTION_MESSAGE: &str = "kafka_dlt-exception-message";
+
+    /// The binary ones and their widths.
+    pub const BINARY: [(&str, usize); 3] = [(ORIGINAL_PARTITION, 4), (ORIGINAL_OFFSET, 8), (ORIGINAL_TIMESTAMP, 8)];
+}
+
 /// What follows an order from its HTTP request on: the request id and the
 /// W3C trace context, carried as record headers and stored with the order.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,6 +84,10 @@ pub struct Origin<'a> {
     pub topic: &'a str,
     pub partition: i32,
     pub offset: i64,
+    /// Its timestamp (ms), when it has one.
+    pub timestamp: Option<i64>,
+    /// The consumer group that read it.
+    pub group: &'a str,
 }
 
 /// Dead-letter headers for a record from `origin` that failed for `reason`;
@@ -85,7 +107,38 @@ pub fn dlq_headers<H: Headers>(original: Option<&H>, reason: &str, error: &str, 
     ] {
         headers = headers.insert(Header { key, value: Some(value.as_bytes()) });
     }
+    let fqcn = format!("seckill.dlq.{reason}");
+    for (key, value) in [
+        (spring_dlt::ORIGINAL_TOPIC, origin.topic.as_bytes()),
+        (spring_dlt::ORIGINAL_CONSUMER_GROUP, origin.group.as_bytes()),
+        (spring_dlt::EXCEPTION_FQCN, fqcn.as_bytes()),
+        (spring_dlt::EXCEPTION_MESSAGE, error.as_bytes()),
+    ] {
+        headers = headers.insert(Header { key, value: Some(value) });
+    }
+    let partition = origin.partition.to_be_bytes();
+    let offset = origin.offset.to_be_bytes();
+    headers = headers
+        .insert(Header { key: spring_dlt::ORIGINAL_PARTITION, value: Some(&partition[..]) })
+        .insert(Header { key: spring_dlt::ORIGINAL_OFFSET, value: Some(&offset[..]) });
+    if let Some(timestamp) = origin.timestamp {
+        let timestamp = timestamp.to_be_bytes();
+        headers = headers
+            .insert(Header { key: spring_dlt::ORIGINAL_TIMESTAMP, value: Some(&timestamp[..]) })
+            .insert(Header { key: spring_dlt::ORIGINAL_TIMESTAMP_TYPE, value: Some("CreateTime") });
+    }
     headers
+}
+
+/// A Spring binary header's value as a decimal number (a width it does not
+/// have: lossy text, as any other header).
+fn spring_binary(key: &str, value: &[u8]) -> Option<String> {
+    let (_, width) = spring_dlt::BINARY.iter().find(|(name, _)| *name == key)?;
+    match (*width, value.len()) {
+        (4, 4) => Some(i32::from_be_bytes(value.try_into().ok()?).to_string()),
+        (8, 8) => Some(i64::from_be_bytes(value.try_into().ok()?).to_string()),
+        _ => None,
+    }
 }
 
 /// The last value of a header, as text.
@@ -93,11 +146,17 @@ pub fn header_str<'a, H: Headers>(headers: &'a H, key: &str) -> Option<&'a str> 
     headers.iter().filter(|h| h.key == key).last().and_then(|h| h.value).and_then(|v| std::str::from_utf8(v).ok())
 }
 
-/// Every header, as text, in order.
+/// Every header, as text, in order (Spring's binary numbers in decimal).
 pub fn headers_map<H: Headers>(headers: &H) -> BTreeMap<String, String> {
     headers
         .iter()
-        .map(|h| (h.key.to_owned(), h.value.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default()))
+        .map(|h| {
+            let text = h
+                .value
+                .map(|v| spring_binary(h.key, v).unwrap_or_else(|| String::from_utf8_lossy(v).into_owned()))
+                .unwrap_or_default();
+            (h.key.to_owned(), text)
+        })
         .collect()
 }
 
@@ -114,11 +173,31 @@ mod tests {
                 value: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
             })
             .insert(Header { key: dlq_header::ATTEMPTS, value: Some("2") });
-        let origin = Origin { topic: "seckill.orders", partition: 3, offset: 42 };
+        let origin = Origin {
+            topic: "seckill.orders",
+            partition: 3,
+            offset: 42,
+            timestamp: Some(1_700_000_000_000),
+            group: "g",
+        };
         let headers = dlq_headers(Some(&original), "MALFORMED", "bad", origin);
         assert_eq!(header_str(&headers, REQUEST_ID_HEADER), Some("r-1"));
         assert!(header_str(&headers, TRACEPARENT_HEADER).is_some());
         assert_eq!(header_str(&headers, dlq_header::ATTEMPTS), Some("3"));
         assert_eq!(header_str(&headers, dlq_header::ORIGINAL_OFFSET), Some("42"));
+        // Spring's, in its encoding: a Java DLT tool reads them.
+        let raw = |key| headers.iter().find(|h| h.key == key).and_then(|h| h.value).unwrap().to_vec();
+        assert_eq!(raw(spring_dlt::ORIGINAL_PARTITION), 3i32.to_be_bytes());
+        assert_eq!(raw(spring_dlt::ORIGINAL_OFFSET), 42i64.to_be_bytes());
+        assert_eq!(raw(spring_dlt::ORIGINAL_TIMESTAMP), 1_700_000_000_000i64.to_be_bytes());
+        assert_eq!(header_str(&headers, spring_dlt::ORIGINAL_TOPIC), Some("seckill.orders"));
+        assert_eq!(header_str(&headers, spring_dlt::EXCEPTION_FQCN), Some("seckill.dlq.MALFORMED"));
+        assert_eq!(header_str(&headers, spring_dlt::ORIGINAL_CONSUMER_GROUP), Some("g"));
+        let shown = headers_map(&headers);
+        assert_eq!(
+            (shown[spring_dlt::ORIGINAL_PARTITION].as_str(), shown[spring_dlt::ORIGINAL_OFFSET].as_str()),
+            ("3", "42"),
+            "shown as numbers"
+        );
     }
 }

@@ -8,7 +8,7 @@ pub mod lag;
 
 pub use context::Observed;
 pub use headers::{
-    dlq_header, dlq_headers, header_str, headers_map, Origin, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER,
+    dlq_header, dlq_headers, header_str, headers_map, spring_dlt, Origin, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER,
 };
 pub use lag::{committed_positions, high_watermarks, pipeline_lag, Lag, PipelineLag};
 
