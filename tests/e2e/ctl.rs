@@ -120,6 +120,35 @@ async fn dead_letters_are_listed_shown_and_replayed_exactly_as_filtered() {
     assert!(again.stdout.contains("0 record(s) replayed"), "a finished replay has nothing left: {}", again.stdout);
 }
 
+/// `replay --to` re-produces the chosen records to another topic (for
+/// inspection or another pipeline), and keeps its own position: the
+/// original topic gets nothing, and a replay there still finds them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_to_another_topic_leaves_the_original_alone() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let env = TestEnv::with_partitions(1).await;
+    let sale = env.sale();
+    env.warmup(sale, 100).await;
+    for record in env.order_records(sale, 1..11) {
+        env.dead_letter(&record, "DB_REJECTED").await;
+    }
+    let inspect = format!("{}inspect", env.kafka.topic_prefix);
+    let admin: AdminClient<_> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", &env.kafka.brokers).create().expect("an admin client");
+    let created = admin
+        .create_topics(&[NewTopic::new(&inspect, 1, TopicReplication::Fixed(1))], &AdminOptions::new())
+        .await
+        .expect("create topics");
+    assert!(created.iter().all(|r| r.is_ok()), "{created:?}");
+    let to = env.ctl(&["dlq", "replay", "--reason", "DB_REJECTED", "--to", &inspect]).await;
+    assert_eq!(to.code, 0, "{to:?}");
+    assert!(to.stdout.contains("10 record(s) replayed"), "{}", to.stdout);
+    assert_eq!(env.read_topic(&inspect, 10, Duration::from_secs(10)).await.len(), 10);
+    assert!(env.read_topic(&env.topics().orders, 1, Duration::from_secs(2)).await.is_empty(), "the original: nothing");
+    let original = env.ctl(&["dlq", "replay", "--reason", "DB_REJECTED", "--dry-run"]).await;
+    assert_eq!(original.stdout.matches("would replay").count(), 10, "a replay to the original still has them all");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replaying_a_compensated_order_does_not_resurrect_it() {
     let env = TestEnv::new().await;

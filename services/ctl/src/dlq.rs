@@ -52,10 +52,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Re-produce chosen records to their original topic.
+    /// Re-produce chosen records to their original topic (or `--to`).
     Replay {
         #[command(flatten)]
         filter: Filter,
+        /// Re-produce to this topic instead (inspection, another pipeline);
+        /// its own resume position, apart from a replay to the original.
+        #[arg(long)]
+        to: Option<String>,
         /// Records per second at most.
         #[arg(long)]
         rate: Option<f64>,
@@ -210,7 +214,9 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Parked { limit, json } => parked(&settings, limit, json).await,
-        Command::Replay { filter, rate, limit, dry_run } => replay(settings, filter, rate, limit, dry_run).await,
+        Command::Replay { filter, to, rate, limit, dry_run } => {
+            replay(settings, filter, to, rate, limit, dry_run).await
+        }
     }
 }
 
@@ -275,12 +281,14 @@ fn read_one(settings: &Settings, partition: i32, offset: i64) -> anyhow::Result<
 async fn replay(
     settings: Settings,
     filter: Filter,
+    to: Option<String>,
     rate: Option<f64>,
     limit: Option<u64>,
     dry_run: bool,
 ) -> Result<(), Failure> {
     let producer: FutureProducer = kafka::producer(&settings.servers.kafka).map_err(Failure::unreadable)?;
-    let group = format!("{}seckillctl-replay-{}", settings.servers.kafka.topic_prefix, filter.group_suffix());
+    let target = to.as_deref().map(|topic| format!("-to-{topic}")).unwrap_or_default();
+    let group = format!("{}seckillctl-replay-{}{target}", settings.servers.kafka.topic_prefix, filter.group_suffix());
     let dlq_topic = Topics::new(&settings.servers.kafka).dlq;
     // The reader runs on a blocking thread and hands chosen records over; each
     // is committed only after its delivery was acknowledged.
@@ -317,11 +325,12 @@ async fn replay(
             break;
         }
         let e = entry(&message);
-        let original_topic = e
-            .headers
-            .get(dlq_header::ORIGINAL_TOPIC)
-            .cloned()
-            .unwrap_or_else(|| Topics::new(&settings.servers.kafka).orders);
+        let original_topic = to.clone().unwrap_or_else(|| {
+            e.headers
+                .get(dlq_header::ORIGINAL_TOPIC)
+                .cloned()
+                .unwrap_or_else(|| Topics::new(&settings.servers.kafka).orders)
+        });
         if dry_run {
             println!("would replay {} ({}, order {}) to {original_topic}", e.position, e.reason, e.order_id);
             sent += 1;
