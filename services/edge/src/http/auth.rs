@@ -45,8 +45,9 @@ pub fn caller(state: &AppState, headers: &HeaderMap) -> Result<Option<UserId>, A
     identity.user(&state.settings, headers).map(Some).map_err(|refused| ApiError::Unauthorized(refused.to_string()))
 }
 
-/// In gateway mode, a buyer's request keeps the gateway's user header only
-/// when it came from a trusted proxy.
+/// In gateway mode (the only mode it is layered in: `super::router`), a
+/// buyer's request keeps the gateway's user header only when it came from a
+/// trusted proxy.
 pub async fn gateway_header_from_trusted_proxies(
     State(state): State<AppState>,
     mut request: Request,

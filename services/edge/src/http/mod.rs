@@ -156,10 +156,14 @@ pub fn router(state: AppState) -> Router {
     // Each group answers a wrong method itself, inside its layers: a CORS
     // preflight to the buyer's API is answered by its CORS layer first.
     let method_not_allowed = || async { ApiError::MethodNotAllowed };
-    let api = order::router()
-        .merge(checkout::router())
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(state.clone(), auth::gateway_header_from_trusted_proxies));
+    let api = order::router().merge(checkout::router()).method_not_allowed_fallback(method_not_allowed);
+    // Gateway mode only: the hot path pays for no layer it does not need.
+    let api = match state.identity.as_deref() {
+        Some(crate::identity::Identity::Gateway { .. }) => {
+            api.layer(middleware::from_fn_with_state(state.clone(), auth::gateway_header_from_trusted_proxies))
+        }
+        _ => api,
+    };
     // The provider's servers call it, never a browser: outside CORS.
     let notifications = payments::router().method_not_allowed_fallback(method_not_allowed);
     let api = match cors::layer(&state.settings.cors) {
