@@ -9,33 +9,16 @@ what the lifecycle promises (the reconciliation is printed by the caller).
 The payments come the way a payment provider sends them: a notification
 to POST /api/payments/notify signed with SECKILL_PAYMENT_WEBHOOK_SECRET
 (Seckill-Signature: t=<seconds>,v1=<HMAC-SHA256 of "<t>.<body>">) — this
-script stands in for the provider.
+script stands in for the provider (infra/shop.py).
 
 Usage: demo_lifecycle.py EDGE ACTIVITY SKU UNITS WINDOW_SECONDS
 """
 
-import hashlib
-import hmac
-import json
-import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-
-def call(edge, method, path, body=None, headers=None):
-    data = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"http://{edge}{path}", data=data, method=method)
-    request.add_header("content-type", "application/json")
-    for name, value in (headers or {}).items():
-        request.add_header(name, value)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
+from shop import call, notify
 
 
 def wave(edge, activity, sku, users):
@@ -55,16 +38,6 @@ def wait_status(edge, order_ids, wanted, timeout):
             time.sleep(0.2)
     if left:
         sys.exit(f"demo: {len(left)} orders never became {wanted}")
-
-
-def notify(edge, order_id, payment_id):
-    """The payment provider's signed notification that payment_id paid order_id."""
-    body = json.dumps({"paymentId": payment_id, "orderId": order_id, "status": "SUCCEEDED",
-                       "amount": 9900, "currency": "CNY"}).encode()
-    at = str(int(time.time()))
-    secret = os.environ["SECKILL_PAYMENT_WEBHOOK_SECRET"].encode()
-    signature = hmac.new(secret, at.encode() + b"." + body, hashlib.sha256).hexdigest()
-    return call(edge, "POST", "/api/payments/notify", body, {"Seckill-Signature": f"t={at},v1={signature}"})
 
 
 def pay(edge, orders):

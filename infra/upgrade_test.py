@@ -24,8 +24,6 @@ while a sale runs, judged the way buyers and downstream consumers see it.
 
 Exits non-zero on any breach. Cleans up the database, keys and topics.
 """
-import hashlib
-import hmac
 import json
 import os
 import random
@@ -34,11 +32,9 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import bench as b
+from shop import call, notify
 
 ROOT = b.ROOT
 FROM = os.environ.get("UPGRADE_FROM") or (ROOT / "infra" / "upgrade" / "FROM").read_text().split()[0]
@@ -124,24 +120,6 @@ def service(bin_dir, which, version):
     return proc
 
 
-def call(edge, method, path, body=None, headers=None):
-    data = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"http://{edge}{path}", data=data, method=method)
-    request.add_header("content-type", "application/json")
-    for name, value in (headers or {}).items():
-        request.add_header(name, value)
-    try:
-        with urllib.request.urlopen(request, timeout=15) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as error:
-        try:
-            return error.code, json.load(error)
-        except ValueError:
-            return error.code, {}
-    except (OSError, ValueError) as error:
-        return 0, {"error": str(error)}
-
-
 class Buyers:
     """Buyers ordering and paying through whichever edges take traffic."""
 
@@ -199,13 +177,7 @@ class Buyers:
         for _ in range(100):
             edge = self.edge()
             if edge == EDGES["new"]:
-                notification = json.dumps({"paymentId": f"{RUN}-{order_id}", "orderId": order_id,
-                                           "status": "SUCCEEDED"}).encode()
-                at = str(int(time.time()))
-                mac = hmac.new(ENV["SECKILL_PAYMENT_WEBHOOK_SECRET"].encode(), at.encode() + b"." + notification,
-                               hashlib.sha256).hexdigest()
-                status, body = call(edge, "POST", "/api/payments/notify", notification,
-                                    {"Seckill-Signature": f"t={at},v1={mac}"})
+                status, body = notify(edge, order_id, f"{RUN}-{order_id}", ENV["SECKILL_PAYMENT_WEBHOOK_SECRET"])
                 if status == 200 and body.get("outcome") != "APPLIED":
                     self.unexpected.append(("payment not applied", order_id, body))
                     return

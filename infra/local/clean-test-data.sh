@@ -12,12 +12,11 @@ for db in "${dbs[@]}"; do
   [[ -n "$db" ]] && "${psql[@]}" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
 done
 keys=0
-for port in "$REDIS_PORT"; do
-  while read -r batch; do
-    [[ -z "$batch" ]] && continue
-    # shellcheck disable=SC2086
-    redis-cli -p "$port" UNLINK $batch >/dev/null
-    keys=$((keys + $(wc -w <<<"$batch")))
-  done < <(redis-cli -p "$port" --scan --pattern 't[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]:*' | xargs -r -n 500 echo)
-done
+hex='[0-9a-f]'
+while read -r batch; do
+  [[ -z "$batch" ]] && continue
+  # shellcheck disable=SC2086
+  redis-cli -p "$REDIS_PORT" UNLINK $batch >/dev/null
+  keys=$((keys + $(wc -w <<<"$batch")))
+done < <(redis-cli -p "$REDIS_PORT" --scan --pattern "t$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex:*" | xargs -r -n 500 echo)
 log "cleaned up earlier test runs: ${#dbs[@]} databases, $keys Redis keys"

@@ -10,8 +10,15 @@ use sqlx::PgPool;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// The project's migrations, embedded.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+/// The project's migrations, embedded. A database migrated by a newer
+/// version is not refused: during a rolling upgrade (or a rollback) an
+/// older binary keeps starting on it — every migration keeps the binaries
+/// before it working (migrations/README.md says how).
+pub static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::LazyLock::new(|| {
+    let mut migrator = sqlx::migrate!("../migrations");
+    migrator.set_ignore_missing(true);
+    migrator
+});
 
 /// Opens a pool. Connections are made lazily, so a service starts even while
 /// PostgreSQL is down and catches up when it returns.
@@ -33,10 +40,8 @@ pub fn connect_lazy(settings: &DbSettings) -> anyhow::Result<PgPool> {
 }
 
 /// Applies the migrations (idempotent; concurrent callers are serialised by
-/// sqlx's advisory lock). A database migrated by a newer version is not
-/// refused: during a rolling upgrade (or a rollback) an older binary keeps
-/// starting on it — every migration keeps the binaries before it working
-/// (migrations/README.md says how) — and says which ones it does not know.
+/// sqlx's advisory lock), saying which ones of a newer version the database
+/// has that this binary does not know.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     // sqlx's own table (absent before the first migration), not the
     // project's schema: checked at run time, not against .sqlx/.
@@ -50,9 +55,7 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     if !newer.is_empty() {
         tracing::warn!(?newer, "the database has migrations of a newer version; this binary runs on them");
     }
-    let mut migrator = sqlx::migrate!("../migrations");
-    migrator.set_ignore_missing(true);
-    migrator.run(pool).await?;
+    MIGRATOR.run(pool).await?;
     Ok(())
 }
 

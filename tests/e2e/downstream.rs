@@ -10,6 +10,7 @@ use seckill_order::relay::Relay;
 use seckill_shared::domain::OrderEvent;
 use seckill_shared::kafka::{header_str, headers_map, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use seckill_shared::leader::Seat;
+use seckill_shared::lease::LeaseTerm;
 use seckill_shared::shutdown::Background;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -282,6 +283,20 @@ async fn an_event_whose_transaction_commits_late_is_not_skipped() {
     assert_eq!((report.events, report.events_pending), (1, 0), "round 1's event, relayed");
 }
 
+/// Three orders of `sale` written (and their CREATED events in the outbox,
+/// behind what the test put there), and a relay holding its lease.
+async fn three_orders_behind(env: &TestEnv, sale: seckill_shared::domain::SaleKey) -> (Relay, LeaseTerm) {
+    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default())
+        .expect("a relay");
+    let worker = env.order_worker().await;
+    env.produce_orders(sale, 1..4).await;
+    while env.count_orders(sale, "CREATED").await < 3 {
+        worker.try_execute_batch(Duration::from_secs(1)).await.expect("a turn");
+    }
+    let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
+    (relay, term)
+}
+
 /// An outbox row that cannot be an event (written by hand, or by a tool
 /// that inserted orders with ids of its own) is parked, and the events
 /// behind it still flow: one bad row never stops the relay.
@@ -299,14 +314,7 @@ async fn an_outbox_row_that_is_no_event_is_parked_and_the_rest_flow() {
     .execute(&env.db)
     .await
     .unwrap();
-    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default())
-        .expect("a relay");
-    let worker = env.order_worker().await;
-    env.produce_orders(sale, 1..4).await;
-    while env.count_orders(sale, "CREATED").await < 3 {
-        worker.try_execute_batch(Duration::from_secs(1)).await.expect("a turn");
-    }
-    let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
+    let (relay, term) = three_orders_behind(&env, sale).await;
     assert_eq!(relay.relay_once(&term).await.expect("a turn past the bad row"), 4, "three sent, one parked");
     assert_eq!(env.read_topic(&env.topics().events, 3, Duration::from_secs(10)).await.len(), 3);
     let parked: Vec<(String, String)> =
@@ -336,14 +344,7 @@ async fn an_event_the_broker_refuses_for_good_is_parked_and_the_rest_flow() {
     .execute(&env.db)
     .await
     .unwrap();
-    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default())
-        .expect("a relay");
-    let worker = env.order_worker().await;
-    env.produce_orders(sale, 1..4).await;
-    while env.count_orders(sale, "CREATED").await < 3 {
-        worker.try_execute_batch(Duration::from_secs(1)).await.expect("a turn");
-    }
-    let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
+    let (relay, term) = three_orders_behind(&env, sale).await;
     assert_eq!(relay.relay_once(&term).await.expect("a turn past the refused event"), 4, "three sent, one parked");
     let sent = env.read_topic(&env.topics().events, 3, Duration::from_secs(10)).await;
     assert_eq!(sent.len(), 3);

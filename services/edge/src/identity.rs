@@ -30,7 +30,7 @@ use std::time::Duration;
 /// How requests name their user.
 pub enum Identity {
     /// HS256 tokens with the shared secret.
-    Secret(DecodingKey),
+    Secret(Arc<DecodingKey>),
     /// Tokens signed by a key of the provider's set.
     Keys(Arc<KeySet>),
     /// The gateway's header, from trusted addresses.
@@ -54,10 +54,18 @@ enum Source {
     Url(crate::jwks_fetch::Fetcher),
 }
 
+/// One key of the provider's set, ready to verify with (decoded once, when
+/// the set is loaded, not per request).
+struct Verifier {
+    kid: Option<String>,
+    key: Arc<DecodingKey>,
+    algorithm: Algorithm,
+}
+
 /// The provider's keys, as last read or fetched.
 pub struct KeySet {
     source: Source,
-    keys: RwLock<JwkSet>,
+    keys: RwLock<Vec<Verifier>>,
 }
 
 /// How soon a URL whose first fetch failed is asked again.
@@ -70,7 +78,7 @@ impl KeySet {
     pub fn load(source: &str, ca_file: Option<&str>) -> anyhow::Result<Self> {
         if source.starts_with("https://") {
             let fetcher = crate::jwks_fetch::Fetcher::new(source, ca_file)?;
-            return Ok(Self { source: Source::Url(fetcher), keys: RwLock::new(JwkSet { keys: Vec::new() }) });
+            return Ok(Self { source: Source::Url(fetcher), keys: RwLock::new(Vec::new()) });
         }
         Ok(Self { keys: RwLock::new(parse(source, &read_file(source)?)?), source: Source::File(source.to_owned()) })
     }
@@ -78,7 +86,7 @@ impl KeySet {
     /// Whether any key is loaded (`/readyz`: an edge that would refuse
     /// every buyer is not ready).
     pub fn loaded(&self) -> bool {
-        !self.keys.read().unwrap_or_else(|p| p.into_inner()).keys.is_empty()
+        !self.keys.read().unwrap_or_else(|p| p.into_inner()).is_empty()
     }
 
     /// Reads or fetches the keys again; a source that fails or no longer
@@ -128,15 +136,14 @@ impl KeySet {
 
     /// The key a token's header points at, and the algorithm it verifies:
     /// its `kid`, or the only key when the set has one.
-    fn key_for(&self, kid: Option<&str>) -> Option<(DecodingKey, Algorithm)> {
+    fn key_for(&self, kid: Option<&str>) -> Option<(Arc<DecodingKey>, Algorithm)> {
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
-        let jwk = match kid {
-            Some(kid) => keys.find(kid)?,
-            None if keys.keys.len() == 1 => &keys.keys[0],
+        let verifier = match kid {
+            Some(kid) => keys.iter().find(|v| v.kid.as_deref() == Some(kid))?,
+            None if keys.len() == 1 => &keys[0],
             None => return None,
         };
-        let algorithm = algorithm_of(jwk)?;
-        Some((DecodingKey::from_jwk(jwk).ok()?, algorithm))
+        Some((verifier.key.clone(), verifier.algorithm))
     }
 }
 
@@ -144,13 +151,23 @@ fn read_file(path: &str) -> anyhow::Result<String> {
     std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading SECKILL_USER_JWKS {path}: {e}"))
 }
 
-fn parse(source: &str, text: &str) -> anyhow::Result<JwkSet> {
+/// The set's RS256 and ES256 keys, decoded; the others verify nothing.
+fn parse(source: &str, text: &str) -> anyhow::Result<Vec<Verifier>> {
     let set: JwkSet =
         serde_json::from_str(text).map_err(|e| anyhow::anyhow!("SECKILL_USER_JWKS {source} is not a JWK set: {e}"))?;
-    if !set.keys.iter().any(|k| algorithm_of(k).is_some()) {
+    let verifiers: Vec<Verifier> = set
+        .keys
+        .iter()
+        .filter_map(|jwk| {
+            let algorithm = algorithm_of(jwk)?;
+            let key = DecodingKey::from_jwk(jwk).ok()?;
+            Some(Verifier { kid: jwk.common.key_id.clone(), key: Arc::new(key), algorithm })
+        })
+        .collect();
+    if verifiers.is_empty() {
         anyhow::bail!("SECKILL_USER_JWKS {source} holds no RS256 or ES256 key");
     }
-    Ok(set)
+    Ok(verifiers)
 }
 
 /// The algorithm a key verifies: its own `alg` when it names RS256 or
@@ -176,7 +193,7 @@ impl Identity {
         if let Some(secret) = settings.user_jwt_secret.as_deref() {
             let key = DecodingKey::from_secret(secret.as_bytes())
                 .map_err(|e| anyhow::anyhow!("SECKILL_USER_JWT_SECRET is not a usable HS256 key: {e}"))?;
-            return Ok(Some(Self::Secret(key)));
+            return Ok(Some(Self::Secret(Arc::new(key))));
         }
         if let Some(path) = settings.user_jwks.as_deref() {
             return Ok(Some(Self::Keys(Arc::new(KeySet::load(path, settings.user_jwks_ca_file.as_deref())?))));
@@ -211,7 +228,7 @@ impl Identity {
                 let value = headers.get(header.as_str()).ok_or(Refused::Missing)?;
                 return value.to_str().ok().and_then(|v| v.trim().parse().ok()).ok_or(Refused::Subject);
             }
-            Self::Secret(key) => (key.clone(), Algorithm::HS256),
+            Self::Secret(key) => (Arc::clone(key), Algorithm::HS256),
             Self::Keys(keys) => {
                 let token = bearer(headers).ok_or(Refused::Missing)?;
                 let header = jsonwebtoken::decode_header(token).map_err(|_| Refused::Invalid)?;

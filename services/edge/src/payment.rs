@@ -200,8 +200,7 @@ pub async fn record(stock: &Stock, db: &PgPool, payment: &Payment<'_>) -> Result
     if inserted.is_none() {
         // The same payment, notified twice at once: the other one recorded it.
         drop(tx);
-        let mut again = db.begin().await?;
-        let recorded = recorded(&mut again, payment.payment_id).await?.ok_or(PaymentError::Pending)?;
+        let recorded = recorded(&mut *db.acquire().await?, payment.payment_id).await?.ok_or(PaymentError::Pending)?;
         return recorded.outcome(payment.order_id, payment.payment_id);
     }
     if outcome == Outcome::Applied {

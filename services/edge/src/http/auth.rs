@@ -3,6 +3,7 @@
 //! user the request acts for.
 
 use super::{ApiError, AppState};
+use crate::identity::bearer;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
@@ -84,10 +85,6 @@ pub fn require_identity(state: &AppState, headers: &HeaderMap, user: UserId) -> 
 /// was identified by a token, or anonymous requests are trusted.
 pub fn identified(state: &AppState) -> bool {
     state.identity.is_some() || state.settings.auth.allow_anonymous
-}
-
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    crate::identity::bearer(headers)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

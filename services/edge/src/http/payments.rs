@@ -16,6 +16,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Json, Router};
+use serde::Deserialize;
 
 /// The notification route (called by the provider's servers: no CORS).
 pub fn router() -> Router<AppState> {
@@ -71,7 +72,7 @@ pub(super) async fn notify(
     }
     let notification: serde_json::Value =
         serde_json::from_slice(&raw).map_err(|e| ApiError::InvalidRequest(format!("request body: {e}")))?;
-    let body: PaymentNotificationBody = serde_json::from_value(notification.clone())
+    let body = PaymentNotificationBody::deserialize(&notification)
         .map_err(|e| ApiError::InvalidRequest(format!("request body: {e}")))?;
     for (value, name) in [(&body.payment_id, "paymentId"), (&body.order_id, "orderId")] {
         if value.is_empty() || value.len() > 128 || !value.bytes().all(|b| b.is_ascii_graphic()) {
