@@ -22,6 +22,8 @@ mod contract;
 mod ctl;
 #[path = "e2e/dashboard.rs"]
 mod dashboard;
+#[path = "e2e/dlq_tools.rs"]
+mod dlq_tools;
 #[path = "e2e/downstream.rs"]
 mod downstream;
 #[path = "e2e/edge.rs"]

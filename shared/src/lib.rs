@@ -9,6 +9,7 @@ pub mod cancellation;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod dead_letters;
 pub mod domain;
 pub mod fate;
 pub mod fence;

@@ -78,6 +78,7 @@ macro_rules! next_after_cursor {
                         request_id: row.request_id,
                         traceparent: row.traceparent,
                         payment_id: row.payment_id,
+                        redrive_of: row.redrive_of,
                     },
                 })
                 .collect())
@@ -87,7 +88,7 @@ macro_rules! next_after_cursor {
 
 next_after_cursor!(
     r#"SELECT id, event_id, type AS kind, order_id, activity_id, sku_id, round, user_id, reason, occurred_at,
-              request_id, traceparent, payment_id, xid AS "xid: Xid8"
+              request_id, traceparent, payment_id, redrive_of, xid AS "xid: Xid8"
          FROM order_events
         WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)
           AND xid < pg_snapshot_xmin(pg_current_snapshot())
@@ -131,6 +132,8 @@ pub struct EventRow {
     pub traceparent: Option<String>,
     /// `PAID` and `REFUND_DUE`: the payment provider's id of the payment.
     pub payment_id: Option<String>,
+    /// A redriven order's events: the order it replaces.
+    pub redrive_of: Option<String>,
 }
 
 /// An outbox row that cannot be an event (written by hand, or by a tool
@@ -158,6 +161,7 @@ impl EventRow {
             user_id: UserId::new(self.user_id).map_err(|_| bad("user id"))?,
             reason: self.reason.clone(),
             payment_id: self.payment_id.clone(),
+            redrive_of: self.redrive_of.clone(),
             occurred_at: self.occurred_at.timestamp_millis(),
             v: OrderEvent::VERSION,
         })

@@ -694,9 +694,15 @@ pub struct CtlOutput {
 impl TestEnv {
     /// Runs `seckillctl args...` against this test's servers.
     pub async fn ctl(&self, args: &[&str]) -> CtlOutput {
+        self.ctl_with_env(args, &[]).await
+    }
+
+    /// [`TestEnv::ctl`] with more environment variables.
+    pub async fn ctl_with_env(&self, args: &[&str], extra: &[(&str, &str)]) -> CtlOutput {
         let output = tokio::process::Command::new(binary("seckillctl"))
             .args(args)
             .envs(self.child_env())
+            .envs(extra.iter().copied())
             .output()
             .await
             .expect("running seckillctl");

@@ -3,7 +3,9 @@
 //! gauges (`seckill_sale_consistent`, `seckill_sale_remaining`,
 //! `seckill_sale_violations`, `seckill_sale_broken_promises`: orders
 //! answered 202 that ended FAILED), with the records parked for an operator
-//! (`seckill_parked_records`). The alert rules under `infra/observability/`
+//! (`seckill_parked_records`) and the dead letters' counts
+//! (`seckill_dlq_records{reason}`, `…_by_sale{sale}`, replayed, redriven,
+//! oldest and newest). The alert rules under `infra/observability/`
 //! read them. A reconciliation taken while orders move can disagree for an
 //! instant (a unit between PostgreSQL's commit and Redis's follow); the
 //! rules wait for the disagreement to last.
@@ -56,5 +58,22 @@ pub async fn audit_once(deps: &Connections) -> anyhow::Result<()> {
     }
     let parked = seckill_shared::parked::count(&deps.db).await?;
     metrics::gauge!("seckill_parked_records").set(parked as f64);
+    export_dead_letters(&seckill_shared::dead_letters::stats(&deps.db, Default::default()).await?);
     Ok(())
+}
+
+/// The dead-letter index's counts, as `seckillctl dlq stats` gives them
+/// (by hour is Prometheus's own: `increase(seckill_dlq_records[1h])`).
+fn export_dead_letters(stats: &seckill_shared::dead_letters::Stats) {
+    for (reason, n) in &stats.by_reason {
+        metrics::gauge!("seckill_dlq_records", "reason" => reason.clone()).set(*n as f64);
+    }
+    for (sale, n) in &stats.by_sale {
+        metrics::gauge!("seckill_dlq_records_by_sale", "sale" => sale.clone()).set(*n as f64);
+    }
+    metrics::gauge!("seckill_dlq_replayed_records").set(stats.replayed as f64);
+    metrics::gauge!("seckill_dlq_redriven_records").set(stats.redriven as f64);
+    let seconds = |t: Option<chrono::DateTime<chrono::Utc>>| t.map_or(0.0, |t| t.timestamp_millis() as f64 / 1000.0);
+    metrics::gauge!("seckill_dlq_oldest_timestamp_seconds").set(seconds(stats.oldest));
+    metrics::gauge!("seckill_dlq_newest_timestamp_seconds").set(seconds(stats.newest));
 }

@@ -1,6 +1,7 @@
 //! The dead-letter consumer: one record at a time, settle, then commit.
 //!
-//! For each record, [`settle`](crate::settle::settle) decides the order's
+//! For each record, the dead-letter index gets its row
+//! ([`dead_letters`](seckill_shared::dead_letters)), then [`settle`](crate::settle::settle) decides the order's
 //! fate in PostgreSQL and brings Redis in line; then the offset is
 //! committed. A crash anywhere before the commit replays the record, and the
 //! replay restores nothing twice. A dependency that is down is retried
@@ -11,6 +12,7 @@ use crate::settle::{self, SettleError};
 use crate::Settings;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Message};
+use seckill_shared::dead_letters;
 use seckill_shared::domain::{FailReason, OrderRecord};
 use seckill_shared::host::{retry_until, Connections};
 use seckill_shared::kafka::{self, dlq_header, header_str, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
@@ -71,6 +73,13 @@ impl DlqJob {
     /// Settles one record, retrying until it is done or parked; `false` when
     /// shutdown came first (nothing is committed, the record is replayed).
     async fn handle(&self, message: &BorrowedMessage<'_>, shutdown: &CancellationToken) -> bool {
+        // Counted first (`seckillctl dlq stats`), whatever becomes of it.
+        let indexed = retry_until(self.settings.service.retry, "indexing a dead letter", shutdown, || {
+            dead_letters::index(&self.deps.db, message)
+        });
+        if indexed.await.is_none() {
+            return false;
+        }
         let reason_code = message.headers().and_then(|h| header_str(h, dlq_header::REASON)).unwrap_or("");
         let record = match message.payload().map(OrderRecord::decode) {
             Some(Ok(record)) => record,

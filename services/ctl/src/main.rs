@@ -26,13 +26,15 @@ use std::process::ExitCode;
 pub struct Settings {
     /// Lease and wait of the warm-up lock (as the edge's `warmup_lock`).
     pub warmup_lock: LockSettings,
+    /// The dead-letter tools (`dlq replay`, `dlq redrive`).
+    pub dlq: dlq::DlqToolSettings,
     #[serde(flatten)]
     pub servers: Servers,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { warmup_lock: LockSettings::warmup(), servers: Servers::default() }
+        Self { warmup_lock: LockSettings::warmup(), dlq: Default::default(), servers: Servers::default() }
     }
 }
 
@@ -54,7 +56,7 @@ enum Command {
     Sale(SaleCommand),
     /// Check a sale's books: every term of the invariant and the verdict.
     Reconcile(reconcile::Args),
-    /// Inspect and replay the dead-letter topic.
+    /// Inspect, count, replay and redrive the dead-letter topic.
     #[command(subcommand)]
     Dlq(dlq::Command),
     /// Consume the order events, as a team downstream would.

@@ -73,6 +73,20 @@ function showPipeline(figures) {
   }
 }
 
+function showDeadLetters(figures) {
+  const dlq = figures.deadLetters || {};
+  if (failed(dlq)) {
+    text("dlq-records", dlq.error);
+    return;
+  }
+  const counts = (byKey) => Object.entries(byKey || {}).map(([key, n]) => `${key} ${number(n)}`).join(", ") || "none";
+  text("dlq-records", number(dlq.records));
+  text("dlq-by-reason", counts(dlq.byReason));
+  text("dlq-by-sale", counts(dlq.bySale));
+  text("dlq-span", dlq.oldest ? `${dlq.oldest} / ${dlq.newest}` : "none");
+  text("dlq-acted", `${number(dlq.replayed)} / ${number(dlq.redriven)}`);
+}
+
 // Orders whose buyer was told 202 and that still ended FAILED, by reason:
 // a promise broken by a part failing. It reads 0.
 function brokenPromises(sale) {
@@ -134,6 +148,7 @@ function saleCard(sale) {
 function show(figures) {
   showEdge(figures.edge || {});
   showPipeline(figures);
+  showDeadLetters(figures);
   if (failed(figures.sales)) text("sales", figures.sales.error);
   else (figures.sales || []).forEach(saleCard);
   text("status", `updated ${new Date(figures.atMs).toLocaleTimeString("en-GB")}`);

@@ -41,6 +41,11 @@ pub struct OrderEvent {
     /// (`legacy:<orderId>` for an order paid before the payments ledger).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payment_id: Option<String>,
+    /// An order placed again from the dead-letter topic (`seckillctl dlq
+    /// redrive`): the dead-lettered order it replaces, on each of its
+    /// status events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redrive_of: Option<String>,
     /// When the change was written (ms since the epoch, PostgreSQL's clock).
     pub occurred_at: i64,
     /// Event format major version; 1.

@@ -28,6 +28,10 @@ pub struct OrderRecord {
     /// round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<i64>,
+    /// Set by `seckillctl dlq redrive`: the dead-lettered order this one
+    /// places again for the same buyer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redrive_of: Option<OrderId>,
     /// Record format major version; 1.
     pub v: u32,
 }
@@ -46,6 +50,7 @@ impl OrderRecord {
             user_id,
             accepted_at,
             round: None,
+            redrive_of: None,
             v: Self::VERSION,
         }
     }

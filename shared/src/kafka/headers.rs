@@ -29,6 +29,15 @@ pub mod dlq_header {
     pub const FAILED_AT: &str = "dlq.failed.at";
     /// Set by `seckillctl dlq replay`: `topic:partition:offset` it came from.
     pub const REPLAYED_FROM: &str = "dlq.replayed-from";
+    /// Set by `seckillctl dlq replay` and `redrive`: the run that
+    /// re-produced the record (kept when it is dead-lettered again).
+    pub const REPLAY_ID: &str = "dlq.replay-id";
+    /// How many runs re-produced it (kept when it is dead-lettered again).
+    pub const REPLAY_COUNT: &str = "dlq.replay-count";
+    /// Set by `seckillctl dlq redrive`: the order the new one replaces.
+    pub const REDRIVE_OF: &str = "dlq.redrive-of";
+    /// The headers a record keeps when it is dead-lettered again.
+    pub const CARRIED: [&str; 2] = [REPLAY_ID, REPLAY_COUNT];
 }
 
 /// The headers Spring Kafka's `DeadLetterPublishingRecoverer` writes, so a
@@ -107,6 +116,11 @@ pub fn dlq_headers<H: Headers>(original: Option<&H>, reason: &str, error: &str, 
     ] {
         headers = headers.insert(Header { key, value: Some(value.as_bytes()) });
     }
+    for key in dlq_header::CARRIED {
+        if let Some(value) = original.and_then(|h| header_str(h, key)) {
+            headers = headers.insert(Header { key, value: Some(value) });
+        }
+    }
     let fqcn = format!("seckill.dlq.{reason}");
     for (key, value) in [
         (spring_dlt::ORIGINAL_TOPIC, origin.topic.as_bytes()),
@@ -172,7 +186,9 @@ mod tests {
                 key: TRACEPARENT_HEADER,
                 value: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
             })
-            .insert(Header { key: dlq_header::ATTEMPTS, value: Some("2") });
+            .insert(Header { key: dlq_header::ATTEMPTS, value: Some("2") })
+            .insert(Header { key: dlq_header::REPLAY_COUNT, value: Some("1") })
+            .insert(Header { key: dlq_header::REPLAY_ID, value: Some("7") });
         let origin = Origin {
             topic: "seckill.orders",
             partition: 3,
@@ -185,6 +201,8 @@ mod tests {
         assert!(header_str(&headers, TRACEPARENT_HEADER).is_some());
         assert_eq!(header_str(&headers, dlq_header::ATTEMPTS), Some("3"));
         assert_eq!(header_str(&headers, dlq_header::ORIGINAL_OFFSET), Some("42"));
+        assert_eq!(header_str(&headers, dlq_header::REPLAY_COUNT), Some("1"), "a replayed record's count stays");
+        assert_eq!(header_str(&headers, dlq_header::REPLAY_ID), Some("7"));
         // Spring's, in its encoding: a Java DLT tool reads them.
         let raw = |key| headers.iter().find(|h| h.key == key).and_then(|h| h.value).unwrap().to_vec();
         assert_eq!(raw(spring_dlt::ORIGINAL_PARTITION), 3i32.to_be_bytes());

@@ -69,9 +69,11 @@ pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> 
                d.sku_id AS "sku_id!", d.round AS "round!", d.user_id AS "user_id!", d.reason,
                COALESCE(e.occurred_at, d.at) AS "occurred_at!", d.request_id, d.traceparent,
                COALESCE(d.payment_id, e.payment_id) AS payment_id,
+               COALESCE(e.redrive_of, r.original_order_id) AS redrive_of,
                COALESCE((e.xid, e.id) > (SELECT xid, id FROM order_events_relayed), false) AS "pending!"
           FROM derived d
           LEFT JOIN order_events e ON e.event_id = d.event_id
+          LEFT JOIN dlq_redrives r ON r.new_order_id = d.order_id AND d.kind NOT IN ('REFUND_DUE', 'PAYMENT_LATE')
          WHERE $3::timestamptz IS NULL OR COALESCE(e.occurred_at, d.at) >= $3
          ORDER BY d.order_id, COALESCE(e.occurred_at, d.at)"#,
         activity,
@@ -96,6 +98,7 @@ pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> 
                 request_id: row.request_id,
                 traceparent: row.traceparent,
                 payment_id: row.payment_id,
+                redrive_of: row.redrive_of,
             },
             pending: row.pending,
         })

@@ -221,6 +221,7 @@ mod tests {
             request_id: None,
             traceparent: None,
             payment_id: None,
+            redrive_of: None,
         };
         Expected { event, pending }
     }

@@ -1,7 +1,7 @@
 //! The live sale dashboard's figures: once a second, every live sale's
 //! reconciliation (its stock in Redis and PostgreSQL, the outcome terms,
-//! the verdict), the consumer groups' lag and the dead letters, the records
-//! parked, the sweeper's last sweep, and this edge's request rates by
+//! the verdict), the consumer groups' lag and the dead letters (their
+//! counts by reason and sale, replayed and redriven), the records parked, the sweeper's last sweep, and this edge's request rates by
 //! outcome and latency quantiles (from its own metrics).
 //!
 //! One collector per edge, whatever the number of viewers: it runs while
@@ -40,6 +40,9 @@ pub struct Figures {
     pub pipeline: Readout<PipelineFigures>,
     /// Records parked for an operator.
     pub parked: Readout<i64>,
+    /// The dead letters the compensator indexed: by reason and sale,
+    /// oldest and newest, replayed and redriven (as `seckillctl dlq stats`).
+    pub dead_letters: Readout<seckill_shared::dead_letters::Stats>,
     /// The sweeper's last sweep, if one was recorded.
     pub sweeper: Readout<Option<SweepMark>>,
 }
@@ -164,6 +167,10 @@ impl Dashboard {
             sales: Readout::of(sales, "reconciliation"),
             pipeline: Readout::of(pipeline, "kafka"),
             parked: Readout::of(seckill_shared::parked::count(&self.db).await, "postgresql"),
+            dead_letters: Readout::of(
+                seckill_shared::dead_letters::stats(&self.db, Default::default()).await,
+                "postgresql",
+            ),
             sweeper: Readout::of(self.stock.last_sweep().await, "redis"),
         }
     }

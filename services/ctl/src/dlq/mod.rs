@@ -1,24 +1,44 @@
-//! `seckillctl dlq list | show | replay`: the dead-letter topic for humans.
+//! `seckillctl dlq …`: the dead-letter topic for humans.
 //!
-//! `list` and `show` read without a consumer group commit. `replay` reads
-//! with its own group (one per filter, so different filters keep separate
-//! positions), re-produces each chosen record to its original topic with a
-//! `dlq.replayed-from` header and an incremented attempt count, awaits the
-//! delivery, and only then commits past it: an interrupted replay resumes
-//! where it stopped. A crash between a delivery and its commit replays that
-//! one record once more, which the order service absorbs (first row wins).
+//! `list` and `show` read without a consumer group commit; `stats` counts
+//! the compensator's index of the topic. `replay` ([`replay`]) re-produces
+//! records, `redrive` ([`redrive`]) places dead-lettered orders again for
+//! their buyers; both resume where a previous run with the same filter
+//! stopped ([`resume`]) and record every run in the audit trail ([`runs`]),
+//! which `runs` lists.
+
+mod redrive;
+mod replay;
+mod resume;
+mod runs;
+mod stats;
 
 use crate::topic::{read_to_end, reader, Start};
 use crate::{Failure, Settings};
 use chrono::{DateTime, Utc};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
-use seckill_shared::domain::OrderRecord;
-use seckill_shared::kafka::{self, dlq_header, header_str, headers_map, Topics, REQUEST_ID_HEADER};
+use seckill_shared::domain::{OrderRecord, SaleKey};
+use seckill_shared::kafka::{dlq_header, header_str, headers_map, Topics};
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// Settings of the dead-letter tools.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DlqToolSettings {
+    /// A record whose order was re-produced this many times (its
+    /// `dlq.replay-count`) is refused by `replay` and `redrive` without
+    /// `--force`: a loop shows up instead of spinning.
+    pub max_replays: u32,
+}
+
+impl Default for DlqToolSettings {
+    fn default() -> Self {
+        Self { max_replays: 3 }
+    }
+}
 
 /// `dlq` subcommands.
 #[derive(clap::Subcommand)]
@@ -60,20 +80,126 @@ pub enum Command {
         /// its own resume position, apart from a replay to the original.
         #[arg(long)]
         to: Option<String>,
-        /// Records per second at most.
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Place chosen dead-lettered orders again for their buyers, where the
+    /// sale's round is still open, the buyer holds no live order and a unit
+    /// is left: a new order (`redriveOf` the original), at most one per
+    /// original however often it runs.
+    Redrive {
+        #[command(flatten)]
+        filter: Filter,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// The replay and redrive runs, latest first (the audit trail).
+    Runs {
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// Print JSON.
         #[arg(long)]
-        rate: Option<f64>,
-        /// Replay at most this many (the next run resumes after them).
+        json: bool,
+    },
+    /// Dead letters by reason, by sale and by hour; oldest and newest;
+    /// replayed, redriven and parked.
+    Stats {
+        /// Only records dead-lettered at or after this time (RFC 3339).
         #[arg(long)]
-        limit: Option<u64>,
-        /// List what would be sent; send and commit nothing.
+        since: Option<DateTime<Utc>>,
+        /// Only this sale's (`ACTIVITY:SKU`).
+        #[arg(long, value_parser = parse_sale)]
+        sale: Option<SaleKey>,
+        /// Print JSON.
         #[arg(long)]
-        dry_run: bool,
+        json: bool,
     },
 }
 
+/// How a replay or redrive runs.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunArgs {
+    /// Why (kept in the audit trail).
+    #[arg(long, default_value = "")]
+    note: String,
+    /// Records per second at most.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// At most this many sent / placed (the next run resumes after them).
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Say what would be done; send, place and commit nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Also records already replayed `dlq.max_replays` times.
+    #[arg(long)]
+    force: bool,
+}
+
+impl RunArgs {
+    /// Waits out the rate cap after a record sent.
+    async fn pace(&self) {
+        if let Some(rate) = self.rate.filter(|r| *r > 0.0) {
+            tokio::time::sleep(Duration::from_secs_f64(1.0 / rate)).await;
+        }
+    }
+}
+
+fn parse_sale(text: &str) -> Result<SaleKey, String> {
+    let (activity, sku) = text.split_once(':').ok_or_else(|| format!("expected ACTIVITY:SKU, got '{text}'"))?;
+    let number = |part: &str| part.parse::<i64>().map_err(|_| format!("expected ACTIVITY:SKU, got '{text}'"));
+    SaleKey::from_raw(number(activity)?, number(sku)?).map_err(|e| e.to_string())
+}
+
+fn parse_position(text: &str) -> Result<(i32, i64), String> {
+    text.split_once(':')
+        .and_then(|(p, o)| Some((p.parse::<i32>().ok()?, o.parse::<i64>().ok()?)))
+        .ok_or_else(|| format!("expected PARTITION:OFFSET, got '{text}'"))
+}
+
+/// Refuses a record whose order was re-produced `max` times already,
+/// unless forced.
+fn loop_guard(message: &OwnedMessage, max: u32, force: bool) -> Result<(), String> {
+    let count = message
+        .headers()
+        .and_then(|h| header_str(h, dlq_header::REPLAY_COUNT))
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(0);
+    if count >= max && !force {
+        return Err(format!(
+            "re-produced {count} times already and dead-lettered again (dlq.max_replays = {max}): a loop? \
+             --force --position {}:{} sends it anyway",
+            message.partition(),
+            message.offset()
+        ));
+    }
+    Ok(())
+}
+
+/// Ends a run: the reader stopped (committing nothing past what was done),
+/// the audit row closed with why it stopped early, if it did.
+async fn finish(audit: &runs::Run, records: resume::Resumable, result: Result<(), Failure>) -> Result<(), Failure> {
+    let stopped = records.stop().await;
+    let error = match (&result, &stopped) {
+        (Err(failure), _) => Some(format!("{:#}", failure.error)),
+        (Ok(()), Err(error)) => Some(format!("reading the dead-letter topic: {error:#}")),
+        _ => None,
+    };
+    audit.finish(error.as_deref()).await?;
+    result?;
+    stopped.map_err(Failure::unreadable)
+}
+
+/// A stable hex name for a text (FNV-1a).
+fn stable_hash(text: &str) -> String {
+    let hash = text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
+    format!("{hash:016x}")
+}
+
 /// Which records.
-#[derive(clap::Args, Clone, Default, Debug)]
+#[derive(clap::Args, Clone, Default, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Filter {
     /// Only this `dlq.reason` (e.g. NO_DB_STOCK).
     #[arg(long)]
@@ -84,10 +210,21 @@ pub struct Filter {
     /// Only records dead-lettered at or after this time (RFC 3339).
     #[arg(long)]
     since: Option<DateTime<Utc>>,
+    /// Only this sale's records (`ACTIVITY:SKU`).
+    #[arg(long, value_parser = parse_sale)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sale: Option<SaleKey>,
+    /// Only the record at `PARTITION:OFFSET` (as `list` shows it).
+    #[arg(long, value_parser = parse_position)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    position: Option<(i32, i64)>,
 }
 
 impl Filter {
     fn matches(&self, message: &OwnedMessage) -> bool {
+        if self.position.is_some_and(|p| p != (message.partition(), message.offset())) {
+            return false;
+        }
         let headers = message.headers();
         let header = |key| headers.and_then(|h| header_str(h, key));
         if let Some(reason) = &self.reason {
@@ -101,9 +238,12 @@ impl Filter {
                 return false;
             }
         }
-        if let Some(order) = &self.order {
+        if self.order.is_some() || self.sale.is_some() {
             let record = message.payload().and_then(|p| OrderRecord::decode(p).ok());
-            if record.is_none_or(|r| r.order_id.as_str() != order) {
+            let Some(record) = record else { return false };
+            if self.order.as_ref().is_some_and(|order| record.order_id.as_str() != order)
+                || self.sale.is_some_and(|sale| record.sale() != sale)
+            {
                 return false;
             }
         }
@@ -112,9 +252,7 @@ impl Filter {
 
     /// A stable name for this filter, for the replay group.
     fn group_suffix(&self) -> String {
-        let text = format!("{self:?}");
-        let hash = text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
-        format!("{hash:016x}")
+        stable_hash(&format!("{self:?}"))
     }
 }
 
@@ -188,12 +326,7 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Show { position, json } => {
-            let (partition, offset) = position
-                .split_once(':')
-                .and_then(|(p, o)| Some((p.parse::<i32>().ok()?, o.parse::<i64>().ok()?)))
-                .ok_or_else(|| {
-                    Failure::unreadable(anyhow::anyhow!("position must be partition:offset, got '{position}'"))
-                })?;
+            let (partition, offset) = parse_position(&position).map_err(|e| Failure::unreadable(anyhow::anyhow!(e)))?;
             let message = tokio::task::spawn_blocking(move || read_one(&settings, partition, offset))
                 .await
                 .map_err(Failure::failed)?
@@ -214,9 +347,14 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Parked { limit, json } => parked(&settings, limit, json).await,
-        Command::Replay { filter, to, rate, limit, dry_run } => {
-            replay(settings, filter, to, rate, limit, dry_run).await
+        Command::Replay { filter, to, run } => replay::replay(settings, filter, to, run).await,
+        Command::Redrive { filter, run } => redrive::redrive(settings, filter, run).await,
+        Command::Runs { limit, json } => {
+            let db = seckill_shared::db::connect_lazy(&settings.servers.database).map_err(Failure::unreadable)?;
+            seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
+            runs::list(&db, limit, json).await
         }
+        Command::Stats { since, sale, json } => stats::run(&settings, since, sale, json).await,
     }
 }
 
@@ -276,109 +414,4 @@ fn read_one(settings: &Settings, partition: i32, offset: i64) -> anyhow::Result<
         }
     }
     Ok(None)
-}
-
-async fn replay(
-    settings: Settings,
-    filter: Filter,
-    to: Option<String>,
-    rate: Option<f64>,
-    limit: Option<u64>,
-    dry_run: bool,
-) -> Result<(), Failure> {
-    let producer: FutureProducer = kafka::producer(&settings.servers.kafka).map_err(Failure::unreadable)?;
-    let target = to.as_deref().map(|topic| format!("-to-{topic}")).unwrap_or_default();
-    let group = format!("{}seckillctl-replay-{}{target}", settings.servers.kafka.topic_prefix, filter.group_suffix());
-    let dlq_topic = Topics::new(&settings.servers.kafka).dlq;
-    // The reader runs on a blocking thread and hands chosen records over; each
-    // is committed only after its delivery was acknowledged.
-    let (to_send, mut chosen) = tokio::sync::mpsc::channel::<OwnedMessage>(1);
-    let (acked_tx, acked_rx) = std::sync::mpsc::channel::<bool>();
-    let reader_settings = settings.clone();
-    let reader_group = group.clone();
-    let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        read_dlq(&reader_settings, Some(&reader_group), |consumer, message| {
-            if !filter.matches(message) {
-                return Ok(true);
-            }
-            if to_send.blocking_send(message.clone()).is_err() {
-                return Ok(false);
-            }
-            // Wait for the delivery before committing past the record.
-            let delivered = acked_rx.recv().unwrap_or(false);
-            if !delivered {
-                return Ok(false);
-            }
-            if !dry_run {
-                let mut list = TopicPartitionList::new();
-                list.add_partition_offset(message.topic(), message.partition(), Offset::Offset(message.offset() + 1))?;
-                consumer.commit(&list, CommitMode::Sync)?;
-            }
-            Ok(true)
-        })
-    });
-    let progress = indicatif::ProgressBar::new_spinner();
-    let mut sent = 0u64;
-    while let Some(message) = chosen.recv().await {
-        if limit.is_some_and(|limit| sent >= limit) {
-            // Not sent, not committed: the next run starts here.
-            break;
-        }
-        let e = entry(&message);
-        let original_topic = to.clone().unwrap_or_else(|| {
-            e.headers
-                .get(dlq_header::ORIGINAL_TOPIC)
-                .cloned()
-                .unwrap_or_else(|| Topics::new(&settings.servers.kafka).orders)
-        });
-        if dry_run {
-            println!("would replay {} ({}, order {}) to {original_topic}", e.position, e.reason, e.order_id);
-            sent += 1;
-            let _ = acked_tx.send(true);
-            continue;
-        }
-        let attempts = e.attempts.parse::<u32>().unwrap_or(0) + 1;
-        let replayed_from = format!("{dlq_topic}:{}", e.position);
-        let attempts_text = attempts.to_string();
-        let mut headers = OwnedHeaders::new();
-        if let Some(request_id) = message.headers().and_then(|h| header_str(h, REQUEST_ID_HEADER)) {
-            headers = headers.insert(Header { key: REQUEST_ID_HEADER, value: Some(request_id) });
-        }
-        headers = headers
-            .insert(Header { key: dlq_header::REPLAYED_FROM, value: Some(replayed_from.as_str()) })
-            .insert(Header { key: dlq_header::ATTEMPTS, value: Some(attempts_text.as_str()) });
-        let mut record = FutureRecord::<[u8], [u8]>::to(&original_topic).headers(headers);
-        if let Some(key) = message.key() {
-            record = record.key(key);
-        }
-        if let Some(payload) = message.payload() {
-            record = record.payload(payload);
-        }
-        match producer.send(record, Duration::from_secs(10)).await {
-            Ok(_) => {
-                sent += 1;
-                progress.set_message(format!("replayed {sent}"));
-                progress.tick();
-                println!("replayed {} ({}, order {}) to {original_topic}", e.position, e.reason, e.order_id);
-                let _ = acked_tx.send(true);
-            }
-            Err((error, _)) => {
-                let _ = acked_tx.send(false);
-                drop(chosen);
-                let _ = reader.await;
-                return Err(Failure::failed(anyhow::anyhow!("replaying {}: {error}", e.position)));
-            }
-        }
-        if let Some(rate) = rate.filter(|r| *r > 0.0) {
-            tokio::time::sleep(Duration::from_secs_f64(1.0 / rate)).await;
-        }
-    }
-    progress.finish_and_clear();
-    // Stops the reader if the limit did: it waits for an acknowledgement
-    // that will not come, and commits nothing past what was sent.
-    drop(acked_tx);
-    drop(chosen);
-    reader.await.map_err(Failure::failed)?.map_err(Failure::unreadable)?;
-    println!("{} record(s) {}", sent, if dry_run { "would be replayed (dry run)" } else { "replayed" });
-    Ok(())
 }

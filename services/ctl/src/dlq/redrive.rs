@@ -1,0 +1,311 @@
+//! `seckillctl dlq redrive`: a replay that gives the buyer another chance.
+//!
+//! A dead-lettered order was settled FAILED and its unit given back, so
+//! replaying its record creates nothing. A redrive asks, per record, whether
+//! the buyer can still have the order — the sale's round is the record's and
+//! still open, the buyer holds no live order in it, a unit is left — and if
+//! so places it again through the edge's own atomic deduction
+//! (`lua/deduct.lua`): a new order id, the unit taken from today's stock
+//! (never beyond it), published to the orders topic like any order, with
+//! `redriveOf` naming the original (and every event of the new order says
+//! so: the outbox triggers read `dlq_redrives`).
+//!
+//! At most one new order per original, however often a redrive is run or
+//! interrupted: the `dlq_redrives` row is written before the deduction with
+//! the deduction call's id, and a run that finds it asks the same call
+//! again, so it hears what the first asking decided instead of deducting a
+//! second time (after the call's outcome expired, the buyer's order in
+//! Redis is recognised by the call's nonce in its id). The deduction's own
+//! one-order-per-buyer check is what refuses a buyer who holds an order.
+
+use super::resume::Resumable;
+use super::runs::{Outcome, Run, RunSpec};
+use super::{entry, loop_guard, Filter, RunArgs};
+use crate::{Failure, Settings};
+use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use seckill_shared::domain::{OrderId, OrderRecord};
+use seckill_shared::kafka::{self, dlq_header, header_str, Topics, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use seckill_shared::stock::{DeductCall, DeductRequest, Deduction, Stock};
+use sqlx::PgPool;
+use std::time::Duration;
+
+/// What a redrive needs.
+struct Redrive {
+    settings: Settings,
+    stock: Stock,
+    db: PgPool,
+    producer: FutureProducer,
+    topics: Topics,
+    audit: Run,
+    dry_run: bool,
+}
+
+/// What became of one record.
+struct Verdict {
+    outcome: Outcome,
+    detail: String,
+    new_order: Option<OrderId>,
+}
+
+impl Verdict {
+    fn skipped(detail: impl Into<String>) -> Self {
+        Self { outcome: Outcome::Skipped, detail: detail.into(), new_order: None }
+    }
+    fn refused(detail: impl Into<String>) -> Self {
+        Self { outcome: Outcome::Refused, detail: detail.into(), new_order: None }
+    }
+}
+
+/// Runs a redrive.
+pub async fn redrive(settings: Settings, filter: Filter, run: RunArgs) -> Result<(), Failure> {
+    let (stock, db) = crate::connect(&settings).await?;
+    seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
+    let producer: FutureProducer = kafka::producer(&settings.servers.kafka).map_err(Failure::unreadable)?;
+    let topics = Topics::new(&settings.servers.kafka);
+    let group = format!("{}seckillctl-redrive-{}", settings.servers.kafka.topic_prefix, filter.group_suffix());
+    let spec = RunSpec { kind: "redrive", note: &run.note, filter: &filter, target: None, dry_run: run.dry_run };
+    let audit = Run::start(&db, &spec).await?;
+    let mut records = Resumable::start(&settings, group, filter.clone(), !run.dry_run);
+    let redrive = Redrive { settings, stock, db, producer, topics, audit, dry_run: run.dry_run };
+    let (mut placed, mut skipped, mut refused) = (0u64, 0u64, 0u64);
+    let result = async {
+        while let Some(message) = records.next().await {
+            if run.limit.is_some_and(|limit| placed >= limit) {
+                break;
+            }
+            let e = entry(&message);
+            let verdict = match loop_guard(&message, redrive.settings.dlq.max_replays, run.force) {
+                Err(why) => Verdict::refused(why),
+                Ok(()) => redrive.one(&message).await?,
+            };
+            let new_order = verdict.new_order.as_ref().map(OrderId::as_str);
+            let order = (e.order_id != "-").then_some(e.order_id.as_str());
+            redrive.audit.record(&message, order, verdict.outcome, &verdict.detail, new_order).await?;
+            let what = match verdict.outcome {
+                Outcome::Placed if redrive.dry_run => "would redrive",
+                Outcome::Placed => "redrove",
+                Outcome::Skipped => "skipped",
+                _ => "refused",
+            };
+            println!("{what} {} ({}, order {}): {}", e.position, e.reason, e.order_id, verdict.detail);
+            match verdict.outcome {
+                Outcome::Placed | Outcome::Sent => placed += 1,
+                Outcome::Skipped => skipped += 1,
+                Outcome::Refused => refused += 1,
+            }
+            records.done();
+            if verdict.outcome == Outcome::Placed {
+                run.pace().await;
+            }
+        }
+        Ok(())
+    }
+    .await;
+    super::finish(&redrive.audit, records, result).await?;
+    let verb = if run.dry_run { "would be placed again (dry run)" } else { "placed again" };
+    println!("{placed} order(s) {verb}, {skipped} skipped, {refused} refused (run {})", redrive.audit.id);
+    Ok(())
+}
+
+impl Redrive {
+    /// Decides one record and, unless a dry run, acts on it.
+    async fn one(&self, message: &OwnedMessage) -> Result<Verdict, Failure> {
+        let Some(original) = message.payload().and_then(|p| OrderRecord::decode(p).ok()) else {
+            return Ok(Verdict::refused("not an order record: nothing to place again"));
+        };
+        let done = sqlx::query_scalar!(
+            "SELECT new_order_id FROM dlq_redrives WHERE original_order_id = $1 AND new_order_id IS NOT NULL",
+            original.order_id.as_str()
+        )
+        .fetch_optional(&self.db)
+        .await
+        .map_err(Failure::unreadable)?
+        .flatten();
+        if let Some(new_order) = done {
+            return Ok(Verdict::skipped(format!("already redriven as {new_order}")));
+        }
+        let status = sqlx::query_scalar!("SELECT status FROM orders WHERE order_id = $1", original.order_id.as_str())
+            .fetch_optional(&self.db)
+            .await
+            .map_err(Failure::unreadable)?;
+        if let Some(status) = status.filter(|s| s != "FAILED") {
+            return Ok(Verdict::skipped(format!("the order is {status}: nothing to place again")));
+        }
+        if self.dry_run {
+            return self.would(&original).await;
+        }
+        self.place(message, &original).await
+    }
+
+    /// A dry run's answer, from reads alone (the deduction decides for real).
+    async fn would(&self, original: &OrderRecord) -> Result<Verdict, Failure> {
+        let sale = original.sale();
+        let snapshot = self.stock.snapshot(sale).await.map_err(Failure::unreadable)?;
+        let holder = self.stock.user_order(sale, original.user_id).await.map_err(Failure::unreadable)?;
+        Ok(if !snapshot.exists {
+            Verdict::refused("the sale is not in Redis (finished or never warmed)")
+        } else if let Some(why) = round_over(original, snapshot.round) {
+            Verdict::refused(why)
+        } else if let Some(order) = holder {
+            Verdict::refused(format!("the buyer holds order {order}"))
+        } else if snapshot.remaining <= 0 {
+            Verdict::refused("sold out")
+        } else {
+            Verdict { outcome: Outcome::Placed, detail: "a unit is left for the buyer".into(), new_order: None }
+        })
+    }
+
+    /// Places the buyer's order again, or says why not.
+    async fn place(&self, message: &OwnedMessage, original: &OrderRecord) -> Result<Verdict, Failure> {
+        let call_id = self.call_for(original).await?;
+        let nonce = nonce_of(&call_id);
+        let headers = message.headers();
+        let header = |key| headers.and_then(|h| header_str(h, key)).unwrap_or("").to_owned();
+        let request = DeductRequest {
+            user: original.user_id,
+            nonce: nonce.clone(),
+            request_id: header(REQUEST_ID_HEADER),
+            traceparent: header(TRACEPARENT_HEADER),
+        };
+        // Room for the publish below before the sweeper may take the
+        // reservation for a lost record (it republishes it then).
+        let deadline = Duration::from_millis(self.settings.servers.kafka.message_timeout_ms) + Duration::from_secs(5);
+        let call = DeductCall { id: call_id, requests: vec![request], publish_deadline: deadline };
+        let sale = original.sale();
+        let answer = self.stock.deduct_batch(sale, &call).await.map_err(Failure::unreadable)?.pop();
+        let (order_id, round, accepted_at) = match answer {
+            Some(Deduction::Accepted { order_id, round, accepted_at, .. }) => (order_id, round, accepted_at),
+            // Asked again after the call's outcome expired: the buyer's
+            // order is this call's own if it carries the call's nonce.
+            Some(Deduction::AlreadyPurchased { order_id: Some(held) }) if held.ends_with(&format!("-{nonce}")) => {
+                let order_id = OrderId::parse(&held).map_err(Failure::failed)?;
+                let state = self.stock.order_state(&order_id).await.map_err(Failure::unreadable)?;
+                let round = self.stock.snapshot(sale).await.map_err(Failure::unreadable)?.round;
+                (order_id, round, state.map_or_else(seckill_shared::now_ms, |s| s.accepted_at))
+            }
+            Some(Deduction::AlreadyPurchased { order_id }) => {
+                let held = order_id.unwrap_or_else(|| "?".into());
+                return Ok(Verdict::refused(format!("the buyer holds order {held}")));
+            }
+            Some(Deduction::SoldOut) => return Ok(Verdict::refused("sold out")),
+            Some(Deduction::NotActive) => return Ok(Verdict::refused("the sale is not open")),
+            Some(Deduction::SaleNotFound) => {
+                return Ok(Verdict::refused("the sale is not in Redis (finished or never warmed)"))
+            }
+            Some(Deduction::Voided) | None => return Ok(Verdict::refused("the deduction call was voided")),
+        };
+        // A unit taken in another round than the record's is given back.
+        if let Some(why) = round_over(original, round) {
+            self.stock.void(sale, &call).await.map_err(Failure::unreadable)?;
+            return Ok(Verdict::refused(why));
+        }
+        if !self.stock.replicated().await.map_err(Failure::unreadable)? {
+            self.stock.void(sale, &call).await.map_err(Failure::unreadable)?;
+            return Ok(Verdict::refused("the Redis replicas did not confirm the deduction; run again"));
+        }
+        // The link first: the order's events read it when the order
+        // service writes the row, and a record the sweeper republishes
+        // (this run died before its publish) keeps it too.
+        sqlx::query!(
+            "UPDATE dlq_redrives SET new_order_id = $2, placed_at = now() WHERE original_order_id = $1",
+            original.order_id.as_str(),
+            order_id.as_str()
+        )
+        .execute(&self.db)
+        .await
+        .map_err(Failure::unreadable)?;
+        let record = OrderRecord {
+            redrive_of: Some(original.order_id.clone()),
+            ..OrderRecord::new(order_id.clone(), sale, original.user_id, accepted_at).in_round(round)
+        };
+        self.publish(message, &record).await?;
+        Ok(Verdict { outcome: Outcome::Placed, detail: format!("placed as {order_id}"), new_order: Some(order_id) })
+    }
+
+    /// The deduction call of `original`'s redrive: the one a previous run
+    /// used, else a new one, recorded before it is asked.
+    async fn call_for(&self, original: &OrderRecord) -> Result<String, Failure> {
+        let fresh = format!("redrive{:016x}", rand::random::<u64>());
+        sqlx::query_scalar!(
+            "WITH new AS (
+                INSERT INTO dlq_redrives (original_order_id, call_id, run_id) VALUES ($1, $2, $3)
+                ON CONFLICT (original_order_id) DO NOTHING RETURNING call_id
+             )
+             SELECT call_id AS \"call_id!\" FROM new
+             UNION ALL SELECT call_id FROM dlq_redrives WHERE original_order_id = $1
+             LIMIT 1",
+            original.order_id.as_str(),
+            fresh,
+            self.audit.id
+        )
+        .fetch_one(&self.db)
+        .await
+        .map_err(Failure::unreadable)
+    }
+
+    /// Publishes the new order's record to the orders topic (keyed by its
+    /// buyer, as the edge does) and waits for the broker's acknowledgement.
+    async fn publish(&self, message: &OwnedMessage, record: &OrderRecord) -> Result<(), Failure> {
+        let payload = serde_json::to_vec(record).map_err(Failure::failed)?;
+        let key = record.user_id.get().to_string();
+        let headers = message.headers();
+        let count = headers
+            .and_then(|h| header_str(h, dlq_header::REPLAY_COUNT))
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0);
+        let (count, run_id) = ((count + 1).to_string(), self.audit.id.to_string());
+        let original = record.redrive_of.as_ref().map(OrderId::as_str).unwrap_or_default();
+        let mut out = OwnedHeaders::new();
+        for key in [REQUEST_ID_HEADER, TRACEPARENT_HEADER] {
+            if let Some(value) = headers.and_then(|h| header_str(h, key)) {
+                out = out.insert(Header { key, value: Some(value) });
+            }
+        }
+        let out = out
+            .insert(Header { key: dlq_header::REPLAY_ID, value: Some(run_id.as_str()) })
+            .insert(Header { key: dlq_header::REPLAY_COUNT, value: Some(count.as_str()) })
+            .insert(Header { key: dlq_header::REDRIVE_OF, value: Some(original) });
+        let to = FutureRecord::<str, [u8]>::to(&self.topics.orders).key(&key).payload(&payload).headers(out);
+        self.producer.send(to, Duration::from_secs(10)).await.map_err(|(error, _)| {
+            Failure::failed(anyhow::anyhow!(
+                "publishing {} (the sweeper publishes it again if this run does not): {error}",
+                record.order_id
+            ))
+        })?;
+        Ok(())
+    }
+}
+
+/// Why `original` cannot be placed in `round`, if it cannot.
+fn round_over(original: &OrderRecord, round: i64) -> Option<String> {
+    original
+        .round
+        .filter(|r| *r != round)
+        .map(|r| format!("its round {r} is over: the sale was warmed again (round {round})"))
+}
+
+/// The nonce of a redrive call's order id: derived from the call id, so an
+/// order this call placed is recognised by its id alone.
+fn nonce_of(call_id: &str) -> String {
+    super::stable_hash(call_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seckill_shared::domain::{SaleKey, UserId};
+
+    #[test]
+    fn a_redrive_call_names_its_nonce_and_a_record_of_another_round_is_refused() {
+        assert_eq!(nonce_of("redrive00000000000000ab"), nonce_of("redrive00000000000000ab"));
+        assert_ne!(nonce_of("redrive00000000000000ab"), nonce_of("redrive00000000000000ac"));
+        let sale = SaleKey::from_raw(1, 2).unwrap();
+        let order = OrderId::parse("1-2-3-ab").unwrap();
+        let record = OrderRecord::new(order, sale, UserId::new(9).unwrap(), 5).in_round(2);
+        assert!(round_over(&record, 2).is_none());
+        assert!(round_over(&record, 3).unwrap().contains("round 2 is over"));
+        let unnamed = OrderRecord { round: None, ..record };
+        assert!(round_over(&unnamed, 3).is_none(), "a record naming no round is of the current one");
+    }
+}
