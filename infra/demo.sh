@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The flash-sale demo (`make demo`): starts the edge, the order service and
 # the compensator against the local infra, runs the seed's curl check, a
-# 20,000-user load test and a sale with a payment window (unpaid orders
-# cancelled, their units sold again), waits for the pipeline to drain,
+# 20,000-user load test, a sale with a payment window (unpaid orders
+# cancelled, their units sold again) and a redrive of a wave of failures
+# (infra/demo_redrive.py), waits for the pipeline to drain,
 # prints the reconciliations, and stops everything it started.
 #
 # `infra/demo.sh --cluster` (`make demo-cluster`) does the same on the
@@ -120,6 +121,13 @@ echo "== the payment window: 200 units, 5 s to pay; a quarter of the buyers neve
 python3 "$ROOT/infra/demo_lifecycle.py" "$EDGE" 1001 2003 200 5
 "$CTL" reconcile --activity 1001 --sku 2003 --wait-drain 60 >"$LOGS/demo-lifecycle-reconcile.txt" || { cat "$LOGS/demo-lifecycle-reconcile.txt"; exit 1; }
 grep -E '^(orders paid|orders cancelled|  units given back|payments applied|refunds due|paid late|remaining\+created|verdict)' "$LOGS/demo-lifecycle-reconcile.txt"
+
+echo
+echo "== a redrive: a bad release refuses every fifth buyer's order; once rolled back, they get it again"
+"$CTL" warmup --activity 1001 --sku 2004 --stock 50 --force
+python3 "$ROOT/infra/demo_redrive.py" "$EDGE" 1001 2004 50 "$CTL"
+"$CTL" reconcile --activity 1001 --sku 2004 --wait-drain 60 >"$LOGS/demo-redrive-reconcile.txt" || { cat "$LOGS/demo-redrive-reconcile.txt"; exit 1; }
+grep -E '^(orders created|orders failed|202s that ended FAILED|  placed again|verdict)' "$LOGS/demo-redrive-reconcile.txt"
 
 echo
 echo "== stopping the services"

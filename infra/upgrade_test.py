@@ -102,10 +102,22 @@ def ctl(binary, *args, check=True):
     return out
 
 
+def old_has(path):
+    """Whether the old version has this file (a feature it knows)."""
+    return subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{FROM}:{path}"],
+                          capture_output=True).returncode == 0
+
+
+# What the old version's edge speaks: the payment provider's notifications
+# (else the buyer-facing /pay) and the per-client limit of status reads.
+OLD_NOTIFIES = old_has("services/edge/src/http/payments.rs")
+OLD_LIMITS_READS = old_has("services/edge/src/status_reads.rs")
+
+
 def service(bin_dir, which, version):
     if which == "edge":
         extra = {"SECKILL_HTTP_ADDR": EDGES[version]}
-        if version == "new":
+        if version == "new" or OLD_LIMITS_READS:
             # Every buyer here is 127.0.0.1: one client to the per-client
             # limit of status reads, which the read-back would trip.
             extra["SECKILL__STATUS_READS__PER_CLIENT_PER_SECOND"] = "100000"
@@ -172,11 +184,11 @@ class Buyers:
         return None
 
     def pay(self, user, order_id):
-        """The old version's buyer-facing /pay, or the payment provider's
-        signed notification to a new edge (where /pay is gone)."""
+        """The payment provider's signed notification, or an old edge's
+        buyer-facing /pay (before notifications)."""
         for _ in range(100):
             edge = self.edge()
-            if edge == EDGES["new"]:
+            if edge == EDGES["new"] or OLD_NOTIFIES:
                 status, body = notify(edge, order_id, f"{RUN}-{order_id}", ENV["SECKILL_PAYMENT_WEBHOOK_SECRET"])
                 if status == 200 and body.get("outcome") != "APPLIED":
                     self.unexpected.append(("payment not applied", order_id, body))

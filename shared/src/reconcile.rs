@@ -80,6 +80,9 @@ pub struct Report {
     /// Redis accepted them — by reason. A part failing must never end a
     /// promised order FAILED: this reads 0.
     pub broken_promises: BTreeMap<String, i64>,
+    /// Of this round's FAILED orders, those `seckillctl dlq redrive` placed
+    /// again for their buyer (a broken promise mended by an operator).
+    pub redriven: i64,
     /// Live (CREATED or PAID) orders beyond one per user (always 0 unless
     /// the schema is broken).
     pub duplicate_users: i64,
@@ -235,6 +238,17 @@ pub async fn reconcile(
     )
     .await?;
     let broken_promises = broken_promises(stock, pool, sale, round).await?;
+    let redriven = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "count!" FROM orders o JOIN dlq_redrives r ON r.original_order_id = o.order_id
+            WHERE o.activity_id = $1 AND o.sku_id = $2 AND o.round = $3 AND o.status = 'FAILED'
+              AND r.new_order_id IS NOT NULL"#,
+        sale.activity.get(),
+        sale.sku.get(),
+        round
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(source::<sqlx::Error>("postgresql"))?;
     let (_, cancelled_accepted) = known_to_redis(
         stock,
         sale,
@@ -285,6 +299,7 @@ pub async fn reconcile(
         written_off: snapshot.written_off,
         failed_accepted,
         broken_promises,
+        redriven,
         duplicate_users,
         parked,
         events,

@@ -123,8 +123,10 @@ async fn a_wave_of_failures_is_redriven_once_per_buyer_and_never_beyond_the_stoc
     assert_eq!(linked, expected, "every redriven order's CREATED event names its original");
     env.verify_events(sale).await;
     let (a, s) = (sale.activity.to_string(), sale.sku.to_string());
-    let books = env.ctl(&["reconcile", "--activity", &a, "--sku", &s]).await;
+    let books = env.ctl(&["reconcile", "--activity", &a, "--sku", &s, "--json"]).await;
     assert_eq!(books.code, 0, "{}", books.stdout);
+    let books: serde_json::Value = serde_json::from_str(&books.stdout).unwrap();
+    assert_eq!(books["redriven"], 9, "the promises mended: {books}");
 }
 
 /// Every run is in the audit trail (who, note, filter, counts); what it

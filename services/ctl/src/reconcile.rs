@@ -108,6 +108,7 @@ pub fn print(report: &Report, json: bool) {
             "202s that ended FAILED",
             format!("{} {:?}", report.broken_promises.values().sum::<i64>(), report.broken_promises),
         ),
+        ("  placed again by a redrive", report.redriven.to_string()),
         ("units compensated", report.compensated.to_string()),
         ("units written off", report.written_off.to_string()),
         ("database remaining", report.db_remaining.to_string()),
