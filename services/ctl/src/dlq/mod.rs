@@ -152,6 +152,10 @@ fn parse_sale(text: &str) -> Result<SaleKey, String> {
     SaleKey::from_raw(number(activity)?, number(sku)?).map_err(|e| e.to_string())
 }
 
+fn as_text<S: serde::Serializer>(sale: &Option<SaleKey>, to: S) -> Result<S::Ok, S::Error> {
+    to.collect_str(&sale.map(|s| s.to_string()).unwrap_or_default())
+}
+
 fn parse_position(text: &str) -> Result<(i32, i64), String> {
     text.split_once(':')
         .and_then(|(p, o)| Some((p.parse::<i32>().ok()?, o.parse::<i64>().ok()?)))
@@ -203,16 +207,19 @@ fn stable_hash(text: &str) -> String {
 pub struct Filter {
     /// Only this `dlq.reason` (e.g. NO_DB_STOCK).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
     /// Only this order id.
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     order: Option<String>,
     /// Only records dead-lettered at or after this time (RFC 3339).
     #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     since: Option<DateTime<Utc>>,
     /// Only this sale's records (`ACTIVITY:SKU`).
     #[arg(long, value_parser = parse_sale)]
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "as_text")]
     sale: Option<SaleKey>,
     /// Only the record at `PARTITION:OFFSET` (as `list` shows it).
     #[arg(long, value_parser = parse_position)]
@@ -250,9 +257,19 @@ impl Filter {
         true
     }
 
-    /// A stable name for this filter, for the replay group.
+    /// A stable name for this filter, for the replay group: the text is the
+    /// one versions before `--sale` and `--position` hashed (so a replay
+    /// begun by one resumes after an upgrade), those two added when given.
     fn group_suffix(&self) -> String {
-        stable_hash(&format!("{self:?}"))
+        let mut text =
+            format!("Filter {{ reason: {:?}, order: {:?}, since: {:?} }}", self.reason, self.order, self.since);
+        if let Some(sale) = self.sale {
+            text.push_str(&format!(" sale {sale}"));
+        }
+        if let Some((partition, offset)) = self.position {
+            text.push_str(&format!(" position {partition}:{offset}"));
+        }
+        stable_hash(&text)
     }
 }
 
@@ -414,4 +431,26 @@ fn read_one(settings: &Settings, partition: i32, offset: i64) -> anyhow::Result<
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_names_the_replay_group_of_earlier_versions() {
+        // What the version before --sale and --position named a replay of
+        // `--reason DB_REJECTED` (its Debug text, hashed): a replay begun
+        // then resumes after an upgrade.
+        let filter = Filter { reason: Some("DB_REJECTED".into()), ..Filter::default() };
+        assert_eq!(
+            filter.group_suffix(),
+            stable_hash(r#"Filter { reason: Some("DB_REJECTED"), order: None, since: None }"#)
+        );
+        let sale = Filter { sale: Some(SaleKey::from_raw(1, 2).unwrap()), ..filter.clone() };
+        assert_ne!(sale.group_suffix(), filter.group_suffix());
+        let one = Filter { position: Some((0, 7)), ..filter.clone() };
+        assert_ne!(one.group_suffix(), filter.group_suffix());
+        assert_eq!(serde_json::to_value(&sale).unwrap(), serde_json::json!({"reason": "DB_REJECTED", "sale": "1:2"}));
+    }
 }

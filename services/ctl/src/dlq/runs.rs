@@ -159,7 +159,7 @@ pub async fn list(db: &PgPool, limit: i64, json: bool) -> Result<(), Failure> {
         return Ok(());
     }
     println!(
-        "{:<6} {:<8} {:<12} {:<26} {:>6} {:>7} {:>7}  note / filter",
+        "{:<6} {:<13} {:<12} {:<26} {:>6} {:>7} {:>7}  note / filter",
         "run", "kind", "operator", "started", "sent", "skipped", "refused"
     );
     for r in &rows {
@@ -170,7 +170,7 @@ pub async fn list(db: &PgPool, limit: i64, json: bool) -> Result<(), Failure> {
             (Some(_), None) => String::new(),
         };
         println!(
-            "{:<6} {:<8} {:<12} {:<26} {:>6} {:>7} {:>7}  {} {}{state}",
+            "{:<6} {:<13} {:<12} {:<26} {:>6} {:>7} {:>7}  {} {}{state}",
             r.run_id,
             kind,
             r.operator,
