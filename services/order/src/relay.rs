@@ -18,8 +18,10 @@
 //! `retention_ms`, their counts kept per sale round for the reconciliation.
 
 use crate::Settings;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::util::Timeout;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientContext;
 use seckill_shared::host::Connections;
 use seckill_shared::leader::{self, Turn};
 use seckill_shared::lease::{Lease, LeaseError, LeaseTerm};
@@ -27,6 +29,7 @@ use seckill_shared::outbox;
 use seckill_shared::shutdown::Background;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -42,6 +45,56 @@ fn undeliverable(error: &rdkafka::error::KafkaError) -> bool {
         error.rdkafka_error_code(),
         Some(MessageSizeTooLarge | InvalidMessageSize | InvalidRecord | InvalidMessage)
     )
+}
+
+/// The relay producer's delivery reports (failures only): which records of
+/// which wave failed, and why. A record's opaque is its wave and its index
+/// in the turn, so a late report of an earlier wave (one whose wait timed
+/// out) is never taken for this one's.
+#[derive(Default)]
+pub struct Deliveries {
+    wave: AtomicU64,
+    failed: Mutex<Vec<(usize, KafkaError)>>,
+}
+
+/// One wave of records on their way.
+struct Wave(u64);
+
+impl Wave {
+    /// The opaque of the record at `index` of the turn.
+    fn opaque(&self, index: usize) -> usize {
+        ((self.0 as usize) << 32) | index
+    }
+}
+
+impl Deliveries {
+    fn next_turn(&self) -> Wave {
+        // Reports of earlier waves are of no use any more.
+        self.failed.lock().expect("delivery failures").clear();
+        Wave(self.wave.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// The records of `wave` that failed.
+    fn failures(&self, wave: &Wave) -> Vec<(usize, KafkaError)> {
+        let failed = std::mem::take(&mut *self.failed.lock().expect("delivery failures"));
+        failed
+            .into_iter()
+            .filter(|(opaque, _)| (*opaque >> 32) as u64 == wave.0 & 0xffff_ffff)
+            .map(|(opaque, error)| (opaque & 0xffff_ffff, error))
+            .collect()
+    }
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        if let Err((error, _)) = result {
+            self.failed.lock().expect("delivery failures").push((opaque, error.clone()));
+        }
+    }
 }
 
 /// The lease one relay per database holds: the cursor is the database's,
@@ -97,7 +150,7 @@ pub enum RelayError {
 pub struct Relay {
     settings: Arc<Settings>,
     deps: Connections,
-    producer: FutureProducer,
+    producer: Arc<ThreadedProducer<Deliveries>>,
     lease: Lease,
     /// When pruning last ran.
     last_prune: Mutex<Instant>,
@@ -109,7 +162,12 @@ impl Relay {
     /// A relay over the service's connections; its lease's watchdog runs on
     /// `background`.
     pub fn new(settings: Arc<Settings>, deps: Connections, background: Background) -> anyhow::Result<Self> {
-        let producer = seckill_shared::kafka::producer(&settings.servers.kafka)?;
+        // Delivery reports of failures only: a turn waits for all its
+        // records at once (flush), not for each one's report.
+        let producer = seckill_shared::kafka::producer_config(&settings.servers.kafka)
+            .set("delivery.report.only.error", "true")
+            .create_with_context(Deliveries::default())?;
+        let producer = Arc::new(producer);
         let lease = Lease::new(deps.db.clone(), LEASE, Duration::from_millis(settings.events.lease_ms), background);
         Ok(Self { settings, deps, producer, lease, last_prune: Mutex::new(Instant::now()), failures: Mutex::new(0) })
     }
@@ -191,42 +249,7 @@ impl Relay {
                 }
             }
         }
-        let topic = &self.deps.topics.events;
-        let queue_timeout = Timeout::After(Duration::from_millis(self.settings.servers.kafka.message_timeout_ms));
-        // Each key's events (one user's) one after another, the keys side
-        // by side: an event that cannot be delivered stops the ones after
-        // it of the same user, so a consumer never sees a user's later
-        // event before an earlier one — the next turn sends again from the
-        // cursor, in order (at least once).
-        let mut chains: Vec<Vec<&Outgoing>> = Vec::new();
-        let mut chain_of: HashMap<&str, usize> = HashMap::new();
-        for item in &outgoing {
-            let index = *chain_of.entry(item.0 .0.as_str()).or_insert_with(|| {
-                chains.push(Vec::new());
-                chains.len() - 1
-            });
-            chains[index].push(item);
-        }
-        let sends = chains.into_iter().map(|chain| async move {
-            for ((key, payload), row) in chain {
-                let headers = row.event.trace().headers();
-                let record = FutureRecord::to(topic).key(key).payload(payload).headers(headers);
-                match self.producer.send(record, queue_timeout).await {
-                    Ok(_) => {}
-                    // Refused for good: parked and passed, or it would stop
-                    // every event behind it. The user's later events go on.
-                    Err((error, _)) if undeliverable(&error) => {
-                        seckill_shared::parked::park_undeliverable_event(&self.deps.db, topic, row, &error.to_string())
-                            .await?
-                    }
-                    Err((error, _)) => return Err(RelayError::Kafka(error)),
-                }
-            }
-            Ok::<(), RelayError>(())
-        });
-        for delivered in futures::future::join_all(sends).await {
-            delivered?;
-        }
+        self.deliver(&outgoing).await?;
         // Only now: a relay killed before this line sends them again. The
         // position itself, not a lookup of the last row: that row may be
         // gone by now (deleted by hand), and the cursor must move anyway.
@@ -236,6 +259,76 @@ impl Relay {
         tx.commit().await?;
         metrics::counter!("seckill_events_relayed_total").increment(outgoing.len() as u64);
         Ok(rows.len())
+    }
+
+    /// Sends a turn's events and waits until the broker has every one. A
+    /// user's events go out one wave at a time — every user's first event of
+    /// the turn, then their second, … — and a wave is sent only once the one
+    /// before it was delivered, so an event that cannot be delivered stops
+    /// the ones after it of the same user: a consumer never sees a user's
+    /// later event before an earlier one (the next turn sends again from the
+    /// cursor, in order, at least once). A drain, one event per user, is one
+    /// wave. An event the broker refuses for good (too large, invalid) is
+    /// parked and passed, or it would stop every event behind it.
+    async fn deliver(&self, outgoing: &[Outgoing<'_>]) -> Result<(), RelayError> {
+        let mut wave_of: HashMap<&str, usize> = HashMap::with_capacity(outgoing.len());
+        let mut waves: Vec<Vec<usize>> = Vec::new();
+        for (i, ((key, _), _)) in outgoing.iter().enumerate() {
+            let wave = wave_of.entry(key.as_str()).or_insert(0);
+            if waves.len() <= *wave {
+                waves.push(Vec::new());
+            }
+            waves[*wave].push(i);
+            *wave += 1;
+        }
+        let topic = &self.deps.topics.events;
+        for wave in waves {
+            let turn = self.producer.context().next_turn();
+            let mut refused = Vec::new();
+            for &i in &wave {
+                let ((key, payload), row) = &outgoing[i];
+                let headers = row.event.trace().headers();
+                let mut record =
+                    BaseRecord::with_opaque_to(topic, turn.opaque(i)).key(key).payload(payload).headers(headers);
+                loop {
+                    match self.producer.send(record) {
+                        Ok(()) => break,
+                        // The local queue is full: let deliveries drain it.
+                        Err((error, back)) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                            record = back;
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        Err((error, _)) if undeliverable(&error) => {
+                            refused.push((i, error));
+                            break;
+                        }
+                        Err((error, _)) => return Err(RelayError::Kafka(error)),
+                    }
+                }
+            }
+            // Every record of the wave acknowledged or failed (a failure's
+            // report is served by the producer's thread before the count
+            // drops). Watched, not flushed: librdkafka's flush waits up to
+            // 100 ms between looks when no report comes.
+            let timeout =
+                Duration::from_millis(self.settings.servers.kafka.message_timeout_ms) + Duration::from_secs(5);
+            let give_up = Instant::now() + timeout;
+            while self.producer.in_flight_count() > 0 {
+                if Instant::now() >= give_up {
+                    return Err(RelayError::Kafka(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            refused.extend(self.producer.context().failures(&turn));
+            for (i, error) in refused {
+                if !undeliverable(&error) {
+                    return Err(RelayError::Kafka(error));
+                }
+                let row = outgoing[i].1;
+                seckill_shared::parked::park_undeliverable_event(&self.deps.db, topic, row, &error.to_string()).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Deletes relayed events that happened more than the retention ago,
