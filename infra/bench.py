@@ -120,9 +120,9 @@ def cpu_seconds(pid):
         return 0.0
 
 
-def server_pids():
+def server_pids(with_postgres=False):
     found = {}
-    for name in ("redis-server", "java"):
+    for name in ("redis-server", "java") + (("postgres",) if with_postgres else ()):
         out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split()
         found[name] = [int(p) for p in out]
     return found
@@ -141,6 +141,35 @@ def profiled_load(proc, url, activity, requests):
     per["generator"] = round(result.get("generatorCpuPercent", 0) / 100 * result["seconds"] / requests * 1e6, 1)
     result["cpuMicrosPerRequest"] = per
     return result
+
+
+class EventWatcher:
+    """A consumer of the events topic (`seckillctl events tail`, a group of
+    its own) counting CREATED events until `wanted` came: when the last one
+    arrived is what a team downstream sees."""
+
+    def __init__(self, wanted):
+        self.wanted, self.seen, self.last = wanted, 0, None
+        self.proc = subprocess.Popen([str(BIN / "seckillctl"), "events", "tail", "--json", "--group", f"{RUN}-watch",
+                                      "--idle", "300"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        PROCS.append(self.proc)
+        self.done = threading.Event()
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self):
+        for line in self.proc.stdout:
+            if '"type":"CREATED"' in line.replace(" ", ""):
+                self.seen += 1
+                self.last = time.time()
+                if self.seen >= self.wanted:
+                    self.done.set()
+                    return
+
+    def wait(self, seconds):
+        """When the last wanted event arrived (None if not within `seconds`)."""
+        self.done.wait(seconds)
+        stop(self.proc)
+        return self.last if self.done.is_set() else None
 
 
 def psql(sql):
@@ -287,8 +316,13 @@ def main():
     # PostgreSQL would take from what is measured). Joining the group before
     # the first row is reported apart.
     backlog = lag()
+    # A consumer downstream reads the events as they come (its own group):
+    # when the drained orders' last event reached the topic is its view.
+    watcher = EventWatcher(backlog)
+    servers = server_pids(with_postgres=True)
     t0 = time.time()
     o = order_service()
+    cpu_before = {"order service": cpu_seconds(o.pid), **{k: sum(cpu_seconds(p) for p in v) for k, v in servers.items()}}
     written = 0
     drain_series = []
     while time.time() - t0 < 600:
@@ -298,14 +332,21 @@ def main():
             break
         time.sleep(0.05)
     last = time.time()
+    last_event = watcher.wait(120)
+    cpu_after = {"order service": cpu_seconds(o.pid), **{k: sum(cpu_seconds(p) for p in v) for k, v in servers.items()}}
     while lag() > 0 and time.time() - t0 < 600:
         time.sleep(0.1)
     first = float(psql(f"SELECT extract(epoch FROM min(created_at)) FROM orders WHERE activity_id BETWEEN {sale(0)} AND {sale(99)}"))
     drain_seconds = last - first
     RESULTS["drain"] = {"backlog": backlog, "seconds": drain_seconds, "ordersPerSecond": written / drain_seconds,
                         "written": written, "startToFirstOrderSeconds": first - t0,
-                        "startToLagZeroSeconds": time.time() - t0, "series": drain_series}
-    log(f"drain: {written} of {backlog} records in {drain_seconds:.2f}s = {written / drain_seconds:.0f} orders/s")
+                        "startToLagZeroSeconds": time.time() - t0, "series": drain_series,
+                        "eventsSeen": watcher.seen,
+                        "lastEventAfterLastOrderSeconds": None if last_event is None else last_event - last,
+                        "cpuMicrosPerOrder": {k: round((cpu_after[k] - cpu_before[k]) / backlog * 1e6, 1) for k in cpu_before}}
+    log(f"drain: {written} of {backlog} records in {drain_seconds:.2f}s = {written / drain_seconds:.0f} orders/s; "
+        f"{watcher.seen} events seen by a consumer, the last "
+        f"{'never' if last_event is None else f'{last_event - last:.2f} s after the last order row'}")
 
     # The accepted path again while the order service consumes what it
     # accepts (the p99 target holds here).
@@ -437,6 +478,11 @@ def write_report(total_seconds):
         (f"order service drain of a {drain['backlog']:,}-record backlog", f"{drain['ordersPerSecond']:,.0f} orders/s",
          f"{drain['seconds']:.2f} s first to last order; service start to first order {drain['startToFirstOrderSeconds']:.2f} s, to lag 0 {drain['startToLagZeroSeconds']:.2f} s",
          f"{ratio(drain['ordersPerSecond'], pg_rows):.2f} x (c) (target 1.0)"),
+        ("the drain's events, as a consumer of the events topic sees them",
+         f"{drain.get('eventsSeen', 0):,} of {drain['backlog']:,} CREATED events",
+         "CPU per order: " + ", ".join(f"{k} {v} us" for k, v in (drain.get('cpuMicrosPerOrder') or {}).items()),
+         "the last " + ("never came" if drain.get('lastEventAfterLastOrderSeconds') is None
+                        else f"{drain['lastEventAfterLastOrderSeconds']:.2f} s after the last order row") + " (target 2 s)"),
         ("end to end: 100,000-unit sale, 120,000 users, 256 conns", f"{e2e['seconds_to_last_order']:.1f} s to the last order (target 3 s)",
          f"max consumer lag {e2e['max_lag']:,}; edge {e2e['bench']['requestsPerSecond']:,.0f} req/s", f"consistent: {e2e['consistent']}"),
     ]
@@ -578,6 +624,7 @@ def clean_up():
     for table in ("orders", "sales", "order_events", "order_events_pruned", "late_payments"):
         psql(f"DELETE FROM {table} WHERE activity_id BETWEEN {sale(0)} AND {sale(99)}")
     topics = [f"{RUN}.{kind}seckill.orders{suffix}" for kind in ("", "reference.", "p2.") for suffix in ("", ".dlq")]
+    topics.append(f"{RUN}.seckill.order-events")
     try:
         deleted = delete_topics(topics)
     except (OSError, ConnectionError, struct.error) as error:

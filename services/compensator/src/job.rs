@@ -1,9 +1,9 @@
 //! The dead-letter consumer: one record at a time, settle, then commit.
 //!
 //! For each record, the dead-letter index gets its row
-//! ([`dead_letters`](seckill_shared::dead_letters)), then [`settle`](crate::settle::settle) decides the order's
-//! fate in PostgreSQL and brings Redis in line; then the offset is
-//! committed. A crash anywhere before the commit replays the record, and the
+//! ([`dead_letters`](seckill_shared::dead_letters)), then
+//! [`settle`](crate::settle::settle) decides the order's fate in PostgreSQL
+//! and brings Redis in line; then the offset is committed. A crash anywhere before the commit replays the record, and the
 //! replay restores nothing twice. A dependency that is down is retried
 //! with backoff for as long as it takes; a record the database refuses
 //! (SQLSTATE 22 or 23) is tried a bounded number of times, then parked.

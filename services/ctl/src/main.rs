@@ -168,10 +168,17 @@ fn exit_code(result: Result<(), Failure>) -> ExitCode {
 }
 
 async fn migrate(settings: &Settings) -> Result<(), Failure> {
-    let db = seckill_shared::db::connect_lazy(&settings.servers.database).map_err(Failure::unreadable)?;
-    seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
+    database(settings).await?;
     println!("migrations applied");
     Ok(())
+}
+
+/// The database, its migrations applied (for the commands whose tables a
+/// migration creates).
+pub async fn database(settings: &Settings) -> Result<sqlx::PgPool, Failure> {
+    let db = seckill_shared::db::connect_lazy(&settings.servers.database).map_err(Failure::unreadable)?;
+    seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
+    Ok(db)
 }
 
 async fn lag(settings: &Settings, json: bool) -> Result<(), Failure> {

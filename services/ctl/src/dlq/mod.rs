@@ -366,18 +366,13 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
         Command::Parked { limit, json } => parked(&settings, limit, json).await,
         Command::Replay { filter, to, run } => replay::replay(settings, filter, to, run).await,
         Command::Redrive { filter, run } => redrive::redrive(settings, filter, run).await,
-        Command::Runs { limit, json } => {
-            let db = seckill_shared::db::connect_lazy(&settings.servers.database).map_err(Failure::unreadable)?;
-            seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
-            runs::list(&db, limit, json).await
-        }
+        Command::Runs { limit, json } => runs::list(&crate::database(&settings).await?, limit, json).await,
         Command::Stats { since, sale, json } => stats::run(&settings, since, sale, json).await,
     }
 }
 
 async fn parked(settings: &Settings, limit: i64, json: bool) -> Result<(), Failure> {
-    let db = seckill_shared::db::connect_lazy(&settings.servers.database).map_err(Failure::unreadable)?;
-    seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
+    let db = crate::database(settings).await?;
     let rows = seckill_shared::parked::list(&db, limit).await.map_err(Failure::unreadable)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::failed)?);

@@ -59,8 +59,8 @@ impl Verdict {
 
 /// Runs a redrive.
 pub async fn redrive(settings: Settings, filter: Filter, run: RunArgs) -> Result<(), Failure> {
-    let (stock, db) = crate::connect(&settings).await?;
-    seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
+    let (stock, _) = crate::connect(&settings).await?;
+    let db = crate::database(&settings).await?;
     let producer: FutureProducer = kafka::producer(&settings.servers.kafka).map_err(Failure::unreadable)?;
     let topics = Topics::new(&settings.servers.kafka);
     let group = format!("{}seckillctl-redrive-{}", settings.servers.kafka.topic_prefix, filter.group_suffix());

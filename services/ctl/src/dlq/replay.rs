@@ -19,8 +19,7 @@ use std::time::Duration;
 /// Runs a replay.
 pub async fn replay(settings: Settings, filter: Filter, to: Option<String>, run: RunArgs) -> Result<(), Failure> {
     let producer: FutureProducer = kafka::producer(&settings.servers.kafka).map_err(Failure::unreadable)?;
-    let db = seckill_shared::db::connect_lazy(&settings.servers.database).map_err(Failure::unreadable)?;
-    seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
+    let db = crate::database(&settings).await?;
     let topics = Topics::new(&settings.servers.kafka);
     let target = to.as_deref().map(|topic| format!("-to-{topic}")).unwrap_or_default();
     let group = format!("{}seckillctl-replay-{}{target}", settings.servers.kafka.topic_prefix, filter.group_suffix());

@@ -26,8 +26,7 @@ pub async fn run(
     sale: Option<SaleKey>,
     json: bool,
 ) -> Result<(), Failure> {
-    let db = seckill_shared::db::connect_lazy(&settings.servers.database).map_err(Failure::unreadable)?;
-    seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
+    let db = crate::database(settings).await?;
     let stats = dead_letters::stats(&db, Scope { since, sale }).await.map_err(Failure::unreadable)?;
     let lag = seckill_shared::kafka::pipeline_lag(&settings.servers.kafka).await;
     let report = Report { stats, not_indexed_yet: lag.ok().map(|lag| lag.compensator.total) };
