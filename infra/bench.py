@@ -143,6 +143,16 @@ def profiled_load(proc, url, activity, requests):
     return result
 
 
+def server_cpu(service):
+    """CPU seconds so far of each process of each part, by pid: the service,
+    Redis, the broker and every PostgreSQL process (the service's backends
+    start after the first sample: a pid absent then counts from zero)."""
+    parts = {"order service": {service.pid: cpu_seconds(service.pid)}}
+    for name, pids in server_pids(with_postgres=True).items():
+        parts[name] = {pid: cpu_seconds(pid) for pid in pids}
+    return parts
+
+
 class EventWatcher:
     """A consumer of the events topic (`seckillctl events tail`, a group of
     its own) counting CREATED events until `wanted` came: when the last one
@@ -319,10 +329,9 @@ def main():
     # A consumer downstream reads the events as they come (its own group):
     # when the drained orders' last event reached the topic is its view.
     watcher = EventWatcher(backlog)
-    servers = server_pids(with_postgres=True)
     t0 = time.time()
     o = order_service()
-    cpu_before = {"order service": cpu_seconds(o.pid), **{k: sum(cpu_seconds(p) for p in v) for k, v in servers.items()}}
+    cpu_before = server_cpu(o)
     written = 0
     drain_series = []
     while time.time() - t0 < 600:
@@ -333,7 +342,7 @@ def main():
         time.sleep(0.05)
     last = time.time()
     last_event = watcher.wait(120)
-    cpu_after = {"order service": cpu_seconds(o.pid), **{k: sum(cpu_seconds(p) for p in v) for k, v in servers.items()}}
+    cpu_after = server_cpu(o)
     while lag() > 0 and time.time() - t0 < 600:
         time.sleep(0.1)
     first = float(psql(f"SELECT extract(epoch FROM min(created_at)) FROM orders WHERE activity_id BETWEEN {sale(0)} AND {sale(99)}"))
@@ -343,7 +352,8 @@ def main():
                         "startToLagZeroSeconds": time.time() - t0, "series": drain_series,
                         "eventsSeen": watcher.seen,
                         "lastEventAfterLastOrderSeconds": None if last_event is None else last_event - last,
-                        "cpuMicrosPerOrder": {k: round((cpu_after[k] - cpu_before[k]) / backlog * 1e6, 1) for k in cpu_before}}
+                        "cpuMicrosPerOrder": {k: round(sum(t - cpu_before[k].get(pid, 0.0) for pid, t in v.items()) / backlog * 1e6, 1)
+                                              for k, v in cpu_after.items()}}
     log(f"drain: {written} of {backlog} records in {drain_seconds:.2f}s = {written / drain_seconds:.0f} orders/s; "
         f"{watcher.seen} events seen by a consumer, the last "
         f"{'never' if last_event is None else f'{last_event - last:.2f} s after the last order row'}")
