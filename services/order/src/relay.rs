@@ -68,7 +68,7 @@ impl Wave {
 }
 
 impl Deliveries {
-    fn next_turn(&self) -> Wave {
+    fn next_wave(&self) -> Wave {
         // Reports of earlier waves are of no use any more.
         self.failed.lock().expect("delivery failures").clear();
         Wave(self.wave.fetch_add(1, Ordering::Relaxed) + 1)
@@ -283,13 +283,13 @@ impl Relay {
         }
         let topic = &self.deps.topics.events;
         for wave in waves {
-            let turn = self.producer.context().next_turn();
+            let sent = self.producer.context().next_wave();
             let mut refused = Vec::new();
             for &i in &wave {
                 let ((key, payload), row) = &outgoing[i];
                 let headers = row.event.trace().headers();
                 let mut record =
-                    BaseRecord::with_opaque_to(topic, turn.opaque(i)).key(key).payload(payload).headers(headers);
+                    BaseRecord::with_opaque_to(topic, sent.opaque(i)).key(key).payload(payload).headers(headers);
                 loop {
                     match self.producer.send(record) {
                         Ok(()) => break,
@@ -319,7 +319,7 @@ impl Relay {
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            refused.extend(self.producer.context().failures(&turn));
+            refused.extend(self.producer.context().failures(&sent));
             for (i, error) in refused {
                 if !undeliverable(&error) {
                     return Err(RelayError::Kafka(error));
