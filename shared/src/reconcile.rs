@@ -237,18 +237,7 @@ pub async fn reconcile(
         .fetch(pool),
     )
     .await?;
-    let broken_promises = broken_promises(stock, pool, sale, round).await?;
-    let redriven = sqlx::query_scalar!(
-        r#"SELECT count(*) AS "count!" FROM orders o JOIN dlq_redrives r ON r.original_order_id = o.order_id
-            WHERE o.activity_id = $1 AND o.sku_id = $2 AND o.round = $3 AND o.status = 'FAILED'
-              AND r.new_order_id IS NOT NULL"#,
-        sale.activity.get(),
-        sale.sku.get(),
-        round
-    )
-    .fetch_one(pool)
-    .await
-    .map_err(source::<sqlx::Error>("postgresql"))?;
+    let (broken_promises, redriven) = broken_promises(stock, pool, sale, round).await?;
     let (_, cancelled_accepted) = known_to_redis(
         stock,
         sale,
@@ -334,18 +323,20 @@ pub async fn reconcile(
 
 /// The FAILED orders of a round whose buyer was answered 202, by reason:
 /// those whose record came through the edge (it carries the request's id),
-/// and of the others those Redis accepted.
+/// and of the others those Redis accepted; and how many of the round's
+/// FAILED orders a redrive placed again (one scan of them for both).
 async fn broken_promises(
     stock: &Stock,
     pool: &PgPool,
     sale: SaleKey,
     round: i32,
-) -> Result<BTreeMap<String, i64>, ReconcileError> {
+) -> Result<(BTreeMap<String, i64>, i64), ReconcileError> {
     let reasons = sqlx::query!(
-        r#"SELECT reason AS "reason!", count(*) FILTER (WHERE request_id IS NOT NULL) AS "via_edge!"
-             FROM orders
-            WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED'
-            GROUP BY reason"#,
+        r#"SELECT o.reason AS "reason!", count(*) FILTER (WHERE o.request_id IS NOT NULL) AS "via_edge!",
+                  count(r.new_order_id) AS "redriven!"
+             FROM orders o LEFT JOIN dlq_redrives r ON r.original_order_id = o.order_id
+            WHERE o.activity_id = $1 AND o.sku_id = $2 AND o.round = $3 AND o.status = 'FAILED'
+            GROUP BY o.reason"#,
         sale.activity.get(),
         sale.sku.get(),
         round
@@ -354,6 +345,7 @@ async fn broken_promises(
     .await
     .map_err(source::<sqlx::Error>("postgresql"))?;
     let mut broken = BTreeMap::new();
+    let redriven = reasons.iter().map(|row| row.redriven).sum();
     for row in reasons {
         let (_, accepted) = known_to_redis(
             stock,
@@ -375,7 +367,7 @@ async fn broken_promises(
             broken.insert(row.reason, count);
         }
     }
-    Ok(broken)
+    Ok((broken, redriven))
 }
 
 /// Order ids streamed from PostgreSQL and asked of Redis a chunk at a time.
