@@ -150,20 +150,33 @@ mod tests {
     /// Samples recorded and never scraped do not stay in memory: once the
     /// upkeep folded the first four million into buckets, four million more
     /// take the memory those took instead of as much again (32 MB of raw
-    /// samples each).
+    /// samples each). CI once saw 18 MB in the single round this test had:
+    /// other tests of the process allocating meanwhile.
     #[test]
     fn unscraped_histograms_stay_bounded() {
         let handle = metrics_handle();
         const SAMPLES: u64 = 4_000_000;
         record(SAMPLES);
-        let after_first = resident_bytes();
-        upkept();
-        record(SAMPLES);
-        let grown = resident_bytes().saturating_sub(after_first);
-        assert!(grown < 8 << 20, "the second four million samples added {grown} bytes to what the first took");
+        // The process's other tests run beside this one and allocate too: a
+        // round may see their memory. Kept samples would add 32 MB in every
+        // round; folded ones add nothing in at least one of three.
+        let mut rounds = Vec::new();
+        for _ in 0..3 {
+            let before = resident_bytes();
+            upkept();
+            record(SAMPLES);
+            rounds.push(resident_bytes().saturating_sub(before));
+            if rounds.last().is_some_and(|grown| *grown < 8 << 20) {
+                break;
+            }
+        }
+        assert!(
+            rounds.last().is_some_and(|grown| *grown < 8 << 20),
+            "each further four million samples added bytes to what the first took: {rounds:?}"
+        );
         let rendered = handle.render();
         assert!(
-            rendered.contains(&format!("seckill_upkeep_test_seconds_count {}", 2 * SAMPLES)),
+            rendered.contains(&format!("seckill_upkeep_test_seconds_count {}", (rounds.len() as u64 + 1) * SAMPLES)),
             "the samples went to this recorder"
         );
     }
