@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What earlier test runs left on the local servers: each test makes a
-# database seckill_t<id> and Redis keys under t<id>: (tests/harness), and a
-# failed or interrupted test leaves them. Run before the suites (make test,
+# database seckill_t<id> and Redis keys under t<id>: (tests/harness; on the
+# single Redis and on the Redis Cluster), and a failed or interrupted test
+# leaves them. Run before the suites (make test,
 # make chaos), when no test runs. Their Kafka topics (t<id>.*) are left: the
 # broker's partition count grows by about a thousand per full run.
 source "$(dirname "$0")/common.sh"
@@ -19,4 +20,11 @@ while read -r batch; do
   redis-cli -p "$REDIS_PORT" UNLINK $batch >/dev/null
   keys=$((keys + $(wc -w <<<"$batch")))
 done < <(redis-cli -p "$REDIS_PORT" --scan --pattern "t$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex:*" | xargs -r -n 500 echo)
+# The Redis Cluster's primaries (up.sh --redis-cluster), when it runs: one
+# UNLINK per key, each on the node that holds it.
+for port in "${RCLUSTER_PORTS[@]}"; do
+  redis-cli -p "$port" role 2>/dev/null | head -1 | grep -q master || continue
+  n="$(redis-cli -p "$port" --scan --pattern "t$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex:*" | tee >(sed 's/^/UNLINK /' | redis-cli -p "$port" >/dev/null) | wc -l)"
+  keys=$((keys + n))
+done
 log "cleaned up earlier test runs: ${#dbs[@]} databases, $keys Redis keys"

@@ -82,10 +82,12 @@ selected() {
   if (( $# == 0 )); then echo "redis postgres kafka"; else echo "$@"; fi
 }
 
-# `--cluster` as the first argument selects the replicated topology.
+# `--cluster` as the first argument selects the replicated topology,
+# `--redis-cluster` the Redis Cluster one.
 TOPOLOGY=single
-if [[ "${1:-}" == "--cluster" ]]; then
-  TOPOLOGY=cluster
-  shift
-fi
+case "${1:-}" in
+  --cluster) TOPOLOGY=cluster; shift ;;
+  --redis-cluster) TOPOLOGY=redis-cluster; shift ;;
+esac
 source "$ROOT/infra/local/cluster.sh"
+source "$ROOT/infra/local/redis_cluster.sh"

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Stops the local servers: infra/local/down.sh [redis|postgres|kafka]... (all
 # when none is named), or `--cluster`: the replicated topology's Kafka nodes,
-# Redis, Sentinels and HAProxy. Data stays, so up.sh brings each back.
+# Redis, Sentinels and HAProxy, or `--redis-cluster`: the Redis Cluster's six
+# nodes (Kafka and PostgreSQL are the single-node ones). Data stays, so
+# up.sh brings each back.
 source "$(dirname "$0")/common.sh"
 
 if [[ $TOPOLOGY == cluster ]]; then
   stop_cluster
+  exit 0
+fi
+if [[ $TOPOLOGY == redis-cluster ]]; then
+  stop_redis_cluster
   exit 0
 fi
 

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Says which local servers run and answer (`--cluster`: the replicated
-# topology). Exit 0 when all named (or all) do.
+# topology, `--redis-cluster`: the Redis Cluster one). Exit 0 when all named (or all) do.
 source "$(dirname "$0")/common.sh"
 set +e
 if [[ $TOPOLOGY == cluster ]]; then
   cluster_status
+  exit $?
+fi
+if [[ $TOPOLOGY == redis-cluster ]]; then
+  redis_cluster_status
   exit $?
 fi
 status=0

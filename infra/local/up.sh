@@ -3,6 +3,10 @@
 #   infra/local/up.sh [redis|postgres|kafka]...   (all when none is named)
 #   infra/local/up.sh --cluster                   (the replicated topology:
 #                                                  see cluster.sh)
+#   infra/local/up.sh --redis-cluster             (Kafka and PostgreSQL as
+#                                                  here, a Redis Cluster in
+#                                                  place of the single Redis:
+#                                                  see redis_cluster.sh)
 # Installs what is missing (Debian packages; Kafka's jars from Maven Central),
 # is safe to run any number of times, and returns only when every named
 # server answers (Redis PING, pg_isready, a Kafka metadata request).
@@ -137,6 +141,13 @@ fi
 if cluster_running; then
   log "the replicated topology runs on the same ports: stopping it"
   stop_cluster
+fi
+if [[ $TOPOLOGY == redis-cluster ]]; then
+  start_postgres
+  start_kafka
+  start_redis_cluster
+  log "up: PostgreSQL, Kafka and a Redis Cluster on :${RCLUSTER_PORTS[0]}-${RCLUSTER_PORTS[-1]} ($RCLUSTER_URL)"
+  exit 0
 fi
 for server in $(selected "$@"); do
   case "$server" in
