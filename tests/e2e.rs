@@ -46,6 +46,8 @@ mod order;
 mod poison;
 #[path = "e2e/promise.rs"]
 mod promise;
+#[path = "e2e/redis_cluster.rs"]
+mod redis_cluster;
 #[path = "e2e/relay.rs"]
 mod relay;
 #[path = "e2e/slow_clients.rs"]

@@ -12,6 +12,12 @@
 //!   next call asks the Sentinels for the primary again: after a failover
 //!   every service reaches the new primary without a restart. Scripts are
 //!   reloaded there on `NOSCRIPT` (the script runner does that).
+//! - `redis+cluster://h1:p1,h2:p2,h3:p3` — a Redis Cluster, through the
+//!   redis crate's cluster client: any reachable node tells it the rest,
+//!   each command goes to the primary of its key's slot, and a `MOVED` (a
+//!   replica promoted, slots moved) refreshes the slot map. Every script
+//!   and pipeline here touches one slot (one sale's hash tag); `WAIT`
+//!   goes in one pipeline behind a write to the slot it must confirm.
 //!
 //! Every call is bounded by the settings' `timeout_ms`: a Redis that does
 //! not answer is an error the caller can act on (answer 503, retry), never a
@@ -20,6 +26,7 @@
 
 use crate::config::RedisSettings;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
 use std::future::Future;
@@ -59,6 +66,8 @@ enum Inner {
     Direct(ConnectionManager),
     /// The primary Sentinel names, found again after a failover.
     Sentinel(Arc<SentinelPrimary>),
+    /// A Redis Cluster: each command to its slot's primary.
+    Cluster(ClusterConnection),
 }
 
 /// The primary of a Sentinel-watched master, and how to find it again.
@@ -109,6 +118,21 @@ impl SentinelUrl {
     }
 }
 
+/// The nodes of a `redis+cluster://h1:p1,h2:p2` URL (as `redis://` URLs);
+/// `None` for another scheme.
+fn cluster_nodes(url: &str) -> Option<Result<Vec<String>, String>> {
+    let rest = url.strip_prefix("redis+cluster://")?;
+    let hosts = rest.strip_suffix('/').unwrap_or(rest);
+    if hosts.contains(['/', '?']) {
+        return Some(Err(format!("{url}: a cluster has no database or query (redis+cluster://host:port[,host:port])")));
+    }
+    let nodes: Vec<String> = hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("redis://{h}")).collect();
+    if nodes.is_empty() {
+        return Some(Err(format!("{url}: no node address (redis+cluster://host:port[,host:port])")));
+    }
+    Some(Ok(nodes))
+}
+
 /// Every connection to Redis: TCP keepalives
 /// ([`crate::config::TCP_KEEPALIVE`]), so a primary that vanished without a
 /// reset (a VM paused, a network cut) is noticed in about half a minute
@@ -122,37 +146,62 @@ fn tcp_settings() -> redis::io::tcp::TcpSettings {
 }
 
 /// Whether `url` is one [`RedisConn::connect`] takes (connecting to
-/// nothing): `redis://`, `rediss://`, `unix://` or `redis+sentinel://`.
+/// nothing): `redis://`, `rediss://`, `unix://`, `redis+sentinel://` or
+/// `redis+cluster://`.
 pub fn check_url(url: &str) -> Result<(), String> {
+    if let Some(nodes) = cluster_nodes(url) {
+        return nodes.and_then(|nodes| {
+            redis::cluster::ClusterClient::new(nodes)
+                .map(|_| ())
+                .map_err(|e| format!("{}: {e}", crate::cli::masked_url(url)))
+        });
+    }
     match SentinelUrl::parse(url) {
         Some(parsed) => parsed.map(|_| ()),
         None => redis::Client::open(url).map(|_| ()).map_err(|e| format!("{}: {e}", crate::cli::masked_url(url))),
     }
 }
 
+/// Whether `url` names a Redis Cluster.
+pub fn is_cluster_url(url: &str) -> bool {
+    cluster_nodes(url).is_some()
+}
+
 impl RedisConn {
     /// Connects, to one server or to the primary Sentinel names.
     pub async fn connect(settings: &RedisSettings) -> Result<Self, RedisCallError> {
         let timeout = Duration::from_millis(settings.timeout_ms);
-        let inner = match SentinelUrl::parse(&settings.url) {
-            Some(url) => {
-                let url = url
-                    .map_err(|why| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad url", why)))?;
-                Inner::Sentinel(Arc::new(SentinelPrimary::new(&url, timeout)?))
-            }
-            None => {
-                use redis::IntoConnectionInfo;
-                let info = settings.url.as_str().into_connection_info()?.set_tcp_settings(tcp_settings());
-                let client = redis::Client::open(info)?;
-                let config = redis::aio::ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout))
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_millis(500));
-                let manager = tokio::time::timeout(timeout * 2, ConnectionManager::new_with_config(client, config))
-                    .await
-                    .map_err(|_| RedisCallError::Timeout(timeout * 2))??;
-                Inner::Direct(manager)
+        let bad_url = |why: String| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad url", why));
+        let inner = if let Some(nodes) = cluster_nodes(&settings.url) {
+            let client = redis::cluster::ClusterClientBuilder::new(nodes.map_err(bad_url)?)
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
+                .tcp_settings(tcp_settings())
+                .retries(3)
+                .max_retry_wait(500)
+                .build()?;
+            let connect = client.get_async_connection();
+            let conn = tokio::time::timeout(timeout * 2, connect)
+                .await
+                .map_err(|_| RedisCallError::Timeout(timeout * 2))??;
+            Inner::Cluster(conn)
+        } else {
+            match SentinelUrl::parse(&settings.url) {
+                Some(url) => Inner::Sentinel(Arc::new(SentinelPrimary::new(&url.map_err(bad_url)?, timeout)?)),
+                None => {
+                    use redis::IntoConnectionInfo;
+                    let info = settings.url.as_str().into_connection_info()?.set_tcp_settings(tcp_settings());
+                    let client = redis::Client::open(info)?;
+                    let config = redis::aio::ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(timeout))
+                        .set_response_timeout(Some(timeout))
+                        .set_number_of_retries(2)
+                        .set_max_delay(Duration::from_millis(500));
+                    let manager = tokio::time::timeout(timeout * 2, ConnectionManager::new_with_config(client, config))
+                        .await
+                        .map_err(|_| RedisCallError::Timeout(timeout * 2))??;
+                    Inner::Direct(manager)
+                }
             }
         };
         let conn = Self { inner, timeout };
@@ -198,25 +247,35 @@ impl RedisConn {
         self.bounded(pipe.query_async(&mut conn)).await.map(Some)
     }
 
-    /// `WAIT replicas timeout`: how many replicas confirmed every write this
-    /// connection made so far, waiting at most `timeout` for `replicas`.
-    pub async fn wait_replicas(&self, replicas: u32, timeout: Duration) -> Result<u32, RedisCallError> {
+    /// Runs `write` and `WAIT replicas timeout` right behind it, in one
+    /// pipeline: one connection to one server (on a cluster, the primary of
+    /// `write`'s key's slot). Answers what `write` answered and how many
+    /// replicas confirmed every write made before the `WAIT` — `write`'s,
+    /// and every earlier write of that server. `WAIT` sent by itself would
+    /// count only the writes of the connection it went out on: after a
+    /// reconnect (or, on a cluster, a retry that went to another node) it
+    /// would confirm a write it never saw.
+    pub async fn write_then_wait<T: redis::FromRedisValue>(
+        &self,
+        write: Cmd,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(T, u32), RedisCallError> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(write).cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64);
         let mut conn = self.clone();
-        let mut command = redis::cmd("WAIT");
-        command.arg(replicas).arg(timeout.as_millis() as u64);
-        let wait = command.query_async::<u32>(&mut conn);
         // WAIT answers by its own timeout; the call's bound comes after it.
-        match tokio::time::timeout(timeout + self.timeout, wait).await {
+        match tokio::time::timeout(timeout + self.timeout, pipe.query_async::<(T, u32)>(&mut conn)).await {
             Ok(result) => Ok(result?),
             Err(_) => Err(RedisCallError::Timeout(timeout + self.timeout)),
         }
     }
 
     /// The replicas a deduction must be confirmed by when the settings do
-    /// not say: 1 where the topology has a replica (a Sentinel URL always
-    /// has; a primary says how many are connected), else 0.
+    /// not say: 1 where the topology has a replica (a Sentinel or cluster
+    /// URL always has; a primary says how many are connected), else 0.
     pub async fn replicas_in_topology(&self, url: &str) -> Result<u32, RedisCallError> {
-        if SentinelUrl::parse(url).is_some() {
+        if SentinelUrl::parse(url).is_some() || cluster_nodes(url).is_some() {
             return Ok(1);
         }
         let mut conn = self.clone();
@@ -289,6 +348,7 @@ impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.inner {
             Inner::Direct(manager) => manager.req_packed_command(cmd),
+            Inner::Cluster(cluster) => cluster.req_packed_command(cmd),
             Inner::Sentinel(primary) => {
                 let primary = primary.clone();
                 Box::pin(async move {
@@ -309,6 +369,7 @@ impl ConnectionLike for RedisConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match &mut self.inner {
             Inner::Direct(manager) => manager.req_packed_commands(cmd, offset, count),
+            Inner::Cluster(cluster) => cluster.req_packed_commands(cmd, offset, count),
             Inner::Sentinel(primary) => {
                 let primary = primary.clone();
                 Box::pin(async move {
@@ -324,7 +385,7 @@ impl ConnectionLike for RedisConn {
     fn get_db(&self) -> i64 {
         match &self.inner {
             Inner::Direct(manager) => manager.get_db(),
-            Inner::Sentinel(_) => 0,
+            Inner::Sentinel(_) | Inner::Cluster(_) => 0,
         }
     }
 }
@@ -348,5 +409,16 @@ mod tests {
         {
             assert!(matches!(SentinelUrl::parse(bad), Some(Err(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn cluster_urls_name_their_nodes() {
+        let nodes = cluster_nodes("redis+cluster://127.0.0.1:7000,127.0.0.1:7001/").unwrap().unwrap();
+        assert_eq!(nodes, ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"]);
+        assert!(cluster_nodes("redis://127.0.0.1:6379").is_none(), "another scheme");
+        for bad in ["redis+cluster://", "redis+cluster://h:1/0", "redis+cluster://h:1?db=2"] {
+            assert!(matches!(cluster_nodes(bad), Some(Err(_))), "{bad}");
+        }
+        assert!(check_url("redis+cluster://127.0.0.1:7000").is_ok());
     }
 }

@@ -120,11 +120,15 @@ fn check_config_says_whether_the_settings_would_start() {
         ("SECKILL__DEDUCT_BATCH_MAX", "4000", "deduct_batch_max"),
         ("SECKILL__CONNECTIONS__MAX_IN_FLIGHT", "0", "max_in_flight"),
         ("SECKILL_REDIS_URL", "redis+sentinel://127.0.0.1:26379", "no master name"),
+        ("SECKILL_REDIS_URL", "redis+cluster://127.0.0.1:7000/1", "a cluster has no database"),
     ] {
         let refused = run("seckill-edge", &["--check-config"], &[(setting, value)]);
         assert_eq!(refused.code, 1, "{setting}={value}: {}", refused.stdout);
         assert!(refused.stderr.contains(named), "{setting}={value}: {}", refused.stderr);
     }
+    // The Redis Cluster topology's URL, as the README gives it.
+    let cluster = run("seckill-edge", &["--check-config"], &[("SECKILL_REDIS_URL", seckill_e2e::REDIS_CLUSTER_URL)]);
+    assert_eq!(cluster.code, 0, "{}", cluster.stderr);
     // A token that reads as a number is a token, never shown.
     let numeric = run("seckill-edge", &["--check-config"], &[("SECKILL__ADMIN_TOKEN", "7352189464021234")]);
     assert_eq!(numeric.code, 0, "{}", numeric.stderr);

@@ -135,8 +135,21 @@ async fn a_thousand_finished_sales_leave_nothing_behind() {
     let stock = Stock::connect(&settings).await.unwrap();
     let used_memory = || async {
         let mut conn = env.stock.connection();
-        let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await.unwrap();
-        info.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse::<i64>().unwrap()
+        // One server's text, or a Redis Cluster's map of node to text: the
+        // sum over the primaries.
+        let info: redis::Value = redis::cmd("INFO").arg("memory").query_async(&mut conn).await.unwrap();
+        let texts: Vec<String> = match info {
+            redis::Value::Map(nodes) => {
+                nodes.into_iter().map(|(_, text)| redis::from_redis_value(text).unwrap()).collect()
+            }
+            text => vec![redis::from_redis_value(text).unwrap()],
+        };
+        texts
+            .iter()
+            .map(|info| {
+                info.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse::<i64>().unwrap()
+            })
+            .sum::<i64>()
     };
     let before = used_memory().await;
     let sales: Vec<SaleKey> = (0..1_000).map(|_| env.sale()).collect();

@@ -9,6 +9,7 @@ pub mod chaos;
 pub mod http;
 pub mod private_postgres;
 pub mod proxy;
+pub mod redis_cluster;
 pub mod schemas;
 
 use rdkafka::config::ClientConfig;
@@ -43,12 +44,25 @@ pub enum Topology {
     /// Three Kafka brokers, Redis with Sentinel, HAProxy in front of the
     /// edges (`infra/local/up.sh --cluster`).
     Cluster,
+    /// One Kafka broker, a Redis Cluster of three primaries with a replica
+    /// each (`infra/local/up.sh --redis-cluster`).
+    RedisCluster,
 }
+
+/// The Redis Cluster topology's nodes, as every service finds them.
+pub const REDIS_CLUSTER_URL: &str = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002";
 
 /// The replicated topology's Redis, as every service finds it.
 pub const CLUSTER_REDIS_URL: &str = "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/seckill";
 /// The replicated topology's brokers.
 pub const CLUSTER_BROKERS: &str = "127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096";
+
+/// The Redis Cluster the single-node tests run against instead of the single
+/// Redis, when `SECKILL_TEST_REDIS_URL` names one (`make
+/// test-redis-cluster`: `redis+cluster://127.0.0.1:7000,...`).
+pub fn redis_cluster_url() -> Option<String> {
+    std::env::var("SECKILL_TEST_REDIS_URL").ok().filter(|url| !url.is_empty())
+}
 
 /// One test's isolated world.
 pub struct TestEnv {
@@ -119,6 +133,10 @@ impl TestEnv {
         if topology == Topology::Cluster {
             redis.url = CLUSTER_REDIS_URL.into();
             kafka.brokers = CLUSTER_BROKERS.into();
+        } else if topology == Topology::RedisCluster {
+            redis.url = REDIS_CLUSTER_URL.into();
+        } else if let Some(url) = redis_cluster_url() {
+            redis.url = url;
         }
         let database_name = format!("seckill_t{id}");
         let mut admin = sqlx::PgConnection::connect(admin_url)

@@ -163,7 +163,7 @@ impl Batcher {
             match self.stock.deduct_batch(sale, call).await {
                 Ok(decided) => {
                     let accepted = decided.iter().any(|d| matches!(d, Deduction::Accepted { .. }));
-                    if accepted && !self.stock.replicated().await.unwrap_or(false) {
+                    if accepted && !self.stock.confirmed(sale, call).await.unwrap_or(false) {
                         metrics::counter!("seckill_edge_deduct_not_replicated_total").increment(1);
                         self.void(sale, call).await;
                         return Err(NotDecided::NotReplicated);
@@ -200,7 +200,7 @@ impl Batcher {
         let mut pause = Duration::from_millis(50);
         loop {
             match self.stock.void(sale, call).await {
-                Ok(undone) => match self.stock.replicated().await {
+                Ok(undone) => match self.stock.confirmed(sale, call).await {
                     Ok(true) => {
                         tracing::warn!(call = %call.id, undone, "deduction call voided");
                         return;
@@ -224,7 +224,7 @@ impl Batcher {
             while Instant::now() < give_up {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 match stock.void(sale, &call).await {
-                    Ok(undone) if stock.replicated().await.unwrap_or(false) => {
+                    Ok(undone) if stock.confirmed(sale, &call).await.unwrap_or(false) => {
                         tracing::warn!(call = %call.id, undone, "deduction call voided late");
                         return Ok(());
                     }

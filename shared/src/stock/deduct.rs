@@ -142,6 +142,25 @@ impl Stock {
         self.conn.invoke(&invocation).await
     }
 
+    /// Whether what `call` decided — its deduction, or its void — reached the
+    /// replicas a deduction must be confirmed by (always, when none are
+    /// asked for). The call's outcome key is written again (`PEXPIRE`) with
+    /// `WAIT` behind it in one pipeline, on the primary holding the sale:
+    /// the write makes `WAIT` cover every earlier write of that primary (the
+    /// call's included) whatever connection it goes out on, and it finds no
+    /// outcome where the primary has none — after a failover to a replica
+    /// that never had the call — which is "not confirmed".
+    pub async fn confirmed(&self, sale: SaleKey, call: &DeductCall) -> Result<bool, RedisCallError> {
+        let (replicas, timeout) = self.replica_acks;
+        if replicas == 0 {
+            return Ok(true);
+        }
+        let mut touch = redis::cmd("PEXPIRE");
+        touch.arg(self.keys.sale(sale).call(&call.id)).arg(self.call_outcome_ms);
+        let (found, confirmed): (bool, u32) = self.conn.write_then_wait(touch, replicas, timeout).await?;
+        Ok(found && confirmed >= replicas)
+    }
+
     /// The seed's deduction, for comparison: a per-sale lock around separate
     /// commands instead of one script. Same answers as [`Stock::deduct`];
     /// `None` when the lock was not had within its wait.

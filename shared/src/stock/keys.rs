@@ -84,7 +84,9 @@ impl KeyLayout {
         Self { prefix: prefix.into() }
     }
 
-    fn sale_base(&self, sale: SaleKey) -> String {
+    /// What every key of `sale` starts with, its hash tag included: the one
+    /// slot a Redis Cluster keeps all of them in.
+    pub fn sale_base(&self, sale: SaleKey) -> String {
         format!("{}seckill:{{{}:{}}}", self.prefix, sale.activity, sale.sku)
     }
 
@@ -144,5 +146,30 @@ mod tests {
             assert!(key.starts_with("p:seckill:{7:9}:"), "{key}");
         }
         assert_eq!(layout.sale_lock(sale, SaleLock::Warmup), "p:seckill:{7:9}:warmup");
+    }
+
+    /// What a Redis Cluster requires of every script and pipeline here: all
+    /// the keys one call touches hash to one slot (the cluster refuses the
+    /// call otherwise, `CROSSSLOT`: tests/e2e/redis_cluster.rs).
+    #[test]
+    fn every_key_of_a_sale_hashes_to_one_slot() {
+        use redis::cluster_routing::Slot;
+        let layout = KeyLayout::new("t0123:");
+        for (a, s) in [(1, 2), (1001, 2001), (987_654, 3)] {
+            let sale = SaleKey::from_raw(a, s).unwrap();
+            let k = layout.sale(sale);
+            let slot = Slot::for_key(&k.meta);
+            let mut keys: Vec<String> = k.every_key().into_iter().cloned().collect();
+            keys.extend([
+                k.call("00ff"),
+                layout.sale_lock(sale, SaleLock::Deduction),
+                layout.sale_lock(sale, SaleLock::Warmup),
+            ]);
+            for key in keys {
+                assert_eq!(Slot::for_key(&key), slot, "{key}");
+            }
+        }
+        let other = layout.sale(SaleKey::from_raw(1, 3).unwrap());
+        assert_ne!(Slot::for_key(&other.meta), Slot::for_key(&layout.sale(SaleKey::from_raw(1, 2).unwrap()).meta));
     }
 }

@@ -70,16 +70,6 @@ impl Stock {
         self.replica_acks.0
     }
 
-    /// Whether the writes made so far reached the replicas a deduction must
-    /// be confirmed by (`WAIT`, bounded); always when none are asked for.
-    pub async fn replicated(&self) -> Result<bool, RedisCallError> {
-        let (replicas, timeout) = self.replica_acks;
-        if replicas == 0 {
-            return Ok(true);
-        }
-        Ok(self.conn.wait_replicas(replicas, timeout).await? >= replicas)
-    }
-
     /// The connection, for the lock and for raw commands (tests, health).
     pub fn connection(&self) -> RedisConn {
         self.conn.clone()

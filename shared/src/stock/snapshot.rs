@@ -85,11 +85,14 @@ impl Stock {
                 Some((m, SaleKey::from_raw(a.parse().ok()?, s.parse().ok()?).ok()?))
             })
             .collect();
-        let mut exists = redis::pipe();
-        for (_, sale) in &sales {
-            exists.exists(&self.keys.sale(*sale).meta);
-        }
-        let alive: Vec<bool> = self.conn.pipe(&exists).await?.unwrap_or_default();
+        // One EXISTS per sale, all at once: on a cluster each sale's meta may
+        // live on another primary, and a pipeline must keep to one slot.
+        let alive: Vec<bool> = futures::future::try_join_all(sales.iter().map(|(_, sale)| {
+            let mut conn = self.conn.clone();
+            let meta = self.keys.sale(*sale).meta;
+            async move { self.conn.bounded(conn.exists::<_, bool>(meta)).await }
+        }))
+        .await?;
         let gone: Vec<&String> =
             sales.iter().zip(&alive).filter(|(_, alive)| !**alive).map(|((member, _), _)| *member).collect();
         if !gone.is_empty() {

@@ -94,12 +94,15 @@ impl Stock {
         for order_id in orders {
             by_sale.entry(order_id.sale()).or_default().push(order_id.as_str());
         }
-        let mut pipe = redis::pipe();
-        for (sale, ids) in &by_sale {
+        // A pipeline per sale (one slot each, as a cluster requires), all at once.
+        futures::future::try_join_all(by_sale.iter().map(|(sale, ids)| {
             let k = self.keys.sale(*sale);
+            let mut pipe = redis::pipe();
             pipe.zrem(&k.reserved, ids).ignore().hdel(&k.trace, ids).ignore();
-        }
-        self.conn.pipe::<()>(&pipe).await.map(drop)
+            async move { self.conn.pipe::<()>(&pipe).await }
+        }))
+        .await
+        .map(drop)
     }
 
     /// What a reservation keeps for its record to be published again: the

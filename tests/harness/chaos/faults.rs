@@ -2,6 +2,7 @@
 //! infra scripts, and records injected into the topics. Nothing else.
 
 use super::pipeline::{Kind, Pipeline};
+use crate::redis_cluster::{cluster_nodes, node_pidfile, sale_slot, signal_node, slot_primary, wait_slot_replicated};
 use crate::{TestEnv, Topology};
 use seckill_shared::domain::SaleKey;
 use std::path::PathBuf;
@@ -51,6 +52,11 @@ pub enum Fault {
     /// writes the primary acknowledged meanwhile are lost — the seed
     /// article's section 5.3.
     KillRedisPrimaryBehind(Duration),
+    /// Redis Cluster topology: the primary holding the sale's slot is
+    /// `kill -9`ed while its replica is this far behind (frozen, as above);
+    /// the cluster promotes the replica, and the old primary comes back as
+    /// its replica five seconds later.
+    KillSlotPrimaryBehind(Duration),
 }
 
 impl Fault {
@@ -152,7 +158,37 @@ pub async fn inject(test: &TestEnv, sale: SaleKey, pipeline: &mut Pipeline, faul
         }
         Fault::KillRedisPrimary(down) => kill_redis_primary(test, None, down).await,
         Fault::KillRedisPrimaryBehind(behind) => kill_redis_primary(test, Some(behind), Duration::from_secs(5)).await,
+        Fault::KillSlotPrimaryBehind(behind) => kill_slot_primary(test, sale, behind).await,
     }
+}
+
+/// `kill -9` the primary of the sale's slot while its replica is `behind`
+/// (frozen with SIGSTOP, its link dropped), let the cluster promote the
+/// replica, and bring the old primary back five seconds later.
+async fn kill_slot_primary(test: &TestEnv, sale: SaleKey, behind: Duration) {
+    assert_eq!(test.topology, Topology::RedisCluster, "a slot's primary to kill needs the Redis Cluster topology");
+    let slot = sale_slot(test, sale);
+    let (primary, replica) = wait_slot_replicated(slot).await;
+    eprintln!("chaos: redis :{primary} serves slot {slot}, :{replica} replicates it");
+    let signal = |name: &str| signal_node(replica, name);
+    signal("-STOP");
+    let _ = std::process::Command::new("redis-cli")
+        .args(["-p", &primary.to_string(), "client", "kill", "type", "replica"])
+        .status();
+    tokio::time::sleep(behind).await;
+    kill9(node_pidfile(primary));
+    signal("-CONT");
+    let promoted = Instant::now();
+    crate::eventually("the cluster to promote the replica", Duration::from_secs(60), || async {
+        match slot_primary(&cluster_nodes(), slot) {
+            Some(node) if node.port != primary => Ok(()),
+            _ => Err(format!(":{primary} still serves slot {slot}")),
+        }
+    })
+    .await;
+    eprintln!("chaos: the cluster promoted :{replica} after {:?}", promoted.elapsed());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    infra_async("up.sh", &["--redis-cluster"]).await;
 }
 
 /// `kill -9` the primary (once its replica is `behind` when asked), wait for

@@ -42,7 +42,7 @@ impl Pipeline {
         // Every service agrees on the delivery timeout.
         env.push(("SECKILL__KAFKA__MESSAGE_TIMEOUT_MS".into(), "3000".into()));
         let (url, edge_addrs, instances) = match test.topology {
-            Topology::Single => {
+            Topology::Single | Topology::RedisCluster => {
                 let addr = format!("127.0.0.1:{}", free_port());
                 (format!("http://{addr}"), vec![addr], 1)
             }

@@ -200,7 +200,7 @@ impl Redrive {
             self.stock.void(sale, &call).await.map_err(Failure::unreadable)?;
             return Ok(Verdict::refused(why));
         }
-        if !self.stock.replicated().await.map_err(Failure::unreadable)? {
+        if !self.stock.confirmed(sale, &call).await.map_err(Failure::unreadable)? {
             self.stock.void(sale, &call).await.map_err(Failure::unreadable)?;
             return Ok(Verdict::refused("the Redis replicas did not confirm the deduction; run again"));
         }

@@ -1,0 +1,112 @@
+//! The Redis Cluster topology (`infra/local/up.sh --redis-cluster`) as the
+//! tests see it: its nodes, which primary serves a sale's slot, and which
+//! replica follows it.
+
+use crate::TestEnv;
+use seckill_shared::domain::SaleKey;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One line of `CLUSTER NODES`.
+#[derive(Debug, Clone)]
+pub struct ClusterNode {
+    pub id: String,
+    pub port: u16,
+    pub primary: bool,
+    /// A replica's primary (its id).
+    pub replica_of: Option<String>,
+    /// The slot ranges a primary serves.
+    pub slots: Vec<(u16, u16)>,
+}
+
+/// The Redis Cluster's nodes as the first one that answers sees them (the
+/// failed ones left out).
+pub fn cluster_nodes() -> Vec<ClusterNode> {
+    for port in 7000..=7005 {
+        let Ok(output) =
+            std::process::Command::new("redis-cli").args(["-p", &port.to_string(), "cluster", "nodes"]).output()
+        else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let nodes: Vec<ClusterNode> = text
+            .lines()
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if f.len() < 8 || f[2].contains("fail") || f[7] != "connected" {
+                    return None;
+                }
+                let port = f[1].split(['@', ':']).nth(1)?.parse().ok()?;
+                let slots = f[8..]
+                    .iter()
+                    .filter_map(|r| {
+                        let (a, b) = r.split_once('-').unwrap_or((r, r));
+                        Some((a.parse().ok()?, b.parse().ok()?))
+                    })
+                    .collect();
+                Some(ClusterNode {
+                    id: f[0].to_owned(),
+                    port,
+                    primary: f[2].contains("master"),
+                    replica_of: (f[3] != "-").then(|| f[3].to_owned()),
+                    slots,
+                })
+            })
+            .collect();
+        if !nodes.is_empty() {
+            return nodes;
+        }
+    }
+    Vec::new()
+}
+
+/// The slot of the sale's keys (`CLUSTER KEYSLOT` of its hash tag).
+pub fn sale_slot(test: &TestEnv, sale: SaleKey) -> u16 {
+    let tag = test.stock.keys().sale_base(sale);
+    let output = std::process::Command::new("redis-cli").args(["-p", "7000", "cluster", "keyslot", &tag]).output();
+    output.ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok()).expect("the sale's slot")
+}
+
+/// The primary serving `slot`.
+pub fn slot_primary(nodes: &[ClusterNode], slot: u16) -> Option<&ClusterNode> {
+    nodes.iter().find(|n| n.primary && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+}
+
+/// The primary serving `slot` and its connected replica, by port.
+pub fn slot_primary_and_replica(slot: u16) -> Result<(u16, u16), String> {
+    let nodes = cluster_nodes();
+    let primary = slot_primary(&nodes, slot).ok_or_else(|| format!("no primary serves slot {slot}: {nodes:?}"))?;
+    let replica = nodes
+        .iter()
+        .find(|n| n.replica_of.as_deref() == Some(primary.id.as_str()))
+        .ok_or_else(|| format!("the primary :{} of slot {slot} has no connected replica", primary.port))?;
+    Ok((primary.port, replica.port))
+}
+
+/// Waits (bounded) until the Redis Cluster's primary for `slot` has a
+/// replica linked and done syncing.
+pub async fn wait_slot_replicated(slot: u16) -> (u16, u16) {
+    crate::eventually("the slot's replica to be linked and synced", Duration::from_secs(90), || async {
+        let (primary, replica) = slot_primary_and_replica(slot)?;
+        let output =
+            std::process::Command::new("redis-cli").args(["-p", &replica.to_string(), "info", "replication"]).output();
+        let text = output.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        if text.contains("master_link_status:up") && text.contains("master_sync_in_progress:0") {
+            Ok((primary, replica))
+        } else {
+            Err(format!(":{replica}: {text}"))
+        }
+    })
+    .await
+}
+
+/// A node's pid file.
+pub fn node_pidfile(port: u16) -> PathBuf {
+    crate::repo_root().join(format!(".data/redis-cluster/{port}/redis.pid"))
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to the node on `port`.
+pub fn signal_node(port: u16, signal: &str) {
+    let pid = std::fs::read_to_string(node_pidfile(port)).expect("the node's pid file").trim().to_owned();
+    let _ = std::process::Command::new("kill").args([signal, &pid]).status();
+}
