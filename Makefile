@@ -7,7 +7,7 @@ CARGO ?= cargo
 PROFILE ?= dev
 TEST_THREADS ?= 4
 
-.PHONY: lint sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short
+.PHONY: lint sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short bench-redis-cluster
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
@@ -172,6 +172,15 @@ chaos-redis-cluster: redis-cluster-up build-deps
 chaos-redis-cluster-short: redis-cluster-up build-deps
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --features chaos-redis-cluster --test chaos_redis_cluster -- --nocapture --test-threads=1 short_
+
+# One hot sale's deductions per second and each node's CPU per order, on the
+# single Redis and on the Redis Cluster (shared/examples/hot_sale.rs).
+bench-redis-cluster: redis-cluster-up build-deps
+	infra/local/up.sh redis
+	$(CARGO) build --release -p seckill-shared --example hot_sale
+	target/release/examples/hot_sale redis://127.0.0.1:6379/0 10 32 16 .data/redis/redis.pid
+	target/release/examples/hot_sale redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002 10 32 16 \
+	  $(foreach port,7000 7001 7002 7003 7004 7005,.data/redis-cluster/$(port)/redis.pid)
 
 demo-cluster: cluster-up build
 	PROFILE=$(PROFILE) infra/demo.sh --cluster

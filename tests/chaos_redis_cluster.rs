@@ -101,3 +101,62 @@ async fn short_a_deduction_the_slots_replica_did_not_confirm_is_answered_503_and
     assert_eq!(env.stock.snapshot(sale).await.expect("a snapshot").remaining, 9);
     edge.stop().await;
 }
+
+/// The defect the short chaos run found, step by step: a deduction the
+/// primary took while its replica was cut off is not confirmed after the
+/// replica took over — though a bare `WAIT` asked of the slot's primary now
+/// answers 1 (the new primary has a replica in sync: the old one, back),
+/// which is what the edge used to ask, and so it answered 202 for an order
+/// the promoted replica never had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_a_deduction_the_promoted_replica_never_had_is_not_confirmed() {
+    use seckill_e2e::redis_cluster::{cut_off_replica, kill_and_promote, sale_slot, wait_slot_replicated};
+    use seckill_shared::stock::{DeductCall, DeductRequest, Deduction};
+    let env = seckill_e2e::TestEnv::on(Topology::RedisCluster).await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    let slot = sale_slot(&env, sale);
+    let request = DeductRequest {
+        user: seckill_shared::domain::UserId::new(7).unwrap(),
+        nonce: "00000000000000a7".into(),
+        request_id: String::new(),
+        traceparent: String::new(),
+    };
+    let call = DeductCall::new(vec![request], Duration::from_secs(60));
+    let confirmed_before = env.stock.confirmed(sale, &call).await;
+    assert!(!confirmed_before.unwrap(), "a call that never ran is not confirmed");
+
+    // The replica is cut off a moment before the deduction, the primary
+    // killed after it, the replica promoted, the old primary back as its
+    // replica and in sync.
+    let (primary, replica) = cut_off_replica(slot).await;
+    let decided = env.stock.deduct_batch(sale, &call).await.expect("the deduction");
+    assert!(matches!(decided[0], Deduction::Accepted { .. }), "{decided:?}");
+    kill_and_promote(slot, primary, replica).await;
+    let status = std::process::Command::new(seckill_e2e::repo_root().join("infra/local/up.sh"))
+        .arg("--redis-cluster")
+        .status()
+        .expect("up.sh");
+    assert!(status.success());
+    wait_slot_replicated(slot).await;
+
+    let key = env.stock.keys().sale_base(sale);
+    let bare_wait = seckill_e2e::eventually("a bare WAIT to the slot's primary", Duration::from_secs(30), || async {
+        let mut command = redis::cmd("WAIT");
+        command.arg(1).arg(1000);
+        let mut pipe = redis::pipe();
+        // A read of the slot first routes the pipeline to its primary.
+        pipe.cmd("EXISTS").arg(format!("{key}:meta")).add_command(command);
+        let mut conn = env.stock.connection();
+        pipe.query_async::<(i64, u32)>(&mut conn).await.map_err(|e| e.to_string())
+    })
+    .await;
+    assert_eq!(bare_wait.1, 1, "a bare WAIT counts the replica in sync");
+    let confirmed = seckill_e2e::eventually("the confirmation answered", Duration::from_secs(30), || async {
+        env.stock.confirmed(sale, &call).await.map_err(|e| e.to_string())
+    })
+    .await;
+    assert!(!confirmed, "the promoted replica never had the call: not confirmed");
+    let snapshot = env.stock.snapshot(sale).await.expect("a snapshot");
+    assert_eq!((snapshot.remaining, snapshot.buyers), (10, 0), "the deduction is gone with the old primary");
+}

@@ -110,3 +110,44 @@ pub fn signal_node(port: u16, signal: &str) {
     let pid = std::fs::read_to_string(node_pidfile(port)).expect("the node's pid file").trim().to_owned();
     let _ = std::process::Command::new("kill").args([signal, &pid]).status();
 }
+
+/// `kill -9` the primary serving `slot` while its replica is `behind`
+/// ([`cut_off_replica`], then [`kill_and_promote`]). Answers (the killed
+/// primary, the promoted one).
+pub async fn fail_over(slot: u16, behind: Duration) -> (u16, u16) {
+    let (primary, replica) = cut_off_replica(slot).await;
+    tokio::time::sleep(behind).await;
+    kill_and_promote(slot, primary, replica).await;
+    (primary, replica)
+}
+
+/// Freezes the replica of `slot`'s primary (SIGSTOP) and drops its link:
+/// what the primary acknowledges from now on stays with it. Answers (the
+/// primary, the replica).
+pub async fn cut_off_replica(slot: u16) -> (u16, u16) {
+    let (primary, replica) = wait_slot_replicated(slot).await;
+    eprintln!("redis :{primary} serves slot {slot}, :{replica} replicates it; cutting :{replica} off");
+    signal_node(replica, "-STOP");
+    let _ = std::process::Command::new("redis-cli")
+        .args(["-p", &primary.to_string(), "client", "kill", "type", "replica"])
+        .status();
+    (primary, replica)
+}
+
+/// `kill -9` the `primary` of `slot`, thaws its `replica` and waits until the
+/// cluster promoted it. The killed node stays down (`infra/local/up.sh
+/// --redis-cluster` brings it back, as a replica).
+pub async fn kill_and_promote(slot: u16, primary: u16, replica: u16) {
+    let pid = std::fs::read_to_string(node_pidfile(primary)).expect("the primary's pid file").trim().to_owned();
+    let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
+    signal_node(replica, "-CONT");
+    let promoted = std::time::Instant::now();
+    crate::eventually("the cluster to promote the replica", Duration::from_secs(60), || async {
+        match slot_primary(&cluster_nodes(), slot) {
+            Some(node) if node.port != primary => Ok(()),
+            _ => Err(format!(":{primary} still serves slot {slot}")),
+        }
+    })
+    .await;
+    eprintln!("the cluster promoted :{replica} after {:?}", promoted.elapsed());
+}

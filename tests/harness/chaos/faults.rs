@@ -2,7 +2,7 @@
 //! infra scripts, and records injected into the topics. Nothing else.
 
 use super::pipeline::{Kind, Pipeline};
-use crate::redis_cluster::{cluster_nodes, node_pidfile, sale_slot, signal_node, slot_primary, wait_slot_replicated};
+use crate::redis_cluster::{fail_over, sale_slot};
 use crate::{TestEnv, Topology};
 use seckill_shared::domain::SaleKey;
 use std::path::PathBuf;
@@ -162,31 +162,12 @@ pub async fn inject(test: &TestEnv, sale: SaleKey, pipeline: &mut Pipeline, faul
     }
 }
 
-/// `kill -9` the primary of the sale's slot while its replica is `behind`
-/// (frozen with SIGSTOP, its link dropped), let the cluster promote the
-/// replica, and bring the old primary back five seconds later.
+/// `kill -9` the primary of the sale's slot while its replica is `behind`,
+/// let the cluster promote the replica, and bring the old primary back
+/// five seconds later.
 async fn kill_slot_primary(test: &TestEnv, sale: SaleKey, behind: Duration) {
     assert_eq!(test.topology, Topology::RedisCluster, "a slot's primary to kill needs the Redis Cluster topology");
-    let slot = sale_slot(test, sale);
-    let (primary, replica) = wait_slot_replicated(slot).await;
-    eprintln!("chaos: redis :{primary} serves slot {slot}, :{replica} replicates it");
-    let signal = |name: &str| signal_node(replica, name);
-    signal("-STOP");
-    let _ = std::process::Command::new("redis-cli")
-        .args(["-p", &primary.to_string(), "client", "kill", "type", "replica"])
-        .status();
-    tokio::time::sleep(behind).await;
-    kill9(node_pidfile(primary));
-    signal("-CONT");
-    let promoted = Instant::now();
-    crate::eventually("the cluster to promote the replica", Duration::from_secs(60), || async {
-        match slot_primary(&cluster_nodes(), slot) {
-            Some(node) if node.port != primary => Ok(()),
-            _ => Err(format!(":{primary} still serves slot {slot}")),
-        }
-    })
-    .await;
-    eprintln!("chaos: the cluster promoted :{replica} after {:?}", promoted.elapsed());
+    fail_over(sale_slot(test, sale), behind).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     infra_async("up.sh", &["--redis-cluster"]).await;
 }

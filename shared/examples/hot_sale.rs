@@ -1,0 +1,112 @@
+//! One hot sale's deductions per second on a Redis (`redis://`) or a Redis
+//! Cluster (`redis+cluster://`), and each server's CPU per order, from
+//! /proc: what one sale costs the shard that holds it.
+//!
+//! `hot_sale URL [SECONDS] [CONCURRENCY] [BATCH] [PIDFILE...]`: CONCURRENCY
+//! tasks each run `lua/deduct.lua` calls of BATCH new buyers (as the edge's
+//! batching does) on one sale with more units than can be sold, for
+//! SECONDS; the servers named by their pid files are read before and after.
+//! Prints one JSON line. `make bench-redis-cluster` runs it on the single
+//! Redis and on the Redis Cluster.
+
+use seckill_shared::config::RedisSettings;
+use seckill_shared::domain::{SaleKey, UserId};
+use seckill_shared::stock::warmup::Round;
+use seckill_shared::stock::{DeductCall, DeductRequest, Deduction, Stock};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A process's user + system CPU time in seconds (/proc/PID/stat).
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line: 12 and 13 after ")".
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let url = args
+        .first()
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("usage: hot_sale URL [SECONDS] [CONCURRENCY] [BATCH] [PIDFILE...]"))?;
+    let number = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let (seconds, concurrency, batch) = (number(1, 5), number(2, 32) as usize, number(3, 16) as usize);
+    let pids: Vec<(String, String)> = args
+        .iter()
+        .skip(4)
+        .map(|file| (file.clone(), std::fs::read_to_string(file).unwrap_or_default().trim().to_owned()))
+        .collect();
+    let settings = RedisSettings { url, key_prefix: format!("hot{}:", std::process::id()), ..RedisSettings::default() };
+    let stock = Stock::connect(&settings).await?;
+    let sale = SaleKey::from_raw(1, 1)?;
+    let round = Round { stock: 1 << 40, starts_ms: 0, ends_ms: 0, round: 1, expire_at_ms: 0, force: true };
+    anyhow::ensure!(stock.warmup(sale, round).await?, "warm-up refused");
+
+    let next_user = Arc::new(AtomicI64::new(1));
+    let (orders, calls) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let cpu_before: Vec<f64> = pids.iter().map(|(_, pid)| cpu_seconds(pid)).collect();
+    let started = Instant::now();
+    let until = started + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (stock, next_user, orders, calls) = (stock.clone(), next_user.clone(), orders.clone(), calls.clone());
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let requests = (0..batch)
+                        .map(|_| {
+                            let user = next_user.fetch_add(1, Ordering::Relaxed);
+                            DeductRequest {
+                                user: UserId::new(user).expect("positive"),
+                                nonce: format!("{:016x}", rand::random::<u64>()),
+                                request_id: String::new(),
+                                traceparent: String::new(),
+                            }
+                        })
+                        .collect();
+                    let call = DeductCall::new(requests, Duration::from_secs(60));
+                    let answers = stock.deduct_batch(sale, &call).await.expect("a deduction");
+                    let accepted = answers.iter().filter(|a| matches!(a, Deduction::Accepted { .. })).count();
+                    orders.fetch_add(accepted as u64, Ordering::Relaxed);
+                    calls.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await?;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let orders = orders.load(Ordering::Relaxed);
+    let cpu: Vec<serde_json::Value> = pids
+        .iter()
+        .zip(&cpu_before)
+        .map(|((file, pid), before)| {
+            let used = cpu_seconds(pid) - before;
+            serde_json::json!({
+                "server": file,
+                "cpuSeconds": used,
+                "cpuMicrosPerOrder": used * 1e6 / orders.max(1) as f64,
+            })
+        })
+        .collect();
+    println!(
+        "{}",
+        serde_json::json!({
+            "url": settings.url,
+            "seconds": elapsed,
+            "concurrency": concurrency,
+            "batch": batch,
+            "calls": calls.load(Ordering::Relaxed),
+            "ordersPerSecond": orders as f64 / elapsed,
+            "callsPerSecond": calls.load(Ordering::Relaxed) as f64 / elapsed,
+            "servers": cpu,
+        })
+    );
+    stock.close(sale, 0).await?;
+    Ok(())
+}
