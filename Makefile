@@ -18,6 +18,7 @@ help:
 	@echo "make soak    the pipeline under steady load, every service's memory over time (SOAK_SECONDS, SOAK_RATE)"
 	@echo "make chaos   the fault-injection suite (stops and starts the shared servers; a few minutes)"
 	@echo "make chaos-cluster | demo-cluster | bench-cluster   the same on the replicated topology (up.sh --cluster)"
+	@echo "make test-redis-cluster | chaos-redis-cluster | bench-redis-cluster   on a Redis Cluster (up.sh --redis-cluster)"
 	@echo "make deploy-render | deploy-check   the Kubernetes manifests, rendered / validated offline"
 	@echo "make image   the container image (podman; see infra/image/build.sh)"
 	@echo "make infra-up | infra-down | infra-status"
