@@ -587,24 +587,10 @@ impl TestEnv {
         pool.close().await;
         let mut admin = sqlx::PgConnection::connect(&self.admin_database_url).await.expect("admin connection");
         let name = format!("{}_{suffix}", self.database_name);
-        // A backend of another role may hold it for a moment (PostgreSQL
-        // then refuses FORCE: "must be a member of the role whose process
-        // is being terminated"): asked again a few times.
-        let mut attempts = 0;
-        loop {
-            let dropped = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                .execute(&mut admin)
-                .await;
-            match dropped {
-                Ok(_) => return,
-                Err(error) if attempts < 20 => {
-                    attempts += 1;
-                    eprintln!("dropping the scratch database {name}: {error}; again");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(error) => panic!("dropping the scratch database {name}: {error}"),
-            }
-        }
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+            .execute(&mut admin)
+            .await
+            .expect("dropping the scratch database");
     }
 
     /// Blocks or allows new connections to this test's database, and drops
