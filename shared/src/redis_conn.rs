@@ -162,13 +162,9 @@ pub fn check_url(url: &str) -> Result<(), String> {
     }
 }
 
-/// Whether `url` names a Redis Cluster.
-pub fn is_cluster_url(url: &str) -> bool {
-    cluster_nodes(url).is_some()
-}
-
 impl RedisConn {
-    /// Connects, to one server or to the primary Sentinel names.
+    /// Connects: to one server, to the primary Sentinel names, or to a
+    /// Redis Cluster.
     pub async fn connect(settings: &RedisSettings) -> Result<Self, RedisCallError> {
         let timeout = Duration::from_millis(settings.timeout_ms);
         let bad_url = |why: String| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad url", why));

@@ -174,15 +174,18 @@ impl Redrive {
         let call = DeductCall { id: call_id, requests: vec![request], publish_deadline: deadline };
         let sale = original.sale();
         let answer = self.stock.deduct_batch(sale, &call).await.map_err(Failure::unreadable)?.pop();
-        let (order_id, round, accepted_at) = match answer {
-            Some(Deduction::Accepted { order_id, round, accepted_at, .. }) => (order_id, round, accepted_at),
+        // `decided_now`: this asking took the unit (a confirmation is due);
+        // else an earlier asking did, longer ago than the call's outcome is
+        // kept, and asked for its confirmation then.
+        let (order_id, round, accepted_at, decided_now) = match answer {
+            Some(Deduction::Accepted { order_id, round, accepted_at, .. }) => (order_id, round, accepted_at, true),
             // Asked again after the call's outcome expired: the buyer's
             // order is this call's own if it carries the call's nonce.
             Some(Deduction::AlreadyPurchased { order_id: Some(held) }) if held.ends_with(&format!("-{nonce}")) => {
                 let order_id = OrderId::parse(&held).map_err(Failure::failed)?;
                 let state = self.stock.order_state(&order_id).await.map_err(Failure::unreadable)?;
                 let round = self.stock.snapshot(sale).await.map_err(Failure::unreadable)?.round;
-                (order_id, round, state.map_or_else(seckill_shared::now_ms, |s| s.accepted_at))
+                (order_id, round, state.map_or_else(seckill_shared::now_ms, |s| s.accepted_at), false)
             }
             Some(Deduction::AlreadyPurchased { order_id }) => {
                 let held = order_id.unwrap_or_else(|| "?".into());
@@ -200,7 +203,7 @@ impl Redrive {
             self.stock.void(sale, &call).await.map_err(Failure::unreadable)?;
             return Ok(Verdict::refused(why));
         }
-        if !self.stock.confirmed(sale, &call).await.map_err(Failure::unreadable)? {
+        if decided_now && !self.stock.confirmed(sale, &call).await.map_err(Failure::unreadable)? {
             self.stock.void(sale, &call).await.map_err(Failure::unreadable)?;
             return Ok(Verdict::refused("the Redis replicas did not confirm the deduction; run again"));
         }
