@@ -3,8 +3,9 @@
 # database seckill_t<id> and Redis keys under t<id>: (tests/harness; on the
 # single Redis and on the Redis Cluster), and a failed or interrupted test
 # leaves them. Run before the suites (make test,
-# make chaos), when no test runs. Their Kafka topics (t<id>.*) are left: the
-# broker's partition count grows by about a thousand per full run.
+# make chaos), when no test runs. Their Kafka topics (t<id>.*) are deleted
+# too: left, they grew the broker by about a thousand partitions per full
+# run, until producing timed out.
 source "$(dirname "$0")/common.sh"
 export PGPASSWORD=seckill
 psql=(psql -h 127.0.0.1 -p "$PG_PORT" -U seckill -qtA -d seckill)
@@ -27,4 +28,5 @@ for port in "${RCLUSTER_PORTS[@]}"; do
   n="$(redis-cli -p "$port" --scan --pattern "t$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex:*" | tee >(sed 's/^/UNLINK /' | redis-cli -p "$port" >/dev/null) | wc -l)"
   keys=$((keys + n))
 done
-log "cleaned up earlier test runs: ${#dbs[@]} databases, $keys Redis keys"
+topics="$(python3 "$ROOT/infra/local/clean_test_topics.py" "$KAFKA_PORT")"
+log "cleaned up earlier test runs: ${#dbs[@]} databases, $keys Redis keys, $topics Kafka topics"

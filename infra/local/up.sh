@@ -79,6 +79,11 @@ ensure_pg_role() {
   if [[ "$("${psql[@]}" -c "select 1 from pg_roles where rolname='seckill'")" != 1 ]]; then
     "${psql[@]}" -c "create role seckill login createdb password 'seckill'" >/dev/null
   fi
+  # The tests drop their databases WITH (FORCE), which must end autovacuum
+  # workers too: PostgreSQL asks pg_signal_backend for those.
+  if [[ "$("${psql[@]}" -c "select 1 from pg_auth_members m join pg_roles r on r.oid = m.roleid join pg_roles u on u.oid = m.member where r.rolname = 'pg_signal_backend' and u.rolname = 'seckill'")" != 1 ]]; then
+    "${psql[@]}" -c "grant pg_signal_backend to seckill" >/dev/null
+  fi
   if [[ "$("${psql[@]}" -c "select 1 from pg_database where datname='seckill'")" != 1 ]]; then
     "${psql[@]}" -c "create database seckill owner seckill" >/dev/null
   fi
