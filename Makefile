@@ -52,8 +52,10 @@ compile:
 compile-tests:
 	$(CARGO) build --workspace --bins --tests
 
-# The servers and the test tools, one apt-get at a time.
+# The servers (the Redis Cluster too: tests/e2e/redis_cluster.rs) and the
+# test tools, one apt-get at a time.
 servers-and-tools: infra-up
+	infra/local/up.sh --redis-cluster
 	$(MAKE) test-tools
 
 # On a fresh machine the servers install and start (mostly waiting on the

@@ -150,7 +150,9 @@ impl TestEnv {
         let database = DbSettings { url: database_url(&database_name), max_connections: 8, acquire_timeout_ms: 3_000 };
         let db = seckill_shared::db::connect_lazy(&database).expect("database settings");
         seckill_shared::db::migrate(&db).await.expect("migrating the test database");
-        let stock = Stock::connect(&redis).await.expect("Redis must run on 127.0.0.1:6379 (infra/local/up.sh)");
+        let stock = Stock::connect(&redis).await.unwrap_or_else(|e| {
+            panic!("Redis must answer at {} (infra/local/up.sh [--redis-cluster]): {e}", redis.url)
+        });
         seckill_shared::kafka::ensure_topics(&kafka)
             .await
             .expect("Kafka must run on 127.0.0.1:9092 (infra/local/up.sh)");
