@@ -49,8 +49,19 @@ async fn a_dead_letter_restores_exactly_one_unit_however_often_it_comes() {
     let state = env.stock.order_state(&failed.order_id).await.unwrap().unwrap();
     assert_eq!((state.status.as_str(), state.reason.as_deref()), ("FAILED", Some("DB_REJECTED")));
     assert!(env.stock.user_order(sale, UserId::new(1).unwrap()).await.unwrap().is_none(), "the user may buy again");
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, Some(&env.kafka), sale, true).await.unwrap();
-    assert!(report.consistent, "{:?}", report.violations);
+    // The FAILED status the compensator wrote has an event the order
+    // service's relay sends a moment later: the books balance once it has.
+    eventually("the books consistent, every event relayed", Duration::from_secs(30), || async {
+        let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, Some(&env.kafka), sale, true)
+            .await
+            .map_err(|e| e.to_string())?;
+        if report.consistent {
+            Ok(())
+        } else {
+            Err(format!("{:?}", report.violations))
+        }
+    })
+    .await;
     compensator.stop().await;
     order.stop().await;
 }
