@@ -6,18 +6,7 @@ use seckill_e2e::chaos::{run, Fault, Scenario, TABLE_HEADER};
 use std::time::Duration;
 
 fn scenario(name: &'static str, seed: u64, faults: Vec<(u64, Fault)>) -> Scenario {
-    Scenario {
-        name,
-        topology: seckill_e2e::Topology::Single,
-        seed,
-        stock: 3_000,
-        users: 8_000,
-        requests: 10_000,
-        rate: 700.0,
-        concurrency: 64,
-        retry_ratio: 0.1,
-        faults: faults.into_iter().map(|(ms, f)| (Duration::from_millis(ms), f)).collect(),
-    }
+    Scenario { rate: 700.0, ..Scenario::flash_sale(seckill_e2e::Topology::Single, name, seed, faults) }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

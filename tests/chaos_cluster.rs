@@ -10,18 +10,7 @@ use seckill_e2e::Topology;
 use std::time::Duration;
 
 fn scenario(name: &'static str, seed: u64, faults: Vec<(u64, Fault)>) -> Scenario {
-    Scenario {
-        name,
-        topology: Topology::Cluster,
-        seed,
-        stock: 3_000,
-        users: 8_000,
-        requests: 10_000,
-        rate: 500.0,
-        concurrency: 64,
-        retry_ratio: 0.1,
-        faults: faults.into_iter().map(|(ms, f)| (Duration::from_millis(ms), f)).collect(),
-    }
+    Scenario::flash_sale(Topology::Cluster, name, seed, faults)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

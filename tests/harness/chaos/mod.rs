@@ -39,6 +39,26 @@ pub struct Scenario {
     pub faults: Vec<(Duration, Fault)>,
 }
 
+impl Scenario {
+    /// The suites' usual sale on `topology`: 3,000 units, 8,000 buyers,
+    /// 10,000 requests at 500/s over 64 connections, a tenth of them a
+    /// buyer asking again; each fault at its ms into the load.
+    pub fn flash_sale(topology: Topology, name: &'static str, seed: u64, faults: Vec<(u64, Fault)>) -> Self {
+        Self {
+            name,
+            topology,
+            seed,
+            stock: 3_000,
+            users: 8_000,
+            requests: 10_000,
+            rate: 500.0,
+            concurrency: 64,
+            retry_ratio: 0.1,
+            faults: faults.into_iter().map(|(ms, f)| (Duration::from_millis(ms), f)).collect(),
+        }
+    }
+}
+
 /// What a scenario run showed.
 #[derive(Debug, Clone)]
 pub struct Outcome {
