@@ -190,7 +190,7 @@ async fn sale_states_answer_per_the_contract() {
 
     // Health, readiness, metrics.
     assert_eq!(client.get("/healthz").await.status.as_u16(), 200);
-    assert_eq!(client.get("/readyz").await.status.as_u16(), 200);
+    seckill_e2e::wait_ready(&client).await;
     let metrics = client.get("/metrics").await;
     assert!(metrics.text.contains("seckill_edge_orders_total"), "{}", metrics.text);
     edge.stop().await;

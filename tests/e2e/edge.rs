@@ -331,6 +331,33 @@ async fn readiness_says_what_is_unreachable_not_why() {
     edge.stop().await;
 }
 
+/// Ready means records can be sent: an edge whose orders topic the brokers
+/// do not have (here: a prefix nobody created, topics not ensured) is not
+/// ready, though the broker answers. (Before: `/readyz` answered 200 and
+/// every order then waited out its delivery timeout. The same held for a
+/// broker just restarted with thousands of partitions still loading, their
+/// leaders -1 and producer ids refused: the demo's first orders timed out.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_that_cannot_send_records_is_not_ready() {
+    let env = TestEnv::new().await;
+    let mut settings = env.edge_settings();
+    settings.servers.kafka.topic_prefix = format!("{}never-created.", settings.servers.kafka.topic_prefix);
+    settings.ensure_topics = false;
+    let edge = env.spawn_edge(settings).await;
+    let client = Client::new(edge.url());
+    // Given the time a producer needs to get its producer id (its first
+    // statistics), it still is not ready.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let reply = client.get("/readyz").await;
+    assert_eq!((reply.status.as_u16(), reply.text.as_str()), (503, "kafka not taking records"));
+    edge.stop().await;
+
+    // The same edge with the topic there is ready once its producer has an id.
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    seckill_e2e::wait_ready(&Client::new(edge.url())).await;
+    edge.stop().await;
+}
+
 /// Status reads cannot flood PostgreSQL: where no user is known, reads are
 /// limited per client (here 20 a second, burst 20), so 1,000 reads of
 /// unknown ids cost at most a few dozen database look-ups.

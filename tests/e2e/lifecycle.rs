@@ -619,7 +619,7 @@ async fn without_identity_nobody_cancels_or_reads_for_another_user() {
     assert_eq!((result.status.as_u16(), result.code()), (401, "UNAUTHORIZED"), "{}", result.text);
     assert!(!result.text.contains(&id) && !cancel.text.contains(&id));
     assert_eq!(env.count_orders(sale, "CREATED").await, 1, "nothing changed");
-    let ready = client.get("/readyz").await;
+    let ready = seckill_e2e::wait_ready(&client).await;
     assert_eq!(ready.text, "ready", "anonymous access is off");
     let bearer = format!("Bearer {}", seckill_e2e::ADMIN_TOKEN);
     let page = client.send(Method::GET, "/admin/dashboard", None, &[("authorization", &bearer)]).await;
@@ -627,7 +627,8 @@ async fn without_identity_nobody_cancels_or_reads_for_another_user() {
     // Turned on, it says so where an operator looks.
     let open = env.spawn_edge(env.edge_settings()).await;
     let open_client = Client::new(open.url());
-    assert_eq!(open_client.get("/readyz").await.text, "ready (auth.allow_anonymous: no user identity)");
+    let ready = seckill_e2e::wait_ready(&open_client).await;
+    assert_eq!(ready.text, "ready (auth.allow_anonymous: no user identity)");
     let page = open_client.send(Method::GET, "/admin/dashboard", None, &[("authorization", &bearer)]).await;
     assert!(page.text.contains(r#"id="anonymous""#), "{}", page.text);
     open.stop().await;

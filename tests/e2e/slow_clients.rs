@@ -66,7 +66,7 @@ async fn two_thousand_slow_clients_are_cut_off_while_the_edge_answers() {
 
     // With 2,000 slow clients connected, the probes and a buyer are answered.
     assert_eq!(client.get("/healthz").await.status, 200);
-    assert_eq!(client.get("/readyz").await.status, 200);
+    seckill_e2e::wait_ready(&client).await;
     let reply = client.order(sale.activity.get(), sale.sku.get(), 1).await;
     assert_eq!(reply.status, 202, "{reply:?}");
 
@@ -98,6 +98,7 @@ async fn requests_beyond_the_in_flight_limit_are_answered_503_at_once() {
     let sale = env.sale();
     env.warmup(sale, 10).await;
     let client = Client::new(edge.url());
+    seckill_e2e::wait_ready(&client).await;
 
     // Four requests whose bodies never come hold the four places.
     let holders = slow_clients(edge.addr, 4, HALF_BODY).await;

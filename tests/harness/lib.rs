@@ -682,6 +682,21 @@ where
     panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
 }
 
+/// Waits until the edge behind `client` answers `/readyz` with 200 (its
+/// producer gets its id with its first statistics, about a second after it
+/// starts) and returns that answer.
+pub async fn wait_ready(client: &http::Client) -> http::Reply {
+    eventually("the edge to be ready", Duration::from_secs(30), || async {
+        let reply = client.get("/readyz").await;
+        if reply.status == 200 {
+            Ok(reply)
+        } else {
+            Err(format!("{} {}", reply.status, reply.text))
+        }
+    })
+    .await
+}
+
 /// The repository's root (where `Cargo.toml` of the workspace is).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -63,8 +63,8 @@ async fn readiness(state: &AppState) -> (StatusCode, String) {
         }
         Ok(Ok(())) => (StatusCode::OK, "ready".into()),
         Ok(Err(error)) => {
-            tracing::warn!(%error, "not ready: kafka unreachable");
-            (StatusCode::SERVICE_UNAVAILABLE, "kafka unreachable".into())
+            tracing::warn!(%error, "not ready");
+            (StatusCode::SERVICE_UNAVAILABLE, error.word().into())
         }
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "kafka check failed".into()),
     }

@@ -47,6 +47,11 @@ pub struct DeliveryContext {
     /// still queued (never sent) can be failed at once instead of waiting
     /// for their delivery timeout.
     pub purge_queued: Arc<AtomicBool>,
+    /// Whether the idempotent producer holds its producer id, from the
+    /// statistics: until it does, no record can be sent (a broker just
+    /// started answers "coordinator load in progress" for seconds while it
+    /// loads its partitions).
+    pub has_producer_id: Arc<AtomicBool>,
 }
 
 impl ClientContext for DeliveryContext {
@@ -67,6 +72,8 @@ impl ClientContext for DeliveryContext {
     }
 
     fn stats(&self, statistics: Statistics) {
+        let assigned = statistics.eos.as_ref().is_some_and(|eos| eos.idemp_state == "Assigned");
+        self.has_producer_id.store(assigned, Ordering::SeqCst);
         // The brokers learned from the cluster's metadata, once there are
         // any (a bootstrap entry stands for an address, and may idle once
         // the real brokers are known); until then, the bootstrap ones. A
@@ -125,5 +132,39 @@ pub fn inject_fatal_error(producer: &rdkafka::producer::ThreadedProducer<Deliver
             rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
             reason.as_ptr(),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::statistics::ExactlyOnceSemantics;
+
+    fn context() -> DeliveryContext {
+        DeliveryContext {
+            fatal: Arc::default(),
+            circuit: Arc::default(),
+            purge_queued: Arc::default(),
+            has_producer_id: Arc::default(),
+        }
+    }
+
+    fn with_idempotence(state: &str) -> Statistics {
+        let eos = ExactlyOnceSemantics { idemp_state: state.into(), ..Default::default() };
+        Statistics { eos: Some(eos), ..Default::default() }
+    }
+
+    #[test]
+    fn the_producer_id_is_had_only_while_librdkafka_says_assigned() {
+        let context = context();
+        assert!(!context.has_producer_id.load(Ordering::SeqCst), "none before the first statistics");
+        context.stats(with_idempotence("WaitPID"));
+        assert!(!context.has_producer_id.load(Ordering::SeqCst), "still asking for it");
+        context.stats(with_idempotence("Assigned"));
+        assert!(context.has_producer_id.load(Ordering::SeqCst));
+        context.stats(with_idempotence("DrainReset"));
+        assert!(!context.has_producer_id.load(Ordering::SeqCst), "lost again");
+        context.stats(Statistics::default());
+        assert!(!context.has_producer_id.load(Ordering::SeqCst), "statistics without it say nothing of one");
     }
 }

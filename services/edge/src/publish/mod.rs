@@ -39,6 +39,29 @@ pub enum PublishOutcome {
     Ambiguous(String),
 }
 
+/// Why the producer cannot send records now (for `/readyz`).
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    /// No broker answered.
+    #[error("kafka unreachable: {0:#}")]
+    Unreachable(anyhow::Error),
+    /// A broker answered, but a record sent now would wait: the topic is
+    /// missing, a partition has no leader, the producer has no id yet or
+    /// was retired by a fatal error.
+    #[error("kafka not taking records: {0}")]
+    NotTaking(String),
+}
+
+impl NotReady {
+    /// The word or two `/readyz` answers.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Self::Unreachable(_) => "kafka unreachable",
+            Self::NotTaking(_) => "kafka not taking records",
+        }
+    }
+}
+
 /// The producer was retired by a fatal error; a new one is being made.
 #[derive(Debug, thiserror::Error)]
 #[error("the Kafka producer failed fatally and is being rebuilt")]
@@ -58,18 +81,26 @@ struct Live {
     producer: ThreadedProducer<DeliveryContext>,
     fatal: Arc<AtomicBool>,
     purge_queued: Arc<AtomicBool>,
+    has_producer_id: Arc<AtomicBool>,
 }
 
 impl Live {
     fn create(settings: &KafkaSettings, circuit: Arc<Circuit>) -> anyhow::Result<Self> {
         let fatal = Arc::new(AtomicBool::new(false));
         let purge_queued = Arc::new(AtomicBool::new(false));
-        let context = DeliveryContext { fatal: fatal.clone(), circuit, purge_queued: purge_queued.clone() };
+        let has_producer_id = Arc::new(AtomicBool::new(false));
+        let context = DeliveryContext {
+            fatal: fatal.clone(),
+            circuit,
+            purge_queued: purge_queued.clone(),
+            has_producer_id: has_producer_id.clone(),
+        };
         let mut config = seckill_shared::kafka::producer_config(settings);
-        // The circuit reads the brokers' states from the statistics.
+        // The circuit reads the brokers' states from the statistics, and
+        // readiness the producer id.
         config.set("statistics.interval.ms", "1000");
         let producer = config.create_with_context(context)?;
-        Ok(Self { producer, fatal, purge_queued })
+        Ok(Self { producer, fatal, purge_queued, has_producer_id })
     }
 
     fn is_fatal(&self) -> bool {
@@ -213,10 +244,38 @@ impl Publisher {
         }
     }
 
-    /// Whether a broker answers a metadata request, with a usable producer.
-    pub fn ping(&self, timeout: Duration) -> anyhow::Result<()> {
-        self.ensure_usable()?;
-        self.live().producer.client().fetch_metadata(Some(&self.topic), timeout)?;
+    /// Whether records can be sent now: the producer is usable and holds its
+    /// producer id, and every partition of the topic has a leader that
+    /// answers for it. A broker that answers metadata may still be loading
+    /// its partitions (a restart with a few thousand of them takes seconds
+    /// here): a record sent then waits out its delivery timeout.
+    pub fn ping(&self, timeout: Duration) -> Result<(), NotReady> {
+        self.ensure_usable().map_err(|retired| NotReady::NotTaking(retired.to_string()))?;
+        let live = self.live();
+        let metadata = live
+            .producer
+            .client()
+            .fetch_metadata(Some(&self.topic), timeout)
+            .map_err(|error| NotReady::Unreachable(error.into()))?;
+        let topic = metadata.topics().iter().find(|t| t.name() == &*self.topic);
+        let Some(topic) = topic.filter(|t| t.error().is_none() && !t.partitions().is_empty()) else {
+            return Err(NotReady::NotTaking(format!("topic {} is not in the brokers' metadata", self.topic)));
+        };
+        if let Some(partition) = topic.partitions().iter().find(|p| p.leader() < 0 || p.error().is_some()) {
+            return Err(NotReady::NotTaking(format!("partition {} of {} has no leader", partition.id(), self.topic)));
+        }
+        // The metadata names a leader before that broker acts as one (it
+        // answers a produce NOT_LEADER_OR_FOLLOWER until it has loaded the
+        // partition): the leader must answer for each partition's offsets.
+        for partition in topic.partitions() {
+            if let Err(error) = live.producer.client().fetch_watermarks(&self.topic, partition.id(), timeout) {
+                let why = format!("partition {} of {} answers no offsets: {error}", partition.id(), self.topic);
+                return Err(NotReady::NotTaking(why));
+            }
+        }
+        if !live.has_producer_id.load(Ordering::SeqCst) {
+            return Err(NotReady::NotTaking("the idempotent producer has no producer id yet".into()));
+        }
         Ok(())
     }
 
