@@ -68,6 +68,7 @@ test: build-deps
 	$(CARGO) test --workspace -- --test-threads=$(TEST_THREADS)
 	$(MAKE) test-redis-cluster
 	$(MAKE) chaos-redis-cluster-short
+	infra/local/clean-test-data.sh
 	infra/local/down.sh --redis-cluster
 	$(MAKE) deploy-check
 	$(MAKE) chaos-cluster-short
