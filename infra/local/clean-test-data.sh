@@ -2,9 +2,9 @@
 # What earlier test runs left on the local servers: each test makes a
 # database seckill_t<id> and Redis keys under t<id>: (tests/harness; on the
 # single Redis and on the Redis Cluster), and a failed or interrupted test
-# leaves them. Run before the suites (make test,
-# make chaos), and after make test's single-node suites, when no test runs. Their Kafka topics (t<id>.*) are deleted
-# too: left, they grew the broker by about a thousand partitions per full
+# leaves them. Run before the suites (make test, make chaos), and after
+# make test's single-node suites, when no test runs. Their Kafka topics
+# (t<id>.*) are deleted too: left, they grew the broker by about a thousand partitions per full
 # run, until producing timed out.
 source "$(dirname "$0")/common.sh"
 export PGPASSWORD=seckill

@@ -304,15 +304,8 @@ async fn a_fatal_producer_error_deducts_nothing_and_the_producer_is_rebuilt() {
 
     publisher.inject_fatal_error();
     assert_eq!(client.get("/readyz").await.status, 503, "not ready while the producer is retired");
-    eventually("ready again with a new producer", Duration::from_secs(30), || async {
-        let status = client.get("/readyz").await.status;
-        if status == 200 {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    })
-    .await;
+    // Ready again with a new producer.
+    seckill_e2e::wait_ready(&client).await;
     edge.stop().await;
 }
 

@@ -302,15 +302,8 @@ async fn keys_fetched_over_https_rotate_without_a_restart() {
     let client = Client::new(edge.url());
     let rs = |user| token(&provider.rsa, Algorithm::RS256, "rsa-1", claims(user, "any", "any"));
     let es = |user| token(&provider.ec, Algorithm::ES256, "ec-1", claims(user, "any", "any"));
-    seckill_e2e::eventually("the keys fetched", std::time::Duration::from_secs(30), || async {
-        let ready = client.get("/readyz").await;
-        if ready.status == 200 {
-            Ok(())
-        } else {
-            Err(ready.text)
-        }
-    })
-    .await;
+    // Ready once the keys are fetched.
+    seckill_e2e::wait_ready(&client).await;
     assert_eq!(order_as(&client, sale, 1, &rs(1)).await.0, 202, "the served RSA key");
     assert_eq!(order_as(&client, sale, 2, &es(2)).await.0, 401, "the EC key is not served yet");
 

@@ -273,6 +273,8 @@ impl Publisher {
                 return Err(NotReady::NotTaking(why));
             }
         }
+        // Last: with no broker reachable there is no id either, and that
+        // says less than "unreachable".
         if !live.has_producer_id.load(Ordering::SeqCst) {
             return Err(NotReady::NotTaking("the idempotent producer has no producer id yet".into()));
         }
