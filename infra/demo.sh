@@ -99,9 +99,33 @@ CTL="$BIN/seckillctl"
 echo
 echo "== the seed's check: 100 units, 2,000 users, 200 at a time (curl | xargs)"
 "$CTL" warmup --activity 1001 --sku 2001 --stock 100 --force
-seed_counts="$(seq 1 2000 | xargs -P 200 -I{} curl -s -o /dev/null -w "%{http_code}\n" -X POST "http://$EDGE/api/seckill/order" \
+# A 503 TRY_AGAIN kept nothing, and a client following the contract asks
+# again: curl does (--retry), so the counts are each buyer's last answer.
+# How many were asked again is the edge's own count, shown with its reasons.
+# Each body goes to a file of its own: curl 7.88 cannot retry a transfer
+# whose body went to /dev/null (it fails, exit 23, truncating it).
+edge_try_again() {
+  local sum=0 addr n
+  for addr in "${EDGE_ADDRS[@]}"; do
+    n="$(curl -fsS "http://$addr/metrics" | awk -F'[ }]+' '/^seckill_edge_orders_total\{outcome="TRY_AGAIN"/{print $NF}')"
+    sum=$((sum + ${n:-0}))
+  done
+  echo "$sum"
+}
+try_again_before="$(edge_try_again)"
+bodies="$(mktemp -d)"
+seed_counts="$(seq 1 2000 | xargs -P 200 -I{} curl -s --retry 5 --retry-delay 1 -o "$bodies/{}" -w "%{http_code}\n" \
+  -X POST "http://$EDGE/api/seckill/order" \
   -H 'Content-Type: application/json' -d '{"activityId":1001,"skuId":2001,"userId":{}}' | sort | uniq -c)"
+rm -rf "$bodies"
 echo "$seed_counts"
+tried_again=$(( $(edge_try_again) - try_again_before ))
+if (( tried_again > 0 )); then
+  echo "  $tried_again answer(s) were 503 TRY_AGAIN and asked again; what the edge logged, most frequent first:"
+  { sed -E 's/\x1b\[[0-9;]*m//g; s/^[^ ]+ +//' "$LOGS"/demo-seckill-edge*.log | grep -E '^(WARN|ERROR) ' \
+    | grep -vE 'not ready|GETPID' | sed -E 's/[0-9]+-[0-9]+-[0-9]+-[0-9a-f]+/ORDER/g; s/[0-9.]+m?s\)/…)/g' \
+    | sort | uniq -c | sort -rn | head -n 6 | cut -c1-220 | sed 's/^/   /'; } || true
+fi
 "$CTL" reconcile --activity 1001 --sku 2001 --wait-drain 60 >"$LOGS/demo-seed-reconcile.txt" || { cat "$LOGS/demo-seed-reconcile.txt"; exit 1; }
 grep -E '^(orders created|verdict)' "$LOGS/demo-seed-reconcile.txt"
 if [[ "$(echo "$seed_counts" | awk '$2==202{print $1}')" != 100 || "$(echo "$seed_counts" | awk '$2==410{print $1}')" != 1900 ]]; then
