@@ -2,7 +2,8 @@
 --
 -- KEYS[1] meta, KEYS[2] stock, KEYS[3] buyers, KEYS[4] orders,
 -- KEYS[5] reserved, KEYS[6] compensated, KEYS[7] written_off, KEYS[8] seq,
--- KEYS[9] returned (units cancelled orders gave back), KEYS[10] trace
+-- KEYS[9] returned (units cancelled orders gave back), KEYS[10] trace,
+-- KEYS[11] lent, KEYS[12] received (units moved between a sale's buckets)
 -- ARGV[1] stock, ARGV[2] starts (ms, 0 = none), ARGV[3] ends (ms, 0 = none),
 -- ARGV[4] round, ARGV[5] expire at (ms, 0 = never): when every key of the
 --         sale expires; kept in meta as 'expires', so the scripts that
@@ -25,7 +26,7 @@ if ARGV[6] ~= '1' then
     return 0
   end
 end
-redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10])
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11], KEYS[12])
 redis.call('HSET', KEYS[1], 'total', ARGV[1], 'starts', ARGV[2], 'ends', ARGV[3], 'round', ARGV[4],
   'queued', 0, 'created', 0, 'failed', 0, 'cancelled', 0, 'expires', ARGV[5])
 redis.call('SET', KEYS[2], ARGV[1])

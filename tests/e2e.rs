@@ -10,6 +10,8 @@ mod architecture;
 mod batching;
 #[path = "e2e/browser.rs"]
 mod browser;
+#[path = "e2e/buckets.rs"]
+mod buckets;
 #[path = "e2e/chaos_short.rs"]
 mod chaos_short;
 #[path = "e2e/cli.rs"]

@@ -284,6 +284,36 @@ impl RedisConn {
         Ok(connected.min(1))
     }
 
+    /// On a Redis Cluster, which primary serves each range of slots
+    /// (`CLUSTER SLOTS`: first slot, last slot, the primary's address);
+    /// `None` on one server or behind Sentinel, where one primary serves all.
+    pub async fn slot_primaries(&self) -> Result<Option<Vec<(u16, u16, String)>>, RedisCallError> {
+        if !matches!(self.inner, Inner::Cluster(_)) {
+            return Ok(None);
+        }
+        let mut conn = self.clone();
+        let ranges: Vec<Value> = self.bounded(redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn)).await?;
+        let unexpected =
+            |answer: &Value| RedisCallError::Unexpected { script: "CLUSTER SLOTS", answer: format!("{answer:?}") };
+        let mut primaries = Vec::with_capacity(ranges.len());
+        for range in &ranges {
+            let parsed = match range {
+                Value::Array(fields) => match fields.as_slice() {
+                    [Value::Int(first), Value::Int(last), Value::Array(primary), ..] => match primary.as_slice() {
+                        [host, Value::Int(port), ..] => redis::from_redis_value::<String>(host.clone())
+                            .ok()
+                            .map(|host| (*first as u16, *last as u16, format!("{host}:{port}"))),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                _ => None,
+            };
+            primaries.push(parsed.ok_or_else(|| unexpected(range))?);
+        }
+        Ok(Some(primaries))
+    }
+
     /// `PING`, bounded: whether Redis answers.
     pub async fn ping(&self) -> Result<(), RedisCallError> {
         let mut conn = self.clone();

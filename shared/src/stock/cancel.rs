@@ -1,6 +1,6 @@
 //! Giving cancelled orders' units back, at most once each (`lua/cancel.lua`).
 
-use super::{with_keys, Stock};
+use super::{by_bucket, with_keys, Stock};
 use crate::domain::{OrderId, SaleKey, UserId};
 use crate::redis_conn::RedisCallError;
 use redis::Script;
@@ -22,14 +22,18 @@ impl Stock {
     /// PostgreSQL first) to the sale, clearing their buyers; an order whose
     /// unit went back already gives nothing. Returns how many went back now.
     pub async fn cancel(&self, sale: SaleKey, orders: &[Cancelled]) -> Result<i64, RedisCallError> {
-        if orders.is_empty() {
-            return Ok(0);
+        let mut returned = 0;
+        // Each unit goes back to the bucket its order was deducted in.
+        for ((of_sale, bucket), orders) in by_bucket(orders, |order| &order.order_id) {
+            debug_assert_eq!(of_sale, sale, "every order of one sale");
+            let k = self.keys.bucket(sale, bucket);
+            let mut invocation =
+                with_keys(&CANCEL, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.returned, &k.meta]);
+            for order in orders {
+                invocation.arg(order.order_id.as_str()).arg(order.user.get()).arg(order.reason);
+            }
+            returned += self.conn.invoke::<i64>(&invocation).await?;
         }
-        let k = self.keys.sale(sale);
-        let mut invocation = with_keys(&CANCEL, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.returned, &k.meta]);
-        for order in orders {
-            invocation.arg(order.order_id.as_str()).arg(order.user.get()).arg(order.reason);
-        }
-        self.conn.invoke(&invocation).await
+        Ok(returned)
     }
 }

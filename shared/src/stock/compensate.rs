@@ -44,7 +44,7 @@ impl Stock {
         reason: FailReason,
         settlement: CompensationMode,
     ) -> Result<Compensation, RedisCallError> {
-        let k = self.keys.sale(order_id.sale());
+        let k = self.keys.order(order_id);
         let (mode, db_remaining) = match settlement {
             CompensationMode::Restore => ("restore", 0),
             CompensationMode::WriteOff { db_remaining } => ("writeoff", db_remaining),

@@ -9,7 +9,7 @@
 //! ([`Stock::void`], `lua/void.lua`): afterwards it holds nothing, so its
 //! requests may be answered "nothing kept" truthfully.
 
-use super::keys::{SaleKeys, SaleLock};
+use super::keys::{Bucket, SaleKeys, SaleLock};
 use super::status::OrderState;
 use super::{with_keys, Stock};
 use crate::config::LockSettings;
@@ -71,12 +71,25 @@ pub struct DeductCall {
     /// How long the caller may take to learn whether an accepted order's
     /// record is in the log: the reservation is not swept before.
     pub publish_deadline: Duration,
+    /// The bucket of the sale it deducts from (its order ids name it).
+    pub bucket: Bucket,
 }
 
 impl DeductCall {
     /// A call with a fresh id.
     pub fn new(requests: Vec<DeductRequest>, publish_deadline: Duration) -> Self {
-        Self { id: format!("{:016x}", rand::random::<u64>()), requests, publish_deadline }
+        Self { id: format!("{:016x}", rand::random::<u64>()), requests, publish_deadline, bucket: Bucket::FIRST }
+    }
+
+    /// The same call, deducting from `bucket` of the sale.
+    pub fn in_bucket(self, bucket: Bucket) -> Self {
+        Self { bucket, ..self }
+    }
+
+    /// A request's nonce as the script takes it: with the mark of the
+    /// call's bucket, so the order id names it.
+    fn nonce(&self, request: &DeductRequest) -> String {
+        format!("{}{}", request.nonce, self.bucket.nonce_suffix())
     }
 }
 
@@ -103,7 +116,7 @@ impl Stock {
     /// the order given: one answer per request. Asked again with the same
     /// call, the same answers.
     pub async fn deduct_batch(&self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Deduction>, RedisCallError> {
-        let k = self.keys.sale(sale);
+        let k = self.keys.bucket(sale, call.bucket);
         let call_key = k.call(&call.id);
         let mut invocation =
             with_keys(&DEDUCT, &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.seq, &call_key, &k.trace]);
@@ -114,7 +127,11 @@ impl Stock {
             .arg(&call.id)
             .arg(self.call_outcome_ms);
         for request in &call.requests {
-            invocation.arg(request.user.get()).arg(&request.nonce).arg(&request.request_id).arg(&request.traceparent);
+            invocation
+                .arg(request.user.get())
+                .arg(call.nonce(request))
+                .arg(&request.request_id)
+                .arg(&request.traceparent);
         }
         let answers: Vec<Vec<redis::Value>> = self.conn.invoke(&invocation).await?;
         if answers.len() != call.requests.len() {
@@ -131,13 +148,13 @@ impl Stock {
     /// `VOIDED`); if it has not run, it never will deduct (`lua/void.lua`).
     /// Returns how many units went back.
     pub async fn void(&self, sale: SaleKey, call: &DeductCall) -> Result<i64, RedisCallError> {
-        let k = self.keys.sale(sale);
+        let k = self.keys.bucket(sale, call.bucket);
         let call_key = k.call(&call.id);
         let mut invocation =
             with_keys(&VOID, &[&call_key, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.meta, &k.trace]);
         invocation.arg(self.call_outcome_ms).arg(crate::domain::FailReason::Voided.code());
         for request in &call.requests {
-            invocation.arg(request.user.get()).arg(&request.nonce);
+            invocation.arg(request.user.get()).arg(call.nonce(request));
         }
         self.conn.invoke(&invocation).await
     }
@@ -156,7 +173,7 @@ impl Stock {
             return Ok(true);
         }
         let mut touch = redis::cmd("PEXPIRE");
-        touch.arg(self.keys.sale(sale).call(&call.id)).arg(self.call_outcome_ms);
+        touch.arg(self.keys.bucket(sale, call.bucket).call(&call.id)).arg(self.call_outcome_ms);
         let (found, confirmed): (bool, u32) = self.conn.write_then_wait(touch, replicas, timeout).await?;
         Ok(found && confirmed >= replicas)
     }

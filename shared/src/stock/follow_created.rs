@@ -2,11 +2,10 @@
 //! (`lua/follow_created.lua`): their status, their reservation, the sale's
 //! status counters.
 
-use super::{with_keys, Stock};
-use crate::domain::{OrderId, SaleKey, UserId};
+use super::{by_bucket, with_keys, Stock};
+use crate::domain::{OrderId, UserId};
 use crate::redis_conn::RedisCallError;
 use redis::Script;
-use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 static FOLLOW_CREATED: LazyLock<Script> =
@@ -18,12 +17,8 @@ impl Stock {
     /// the sale in it, the status counters kept. Called after PostgreSQL
     /// committed their rows.
     pub async fn follow_created(&self, orders: &[(OrderId, UserId, i64)]) -> Result<(), RedisCallError> {
-        let mut by_sale: BTreeMap<SaleKey, Vec<&(OrderId, UserId, i64)>> = BTreeMap::new();
-        for order in orders {
-            by_sale.entry(order.0.sale()).or_default().push(order);
-        }
-        for (sale, orders) in by_sale {
-            let k = self.keys.sale(sale);
+        for ((sale, bucket), orders) in by_bucket(orders, |order| &order.0) {
+            let k = self.keys.bucket(sale, bucket);
             let mut invocation = with_keys(&FOLLOW_CREATED, &[&k.meta, &k.orders, &k.reserved, &k.trace]);
             for (order_id, user, accepted_at) in orders {
                 invocation.arg(order_id.as_str()).arg(user.get()).arg(*accepted_at);

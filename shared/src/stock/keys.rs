@@ -14,14 +14,22 @@
 //! | `…:compensated` | set | order ids whose unit was restored |
 //! | `…:written_off` | set | order ids whose unit the database never had |
 //! | `…:trace` | hash | order id → `round\|request id\|traceparent` while reserved: what a republish needs |
+//! | `…:lent` | hash | transfer id → `to\|units\|round\|at_ms`: units this bucket lent another (`lua/lend.lua`) |
+//! | `…:received` | set | transfer ids whose units this bucket took in (`lua/receive.lua`) |
 //! | `…:call:<id>` | string | a deduction call's outcome (or `V`, voided), kept a short while |
 //! | `…:lock`, `…:warmup` | string | the sale's locks (lock deduction, warm-up) |
 //! | `P seckill:{sweeper}:lock` | string | the reservation sweeper's lock |
 //! | `P seckill:sales` | set | every warmed sale (`A:S`), for the sweeper |
 //!
 //! `P` is the deployment's key prefix (`SECKILL_KEY_PREFIX`).
+//!
+//! **Buckets.** A hot sale's stock may be spread over buckets, each a full
+//! key set of its own in a slot of its own: bucket 0 is the sale's keys
+//! above, bucket `n > 0` has the same keys under `{A:S:n}`. An order id
+//! names its bucket (its nonce ends in `k<n>`, none for bucket 0), so what
+//! settles an order finds its keys from the id alone.
 
-use crate::domain::SaleKey;
+use crate::domain::{OrderId, SaleKey};
 
 /// Names keys under one deployment's prefix.
 #[derive(Debug, Clone)]
@@ -42,13 +50,51 @@ pub struct SaleKeys {
     pub(super) written_off: String,
     pub(super) returned: String,
     pub(super) trace: String,
+    pub(super) lent: String,
+    pub(super) received: String,
     base: String,
 }
+
+/// One of a sale's stock buckets: 0 is the sale's own keys, `n > 0` a key
+/// set of its own under the hash tag `{A:S:n}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Bucket(pub u32);
+
+impl Bucket {
+    /// The sale's own keys.
+    pub const FIRST: Bucket = Bucket(0);
+
+    /// What the deduction appends to a 16-hex-digit nonce so the order id
+    /// names this bucket (nothing for bucket 0: every id minted before
+    /// buckets existed names bucket 0).
+    pub fn nonce_suffix(self) -> String {
+        if self.0 == 0 {
+            String::new()
+        } else {
+            format!("{BUCKET_MARK}{}", self.0)
+        }
+    }
+
+    /// The bucket an order id names.
+    pub fn of_order(order_id: &OrderId) -> Bucket {
+        let nonce = order_id.as_str().rsplit('-').next().unwrap_or_default();
+        nonce
+            .get(NONCE_DIGITS..)
+            .and_then(|rest| rest.strip_prefix(BUCKET_MARK))
+            .and_then(|n| n.parse().ok())
+            .map_or(Bucket::FIRST, Bucket)
+    }
+}
+
+/// The hex digits of an order id's nonce, and the mark after them that
+/// introduces its bucket (not a hex digit, so it cannot be read as one).
+const NONCE_DIGITS: usize = 16;
+const BUCKET_MARK: char = 'k';
 
 impl SaleKeys {
     /// Every key of the round, in the order `lua/warmup.lua` and
     /// `lua/close.lua` take them.
-    pub(super) fn every_key(&self) -> [&String; 10] {
+    pub(super) fn every_key(&self) -> [&String; 12] {
         [
             &self.meta,
             &self.stock,
@@ -60,6 +106,8 @@ impl SaleKeys {
             &self.seq,
             &self.returned,
             &self.trace,
+            &self.lent,
+            &self.received,
         ]
     }
 
@@ -90,9 +138,28 @@ impl KeyLayout {
         format!("{}seckill:{{{}:{}}}", self.prefix, sale.activity, sale.sku)
     }
 
-    /// Every key of one sale.
+    /// What every key of one bucket of `sale` starts with (bucket 0: the
+    /// sale's own, [`KeyLayout::sale_base`]).
+    pub fn bucket_base(&self, sale: SaleKey, bucket: Bucket) -> String {
+        match bucket.0 {
+            0 => self.sale_base(sale),
+            n => format!("{}seckill:{{{}:{}:{n}}}", self.prefix, sale.activity, sale.sku),
+        }
+    }
+
+    /// Every key of one sale (its bucket 0).
     pub fn sale(&self, sale: SaleKey) -> SaleKeys {
-        let base = self.sale_base(sale);
+        self.bucket(sale, Bucket::FIRST)
+    }
+
+    /// Every key of the bucket an order was deducted in.
+    pub fn order(&self, order_id: &OrderId) -> SaleKeys {
+        self.bucket(order_id.sale(), Bucket::of_order(order_id))
+    }
+
+    /// Every key of one bucket of a sale.
+    pub fn bucket(&self, sale: SaleKey, bucket: Bucket) -> SaleKeys {
+        let base = self.bucket_base(sale, bucket);
         SaleKeys {
             meta: format!("{base}:meta"),
             stock: format!("{base}:stock"),
@@ -104,6 +171,8 @@ impl KeyLayout {
             written_off: format!("{base}:written_off"),
             returned: format!("{base}:returned"),
             trace: format!("{base}:trace"),
+            lent: format!("{base}:lent"),
+            received: format!("{base}:received"),
             base,
         }
     }
@@ -169,7 +238,30 @@ mod tests {
                 assert_eq!(Slot::for_key(&key), slot, "{key}");
             }
         }
+        let sale = SaleKey::from_raw(1001, 2001).unwrap();
+        let (first, second) = (layout.bucket(sale, Bucket(0)), layout.bucket(sale, Bucket(2)));
+        assert_eq!(first.meta, layout.sale(sale).meta, "bucket 0 is the sale's own keys");
+        assert_ne!(Slot::for_key(&first.meta), Slot::for_key(&second.meta), "another bucket, another slot");
+        for key in second.every_key() {
+            assert!(key.starts_with("t0123:seckill:{1001:2001:2}:"), "{key}");
+            assert_eq!(Slot::for_key(key), Slot::for_key(&second.meta), "{key}");
+        }
         let other = layout.sale(SaleKey::from_raw(1, 3).unwrap());
         assert_ne!(Slot::for_key(&other.meta), Slot::for_key(&layout.sale(SaleKey::from_raw(1, 2).unwrap()).meta));
+    }
+
+    #[test]
+    fn an_order_id_names_its_bucket() {
+        let layout = KeyLayout::new("p:");
+        let sale = SaleKey::from_raw(7, 9).unwrap();
+        for bucket in [Bucket(0), Bucket(1), Bucket(42)] {
+            let id = OrderId::parse(&format!("7-9-12-00ff00ff00ff00ff{}", bucket.nonce_suffix())).unwrap();
+            assert_eq!(Bucket::of_order(&id), bucket, "{id}");
+            assert_eq!(layout.order(&id).meta, layout.bucket(sale, bucket).meta);
+        }
+        // Ids minted before buckets existed, and odd nonces, name bucket 0.
+        for raw in ["7-9-12-00ff00ff00ff00ff", "7-9-12-abc", "7-9-12-00ff00ff00ff00ffkx"] {
+            assert_eq!(Bucket::of_order(&OrderId::parse(raw).unwrap()), Bucket(0), "{raw}");
+        }
     }
 }

@@ -3,26 +3,33 @@
 //! the reads of order status and of the whole sale, and the key layout
 //! ([`keys`], the only code that knows it).
 
+mod borrow;
+mod buckets;
 mod cancel;
 mod compensate;
 mod deduct;
 mod follow_created;
 pub mod keys;
+mod lend;
 mod rollback;
 mod snapshot;
 mod status;
 pub mod warmup;
 
+pub use borrow::Borrowed;
 pub use cancel::Cancelled;
 pub use compensate::{Compensation, CompensationMode};
 pub use deduct::{DeductCall, DeductRequest, Deduction, MAX_DEDUCT_BATCH};
-pub use keys::{KeyLayout, SaleKeys, SaleLock};
+pub use keys::{Bucket, KeyLayout, SaleKeys, SaleLock};
+pub use lend::{Lent, LoggedTransfer, Received, Transfer};
 pub use snapshot::{SaleSnapshot, SweepMark};
 pub use status::{OrderState, ReservationTrace};
 
 use crate::config::RedisSettings;
+use crate::domain::SaleKey;
 use crate::redis_conn::{RedisCallError, RedisConn};
 use redis::Script;
+use std::collections::BTreeMap;
 
 /// Redis access for sales and orders.
 #[derive(Clone)]
@@ -87,6 +94,20 @@ impl Stock {
         let (secs, micros): (i64, i64) = self.conn.bounded(redis::cmd("TIME").query_async(&mut conn)).await?;
         Ok(secs * 1000 + micros / 1000)
     }
+}
+
+/// `items` grouped by the sale and bucket of the order each names: what
+/// one script call or pipeline per slot takes.
+fn by_bucket<T>(
+    items: impl IntoIterator<Item = T>,
+    order_id: impl Fn(&T) -> &crate::domain::OrderId,
+) -> BTreeMap<(SaleKey, Bucket), Vec<T>> {
+    let mut grouped: BTreeMap<(SaleKey, Bucket), Vec<T>> = BTreeMap::new();
+    for item in items {
+        let id = order_id(&item);
+        grouped.entry((id.sale(), Bucket::of_order(id))).or_default().push(item);
+    }
+    grouped
 }
 
 /// `script` ready to run on `keys` (arguments follow).

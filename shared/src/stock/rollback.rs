@@ -12,7 +12,7 @@ impl Stock {
     /// Puts the unit back, frees the buyer and marks the order FAILED, if the
     /// order is still QUEUED. Returns whether a unit went back.
     pub async fn rollback(&self, order_id: &OrderId, user: UserId, reason: FailReason) -> Result<bool, RedisCallError> {
-        let k = self.keys.sale(order_id.sale());
+        let k = self.keys.order(order_id);
         let mut invocation = with_keys(&ROLLBACK, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.meta, &k.trace]);
         invocation.arg(order_id.as_str()).arg(user.get()).arg(reason.code());
         let restored: i64 = self.conn.invoke(&invocation).await?;

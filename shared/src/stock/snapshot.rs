@@ -1,6 +1,7 @@
 //! A sale's whole Redis state as the reconciliation and the sweeper read
 //! it: counters, and which of a list of orders Redis accepted or settled.
 
+use super::keys::Bucket;
 use super::Stock;
 use crate::domain::SaleKey;
 use crate::redis_conn::RedisCallError;
@@ -41,7 +42,12 @@ impl Stock {
     /// of constant-time reads, whatever the number of orders (the status
     /// counts are counters the scripts keep, not a scan of the orders).
     pub async fn snapshot(&self, sale: SaleKey) -> Result<SaleSnapshot, RedisCallError> {
-        let k = self.keys.sale(sale);
+        self.snapshot_bucket(sale, Bucket::FIRST).await
+    }
+
+    /// The same reads of one bucket of a sale.
+    pub async fn snapshot_bucket(&self, sale: SaleKey, bucket: Bucket) -> Result<SaleSnapshot, RedisCallError> {
+        let k = self.keys.bucket(sale, bucket);
         let mut pipe = redis::pipe();
         pipe.hmget(&k.meta, &["total", "round", "queued", "created", "failed", "cancelled"])
             .get(&k.stock)

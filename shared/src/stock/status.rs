@@ -3,11 +3,10 @@
 //! reservation sweeper. (Marking orders CREATED is
 //! [`Stock::follow_created`].)
 
-use super::Stock;
+use super::{by_bucket, Stock};
 use crate::domain::{OrderId, OrderStatus, SaleKey, UserId};
 use crate::redis_conn::RedisCallError;
 use redis::AsyncCommands;
-use std::collections::BTreeMap;
 
 /// What Redis knows of one order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +72,7 @@ impl OrderState {
 impl Stock {
     /// What Redis knows of one order.
     pub async fn order_state(&self, order_id: &OrderId) -> Result<Option<OrderState>, RedisCallError> {
-        let k = self.keys.sale(order_id.sale());
+        let k = self.keys.order(order_id);
         let mut conn = self.conn.clone();
         let value: Option<String> = self.conn.bounded(conn.hget(&k.orders, order_id.as_str())).await?;
         Ok(value.as_deref().and_then(OrderState::parse))
@@ -90,15 +89,13 @@ impl Stock {
     /// (written, already done, or sent to the dead-letter topic): one
     /// variadic `ZREM` per sale.
     pub async fn unreserve(&self, orders: &[OrderId]) -> Result<(), RedisCallError> {
-        let mut by_sale: BTreeMap<SaleKey, Vec<&str>> = BTreeMap::new();
-        for order_id in orders {
-            by_sale.entry(order_id.sale()).or_default().push(order_id.as_str());
-        }
-        // A pipeline per sale (one slot each, as a cluster requires), all at once.
-        futures::future::try_join_all(by_sale.iter().map(|(sale, ids)| {
-            let k = self.keys.sale(*sale);
+        // A pipeline per sale's bucket (one slot each, as a cluster
+        // requires), all at once.
+        futures::future::try_join_all(by_bucket(orders, |id| id).into_iter().map(|((sale, bucket), ids)| {
+            let k = self.keys.bucket(sale, bucket);
+            let ids: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
             let mut pipe = redis::pipe();
-            pipe.zrem(&k.reserved, ids).ignore().hdel(&k.trace, ids).ignore();
+            pipe.zrem(&k.reserved, &ids).ignore().hdel(&k.trace, &ids).ignore();
             async move { self.conn.pipe::<()>(&pipe).await }
         }))
         .await
@@ -108,7 +105,7 @@ impl Stock {
     /// What a reservation keeps for its record to be published again: the
     /// round it was accepted in, and its request's id and trace context.
     pub async fn reservation_trace(&self, order_id: &OrderId) -> Result<Option<ReservationTrace>, RedisCallError> {
-        let k = self.keys.sale(order_id.sale());
+        let k = self.keys.order(order_id);
         let mut conn = self.conn.clone();
         let value: Option<String> = self.conn.bounded(conn.hget(&k.trace, order_id.as_str())).await?;
         Ok(value.as_deref().and_then(ReservationTrace::parse))
@@ -117,7 +114,7 @@ impl Stock {
     /// Moves an order's reservation's deadline to `deadline_ms` (Redis
     /// clock), if it is still reserved: it is not swept before.
     pub async fn reserve_until(&self, order_id: &OrderId, deadline_ms: i64) -> Result<(), RedisCallError> {
-        let k = self.keys.sale(order_id.sale());
+        let k = self.keys.order(order_id);
         let mut conn = self.conn.clone();
         let options = redis::SortedSetAddOptions::update_only(None);
         self.conn.bounded(conn.zadd_options::<_, _, _, ()>(&k.reserved, order_id.as_str(), deadline_ms, &options)).await

@@ -1,6 +1,7 @@
 //! Loading a sale round (`lua/warmup.lua`), and closing it
 //! (`lua/close.lua`).
 
+use super::keys::Bucket;
 use super::{with_keys, Stock};
 use crate::domain::SaleKey;
 use crate::redis_conn::RedisCallError;
@@ -33,7 +34,20 @@ impl Stock {
     /// answers `false` (checked and loaded in one script). Registers the
     /// sale for the sweeper.
     pub async fn warmup(&self, sale: SaleKey, round: Round) -> Result<bool, RedisCallError> {
-        let mut invocation = with_keys(&WARMUP, &self.keys.sale(sale).every_key());
+        if !self.warmup_bucket(sale, Bucket::FIRST, round).await? {
+            return Ok(false);
+        }
+        let mut register = redis::pipe();
+        register.sadd(self.keys.registry(), sale.to_string()).ignore();
+        self.conn.pipe::<()>(&register).await?;
+        Ok(true)
+    }
+
+    /// Loads one bucket of a sale round with `round.stock` units, as
+    /// [`Stock::warmup`] loads the sale's own keys (bucket 0): checked and
+    /// loaded in one script, per bucket.
+    pub async fn warmup_bucket(&self, sale: SaleKey, bucket: Bucket, round: Round) -> Result<bool, RedisCallError> {
+        let mut invocation = with_keys(&WARMUP, &self.keys.bucket(sale, bucket).every_key());
         invocation
             .arg(round.stock)
             .arg(round.starts_ms)
@@ -42,13 +56,7 @@ impl Stock {
             .arg(round.expire_at_ms)
             .arg(if round.force { "1" } else { "0" });
         let loaded: i64 = self.conn.invoke(&invocation).await?;
-        if loaded == 0 {
-            return Ok(false);
-        }
-        let mut register = redis::pipe();
-        register.sadd(self.keys.registry(), sale.to_string()).ignore();
-        self.conn.pipe::<()>(&register).await?;
-        Ok(true)
+        Ok(loaded == 1)
     }
 
     /// Closes a sale's round now (an end only moves earlier): no order is

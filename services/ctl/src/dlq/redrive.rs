@@ -26,7 +26,7 @@ use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::domain::{OrderId, OrderRecord};
 use seckill_shared::kafka::{self, dlq_header, header_str, Topics, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
-use seckill_shared::stock::{DeductCall, DeductRequest, Deduction, Stock};
+use seckill_shared::stock::{Bucket, DeductCall, DeductRequest, Deduction, Stock};
 use sqlx::PgPool;
 use std::time::Duration;
 
@@ -171,7 +171,8 @@ impl Redrive {
         // Room for the publish below before the sweeper may take the
         // reservation for a lost record (it republishes it then).
         let deadline = Duration::from_millis(self.settings.servers.kafka.message_timeout_ms) + Duration::from_secs(5);
-        let call = DeductCall { id: call_id, requests: vec![request], publish_deadline: deadline };
+        let call =
+            DeductCall { id: call_id, requests: vec![request], publish_deadline: deadline, bucket: Bucket::FIRST };
         let sale = original.sale();
         let answer = self.stock.deduct_batch(sale, &call).await.map_err(Failure::unreadable)?.pop();
         // `decided_now`: this asking took the unit (a confirmation is due);

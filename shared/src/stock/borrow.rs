@@ -1,0 +1,85 @@
+//! Units for a bucket that ran out, from the sale's other buckets: the path
+//! a request takes when its user's home bucket answers SOLD_OUT and the sale
+//! has more buckets. Each user's order lives in their home bucket (its
+//! buyers hash is the one that keeps one order per user), so units move to
+//! the buyer's bucket, never the buyer to another: no script ever spans two
+//! slots, and one order per user holds exactly as with one bucket.
+
+use super::keys::Bucket;
+use super::lend::{Lent, Received, Transfer};
+use super::Stock;
+use crate::domain::SaleKey;
+use crate::redis_conn::RedisCallError;
+
+/// What borrowing for an empty bucket came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Borrowed {
+    /// The home bucket received these units: deduct there again.
+    Units(i64),
+    /// No bucket had a unit to spare, but units are on their way from one
+    /// bucket to another: ask again in a moment, not sold out yet.
+    InTransit,
+    /// No bucket of the round has a unit, none is on its way: sold out.
+    Nothing,
+}
+
+impl Stock {
+    /// Moves units to `home` from the first of the sale's other `buckets`
+    /// (in their order after `home`, wrapping) that has any: half its units,
+    /// rounded up, so buckets that drained unevenly even out. Answers the
+    /// units `home` received ([`Borrowed::Units`]); that units are on their
+    /// way between other buckets ([`Borrowed::InTransit`]); or that no other
+    /// bucket had one ([`Borrowed::Nothing`]: sold out, as far as this round
+    /// goes, also when `home` holds another round now).
+    ///
+    /// An answer not heard is asked again with the same transfer (both
+    /// scripts answer a repeat without moving anything twice); a caller that
+    /// gives up leaves the transfer in the lender's log, complete or not,
+    /// for [`Stock::transfers_lent`] to finish.
+    pub async fn borrow(
+        &self,
+        sale: SaleKey,
+        buckets: &[Bucket],
+        home: Bucket,
+        round: i64,
+    ) -> Result<Borrowed, RedisCallError> {
+        let at = buckets.iter().position(|b| *b == home).unwrap_or(0);
+        let donors = buckets.iter().cycle().skip(at + 1).take(buckets.len().saturating_sub(1));
+        let mut in_transit = false;
+        for donor in donors.filter(|d| **d != home) {
+            let transfer = Transfer::new(*donor, home, round);
+            let units = match self.asked_again(|| self.lend(sale, &transfer)).await? {
+                Lent::Units(units) => units,
+                Lent::InTransit => {
+                    in_transit = true;
+                    continue;
+                }
+                Lent::Nothing | Lent::OtherRound => continue,
+            };
+            let received = self.asked_again(|| self.receive(sale, &transfer, units)).await?;
+            self.forget_transfer(sale, &transfer).await?;
+            return Ok(match received {
+                Received::Now | Received::Before => Borrowed::Units(units),
+                // Lent in a round the home bucket no longer holds: the units
+                // went with it (as the lender's round did, or will).
+                Received::OtherRound => Borrowed::Nothing,
+            });
+        }
+        // Units the home bucket itself lent may still be on their way out.
+        in_transit = in_transit || !self.transfers_lent(sale, home).await?.is_empty();
+        Ok(if in_transit { Borrowed::InTransit } else { Borrowed::Nothing })
+    }
+
+    /// `call` once more when its answer was not heard (a timeout, a dropped
+    /// connection): the transfer scripts answer a repeat as the first.
+    async fn asked_again<T, F, Fut>(&self, call: F) -> Result<T, RedisCallError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, RedisCallError>>,
+    {
+        match call().await {
+            Err(RedisCallError::Timeout(_)) => call().await,
+            answer => answer,
+        }
+    }
+}
