@@ -298,3 +298,59 @@ async fn a_sale_over_three_buckets_sells_exactly_its_stock_once_per_user() {
     assert_eq!(left, 0, "nothing on its way");
     assert_eq!(moved(&env, sale, buckets[0]).await, (80, 0), "the first bucket lent every unit it had");
 }
+
+/// Units coming back — a rollback, a compensation, a cancellation — go to
+/// the bucket their order was deducted in (its id names it), and what
+/// follows an order (CREATED, its reservation cleared) is written there;
+/// the other buckets are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_coming_back_return_to_the_bucket_of_their_order() {
+    use seckill_shared::domain::FailReason;
+    use seckill_shared::stock::{Cancelled, Compensation, CompensationMode};
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let buckets = env.stock.place_buckets(sale, 3).await.expect("placing");
+    warm(&env, sale, &buckets, 5, 1).await;
+    let bucket = buckets[2];
+    let mut orders = Vec::new();
+    for user in 1..=4 {
+        let request = DeductRequest {
+            user: UserId::new(user).unwrap(),
+            nonce: format!("{:016x}", rand::random::<u64>()),
+            request_id: String::new(),
+            traceparent: String::new(),
+        };
+        let call = DeductCall::new(vec![request], Duration::from_secs(60)).in_bucket(bucket);
+        let Some(Deduction::Accepted { order_id, accepted_at, .. }) =
+            env.stock.deduct_batch(sale, &call).await.unwrap().pop()
+        else {
+            panic!("user {user} not accepted");
+        };
+        assert_eq!(Bucket::of_order(&order_id), bucket, "{order_id}");
+        orders.push((order_id, UserId::new(user).unwrap(), accepted_at));
+    }
+    let snapshot = env.stock.snapshot_bucket(sale, bucket).await.unwrap();
+    assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations), (1, 4, 4));
+
+    let (rolled_back, compensated, cancelled, created) = (&orders[0], &orders[1], &orders[2], &orders[3]);
+    assert!(env.stock.rollback(&rolled_back.0, rolled_back.1, FailReason::PublishFailed).await.unwrap());
+    let compensation = env
+        .stock
+        .compensate(&compensated.0, compensated.1, FailReason::DbRejected, CompensationMode::Restore)
+        .await
+        .unwrap();
+    assert_eq!(compensation, Compensation::Done);
+    env.stock.follow_created(&[cancelled.clone(), created.clone()]).await.unwrap();
+    let given_back = Cancelled { order_id: cancelled.0.clone(), user: cancelled.1, reason: "EXPIRED" };
+    assert_eq!(env.stock.cancel(sale, &[given_back]).await.unwrap(), 1);
+    env.stock.unreserve(&[created.0.clone()]).await.unwrap();
+
+    let snapshot = env.stock.snapshot_bucket(sale, bucket).await.unwrap();
+    assert_eq!(snapshot.remaining, 4, "three units back in their bucket: {snapshot:?}");
+    assert_eq!((snapshot.buyers, snapshot.reservations, snapshot.created), (1, 0, 1), "{snapshot:?}");
+    assert_eq!((snapshot.failed, snapshot.compensated, snapshot.cancelled, snapshot.returned), (2, 1, 1, 1));
+    for other in &buckets[..2] {
+        let snapshot = env.stock.snapshot_bucket(sale, *other).await.unwrap();
+        assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.queued, snapshot.failed), (5, 0, 0, 0), "{other:?}");
+    }
+}
