@@ -343,7 +343,7 @@ async fn units_coming_back_return_to_the_bucket_of_their_order() {
     env.stock.follow_created(&[cancelled.clone(), created.clone()]).await.unwrap();
     let given_back = Cancelled { order_id: cancelled.0.clone(), user: cancelled.1, reason: "EXPIRED" };
     assert_eq!(env.stock.cancel(sale, &[given_back]).await.unwrap(), 1);
-    env.stock.unreserve(&[created.0.clone()]).await.unwrap();
+    env.stock.unreserve(std::slice::from_ref(&created.0)).await.unwrap();
 
     let snapshot = env.stock.snapshot_bucket(sale, bucket).await.unwrap();
     assert_eq!(snapshot.remaining, 4, "three units back in their bucket: {snapshot:?}");
