@@ -182,9 +182,11 @@ chaos-redis-cluster-short: redis-cluster-up build-deps
 bench-redis-cluster: redis-cluster-up build-deps
 	infra/local/up.sh redis
 	$(CARGO) build --release -p seckill-shared --example hot_sale
-	target/release/examples/hot_sale redis://127.0.0.1:6379/0 10 32 16 .data/redis/redis.pid
-	target/release/examples/hot_sale redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002 10 32 16 \
-	  $(foreach port,7000 7001 7002 7003 7004 7005,.data/redis-cluster/$(port)/redis.pid)
+	target/release/examples/hot_sale redis://127.0.0.1:6379/0 10 32 16 1 .data/redis/redis.pid
+	for buckets in 1 2 3; do \
+	  target/release/examples/hot_sale redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002 10 32 16 $$buckets \
+	    $(foreach port,7000 7001 7002 7003 7004 7005,.data/redis-cluster/$(port)/redis.pid) || exit 1; \
+	done
 
 demo-cluster: cluster-up build
 	PROFILE=$(PROFILE) infra/demo.sh --cluster

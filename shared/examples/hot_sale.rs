@@ -2,12 +2,14 @@
 //! Cluster (`redis+cluster://`), and each server's CPU per order, from
 //! /proc: what one sale costs the shard that holds it.
 //!
-//! `hot_sale URL [SECONDS] [CONCURRENCY] [BATCH] [PIDFILE...]`: CONCURRENCY
-//! tasks each run `lua/deduct.lua` calls of BATCH new buyers (as the edge's
-//! batching does) on one sale with more units than can be sold, for
-//! SECONDS; the servers named by their pid files are read before and after.
-//! Prints one JSON line. `make bench-redis-cluster` runs it on the single
-//! Redis and on the Redis Cluster.
+//! `hot_sale URL [SECONDS] [CONCURRENCY] [BATCH] [BUCKETS] [PIDFILE...]`:
+//! CONCURRENCY tasks each run `lua/deduct.lua` calls of BATCH new buyers (as
+//! the edge's batching does, one call per bucket) on one sale with more
+//! units than can be sold, spread over BUCKETS stock buckets (placed as a
+//! warm-up places them: on a cluster, one per primary), for SECONDS; the
+//! servers named by their pid files are read before and after. Prints one
+//! JSON line. `make bench-redis-cluster` runs it on the single Redis and on
+//! the Redis Cluster with 1, 2 and 3 buckets.
 
 use seckill_shared::config::RedisSettings;
 use seckill_shared::domain::{SaleKey, UserId};
@@ -33,19 +35,23 @@ async fn main() -> anyhow::Result<()> {
     let url = args
         .first()
         .cloned()
-        .ok_or_else(|| anyhow::anyhow!("usage: hot_sale URL [SECONDS] [CONCURRENCY] [BATCH] [PIDFILE...]"))?;
+        .ok_or_else(|| anyhow::anyhow!("usage: hot_sale URL [SECONDS] [CONCURRENCY] [BATCH] [BUCKETS] [PIDFILE...]"))?;
     let number = |i: usize, default: u64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let (seconds, concurrency, batch) = (number(1, 5), number(2, 32) as usize, number(3, 16) as usize);
+    let buckets_wanted = number(4, 1).max(1) as u32;
     let pids: Vec<(String, String)> = args
         .iter()
-        .skip(4)
+        .skip(5)
         .map(|file| (file.clone(), std::fs::read_to_string(file).unwrap_or_default().trim().to_owned()))
         .collect();
     let settings = RedisSettings { url, key_prefix: format!("hot{}:", std::process::id()), ..RedisSettings::default() };
     let stock = Stock::connect(&settings).await?;
     let sale = SaleKey::from_raw(1, 1)?;
     let round = Round { stock: 1 << 40, starts_ms: 0, ends_ms: 0, round: 1, expire_at_ms: 0, force: true };
-    anyhow::ensure!(stock.warmup(sale, round).await?, "warm-up refused");
+    let buckets = stock.place_buckets(sale, buckets_wanted).await?;
+    for bucket in &buckets {
+        anyhow::ensure!(stock.warmup_bucket(sale, *bucket, round).await?, "warm-up refused");
+    }
 
     let next_user = Arc::new(AtomicI64::new(1));
     let (orders, calls) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -53,13 +59,17 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
     let tasks: Vec<_> = (0..concurrency)
-        .map(|_| {
+        .map(|task| {
             let (stock, next_user, orders, calls) = (stock.clone(), next_user.clone(), orders.clone(), calls.clone());
+            // A task's buyers share a home bucket (user mod buckets): one
+            // call per bucket, as the edge batches per bucket.
+            let (home, count) = (task % buckets.len(), buckets.len() as i64);
+            let bucket = buckets[home];
             tokio::spawn(async move {
                 while Instant::now() < until {
                     let requests = (0..batch)
                         .map(|_| {
-                            let user = next_user.fetch_add(1, Ordering::Relaxed);
+                            let user = next_user.fetch_add(1, Ordering::Relaxed) * count + home as i64;
                             DeductRequest {
                                 user: UserId::new(user).expect("positive"),
                                 nonce: format!("{:016x}", rand::random::<u64>()),
@@ -68,7 +78,7 @@ async fn main() -> anyhow::Result<()> {
                             }
                         })
                         .collect();
-                    let call = DeductCall::new(requests, Duration::from_secs(60));
+                    let call = DeductCall::new(requests, Duration::from_secs(60)).in_bucket(bucket);
                     let answers = stock.deduct_batch(sale, &call).await.expect("a deduction");
                     let accepted = answers.iter().filter(|a| matches!(a, Deduction::Accepted { .. })).count();
                     orders.fetch_add(accepted as u64, Ordering::Relaxed);
@@ -101,12 +111,21 @@ async fn main() -> anyhow::Result<()> {
             "seconds": elapsed,
             "concurrency": concurrency,
             "batch": batch,
+            "buckets": buckets.iter().map(|b| b.0).collect::<Vec<_>>(),
             "calls": calls.load(Ordering::Relaxed),
             "ordersPerSecond": orders as f64 / elapsed,
             "callsPerSecond": calls.load(Ordering::Relaxed) as f64 / elapsed,
             "servers": cpu,
         })
     );
-    stock.close(sale, 0).await?;
+    // What the run wrote goes (hundreds of thousands of orders per run:
+    // left to expire, a few runs fill a bounded cluster node).
+    let mut conn = stock.connection();
+    for bucket in &buckets {
+        let base = stock.keys().bucket_base(sale, *bucket);
+        for key in ["meta", "stock", "buyers", "orders", "reserved", "seq", "trace"] {
+            redis::cmd("DEL").arg(format!("{base}:{key}")).query_async::<()>(&mut conn).await?;
+        }
+    }
     Ok(())
 }
