@@ -52,6 +52,25 @@ pub enum RedisCallError {
     },
 }
 
+impl RedisCallError {
+    /// Whether the call certainly did not run: Redis refused the connection
+    /// (nothing was sent) or answered with an error (a replica refusing
+    /// writes, a script error before any write). A timeout or a connection
+    /// lost after sending may have run.
+    pub fn never_ran(&self) -> bool {
+        match self {
+            Self::Redis(error) => error.is_connection_refusal() || matches!(error.kind(), redis::ErrorKind::Server(_)),
+            Self::Timeout(_) | Self::Unexpected { .. } => false,
+        }
+    }
+
+    /// Whether the answer was not heard (the call may have run): asking
+    /// again is how a caller of an idempotent script learns its outcome.
+    pub fn unheard(&self) -> bool {
+        !self.never_ran() && !matches!(self, Self::Unexpected { .. })
+    }
+}
+
 /// A shared connection with a bound on every call. Cloning is cheap: clones
 /// share one multiplexed connection.
 #[derive(Clone)]

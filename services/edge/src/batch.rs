@@ -170,7 +170,7 @@ impl Batcher {
                     }
                     return Ok(decided);
                 }
-                Err(error) if never_ran(&error) => return Err(NotDecided::Refused(Arc::new(error))),
+                Err(error) if error.never_ran() => return Err(NotDecided::Refused(Arc::new(error))),
                 Err(error) if started.elapsed() < self.limits.resolve => {
                     // It may have run: ask again, the same call.
                     tracing::warn!(%error, call = %call.id, "deduction outcome not heard; asking again");
@@ -235,18 +235,5 @@ impl Batcher {
             metrics::counter!("seckill_edge_void_abandoned_total").increment(1);
             Err(anyhow::anyhow!("call {} could not be voided: Redis did not answer", call.id))
         });
-    }
-}
-
-/// Whether a failed call certainly did not run: Redis refused the
-/// connection (nothing was sent) or answered with an error (a replica
-/// refusing writes, a script error before any write). A timeout or a
-/// connection lost after sending may have run.
-fn never_ran(error: &RedisCallError) -> bool {
-    match error {
-        RedisCallError::Redis(error) => {
-            error.is_connection_refusal() || matches!(error.kind(), redis::ErrorKind::Server(_))
-        }
-        RedisCallError::Timeout(_) | RedisCallError::Unexpected { .. } => false,
     }
 }

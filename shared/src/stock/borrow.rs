@@ -57,7 +57,7 @@ impl Stock {
                 Lent::Nothing | Lent::OtherRound => continue,
             };
             let received = self.asked_again(|| self.receive(sale, &transfer, units)).await?;
-            self.forget_transfer(sale, &transfer).await?;
+            self.asked_again(|| self.forget_transfer(sale, &transfer)).await?;
             return Ok(match received {
                 Received::Now | Received::Before => Borrowed::Units(units),
                 // Lent in a round the home bucket no longer holds: the units
@@ -70,16 +70,24 @@ impl Stock {
         Ok(if in_transit { Borrowed::InTransit } else { Borrowed::Nothing })
     }
 
-    /// `call` once more when its answer was not heard (a timeout, a dropped
-    /// connection): the transfer scripts answer a repeat as the first.
+    /// `call` again, up to [`ASKS`] times in all, while its answer is not
+    /// heard (a timeout, a dropped connection): the transfer scripts and
+    /// `HDEL` answer a repeat as the first.
     async fn asked_again<T, F, Fut>(&self, call: F) -> Result<T, RedisCallError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, RedisCallError>>,
     {
-        match call().await {
-            Err(RedisCallError::Timeout(_)) => call().await,
-            answer => answer,
+        let mut asks = 1;
+        loop {
+            match call().await {
+                Err(error) if error.unheard() && asks < ASKS => asks += 1,
+                answer => return answer,
+            }
         }
     }
 }
+
+/// How many times a transfer's step is asked before its caller gives up
+/// (and leaves the transfer in the lender's log to be completed).
+const ASKS: u32 = 3;
