@@ -118,14 +118,9 @@ async fn main() -> anyhow::Result<()> {
             "servers": cpu,
         })
     );
-    // What the run wrote goes (hundreds of thousands of orders per run:
-    // left to expire, a few runs fill a bounded cluster node).
-    let mut conn = stock.connection();
+    // What the run wrote goes (hundreds of thousands of orders per run).
     for bucket in &buckets {
-        let base = stock.keys().bucket_base(sale, *bucket);
-        for key in ["meta", "stock", "buyers", "orders", "reserved", "seq", "trace"] {
-            redis::cmd("DEL").arg(format!("{base}:{key}")).query_async::<()>(&mut conn).await?;
-        }
+        stock.delete_bucket(sale, *bucket).await?;
     }
     Ok(())
 }

@@ -201,6 +201,17 @@ async fn a_sales_buckets_are_spread_over_the_primaries() {
     }
 }
 
+/// A deduction call of one request of `user`, in `bucket`.
+fn call_for(user: i64, bucket: Bucket) -> DeductCall {
+    let request = DeductRequest {
+        user: UserId::new(user).unwrap(),
+        nonce: format!("{:016x}", rand::random::<u64>()),
+        request_id: String::new(),
+        traceparent: String::new(),
+    };
+    DeductCall::new(vec![request], Duration::from_secs(60)).in_bucket(bucket)
+}
+
 /// What a request does on a sale of several buckets: its user's home
 /// bucket decides; when that one is sold out, units are borrowed from the
 /// others and it decides again; units on their way between buckets are
@@ -212,13 +223,7 @@ async fn order(stock: &seckill_shared::stock::Stock, sale: SaleKey, buckets: &[B
     let home = buckets[user as usize % buckets.len()];
     let (mut unheard, mut waited) = (0, 0);
     loop {
-        let request = DeductRequest {
-            user: UserId::new(user).unwrap(),
-            nonce: format!("{:016x}", rand::random::<u64>()),
-            request_id: String::new(),
-            traceparent: String::new(),
-        };
-        let call = DeductCall::new(vec![request], Duration::from_secs(60)).in_bucket(home);
+        let call = call_for(user, home);
         let answer = loop {
             match stock.deduct_batch(sale, &call).await {
                 Ok(mut answers) => break answers.pop().expect("an answer"),
@@ -366,13 +371,7 @@ async fn units_coming_back_return_to_the_bucket_of_their_order() {
     let bucket = buckets[2];
     let mut orders = Vec::new();
     for user in 1..=4 {
-        let request = DeductRequest {
-            user: UserId::new(user).unwrap(),
-            nonce: format!("{:016x}", rand::random::<u64>()),
-            request_id: String::new(),
-            traceparent: String::new(),
-        };
-        let call = DeductCall::new(vec![request], Duration::from_secs(60)).in_bucket(bucket);
+        let call = call_for(user, bucket);
         let Some(Deduction::Accepted { order_id, accepted_at, .. }) =
             env.stock.deduct_batch(sale, &call).await.unwrap().pop()
         else {

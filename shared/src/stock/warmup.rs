@@ -59,6 +59,14 @@ impl Stock {
         Ok(loaded == 1)
     }
 
+    /// Deletes every key of one bucket of a sale at once (what a benchmark
+    /// wrote: left to expire, a few runs fill a bounded node).
+    pub async fn delete_bucket(&self, sale: SaleKey, bucket: Bucket) -> Result<(), RedisCallError> {
+        let mut pipe = redis::pipe();
+        pipe.del(&self.keys.bucket(sale, bucket).every_key()).ignore();
+        self.conn.pipe::<()>(&pipe).await.map(drop)
+    }
+
     /// Closes a sale's round now (an end only moves earlier): no order is
     /// accepted after it, and every key of the sale expires once the payment
     /// window (`window_secs`) and the margin have passed. The end in force
