@@ -5,7 +5,10 @@
 -- the same id and hears the outcome instead of deducting twice.
 --
 -- KEYS[1] meta      hash  total, starts (ms, 0 = none), ends (ms, 0 = none),
---                         round, and the counters queued / created / failed
+--                         round, the counters queued / created / failed,
+--                         and of a sale in buckets: how many ('of'), this
+--                         one's place ('home'), and 'warming' while a
+--                         warm-up replaces the round
 -- KEYS[2] stock     string, units left
 -- KEYS[3] buyers    hash  user id -> order id
 -- KEYS[4] orders    hash  order id -> "STATUS|user|reason|accepted_ms"
@@ -30,7 +33,10 @@
 -- request, in order:
 --   1 accepted, -1 SALE_NOT_FOUND, -2 SALE_NOT_ACTIVE, -3 ALREADY_PURCHASED
 --   (order_id = the user's order), -4 SOLD_OUT, -5 the call was voided (by
---   an edge that gave up hearing its outcome: nothing was kept).
+--   an edge that gave up hearing its outcome: nothing was kept), -6 the
+--   user's home is another bucket of the sale (user id mod 'of' is not
+--   'home': the edge read another round's buckets), -7 a warm-up is
+--   replacing the round (nothing kept; ask again).
 --
 -- Invariant: stock never goes below zero and a user holds at most one order
 -- per round (a user twice in one batch: the second is ALREADY_PURCHASED);
@@ -39,13 +45,23 @@
 -- own (TIME), so the window, acceptedAt and the sweeper's deadlines all read
 -- one clock whatever the edges' clocks say. The nonce keeps order ids unique
 -- even if Redis restarts with a counter that went back (AOF may lose the
--- last writes).
+-- last writes). A user is served by one bucket only (their home), so one
+-- order per user holds across a sale's buckets as within one.
 local n = (#ARGV - 5) / 4
 local answers = {}
 local users = {}
 for i = 1, n do users[i] = ARGV[2 + 4 * i] end
-local meta = redis.call('HMGET', KEYS[1], 'starts', 'ends', 'round', 'expires')
+local meta = redis.call('HMGET', KEYS[1], 'starts', 'ends', 'round', 'expires', 'warming', 'of', 'home')
 local round = tonumber(meta[3]) or 0
+local of, home = tonumber(meta[6]) or 1, tonumber(meta[7]) or 0
+
+-- user id mod `of`, digit by digit: exact for any id (Lua's numbers are
+-- doubles).
+local function home_of(user)
+  local r = 0
+  for d in string.gmatch(user, '%d') do r = (r * 10 + tonumber(d)) % of end
+  return r
+end
 
 -- Asked again: the outcome, not a second deduction.
 local prior = redis.call('GET', KEYS[7])
@@ -90,6 +106,10 @@ if (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
   for i = 1, n do answers[i] = {-2, round} end
   return answers
 end
+if meta[5] then
+  for i = 1, n do answers[i] = {-7, round} end
+  return answers
+end
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
 local deadline = now + tonumber(ARGV[3])
 -- One read of every buyer and one write per key for the whole batch: the
@@ -101,7 +121,10 @@ local accepted = 0
 for i = 1, n do
   local user, nonce = users[i], ARGV[3 + 4 * i]
   local existing = held[i] or bought[user]
-  if existing then
+  if of > 1 and home_of(user) ~= home then
+    answers[i] = {-6, round}
+    codes[i] = -6
+  elseif existing then
     answers[i] = {-3, round, existing}
     codes[i] = -3
   elseif stock <= 0 then

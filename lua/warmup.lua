@@ -10,6 +10,9 @@
 --         create a key later (buyers, orders, reservations, ...) give it
 --         the same end,
 -- ARGV[6] "1" to replace a round that still has orders in flight
+-- ARGV[7] the round's buckets ("0,5,17"; "0" for a sale of one), ARGV[8]
+--         how many, ARGV[9] this bucket's place among them (the users it
+--         serves: user id mod ARGV[8]; -1 for none, a bucket retired)
 --
 -- Returns 1 loaded, 0 refused: the previous round has orders in flight
 -- (reserved, or QUEUED) and ARGV[6] is not "1". Checking and loading in one
@@ -28,7 +31,8 @@ if ARGV[6] ~= '1' then
 end
 redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11], KEYS[12])
 redis.call('HSET', KEYS[1], 'total', ARGV[1], 'starts', ARGV[2], 'ends', ARGV[3], 'round', ARGV[4],
-  'queued', 0, 'created', 0, 'failed', 0, 'cancelled', 0, 'expires', ARGV[5])
+  'queued', 0, 'created', 0, 'failed', 0, 'cancelled', 0, 'expires', ARGV[5],
+  'buckets', ARGV[7], 'of', ARGV[8], 'home', ARGV[9])
 redis.call('SET', KEYS[2], ARGV[1])
 -- The keys that exist now; the others get their expiry when created.
 for _, i in ipairs({ 1, 2, 8 }) do

@@ -52,6 +52,8 @@ mod promise;
 mod redis_cluster;
 #[path = "e2e/relay.rs"]
 mod relay;
+#[path = "e2e/sale_in_buckets.rs"]
+mod sale_in_buckets;
 #[path = "e2e/slow_clients.rs"]
 mod slow_clients;
 #[path = "e2e/smoke.rs"]

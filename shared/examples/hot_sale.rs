@@ -47,11 +47,10 @@ async fn main() -> anyhow::Result<()> {
     let settings = RedisSettings { url, key_prefix: format!("hot{}:", std::process::id()), ..RedisSettings::default() };
     let stock = Stock::connect(&settings).await?;
     let sale = SaleKey::from_raw(1, 1)?;
-    let round = Round { stock: 1 << 40, starts_ms: 0, ends_ms: 0, round: 1, expire_at_ms: 0, force: true };
     let buckets = stock.place_buckets(sale, buckets_wanted).await?;
-    for bucket in &buckets {
-        anyhow::ensure!(stock.warmup_bucket(sale, *bucket, round).await?, "warm-up refused");
-    }
+    let units = (1 << 40) * buckets.len() as i64;
+    let round = Round { stock: units, starts_ms: 0, ends_ms: 0, round: 1, expire_at_ms: 0, force: true };
+    anyhow::ensure!(stock.warmup(sale, &buckets, round).await?, "warm-up refused");
 
     let next_user = Arc::new(AtomicI64::new(1));
     let (orders, calls) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));

@@ -11,7 +11,7 @@ use crate::db::{self, SaleRow};
 use crate::domain::SaleKey;
 use crate::lock::LockClient;
 use crate::redis_conn::RedisCallError;
-use crate::stock::{warmup::Round, SaleLock, Stock};
+use crate::stock::{warmup::Round, SaleLock, Stock, MAX_BUCKETS};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
@@ -30,6 +30,9 @@ pub struct WarmupRequest {
     /// How long each CREATED order awaits payment before it is cancelled
     /// and its unit sold again.
     pub payment_window_seconds: i64,
+    /// Stock buckets the round's units are spread over (1: none), each in a
+    /// slot of its own, on a Redis Cluster spread over the primaries.
+    pub buckets: u32,
 }
 
 /// The payment window when a warm-up names none: 15 minutes.
@@ -78,6 +81,12 @@ pub async fn warmup(
             request.payment_window_seconds
         )));
     }
+    if !(1..=MAX_BUCKETS).contains(&request.buckets) {
+        return Err(WarmupError::Invalid(format!(
+            "buckets must be between 1 and {MAX_BUCKETS}, got {}",
+            request.buckets
+        )));
+    }
     if let (Some(starts), Some(ends)) = (request.starts_at, request.ends_at) {
         if starts >= ends {
             return Err(WarmupError::Invalid("startsAt must be before endsAt".into()));
@@ -110,7 +119,8 @@ pub async fn warmup(
             expire_at_ms: expire_at,
             force: request.force,
         };
-        if !stock.warmup(sale, round).await? {
+        let buckets = stock.place_buckets(sale, request.buckets).await?;
+        if !stock.warmup(sale, &buckets, round).await? {
             return Err(WarmupError::InFlight(sale));
         }
         tx.commit().await?;

@@ -13,14 +13,14 @@ fn round(stock: i64, round: i64) -> Round {
     Round { stock, starts_ms: 0, ends_ms: 0, round, expire_at_ms: 0, force: true }
 }
 
+/// Warms `buckets` with `stock` units each.
 async fn warm(env: &TestEnv, sale: SaleKey, buckets: &[Bucket], stock: i64, number: i64) {
-    for bucket in buckets {
-        assert!(env.stock.warmup_bucket(sale, *bucket, round(stock, number)).await.expect("warming a bucket"));
-    }
+    let shares: Vec<(Bucket, i64)> = buckets.iter().map(|b| (*b, stock)).collect();
+    assert!(env.stock.warmup_shares(sale, &shares, round(0, number)).await.expect("warming the buckets"));
 }
 
 async fn remaining(env: &TestEnv, sale: SaleKey, bucket: Bucket) -> i64 {
-    env.stock.snapshot_bucket(sale, bucket).await.expect("a snapshot").remaining
+    env.stock.snapshot_bucket(sale, bucket).await.expect("a snapshot").0.remaining
 }
 
 /// A bucket's `lent` and `borrowed` counters.
@@ -59,8 +59,7 @@ async fn a_transfer_moves_half_the_lenders_units_once_and_only_within_its_round(
     let sale = env.sale();
     let buckets = env.stock.place_buckets(sale, 2).await.expect("placing");
     let (a, b) = (buckets[0], buckets[1]);
-    assert!(env.stock.warmup_bucket(sale, a, round(5, 1)).await.unwrap());
-    assert!(env.stock.warmup_bucket(sale, b, round(0, 1)).await.unwrap());
+    assert!(env.stock.warmup_shares(sale, &[(a, 5), (b, 0)], round(0, 1)).await.unwrap());
 
     let transfer = Transfer::new(a, b, 1);
     assert_eq!(env.stock.lend(sale, &transfer).await.unwrap(), Lent::Units(3), "half of 5, rounded up");
@@ -102,7 +101,7 @@ async fn a_transfer_moves_half_the_lenders_units_once_and_only_within_its_round(
     // went with round 1.
     let stale = Transfer::new(b, a, 1);
     assert_eq!(env.stock.lend(sale, &stale).await.unwrap(), Lent::Units(3));
-    assert!(env.stock.warmup_bucket(sale, a, round(7, 2)).await.unwrap());
+    assert!(env.stock.warmup_shares(sale, &[(a, 7)], round(0, 2)).await.unwrap());
     assert_eq!(env.stock.receive(sale, &stale, 3).await.unwrap(), Received::OtherRound);
     assert_eq!(remaining(&env, sale, a).await, 7, "round 2 holds what it was warmed with");
 }
@@ -287,9 +286,8 @@ async fn a_sale_over_three_buckets_sells_exactly_its_stock_once_per_user() {
     let buckets = env.stock.place_buckets(sale, 3).await.expect("placing");
     // Uneven on purpose: the first bucket holds most units and is no
     // buyer's home, so every unit of it is sold by lending.
-    for (bucket, units) in buckets.iter().zip([80, 10, 10]) {
-        assert!(env.stock.warmup_bucket(sale, *bucket, round(units, 1)).await.unwrap());
-    }
+    let shares: Vec<(Bucket, i64)> = buckets.iter().copied().zip([80, 10, 10]).collect();
+    assert!(env.stock.warmup_shares(sale, &shares, round(0, 1)).await.unwrap());
     let crowd: Vec<i64> = (1..).filter(|user| user % 3 != 0).take(400).collect();
     let tasks: Vec<_> = crowd
         .iter()
@@ -370,7 +368,8 @@ async fn units_coming_back_return_to_the_bucket_of_their_order() {
     warm(&env, sale, &buckets, 5, 1).await;
     let bucket = buckets[2];
     let mut orders = Vec::new();
-    for user in 1..=4 {
+    // Users whose home is the third bucket.
+    for user in [2, 5, 8, 11] {
         let call = call_for(user, bucket);
         let Some(Deduction::Accepted { order_id, accepted_at, .. }) =
             env.stock.deduct_batch(sale, &call).await.unwrap().pop()
@@ -380,7 +379,7 @@ async fn units_coming_back_return_to_the_bucket_of_their_order() {
         assert_eq!(Bucket::of_order(&order_id), bucket, "{order_id}");
         orders.push((order_id, UserId::new(user).unwrap(), accepted_at));
     }
-    let snapshot = env.stock.snapshot_bucket(sale, bucket).await.unwrap();
+    let (snapshot, _) = env.stock.snapshot_bucket(sale, bucket).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations), (1, 4, 4));
 
     let (rolled_back, compensated, cancelled, created) = (&orders[0], &orders[1], &orders[2], &orders[3]);
@@ -396,12 +395,12 @@ async fn units_coming_back_return_to_the_bucket_of_their_order() {
     assert_eq!(env.stock.cancel(sale, &[given_back]).await.unwrap(), 1);
     env.stock.unreserve(std::slice::from_ref(&created.0)).await.unwrap();
 
-    let snapshot = env.stock.snapshot_bucket(sale, bucket).await.unwrap();
+    let (snapshot, _) = env.stock.snapshot_bucket(sale, bucket).await.unwrap();
     assert_eq!(snapshot.remaining, 4, "three units back in their bucket: {snapshot:?}");
     assert_eq!((snapshot.buyers, snapshot.reservations, snapshot.created), (1, 0, 1), "{snapshot:?}");
     assert_eq!((snapshot.failed, snapshot.compensated, snapshot.cancelled, snapshot.returned), (2, 1, 1, 1));
     for other in &buckets[..2] {
-        let snapshot = env.stock.snapshot_bucket(sale, *other).await.unwrap();
+        let (snapshot, _) = env.stock.snapshot_bucket(sale, *other).await.unwrap();
         assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.queued, snapshot.failed), (5, 0, 0, 0), "{other:?}");
     }
 }

@@ -29,8 +29,15 @@ async fn keys_of(env: &TestEnv, sale: SaleKey) -> Vec<(String, i64)> {
 }
 
 async fn warm(env: &TestEnv, stock: &Stock, sale: SaleKey, units: i64, ends_at: Option<DateTime<Utc>>, window: i64) {
-    let request =
-        WarmupRequest { sale, stock: units, starts_at: None, ends_at, force: true, payment_window_seconds: window };
+    let request = WarmupRequest {
+        sale,
+        stock: units,
+        starts_at: None,
+        ends_at,
+        force: true,
+        payment_window_seconds: window,
+        buckets: 1,
+    };
     let locks = LockClient::new(stock.connection(), Default::default());
     warmup(stock, &env.db, &locks, &LockSettings::warmup(), &request).await.expect("warming up");
 }

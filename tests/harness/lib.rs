@@ -299,18 +299,30 @@ impl TestEnv {
 
     /// Warms `sale` up with `stock` units and a payment window of `window` s.
     pub async fn warmup_with_window(&self, sale: SaleKey, stock: i64, window: i64) {
+        self.warmup_round(sale, stock, window, 1, true).await.expect("warming up");
+    }
+
+    /// Warms `sale` up with `stock` units spread over `buckets` buckets
+    /// (`force`: even with orders in flight).
+    pub async fn warmup_round(
+        &self,
+        sale: SaleKey,
+        stock: i64,
+        window: i64,
+        buckets: u32,
+        force: bool,
+    ) -> Result<seckill_shared::db::SaleRow, seckill_shared::sales::WarmupError> {
         let request = seckill_shared::sales::WarmupRequest {
             sale,
             stock,
             starts_at: None,
             ends_at: None,
-            force: true,
+            force,
             payment_window_seconds: window,
+            buckets,
         };
         let locks = LockClient::new(self.stock.connection(), Background::default());
-        seckill_shared::sales::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request)
-            .await
-            .expect("warming up");
+        seckill_shared::sales::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request).await
     }
 
     /// Deducts a unit for `user` as the edge would, without publishing (an

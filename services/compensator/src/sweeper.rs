@@ -173,6 +173,13 @@ impl Sweeper {
         tx.commit().await?;
         let mut report = SweepReport::default();
         for sale in self.deps.stock.sales().await? {
+            // Units a borrower left between two buckets (it died between
+            // lending and receiving) arrive.
+            let arrived = self.deps.stock.complete_transfers(sale, cutoff).await?;
+            if arrived > 0 {
+                tracing::warn!(sale = %sale, arrived, "units left on their way between buckets arrived");
+                metrics::counter!("seckill_sweeper_transfers_completed_total").increment(arrived as u64);
+            }
             let stale = self.deps.stock.stale_reservations(sale, cutoff, self.settings.sweeper.batch as isize).await?;
             for order_id in stale {
                 self.settle_reservation(sale, &order_id, &mut report).await?;

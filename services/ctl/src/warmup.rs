@@ -32,6 +32,10 @@ pub struct Args {
     /// its unit sold again.
     #[arg(long, default_value_t = seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS)]
     payment_window: i64,
+    /// Stock buckets for a hot sale: its units spread over this many keys
+    /// in slots of their own (on a Redis Cluster, on different primaries).
+    #[arg(long, default_value_t = 1)]
+    buckets: u32,
     /// Print the sale as JSON.
     #[arg(long)]
     json: bool,
@@ -49,6 +53,7 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         ends_at: args.ends_at,
         force: args.force,
         payment_window_seconds: args.payment_window,
+        buckets: args.buckets,
     };
     let locks = seckill_shared::lock::LockClient::new(stock.connection(), Default::default());
     let row = warmup(&stock, &db, &locks, &settings.warmup_lock, &request).await.map_err(failure)?;

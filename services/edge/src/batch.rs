@@ -1,8 +1,9 @@
 //! Deductions, per sale: adaptive micro-batching, and an outcome that is
 //! always known.
 //!
-//! **Batching.** While one script call for a sale is in flight, later
-//! requests for that sale wait, and the next call decides all of them
+//! **Batching.** While one script call for a sale's bucket (its only one,
+//! for a sale without buckets) is in flight, later requests for that bucket
+//! wait, and the next call decides all of them
 //! together (up to `deduct_batch_max`), each exactly as a call of its own
 //! would have, in arrival order (`lua/deduct.lua` takes a batch). An idle
 //! sale's request goes at once: no timer ever delays a request. With
@@ -29,7 +30,7 @@
 use seckill_shared::domain::SaleKey;
 use seckill_shared::redis_conn::RedisCallError;
 use seckill_shared::shutdown::Background;
-use seckill_shared::stock::{DeductCall, DeductRequest, Deduction, Stock};
+use seckill_shared::stock::{Bucket, DeductCall, DeductRequest, Deduction, Stock};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,7 +63,8 @@ struct Waiter {
     answer: oneshot::Sender<Answer>,
 }
 
-/// Requests waiting per sale; a sale is in the map while a call of its runs.
+/// Requests waiting per sale's bucket; a bucket is in the map while a call
+/// of its runs.
 #[derive(Default)]
 struct Waiting {
     requests: Vec<Waiter>,
@@ -83,7 +85,7 @@ pub struct BatchLimits {
 pub struct Batcher {
     stock: Stock,
     limits: BatchLimits,
-    sales: Mutex<HashMap<SaleKey, Waiting>>,
+    sales: Mutex<HashMap<(SaleKey, Bucket), Waiting>>,
     /// Where voids that outlive their request go on.
     background: Background,
 }
@@ -95,13 +97,19 @@ impl Batcher {
         Arc::new(Self { stock, limits, sales: Mutex::new(HashMap::new()), background })
     }
 
-    /// Decides one request, in the next call for its sale.
-    pub async fn deduct(self: &Arc<Self>, sale: SaleKey, request: DeductRequest, publish_deadline: Duration) -> Answer {
+    /// Decides one request, in the next call for its sale's `bucket`.
+    pub async fn deduct(
+        self: &Arc<Self>,
+        sale: SaleKey,
+        bucket: Bucket,
+        request: DeductRequest,
+        publish_deadline: Duration,
+    ) -> Answer {
         let (answer, answered) = oneshot::channel();
         let lead = {
             let mut sales = self.sales.lock().expect("batcher lock");
-            let lead = !sales.contains_key(&sale);
-            let waiting = sales.entry(sale).or_default();
+            let lead = !sales.contains_key(&(sale, bucket));
+            let waiting = sales.entry((sale, bucket)).or_default();
             if waiting.requests.len() >= self.limits.queue_max {
                 metrics::counter!("seckill_edge_deduct_queue_full_total").increment(1);
                 return Err(Arc::new(NotDecided::QueueFull));
@@ -112,22 +120,22 @@ impl Batcher {
         if lead {
             // A task of its own: a caller that goes away (its client hung
             // up) does not take the others' call with it.
-            tokio::spawn(self.clone().drain(sale));
+            tokio::spawn(self.clone().drain(sale, bucket));
         }
         // The drain answers every waiter it takes; it never drops one.
         answered.await.unwrap_or(Err(Arc::new(NotDecided::Voided)))
     }
 
-    /// Runs calls for `sale` while requests wait, then leaves.
-    async fn drain(self: Arc<Self>, sale: SaleKey) {
+    /// Runs calls for `sale`'s `bucket` while requests wait, then leaves.
+    async fn drain(self: Arc<Self>, sale: SaleKey, bucket: Bucket) {
         loop {
             let batch: Vec<Waiter> = {
                 let mut sales = self.sales.lock().expect("batcher lock");
-                let Some(waiting) = sales.get_mut(&sale) else { return };
+                let Some(waiting) = sales.get_mut(&(sale, bucket)) else { return };
                 // A request whose client has gone is not decided at all.
                 waiting.requests.retain(|w| !w.answer.is_closed());
                 if waiting.requests.is_empty() {
-                    sales.remove(&sale);
+                    sales.remove(&(sale, bucket));
                     return;
                 }
                 let take = waiting.requests.len().min(self.limits.max);
@@ -137,7 +145,7 @@ impl Batcher {
             let deadline = batch.iter().map(|w| w.publish_deadline).max().unwrap_or_default();
             let (requests, answers): (Vec<DeductRequest>, Vec<oneshot::Sender<Answer>>) =
                 batch.into_iter().map(|w| (w.request, w.answer)).unzip();
-            let call = DeductCall::new(requests, deadline);
+            let call = DeductCall::new(requests, deadline).in_bucket(bucket);
             match self.decide(sale, &call).await {
                 Ok(decided) => {
                     for (answer, deduction) in answers.into_iter().zip(decided) {

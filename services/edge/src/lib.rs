@@ -12,6 +12,7 @@ pub const ABOUT: &str = "The flash-sale edge: the buyer's HTTP API (place an ord
 
 pub mod batch;
 pub mod dashboard;
+pub mod home;
 pub mod http;
 pub mod identity;
 pub mod jwks_fetch;

@@ -36,7 +36,53 @@ impl Stock {
     /// scripts answer a repeat without moving anything twice); a caller that
     /// gives up leaves the transfer in the lender's log, complete or not,
     /// for [`Stock::transfers_lent`] to finish.
+    ///
+    /// A pass that found nothing may have missed units moving between two
+    /// other buckets while it asked them (a unit hopping into a bucket
+    /// already asked). So "nothing" is answered only by a second pass
+    /// during which no bucket's `lent` or `borrowed` counter moved — every
+    /// transfer changes both — else the pass is made again (three times at
+    /// most; after that [`Borrowed::InTransit`]).
     pub async fn borrow(
+        &self,
+        sale: SaleKey,
+        buckets: &[Bucket],
+        home: Bucket,
+        round: i64,
+    ) -> Result<Borrowed, RedisCallError> {
+        let found = self.borrow_pass(sale, buckets, home, round).await?;
+        if found != Borrowed::Nothing {
+            return Ok(found);
+        }
+        for _ in 0..PASSES {
+            let before = self.moves(sale, buckets).await?;
+            let found = self.borrow_pass(sale, buckets, home, round).await?;
+            if found != Borrowed::Nothing {
+                return Ok(found);
+            }
+            if self.moves(sale, buckets).await? == before {
+                return Ok(Borrowed::Nothing);
+            }
+        }
+        Ok(Borrowed::InTransit)
+    }
+
+    /// Every bucket's `lent` and `borrowed` counters, all at once.
+    async fn moves(&self, sale: SaleKey, buckets: &[Bucket]) -> Result<Vec<(i64, i64)>, RedisCallError> {
+        futures::future::try_join_all(buckets.iter().map(|bucket| {
+            let mut conn = self.conn.clone();
+            let meta = self.keys.bucket(sale, *bucket).meta;
+            async move {
+                let (lent, borrowed): (Option<i64>, Option<i64>) =
+                    self.conn.bounded(redis::AsyncCommands::hmget(&mut conn, meta, &["lent", "borrowed"])).await?;
+                Ok((lent.unwrap_or(0), borrowed.unwrap_or(0)))
+            }
+        }))
+        .await
+    }
+
+    /// One pass over the other buckets, as [`Stock::borrow`] describes.
+    async fn borrow_pass(
         &self,
         sale: SaleKey,
         buckets: &[Bucket],
@@ -87,6 +133,10 @@ impl Stock {
         }
     }
 }
+
+/// How many passes after a first one found nothing, before units still
+/// moving are answered [`Borrowed::InTransit`].
+const PASSES: u32 = 3;
 
 /// How many times a transfer's step is asked before its caller gives up
 /// (and leaves the transfer in the lender's log to be completed).

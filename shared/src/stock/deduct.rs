@@ -40,6 +40,11 @@ pub enum Deduction {
     /// The call was voided before it ran (or its unit given back since):
     /// nothing is kept.
     Voided,
+    /// The user's home is another bucket of the sale (the caller read
+    /// another round's buckets): nothing is kept; ask their home.
+    OtherBucket,
+    /// A warm-up is replacing the round: nothing is kept; ask again.
+    Warming,
 }
 
 /// One request of a deduction call.
@@ -94,9 +99,10 @@ impl DeductCall {
 }
 
 impl Stock {
-    /// The flash-sale decision (`lua/deduct.lua`). `publish_deadline` is how
-    /// long the caller may take to learn whether the order's record is in
-    /// the log: the reservation is not swept before it has passed.
+    /// The flash-sale decision (`lua/deduct.lua`), in the user's home
+    /// bucket. `publish_deadline` is how long the caller may take to learn
+    /// whether the order's record is in the log: the reservation is not
+    /// swept before it has passed. (No borrowing: the edge's path does.)
     pub async fn deduct(
         &self,
         sale: SaleKey,
@@ -106,7 +112,8 @@ impl Stock {
     ) -> Result<Deduction, RedisCallError> {
         let request =
             DeductRequest { user, nonce: nonce.to_owned(), request_id: String::new(), traceparent: String::new() };
-        let call = DeductCall::new(vec![request], publish_deadline);
+        let home = self.directory(sale).await?.home(user);
+        let call = DeductCall::new(vec![request], publish_deadline).in_bucket(home);
         let mut answers = self.deduct_batch(sale, &call).await?;
         answers.pop().ok_or(RedisCallError::Unexpected { script: "deduct.lua", answer: "no answer".into() })
     }
@@ -287,6 +294,8 @@ fn parse_deduction(answer: &[redis::Value]) -> Result<Deduction, RedisCallError>
         -3 => Ok(Deduction::AlreadyPurchased { order_id: text(2) }),
         -4 => Ok(Deduction::SoldOut),
         -5 => Ok(Deduction::Voided),
+        -6 => Ok(Deduction::OtherBucket),
+        -7 => Ok(Deduction::Warming),
         _ => Err(unexpected()),
     }
 }

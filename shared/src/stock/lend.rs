@@ -119,6 +119,26 @@ impl Stock {
         let log: Vec<(String, String)> = self.conn.bounded(conn.hgetall(&k.lent)).await?;
         Ok(log.into_iter().filter_map(|(id, value)| parse_logged(from, id, &value)).collect())
     }
+
+    /// Completes every transfer of the sale's buckets lent before
+    /// `lent_before_ms` (Redis clock) and still logged: a borrower that
+    /// died or gave up between lending and receiving leaves one. Received
+    /// (now, or already) and forgotten; answers how many units arrived now.
+    pub async fn complete_transfers(&self, sale: SaleKey, lent_before_ms: i64) -> Result<i64, RedisCallError> {
+        let mut arrived = 0;
+        for bucket in self.directory(sale).await?.buckets {
+            for logged in self.transfers_lent(sale, bucket).await? {
+                if logged.at_ms >= lent_before_ms {
+                    continue;
+                }
+                if self.receive(sale, &logged.transfer, logged.units).await? == Received::Now {
+                    arrived += logged.units;
+                }
+                self.forget_transfer(sale, &logged.transfer).await?;
+            }
+        }
+        Ok(arrived)
+    }
 }
 
 /// `to|units|round|at_ms`, as `lua/lend.lua` logs it.

@@ -35,21 +35,76 @@ pub struct SaleSnapshot {
     pub cancelled: i64,
     /// Units cancelled orders gave back.
     pub returned: i64,
+    /// Units lent by one bucket and not yet received by another (counted in
+    /// `remaining`: they are the sale's, unsold).
+    pub in_transit: i64,
+    /// Each bucket of a sale warmed with several (none listed for one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<BucketState>,
+}
+
+/// One bucket of a sale's round.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketState {
+    /// Its number (0: the sale's own keys).
+    pub bucket: u32,
+    /// Units it was warmed with.
+    pub total: i64,
+    /// Units it holds now.
+    pub remaining: i64,
+    /// Users whose order it keeps (its buyers are the users it serves).
+    pub buyers: i64,
+    /// Its orders accepted and not yet settled.
+    pub queued: i64,
+    /// Units it gave other buckets, and took from them.
+    pub lent: i64,
+    pub borrowed: i64,
 }
 
 impl Stock {
     /// Reads everything the reconciliation needs of one sale: one round trip
     /// of constant-time reads, whatever the number of orders (the status
     /// counts are counters the scripts keep, not a scan of the orders).
+    /// A sale in buckets reads each (one round trip each, all at once) and
+    /// sums them, listing each in `buckets`.
     pub async fn snapshot(&self, sale: SaleKey) -> Result<SaleSnapshot, RedisCallError> {
-        self.snapshot_bucket(sale, Bucket::FIRST).await
+        let directory = self.directory(sale).await?;
+        if directory.buckets.len() == 1 {
+            return self.snapshot_bucket(sale, directory.buckets[0]).await.map(|(whole, _)| whole);
+        }
+        let each =
+            futures::future::try_join_all(directory.buckets.iter().map(|b| self.snapshot_bucket(sale, *b))).await?;
+        let mut sum =
+            SaleSnapshot { exists: each.iter().any(|(s, _)| s.exists), round: each[0].0.round, ..Default::default() };
+        for (part, bucket) in each {
+            sum.total += part.total;
+            sum.remaining += part.remaining;
+            sum.buyers += part.buyers;
+            sum.reservations += part.reservations;
+            sum.queued += part.queued;
+            sum.created += part.created;
+            sum.failed += part.failed;
+            sum.compensated += part.compensated;
+            sum.written_off += part.written_off;
+            sum.cancelled += part.cancelled;
+            sum.returned += part.returned;
+            sum.in_transit += bucket.lent - bucket.borrowed;
+            sum.buckets.push(bucket);
+        }
+        sum.remaining += sum.in_transit;
+        Ok(sum)
     }
 
-    /// The same reads of one bucket of a sale.
-    pub async fn snapshot_bucket(&self, sale: SaleKey, bucket: Bucket) -> Result<SaleSnapshot, RedisCallError> {
+    /// The same reads of one bucket of a sale, and the bucket's own line.
+    pub async fn snapshot_bucket(
+        &self,
+        sale: SaleKey,
+        bucket: Bucket,
+    ) -> Result<(SaleSnapshot, BucketState), RedisCallError> {
         let k = self.keys.bucket(sale, bucket);
         let mut pipe = redis::pipe();
-        pipe.hmget(&k.meta, &["total", "round", "queued", "created", "failed", "cancelled"])
+        pipe.hmget(&k.meta, &["total", "round", "queued", "created", "failed", "cancelled", "lent", "borrowed"])
             .get(&k.stock)
             .hlen(&k.buyers)
             .zcard(&k.reserved)
@@ -60,7 +115,16 @@ impl Stock {
         let (meta, stock, buyers, reservations, compensated, written_off, returned): Reads =
             self.conn.pipe(&pipe).await?.unwrap_or_default();
         let field = |i: usize| meta.get(i).copied().flatten();
-        Ok(SaleSnapshot {
+        let state = BucketState {
+            bucket: bucket.0,
+            total: field(0).unwrap_or(0),
+            remaining: stock.unwrap_or(0),
+            buyers,
+            queued: field(2).unwrap_or(0),
+            lent: field(6).unwrap_or(0),
+            borrowed: field(7).unwrap_or(0),
+        };
+        let whole = SaleSnapshot {
             exists: field(1).is_some(),
             total: field(0).unwrap_or(0),
             round: field(1).unwrap_or(0),
@@ -74,7 +138,10 @@ impl Stock {
             written_off,
             cancelled: field(5).unwrap_or(0),
             returned,
-        })
+            in_transit: 0,
+            buckets: Vec::new(),
+        };
+        Ok((whole, state))
     }
 
     /// Every sale whose round Redis still holds (the sweeper, the audit and

@@ -78,9 +78,11 @@ impl Stock {
         Ok(value.as_deref().and_then(OrderState::parse))
     }
 
-    /// The user's order id in the sale, if Redis holds one.
+    /// The user's order id in the sale, if Redis holds one (in their home
+    /// bucket: the only one that serves them).
     pub async fn user_order(&self, sale: SaleKey, user: UserId) -> Result<Option<String>, RedisCallError> {
-        let k = self.keys.sale(sale);
+        let home = self.directory(sale).await?.home(user);
+        let k = self.keys.bucket(sale, home);
         let mut conn = self.conn.clone();
         self.conn.bounded(conn.hget(&k.buyers, user.get())).await
     }
@@ -121,18 +123,24 @@ impl Stock {
     }
 
     /// Reservations whose publish deadline passed before `cutoff_ms` (Redis
-    /// clock), oldest first, at most `limit`.
+    /// clock), oldest first, at most `limit` per bucket of the sale.
     pub async fn stale_reservations(
         &self,
         sale: SaleKey,
         cutoff_ms: i64,
         limit: isize,
     ) -> Result<Vec<OrderId>, RedisCallError> {
-        let k = self.keys.sale(sale);
-        let mut conn = self.conn.clone();
-        let ids: Vec<String> =
-            self.conn.bounded(conn.zrangebyscore_limit(&k.reserved, "-inf", format!("({cutoff_ms}"), 0, limit)).await?;
-        Ok(ids.iter().filter_map(|id| OrderId::parse(id).ok()).collect())
+        let mut stale = Vec::new();
+        for bucket in self.directory(sale).await?.buckets {
+            let k = self.keys.bucket(sale, bucket);
+            let mut conn = self.conn.clone();
+            let ids: Vec<String> = self
+                .conn
+                .bounded(conn.zrangebyscore_limit(&k.reserved, "-inf", format!("({cutoff_ms}"), 0, limit))
+                .await?;
+            stale.extend(ids.iter().filter_map(|id| OrderId::parse(id).ok()));
+        }
+        Ok(stale)
     }
 }
 

@@ -1,6 +1,7 @@
-//! Loading a sale round (`lua/warmup.lua`), and closing it
-//! (`lua/close.lua`).
+//! Loading a sale round into its buckets (`lua/freeze.lua`,
+//! `lua/warmup.lua`), and closing it (`lua/close.lua`).
 
+use super::directory::Directory;
 use super::keys::Bucket;
 use super::{with_keys, Stock};
 use crate::domain::SaleKey;
@@ -9,6 +10,7 @@ use redis::Script;
 use std::sync::LazyLock;
 
 static WARMUP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/warmup.lua")));
+static FREEZE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/freeze.lua")));
 static CLOSE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/close.lua")));
 
 /// One round of a sale, as Redis loads it.
@@ -28,14 +30,76 @@ pub struct Round {
     pub force: bool,
 }
 
+/// Where one bucket stands in its round's list of buckets.
+#[derive(Debug, Clone, Copy)]
+struct Place<'a> {
+    /// The round's buckets, as meta keeps them.
+    list: &'a str,
+    /// How many.
+    of: usize,
+    /// This bucket's place (-1: a bucket retired, serving no one).
+    home: i64,
+    /// Its units.
+    units: i64,
+}
+
 impl Stock {
-    /// Loads a sale round, replacing the previous one — unless that one has
-    /// orders in flight and `force` is off: then nothing changes and this
-    /// answers `false` (checked and loaded in one script). Registers the
-    /// sale for the sweeper.
-    pub async fn warmup(&self, sale: SaleKey, round: Round) -> Result<bool, RedisCallError> {
-        if !self.warmup_bucket(sale, Bucket::FIRST, round).await? {
-            return Ok(false);
+    /// Loads a sale round into `buckets` (bucket 0 first; one for a sale
+    /// without buckets), its stock shared among them, replacing the
+    /// previous round — unless that one has orders in flight in any of its
+    /// buckets and `force` is off: then nothing changes and this answers
+    /// `false`. Registers the sale for the sweeper.
+    ///
+    /// A sale of one bucket is checked and loaded in one script. A sale of
+    /// several is first held still, bucket by bucket (`lua/freeze.lua`:
+    /// the same in-flight check, and no deduction accepted until the load),
+    /// so a refusal part way leaves every bucket as it was; then buckets of
+    /// the previous round that the new one lists no more are retired (no
+    /// units, no users), the others loaded, bucket 0 (whose list the edges
+    /// read) last, and the retired ones deleted.
+    pub async fn warmup(&self, sale: SaleKey, buckets: &[Bucket], round: Round) -> Result<bool, RedisCallError> {
+        let of = buckets.len().max(1) as i64;
+        let share = |i: usize| round.stock / of + i64::from((i as i64) < round.stock % of);
+        let shares: Vec<(Bucket, i64)> = buckets.iter().enumerate().map(|(i, b)| (*b, share(i))).collect();
+        self.warmup_shares(sale, &shares, round).await
+    }
+
+    /// [`Stock::warmup`] with each bucket's units given (`round.stock` is
+    /// not read): buckets loaded unevenly, as a test of the moves between
+    /// them needs.
+    pub async fn warmup_shares(
+        &self,
+        sale: SaleKey,
+        shares: &[(Bucket, i64)],
+        round: Round,
+    ) -> Result<bool, RedisCallError> {
+        let buckets: Vec<Bucket> = shares.iter().map(|(b, _)| *b).collect();
+        let previous = self.directory(sale).await?.buckets;
+        let retired: Vec<Bucket> = previous.iter().copied().filter(|b| !buckets.contains(b)).collect();
+        let list = Directory::encode(&buckets);
+        let of = buckets.len();
+        if buckets == [Bucket::FIRST] && retired.is_empty() {
+            let place = Place { list: &list, of, home: 0, units: shares[0].1 };
+            if !self.warmup_bucket(sale, Bucket::FIRST, round, place).await? {
+                return Ok(false);
+            }
+        } else {
+            let every: Vec<Bucket> = buckets.iter().chain(&retired).copied().collect();
+            if !self.freeze(sale, &every, round.force).await? {
+                return Ok(false);
+            }
+            let forced = Round { force: true, ..round };
+            for bucket in &retired {
+                let place = Place { list: &list, of, home: -1, units: 0 };
+                self.warmup_bucket(sale, *bucket, forced, place).await?;
+            }
+            for (i, (bucket, units)) in shares.iter().enumerate().rev() {
+                let place = Place { list: &list, of, home: i as i64, units: *units };
+                self.warmup_bucket(sale, *bucket, forced, place).await?;
+            }
+            for bucket in retired {
+                self.delete_bucket(sale, bucket).await?;
+            }
         }
         let mut register = redis::pipe();
         register.sadd(self.keys.registry(), sale.to_string()).ignore();
@@ -43,18 +107,47 @@ impl Stock {
         Ok(true)
     }
 
-    /// Loads one bucket of a sale round with `round.stock` units, as
-    /// [`Stock::warmup`] loads the sale's own keys (bucket 0): checked and
-    /// loaded in one script, per bucket.
-    pub async fn warmup_bucket(&self, sale: SaleKey, bucket: Bucket, round: Round) -> Result<bool, RedisCallError> {
+    /// Holds `buckets` still for a warm-up (`lua/freeze.lua`); when one
+    /// refuses (orders in flight), lets the others go again and answers
+    /// `false`.
+    async fn freeze(&self, sale: SaleKey, buckets: &[Bucket], force: bool) -> Result<bool, RedisCallError> {
+        for (i, bucket) in buckets.iter().enumerate() {
+            let k = self.keys.bucket(sale, *bucket);
+            let mut invocation = with_keys(&FREEZE, &[&k.meta, &k.reserved]);
+            invocation.arg(if force { "1" } else { "0" });
+            let frozen: i64 = self.conn.invoke(&invocation).await?;
+            if frozen == 0 {
+                for thawed in &buckets[..i] {
+                    let mut thaw = redis::pipe();
+                    thaw.hdel(&self.keys.bucket(sale, *thawed).meta, "warming").ignore();
+                    self.conn.pipe::<()>(&thaw).await?;
+                }
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Loads one bucket of a sale round with `place.units` units: checked
+    /// and loaded in one script (`lua/warmup.lua`).
+    async fn warmup_bucket(
+        &self,
+        sale: SaleKey,
+        bucket: Bucket,
+        round: Round,
+        place: Place<'_>,
+    ) -> Result<bool, RedisCallError> {
         let mut invocation = with_keys(&WARMUP, &self.keys.bucket(sale, bucket).every_key());
         invocation
-            .arg(round.stock)
+            .arg(place.units)
             .arg(round.starts_ms)
             .arg(round.ends_ms)
             .arg(round.round)
             .arg(round.expire_at_ms)
-            .arg(if round.force { "1" } else { "0" });
+            .arg(if round.force { "1" } else { "0" })
+            .arg(place.list)
+            .arg(place.of)
+            .arg(place.home);
         let loaded: i64 = self.conn.invoke(&invocation).await?;
         Ok(loaded == 1)
     }
@@ -67,14 +160,21 @@ impl Stock {
         self.conn.pipe::<()>(&pipe).await.map(drop)
     }
 
-    /// Closes a sale's round now (an end only moves earlier): no order is
-    /// accepted after it, and every key of the sale expires once the payment
-    /// window (`window_secs`) and the margin have passed. The end in force
-    /// (ms), or `None` when Redis holds no round of the sale.
+    /// Closes a sale's round now (an end only moves earlier), in each of
+    /// its buckets: no order is accepted after it, and every key of the
+    /// sale expires once the payment window (`window_secs`) and the margin
+    /// have passed. The end in force (ms, bucket 0's), or `None` when Redis
+    /// holds no round of the sale.
     pub async fn close(&self, sale: SaleKey, window_secs: i64) -> Result<Option<i64>, RedisCallError> {
-        let mut invocation = with_keys(&CLOSE, &self.keys.sale(sale).every_key());
-        invocation.arg(self.sale_keys_expire_at(0, window_secs));
-        let ends: i64 = self.conn.invoke(&invocation).await?;
-        Ok((ends > 0).then_some(ends))
+        let expire_at = self.sale_keys_expire_at(0, window_secs);
+        let mut first = None;
+        // Bucket 0, whose list the edges read, last.
+        for bucket in self.directory(sale).await?.buckets.iter().rev() {
+            let mut invocation = with_keys(&CLOSE, &self.keys.bucket(sale, *bucket).every_key());
+            invocation.arg(expire_at);
+            let ends: i64 = self.conn.invoke(&invocation).await?;
+            first = (ends > 0).then_some(ends);
+        }
+        Ok(first)
     }
 }

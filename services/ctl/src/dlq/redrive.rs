@@ -26,7 +26,7 @@ use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::domain::{OrderId, OrderRecord};
 use seckill_shared::kafka::{self, dlq_header, header_str, Topics, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
-use seckill_shared::stock::{Bucket, DeductCall, DeductRequest, Deduction, Stock};
+use seckill_shared::stock::{Borrowed, DeductCall, DeductRequest, Deduction, Stock};
 use sqlx::PgPool;
 use std::time::Duration;
 
@@ -171,10 +171,24 @@ impl Redrive {
         // Room for the publish below before the sweeper may take the
         // reservation for a lost record (it republishes it then).
         let deadline = Duration::from_millis(self.settings.servers.kafka.message_timeout_ms) + Duration::from_secs(5);
-        let call =
-            DeductCall { id: call_id, requests: vec![request], publish_deadline: deadline, bucket: Bucket::FIRST };
         let sale = original.sale();
-        let answer = self.stock.deduct_batch(sale, &call).await.map_err(Failure::unreadable)?.pop();
+        // The buyer's home bucket keeps their order (a sale of one: bucket 0).
+        let list = self.stock.directory(sale).await.map_err(Failure::unreadable)?;
+        let home = list.home(original.user_id);
+        let call = DeductCall { id: call_id, requests: vec![request], publish_deadline: deadline, bucket: home };
+        let mut answer = self.stock.deduct_batch(sale, &call).await.map_err(Failure::unreadable)?.pop();
+        // Its bucket ran out: units from the others, and the same call again
+        // (one that answered SOLD_OUT kept nothing).
+        for _ in 0..3 {
+            if answer != Some(Deduction::SoldOut) || list.buckets.len() == 1 {
+                break;
+            }
+            let borrowed = self.stock.borrow(sale, &list.buckets, home, list.round).await;
+            if borrowed.map_err(Failure::unreadable)? == Borrowed::Nothing {
+                break;
+            }
+            answer = self.stock.deduct_batch(sale, &call).await.map_err(Failure::unreadable)?.pop();
+        }
         // `decided_now`: this asking took the unit (a confirmation is due);
         // else an earlier asking did, longer ago than the call's outcome is
         // kept, and asked for its confirmation then.
@@ -182,7 +196,9 @@ impl Redrive {
             Some(Deduction::Accepted { order_id, round, accepted_at, .. }) => (order_id, round, accepted_at, true),
             // Asked again after the call's outcome expired: the buyer's
             // order is this call's own if it carries the call's nonce.
-            Some(Deduction::AlreadyPurchased { order_id: Some(held) }) if held.ends_with(&format!("-{nonce}")) => {
+            Some(Deduction::AlreadyPurchased { order_id: Some(held) })
+                if held.ends_with(&format!("-{nonce}{}", home.nonce_suffix())) =>
+            {
                 let order_id = OrderId::parse(&held).map_err(Failure::failed)?;
                 let state = self.stock.order_state(&order_id).await.map_err(Failure::unreadable)?;
                 let round = self.stock.snapshot(sale).await.map_err(Failure::unreadable)?.round;
@@ -198,6 +214,8 @@ impl Redrive {
                 return Ok(Verdict::refused("the sale is not in Redis (finished or never warmed)"))
             }
             Some(Deduction::Voided) | None => return Ok(Verdict::refused("the deduction call was voided")),
+            Some(Deduction::Warming) => return Ok(Verdict::refused("a warm-up is replacing the sale's round")),
+            Some(Deduction::OtherBucket) => return Ok(Verdict::refused("the sale's buckets changed; run again")),
         };
         // A unit taken in another round than the record's is given back.
         if let Some(why) = round_over(original, round) {

@@ -66,6 +66,7 @@ pub(super) async fn warm_up(
         ends_at: body.ends_at,
         force: body.force,
         payment_window_seconds: body.payment_window_seconds,
+        buckets: body.buckets,
     };
     let row = sales::warmup(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, &request)
         .await
@@ -73,6 +74,7 @@ pub(super) async fn warm_up(
     // Units may have come back: this edge stops trusting its flag at once
     // (other edges within their flag's time to live).
     state.sold_out.clear(sale);
+    state.homes.forget(sale);
     tracing::info!(sale = %sale, stock = row.total_stock, round = row.round, "sale warmed up");
     Ok(Json(row))
 }

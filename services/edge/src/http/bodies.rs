@@ -266,10 +266,21 @@ pub struct WarmupBody {
     #[serde(default = "default_payment_window")]
     #[schema(minimum = 1, maximum = 604_800, default = 900)]
     pub payment_window_seconds: i64,
+    /// Stock buckets for a hot sale: its units spread over this many keys,
+    /// each in a hash slot of its own (on a Redis Cluster, on different
+    /// primaries); each buyer is served by one, units move to a bucket that
+    /// ran out.
+    #[serde(default = "one_bucket")]
+    #[schema(minimum = 1, maximum = 64, default = 1)]
+    pub buckets: u32,
 }
 
 fn default_payment_window() -> i64 {
     seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS
+}
+
+fn one_bucket() -> u32 {
+    1
 }
 
 #[cfg(test)]

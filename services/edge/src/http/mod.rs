@@ -74,8 +74,10 @@ pub struct Shared {
     pub admin_throttle: admin_guard::AdminThrottle,
     /// The dashboard's figures.
     pub dashboard: Arc<crate::dashboard::Dashboard>,
-    /// Deductions, batched per sale.
+    /// Deductions, batched per sale's bucket.
     pub batcher: Arc<crate::batch::Batcher>,
+    /// The sales' buckets, and units borrowed between them.
+    pub homes: crate::home::Homes,
 }
 
 impl AppState {
@@ -118,6 +120,7 @@ impl AppState {
                 },
                 background.clone(),
             ),
+            homes: crate::home::Homes::new(stock.clone()),
             sessions: session::Sessions::new(settings.behind_tls),
             status_reads: status_reads.clone(),
             status_db,

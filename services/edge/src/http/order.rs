@@ -174,7 +174,7 @@ async fn place_order_inner(
                 request_id: trace.request_id.unwrap_or_default().to_owned(),
                 traceparent: trace.traceparent.unwrap_or_default().to_owned(),
             };
-            state.batcher.deduct(sale, deduct, deadline).await.map(Some).map_err(anyhow::Error::from)
+            state.homes.deduct(&state.batcher, sale, deduct, deadline).await.map(Some).map_err(anyhow::Error::from)
         }
         DeductionMode::Lock => {
             let (locks, lock) = (&state.locks, &state.settings.lock);
@@ -205,6 +205,14 @@ async fn place_order_inner(
         }
         Some(Deduction::Voided) => {
             return Err(ApiError::TryAgain(anyhow::anyhow!("the deduction was voided: nothing was kept")))
+        }
+        Some(Deduction::Warming) => {
+            return Err(ApiError::TryAgain(anyhow::anyhow!(
+                "a warm-up is replacing the sale's round: nothing was kept"
+            )))
+        }
+        Some(Deduction::OtherBucket) => {
+            return Err(ApiError::TryAgain(anyhow::anyhow!("the sale's buckets changed twice: nothing was kept")))
         }
     };
 

@@ -1,0 +1,157 @@
+//! A request's deduction in its user's home bucket, and the units that
+//! bucket borrows when it ran out.
+//!
+//! A sale warmed with several stock buckets serves each user from one of
+//! them (their home: user id mod the number of buckets, in the list bucket
+//! 0 keeps), so one order per user holds as within one bucket. This edge
+//! keeps each sale's list for a short while; `lua/deduct.lua` refuses a
+//! request sent to a bucket that is not the user's home in the round it
+//! holds (a list of another round), and the list is read again at once.
+//!
+//! When the home bucket answers SOLD_OUT and the sale has other buckets,
+//! units move to it from one that has some (`Stock::borrow`: half the
+//! lender's units, so buckets that drained unevenly even out) and the
+//! request is decided there again. One borrowing per bucket at a time on
+//! this edge: requests that waited for it ask their bucket again rather
+//! than borrow once more. The sale is sold out only when no bucket had a
+//! unit to lend and none is on its way.
+
+use crate::batch::{Answer, Batcher};
+use seckill_shared::domain::SaleKey;
+use seckill_shared::redis_conn::RedisCallError;
+use seckill_shared::stock::{Borrowed, Bucket, DeductRequest, Deduction, Directory, Stock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// How many times one request is decided (its home asked again after a
+/// borrowing, or with the list read again) before it is answered 503.
+const ATTEMPTS: usize = 6;
+
+/// How long this edge keeps a sale's list of buckets.
+const LIST_KEPT: Duration = Duration::from_secs(1);
+
+/// Lists kept before the stale ones are dropped.
+const MOST_LISTS: usize = 4_096;
+
+/// Why a request was not decided: nothing is kept in either case.
+#[derive(Debug, thiserror::Error)]
+pub enum NotDecided {
+    #[error(transparent)]
+    Batcher(#[from] Arc<crate::batch::NotDecided>),
+    #[error("redis: {0}")]
+    Redis(#[from] RedisCallError),
+    #[error("units were still on their way between the sale's buckets after {ATTEMPTS} tries")]
+    StillMoving,
+}
+
+/// One borrowing at a time for a bucket.
+type Gate = Arc<tokio::sync::Mutex<()>>;
+
+/// The sales' lists of buckets as this edge knows them, and the borrowings
+/// under way.
+pub struct Homes {
+    stock: Stock,
+    lists: RwLock<HashMap<SaleKey, (Instant, Arc<Directory>)>>,
+    borrowing: Mutex<HashMap<(SaleKey, Bucket), Gate>>,
+}
+
+impl Homes {
+    /// Homes read from `stock`.
+    pub fn new(stock: Stock) -> Self {
+        Self { stock, lists: RwLock::default(), borrowing: Mutex::default() }
+    }
+
+    /// Decides `request` in its user's home bucket (through `batcher`),
+    /// borrowing units for it when it ran out. Answers as one bucket would,
+    /// SOLD_OUT only when every bucket is empty.
+    pub async fn deduct(
+        &self,
+        batcher: &Arc<Batcher>,
+        sale: SaleKey,
+        request: DeductRequest,
+        publish_deadline: Duration,
+    ) -> Result<Deduction, NotDecided> {
+        let mut list = self.list(sale, false).await?;
+        let mut read_again = false;
+        for _ in 0..ATTEMPTS {
+            let home = list.home(request.user);
+            let answer: Answer = batcher.deduct(sale, home, request.clone(), publish_deadline).await;
+            match answer? {
+                // A list of another round: read it again, once.
+                Deduction::OtherBucket if !read_again => {
+                    (list, read_again) = (self.list(sale, true).await?, true);
+                }
+                Deduction::SaleNotFound if list.buckets.len() > 1 && !read_again => {
+                    (list, read_again) = (self.list(sale, true).await?, true);
+                }
+                Deduction::SoldOut if list.buckets.len() > 1 => match self.borrow(sale, &list, home).await? {
+                    Borrowed::Units(_) => {}
+                    Borrowed::InTransit => tokio::time::sleep(Duration::from_millis(5)).await,
+                    Borrowed::Nothing => {
+                        // Nothing to lend in the round this list names: sold
+                        // out, unless the sale holds another round now.
+                        let now = self.list(sale, true).await?;
+                        if now.round == list.round {
+                            return Ok(Deduction::SoldOut);
+                        }
+                        list = now;
+                    }
+                },
+                decided => return Ok(decided),
+            }
+        }
+        metrics::counter!("seckill_edge_borrow_gave_up_total").increment(1);
+        Err(NotDecided::StillMoving)
+    }
+
+    /// Forgets what this edge knows of `sale`'s buckets (it was warmed up
+    /// through this edge).
+    pub fn forget(&self, sale: SaleKey) {
+        self.lists.write().unwrap_or_else(|p| p.into_inner()).remove(&sale);
+    }
+
+    /// The sale's list: the one kept, unless it is older than
+    /// [`LIST_KEPT`] or `fresh` is asked for.
+    async fn list(&self, sale: SaleKey, fresh: bool) -> Result<Arc<Directory>, RedisCallError> {
+        if !fresh {
+            let lists = self.lists.read().unwrap_or_else(|p| p.into_inner());
+            if let Some((read_at, list)) = lists.get(&sale) {
+                if read_at.elapsed() < LIST_KEPT {
+                    return Ok(list.clone());
+                }
+            }
+        }
+        let list = Arc::new(self.stock.directory(sale).await?);
+        // A sale Redis does not hold is not kept: requests naming any ids
+        // must not fill this map (its deduction answers SALE_NOT_FOUND).
+        if list.round != 0 {
+            let mut lists = self.lists.write().unwrap_or_else(|p| p.into_inner());
+            if lists.len() >= MOST_LISTS {
+                lists.retain(|_, (read_at, _)| read_at.elapsed() < LIST_KEPT);
+            }
+            lists.insert(sale, (Instant::now(), list.clone()));
+        }
+        Ok(list)
+    }
+
+    /// Units for `home` from the sale's other buckets. While another
+    /// request of this edge borrows for the same bucket, this one waits for
+    /// it and answers `Units(0)`: ask the bucket again.
+    async fn borrow(&self, sale: SaleKey, list: &Directory, home: Bucket) -> Result<Borrowed, RedisCallError> {
+        let gate = self.borrowing.lock().unwrap_or_else(|p| p.into_inner()).entry((sale, home)).or_default().clone();
+        let _turn = match gate.try_lock() {
+            Ok(turn) => turn,
+            Err(_) => {
+                drop(gate.lock().await);
+                return Ok(Borrowed::Units(0));
+            }
+        };
+        metrics::counter!("seckill_edge_borrowings_total").increment(1);
+        let borrowed = self.stock.borrow(sale, &list.buckets, home, list.round).await;
+        if let Ok(Borrowed::Units(units)) = borrowed {
+            metrics::counter!("seckill_edge_units_borrowed_total").increment(units as u64);
+        }
+        borrowed
+    }
+}
