@@ -178,7 +178,9 @@ chaos-redis-cluster-short: redis-cluster-up build-deps
 	$(CARGO) test --features chaos-redis-cluster --test chaos_redis_cluster -- --nocapture --test-threads=1 short_
 
 # One hot sale's deductions per second and each node's CPU per order, on the
-# single Redis and on the Redis Cluster (shared/examples/hot_sale.rs).
+# single Redis and on the Redis Cluster (shared/examples/hot_sale.rs); then
+# the hot-SKU burst through an edge on the cluster, the sale in 1 and in 3
+# buckets (infra/bench_buckets.py).
 bench-redis-cluster: redis-cluster-up build-deps
 	infra/local/up.sh redis
 	$(CARGO) build --release -p seckill-shared --example hot_sale
@@ -187,6 +189,8 @@ bench-redis-cluster: redis-cluster-up build-deps
 	  target/release/examples/hot_sale redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002 10 32 16 $$buckets \
 	    $(foreach port,7000 7001 7002 7003 7004 7005,.data/redis-cluster/$(port)/redis.pid) || exit 1; \
 	done
+	$(CARGO) build --release --bins
+	python3 infra/bench_buckets.py
 
 demo-cluster: cluster-up build
 	PROFILE=$(PROFILE) infra/demo.sh --cluster

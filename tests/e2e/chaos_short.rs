@@ -14,6 +14,7 @@ async fn crashes_and_outages_lose_nothing() {
         topology: seckill_e2e::Topology::Single,
         seed: 11,
         stock: 1_500,
+        buckets: 1,
         users: 4_000,
         requests: 5_000,
         rate: 500.0,

@@ -72,7 +72,13 @@ impl Homes {
         request: DeductRequest,
         publish_deadline: Duration,
     ) -> Result<Deduction, NotDecided> {
-        let mut list = self.list(sale, false).await?;
+        // Bucket 0 not heard and no list kept: bucket 0 decides (the
+        // deduction asks again as it does for any sale; a sale in buckets
+        // answers OTHER_BUCKET for the users it does not serve).
+        let mut list = match self.list(sale, false).await {
+            Ok(list) => list,
+            Err(_) => Arc::new(Directory::single(0)),
+        };
         let mut read_again = false;
         for _ in 0..ATTEMPTS {
             let home = list.home(request.user);
@@ -112,17 +118,21 @@ impl Homes {
     }
 
     /// The sale's list: the one kept, unless it is older than
-    /// [`LIST_KEPT`] or `fresh` is asked for.
+    /// [`LIST_KEPT`] or `fresh` is asked for. While bucket 0 cannot be read
+    /// (its primary failing over), the one kept, however old: the other
+    /// buckets go on selling, and a bucket a list of another round names
+    /// refuses the request anyway.
     async fn list(&self, sale: SaleKey, fresh: bool) -> Result<Arc<Directory>, RedisCallError> {
-        if !fresh {
-            let lists = self.lists.read().unwrap_or_else(|p| p.into_inner());
-            if let Some((read_at, list)) = lists.get(&sale) {
-                if read_at.elapsed() < LIST_KEPT {
-                    return Ok(list.clone());
-                }
+        let kept = self.lists.read().unwrap_or_else(|p| p.into_inner()).get(&sale).cloned();
+        if let Some((read_at, list)) = &kept {
+            if !fresh && read_at.elapsed() < LIST_KEPT {
+                return Ok(list.clone());
             }
         }
-        let list = Arc::new(self.stock.directory(sale).await?);
+        let list = match self.stock.directory(sale).await {
+            Ok(list) => Arc::new(list),
+            Err(error) => return kept.map(|(_, list)| list).ok_or(error),
+        };
         // A sale Redis does not hold is not kept: requests naming any ids
         // must not fill this map (its deduction answers SALE_NOT_FOUND).
         if list.round != 0 {

@@ -176,29 +176,41 @@ impl Stock {
         Ok(sales.into_iter().zip(alive).filter(|(_, alive)| *alive).map(|((_, sale), _)| sale).collect())
     }
 
-    /// How many of `ids` Redis has a status for (orders Redis accepted).
+    /// How many of `ids` Redis has a status for (orders Redis accepted), each
+    /// asked of the bucket its id names.
     pub async fn count_known_orders(&self, sale: SaleKey, ids: &[String]) -> Result<i64, RedisCallError> {
-        let key = self.keys.sale(sale).orders;
-        self.count_in_chunks(ids, 1, |pipe, id| {
-            pipe.hexists(&key, id);
-        })
-        .await
+        let mut count = 0;
+        for (bucket, ids) in ids_by_bucket(ids) {
+            let key = self.keys.bucket(sale, bucket).orders;
+            count += self
+                .count_in_chunks(&ids, 1, |pipe, id| {
+                    pipe.hexists(&key, id);
+                })
+                .await?;
+        }
+        Ok(count)
     }
 
-    /// How many of `ids` were settled: their unit restored or written off.
+    /// How many of `ids` were settled: their unit restored or written off
+    /// (in the bucket each id names).
     pub async fn count_settled(&self, sale: SaleKey, ids: &[String]) -> Result<i64, RedisCallError> {
-        let k = self.keys.sale(sale);
-        self.count_in_chunks(ids, 2, |pipe, id| {
-            pipe.sismember(&k.compensated, id).sismember(&k.written_off, id);
-        })
-        .await
+        let mut count = 0;
+        for (bucket, ids) in ids_by_bucket(ids) {
+            let k = self.keys.bucket(sale, bucket);
+            count += self
+                .count_in_chunks(&ids, 2, |pipe, id| {
+                    pipe.sismember(&k.compensated, id).sismember(&k.written_off, id);
+                })
+                .await?;
+        }
+        Ok(count)
     }
 
     /// Asks `per_id` questions of each id, a thousand ids per round trip, and
     /// counts the ids with at least one yes.
     async fn count_in_chunks(
         &self,
-        ids: &[String],
+        ids: &[&str],
         per_id: usize,
         ask: impl Fn(&mut redis::Pipeline, &str),
     ) -> Result<i64, RedisCallError> {
@@ -213,6 +225,17 @@ impl Stock {
         }
         Ok(count)
     }
+}
+
+/// Order ids by the bucket each names (one that does not parse: bucket 0,
+/// where it is not found either).
+fn ids_by_bucket(ids: &[String]) -> std::collections::BTreeMap<Bucket, Vec<&str>> {
+    let mut grouped: std::collections::BTreeMap<Bucket, Vec<&str>> = Default::default();
+    for id in ids {
+        let bucket = crate::domain::OrderId::parse(id).map_or(Bucket::FIRST, |id| Bucket::of_order(&id));
+        grouped.entry(bucket).or_default().push(id);
+    }
+    grouped
 }
 
 /// The reservation sweeper's last sweep, as it recorded it.

@@ -25,6 +25,8 @@ pub struct Scenario {
     pub seed: u64,
     /// Units on sale.
     pub stock: i64,
+    /// Stock buckets the units are spread over (1: none).
+    pub buckets: u32,
     /// Distinct users.
     pub users: u64,
     /// Requests sent.
@@ -40,7 +42,7 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// The suites' usual sale on `topology`: 3,000 units, 8,000 buyers,
+    /// The suites' usual sale on `topology`: 3,000 units (one bucket), 8,000 buyers,
     /// 10,000 requests at 500/s over 64 connections, a tenth of them a
     /// buyer asking again; each fault at its ms into the load.
     pub fn flash_sale(topology: Topology, name: &'static str, seed: u64, faults: Vec<(u64, Fault)>) -> Self {
@@ -49,6 +51,7 @@ impl Scenario {
             topology,
             seed,
             stock: 3_000,
+            buckets: 1,
             users: 8_000,
             requests: 10_000,
             rate: 500.0,
@@ -158,7 +161,8 @@ pub async fn run(scenario: Scenario) -> Outcome {
     let test = TestEnv::on(scenario.topology).await;
     let redis_may_lose = scenario.faults.iter().any(|(_, f)| f.loses_redis_writes());
     let sale = test.sale();
-    test.warmup(sale, scenario.stock).await;
+    let window = seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS;
+    test.warmup_round(sale, scenario.stock, window, scenario.buckets, true).await.expect("warming up");
     let mut pipeline = Pipeline::start(&test);
     pipeline.wait_ready().await;
 

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""`make bench-buckets`: the hot-SKU burst (100 units, 50,000 users, 256
+connections) through one edge on the Redis Cluster topology, the sale in
+1 and in 3 stock buckets. Each run must sell exactly 100 and leave every
+bucket empty with nothing on its way; it prints what the buckets cost: the
+borrowings and units borrowed (the edge's counters), the deduction's
+latency, and how many SOLD_OUT answers came while units remained (a 410
+before the last 202).
+
+It uses `make bench`'s helpers (release binaries, its own key and topic
+prefixes) and deletes what it created: the keys on every primary, the rows,
+the topics.
+"""
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402
+
+PRIMARIES = (7000, 7001, 7002)
+bench.ENV["SECKILL_REDIS_URL"] = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in PRIMARIES)
+
+
+def counters():
+    """The edge's counters and histogram sums this bench reads."""
+    wanted = ("seckill_edge_borrowings_total", "seckill_edge_units_borrowed_total", "seckill_edge_borrow_gave_up_total",
+              "seckill_edge_deduct_seconds_sum", "seckill_edge_deduct_seconds_count")
+    found = dict.fromkeys(wanted, 0.0)
+    with urllib.request.urlopen(f"http://{bench.EDGE}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in found:
+                found[name] += float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def burst(n, buckets):
+    sale = bench.sale(n)
+    bench.ctl("warmup", "--activity", sale, "--sku", 1, "--stock", 100, "--buckets", buckets, "--force")
+    before = counters()
+    result = bench.load(bench.EDGE, sale, 1, 50_000, 50_000, conns=256, timeline_ms=20)
+    after = counters()
+    report = json.loads(bench.ctl("reconcile", "--activity", sale, "--sku", 1, "--json", check=False))
+    redis = report["redis"]
+    moved = {k: after[k] - before[k] for k in after}
+    deductions = moved["seckill_edge_deduct_seconds_count"]
+    # A 410 in a slice of the timeline before the one with the last 202.
+    timeline = result.get("timeline") or []
+    last_accept = max((i for i, s in enumerate(timeline) if any(k.startswith("202") for k in s.get("outcomes", {}))), default=-1)
+    early = sum(v for s in timeline[:last_accept] for k, v in s.get("outcomes", {}).items() if k.startswith("410"))
+    line = {
+        "buckets": buckets,
+        "accepted": result["accepted"],
+        "outcomes": result["outcomes"],
+        "remaining": redis["remaining"],
+        "inTransit": redis["inTransit"],
+        "perBucket": [(b["bucket"], b["total"], b["buyers"], b["lent"], b["borrowed"]) for b in redis.get("buckets", [])],
+        "borrowings": moved["seckill_edge_borrowings_total"],
+        "unitsBorrowed": moved["seckill_edge_units_borrowed_total"],
+        "borrowGaveUp": moved["seckill_edge_borrow_gave_up_total"],
+        "deductMeanMs": 1000 * moved["seckill_edge_deduct_seconds_sum"] / deductions if deductions else 0,
+        "p99Ms": result["latencyMs"]["p99"],
+        "requestsPerSecond": result["requestsPerSecond"],
+        "soldOutBeforeLastAccept": early,
+        "lastAcceptSeconds": result.get("lastAcceptSeconds"),
+    }
+    bench.log(json.dumps(line))
+    return line
+
+
+def clean_up():
+    keys = 0
+    for port in PRIMARIES:
+        found = subprocess.run(["redis-cli", "-p", str(port), "--scan", "--pattern", f"{bench.RUN}:*"],
+                               capture_output=True, text=True).stdout.split()
+        keys += len(found)
+        # One key per command: a cluster takes several only from one slot.
+        commands = "".join(f"UNLINK {key}\n" for key in found)
+        subprocess.run(["redis-cli", "-p", str(port)], input=commands, capture_output=True, text=True)
+    bench.log(f"deleted {keys} keys on the cluster")
+    bench.clean_up()
+
+
+def main():
+    bench.LOGS.mkdir(parents=True, exist_ok=True)
+    bench.edge()
+    lines = [burst(n, k) for n, k in ((20, 1), (21, 3))]
+    failed = [line for line in lines if line["accepted"] != 100 or line["remaining"] != 0 or line["inTransit"] != 0]
+    for line in lines:
+        print(f"K={line['buckets']}: {line['accepted']} sold, remaining {line['remaining']}, in transit "
+              f"{line['inTransit']}, {line['soldOutBeforeLastAccept']} SOLD_OUT before the last sale, "
+              f"{line['borrowings']:.0f} borrowings ({line['unitsBorrowed']:.0f} units), "
+              f"deduction mean {line['deductMeanMs']:.2f} ms, p99 {line['p99Ms']:.2f} ms, "
+              f"{line['requestsPerSecond']:,.0f} req/s, per bucket (bucket, units, buyers, lent, borrowed) "
+              f"{line['perBucket']}")
+    if failed:
+        raise SystemExit(f"bench-buckets: not exactly 100 sold with every bucket empty: {failed}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        for proc in list(bench.PROCS):
+            bench.stop(proc)
+        clean_up()
