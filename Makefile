@@ -189,7 +189,7 @@ bench-redis-cluster: redis-cluster-up build-deps
 	  target/release/examples/hot_sale redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002 10 32 16 $$buckets \
 	    $(foreach port,7000 7001 7002 7003 7004 7005,.data/redis-cluster/$(port)/redis.pid) || exit 1; \
 	done
-	$(CARGO) build --release --bins
+	$(CARGO) build --release --workspace --bins
 	python3 infra/bench_buckets.py
 
 demo-cluster: cluster-up build

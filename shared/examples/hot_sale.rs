@@ -7,14 +7,15 @@
 //! the edge's batching does, one call per bucket) on one sale with more
 //! units than can be sold, spread over BUCKETS stock buckets (placed as a
 //! warm-up places them: on a cluster, one per primary), for SECONDS; the
-//! servers named by their pid files are read before and after. Prints one
-//! JSON line. `make bench-redis-cluster` runs it on the single Redis and on
+//! servers named by their pid files are read before and after; then, with
+//! two buckets or more, the time of one borrowing between two of them.
+//! Prints one JSON line. `make bench-redis-cluster` runs it on the single Redis and on
 //! the Redis Cluster with 1, 2 and 3 buckets.
 
 use seckill_shared::config::RedisSettings;
 use seckill_shared::domain::{SaleKey, UserId};
 use seckill_shared::stock::warmup::Round;
-use seckill_shared::stock::{DeductCall, DeductRequest, Deduction, Stock};
+use seckill_shared::stock::{Borrowed, DeductCall, DeductRequest, Deduction, Stock};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +28,29 @@ fn cpu_seconds(pid: &str) -> f64 {
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
     // utime and stime are fields 14 and 15 of the line: 12 and 13 after ")".
     (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The cross-bucket path's own cost: the mean time (µs) of one borrowing
+/// (`Stock::borrow`: lend, receive, forget, on two primaries) when the
+/// first other bucket has units, over 2,000 of them, one at a time, the
+/// first two buckets taking turns as borrower. `None` with one bucket.
+async fn borrow_micros(
+    stock: &Stock,
+    sale: SaleKey,
+    buckets: &[seckill_shared::stock::Bucket],
+) -> anyhow::Result<Option<f64>> {
+    if buckets.len() < 2 {
+        return Ok(None);
+    }
+    let pair = [buckets[0], buckets[1]];
+    const BORROWINGS: u32 = 2_000;
+    let started = Instant::now();
+    for i in 0..BORROWINGS {
+        let home = pair[i as usize % 2];
+        let borrowed = stock.borrow(sale, &pair, home, 1).await?;
+        anyhow::ensure!(matches!(borrowed, Borrowed::Units(_)), "borrowing found no units: {borrowed:?}");
+    }
+    Ok(Some(started.elapsed().as_secs_f64() * 1e6 / f64::from(BORROWINGS)))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -115,6 +139,7 @@ async fn main() -> anyhow::Result<()> {
             "ordersPerSecond": orders as f64 / elapsed,
             "callsPerSecond": calls.load(Ordering::Relaxed) as f64 / elapsed,
             "servers": cpu,
+            "borrowMicros": borrow_micros(&stock, sale, &buckets).await?,
         })
     );
     // What the run wrote goes (hundreds of thousands of orders per run).

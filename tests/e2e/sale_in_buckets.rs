@@ -112,6 +112,15 @@ async fn a_sale_in_three_buckets_sells_exactly_its_stock_once_per_user_through_t
     assert_eq!(lent, borrowed, "every unit lent arrived");
     println!("units moved: {lent} (34 from the first bucket, the rest between the other two)");
     consistent(&env, sale).await;
+    // The operator's reconciliation lists each bucket.
+    let (a, s) = (sale.activity.to_string(), sale.sku.to_string());
+    let text = env.ctl(&["reconcile", "--activity", &a, "--sku", &s]).await;
+    assert_eq!(text.code, 0, "{text:?}");
+    for bucket in &list.buckets {
+        let line = format!("bucket {}", bucket.0);
+        assert!(text.stdout.contains(&line), "{line} listed: {}", text.stdout);
+    }
+    assert!(text.stdout.contains("units in transit"), "{}", text.stdout);
     order_service.stop().await;
     edge.stop().await;
 }

@@ -122,6 +122,17 @@ pub fn print(report: &Report, json: bool) {
     for (term, value) in rows {
         println!("{term:<32} {value}");
     }
+    // A sale in stock buckets: each one, and the units between them.
+    for bucket in &report.redis.buckets {
+        let term = format!("  bucket {}", bucket.bucket);
+        println!(
+            "{term:<32} {} of {} left, {} buyers, {} queued, lent {}, borrowed {}",
+            bucket.remaining, bucket.total, bucket.buyers, bucket.queued, bucket.lent, bucket.borrowed
+        );
+    }
+    if !report.redis.buckets.is_empty() {
+        println!("{:<32} {} (counted in redis remaining)", "  units in transit", report.redis.in_transit);
+    }
     println!(
         "{:<32} {} + {} + {} + {} = {} (total {})",
         "remaining+created+paid+in flight",

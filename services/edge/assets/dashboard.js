@@ -119,6 +119,13 @@ function saleCard(sale) {
     ["units compensated / written off", `${number(sale.compensated)} / ${number(sale.writtenOff)}`, "compensated"],
     ["records parked", sale.parked, "sale-parked"],
   ];
+  // A sale in stock buckets: each bucket's units left and buyers, and the
+  // units on their way from one to another.
+  const buckets = (sale.redis && sale.redis.buckets) || [];
+  if (buckets.length > 0) {
+    const each = buckets.map((b) => `#${b.bucket}: ${number(b.remaining)} left, ${number(b.buyers)} buyers`).join(" · ");
+    rows.push(["buckets", `${each}; ${number(sale.redis.inTransit)} in transit`, "buckets"]);
+  }
   const table = card.querySelector("table");
   table.replaceChildren(...rows.map(([label, value, key]) => {
     const row = document.createElement("tr");

@@ -45,8 +45,8 @@ pub enum NotDecided {
     StillMoving,
 }
 
-/// One borrowing at a time for a bucket.
-type Gate = Arc<tokio::sync::Mutex<()>>;
+/// One borrowing at a time for a bucket, and what the last one found.
+type Gate = Arc<tokio::sync::Mutex<Option<Borrowed>>>;
 
 /// The sales' lists of buckets as this edge knows them, and the borrowings
 /// under way.
@@ -147,14 +147,18 @@ impl Homes {
 
     /// Units for `home` from the sale's other buckets. While another
     /// request of this edge borrows for the same bucket, this one waits for
-    /// it and answers `Units(0)`: ask the bucket again.
+    /// it and takes its finding: units came (`Units(0)`: ask the bucket
+    /// again), or none is left anywhere (the crowd behind a sold-out bucket
+    /// is not sent round the buckets once more each).
     async fn borrow(&self, sale: SaleKey, list: &Directory, home: Bucket) -> Result<Borrowed, RedisCallError> {
         let gate = self.borrowing.lock().unwrap_or_else(|p| p.into_inner()).entry((sale, home)).or_default().clone();
-        let _turn = match gate.try_lock() {
+        let mut turn = match gate.try_lock() {
             Ok(turn) => turn,
             Err(_) => {
-                drop(gate.lock().await);
-                return Ok(Borrowed::Units(0));
+                return Ok(match *gate.lock().await {
+                    Some(Borrowed::Nothing) => Borrowed::Nothing,
+                    _ => Borrowed::Units(0),
+                });
             }
         };
         metrics::counter!("seckill_edge_borrowings_total").increment(1);
@@ -162,6 +166,7 @@ impl Homes {
         if let Ok(Borrowed::Units(units)) = borrowed {
             metrics::counter!("seckill_edge_units_borrowed_total").increment(units as u64);
         }
+        *turn = borrowed.as_ref().ok().copied();
         borrowed
     }
 }

@@ -222,8 +222,13 @@ impl Stock {
         publish_deadline: Duration,
     ) -> Result<Deduction, RedisCallError> {
         let mut conn = self.conn.clone();
-        let meta: Vec<Option<i64>> = self.conn.bounded(conn.hmget(&k.meta, &["starts", "ends", "round"])).await?;
+        let meta: Vec<Option<i64>> =
+            self.conn.bounded(conn.hmget(&k.meta, &["starts", "ends", "round", "of"])).await?;
         let Some(round) = meta[2] else { return Ok(Deduction::SaleNotFound) };
+        // The seed's way knows one key set: a sale in buckets is not its.
+        if meta[3].unwrap_or(1) > 1 {
+            return Ok(Deduction::OtherBucket);
+        }
         let now = self.now_ms().await?;
         let (starts, ends) = (meta[0].unwrap_or(0), meta[1].unwrap_or(0));
         if (starts > 0 && now < starts) || (ends > 0 && now >= ends) {

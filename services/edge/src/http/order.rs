@@ -212,7 +212,9 @@ async fn place_order_inner(
             )))
         }
         Some(Deduction::OtherBucket) => {
-            return Err(ApiError::TryAgain(anyhow::anyhow!("the sale's buckets changed twice: nothing was kept")))
+            return Err(ApiError::TryAgain(anyhow::anyhow!(
+                "the sale's buckets changed while the request was decided (or the lock deduction met a sale in buckets): nothing was kept"
+            )))
         }
     };
 
