@@ -222,8 +222,7 @@ impl Stock {
         publish_deadline: Duration,
     ) -> Result<Deduction, RedisCallError> {
         let mut conn = self.conn.clone();
-        let meta: Vec<Option<i64>> =
-            self.conn.bounded(conn.hmget(&k.meta, &["starts", "ends", "round", "of"])).await?;
+        let meta: Vec<Option<i64>> = self.conn.bounded(conn.hmget(&k.meta, &["starts", "ends", "round", "of"])).await?;
         let Some(round) = meta[2] else { return Ok(Deduction::SaleNotFound) };
         // The seed's way knows one key set: a sale in buckets is not its.
         if meta[3].unwrap_or(1) > 1 {
