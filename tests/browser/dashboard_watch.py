@@ -76,8 +76,13 @@ with sync_playwright() as playwright:
         if verdict:
             seen["verdicts"].add(verdict)
         in_flight = number(text(page, f"in-flight-{sale}"))
+        # The sale is in three stock buckets: each is listed, and at the end
+        # every one is empty with nothing on its way.
+        buckets = text(page, f"buckets-{sale}") or ""
+        seen["buckets"] = buckets
+        emptied = buckets.count(": 0 left") == 3 and buckets.endswith("; 0 in transit")
         if load.poll() is not None and remaining == 0 and in_flight == 0 and verdict == "consistent" \
-                and seen["acceptedPerSecondMax"] > 0:
+                and seen["acceptedPerSecondMax"] > 0 and emptied:
             done = True
             break
         time.sleep(0.25)

@@ -1,7 +1,8 @@
 //! The operators' dashboard in a real browser: headless Chromium (Debian's,
 //! driven by Playwright) signs in through the form, watches the page while
 //! `seckillctl bench` sells a sale out, and sees the figures move, the
-//! stock reach 0 and the verdict read consistent. The screenshot is kept
+//! stock reach 0 (in each of the sale's three stock buckets) and the
+//! verdict read consistent. The screenshot is kept
 //! under `target/debug/e2e-logs/dashboard.png`.
 
 use seckill_e2e::{binary, TestEnv};
@@ -15,7 +16,9 @@ async fn an_operator_watches_a_sale_sell_out_in_a_real_browser() {
     assert!(python.exists(), "{} is missing: `make test` installs it (make test-tools)", python.display());
     let env = TestEnv::new().await;
     let sale = env.sale();
-    env.warmup(sale, 3_000).await;
+    // In three stock buckets: the page lists each.
+    let window = seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS;
+    env.warmup_round(sale, 3_000, window, 3, true).await.expect("warming up");
     let edge = env.spawn_edge(env.edge_settings()).await;
     let order = env.spawn_order(env.order_settings()).await;
     let compensator = env.spawn_compensator(env.compensator_settings()).await;

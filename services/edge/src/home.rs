@@ -128,6 +128,16 @@ impl Homes {
             if !fresh && read_at.elapsed() < LIST_KEPT {
                 return Ok(list.clone());
             }
+            if !fresh {
+                // Grown old: one request reads it again, the others go on
+                // with it meanwhile (a burst does not read it 256 times).
+                let mut lists = self.lists.write().unwrap_or_else(|p| p.into_inner());
+                match lists.get_mut(&sale) {
+                    Some((read_at, list)) if read_at.elapsed() < LIST_KEPT => return Ok(list.clone()),
+                    Some((read_at, _)) => *read_at = Instant::now(),
+                    None => {}
+                }
+            }
         }
         let list = match self.stock.directory(sale).await {
             Ok(list) => Arc::new(list),
