@@ -189,3 +189,36 @@ async fn a_sale_in_buckets_is_re_warmed_with_the_in_flight_check_and_swept_per_b
     assert!(!dropped.exists, "the bucket the round lists no more is gone");
     env.deduct(sale, 1).await; // user 1 buys again in the new round
 }
+
+/// A crowd that all lives in one bucket of three, asking at once and never
+/// again: each buyer hears 202 or 410 — never 503 — though the home bucket
+/// holds a third of the units and the rest arrive a handful per borrowing
+/// while the crowd races for each handful (losing that race is progress,
+/// not a reason to give up). Exactly the stock is sold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_at_one_home_hears_its_unit_or_sold_out_never_try_again() {
+    let env = TestEnv::new().await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let sale = env.sale();
+    env.warmup_round(sale, 60, seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS, 3, true)
+        .await
+        .expect("warming up");
+    let client = Client::new(edge.url());
+    let buyers = (0..400).map(|n| 1 + 3 * n);
+    let statuses: Vec<u16> = stream::iter(buyers)
+        .map(|user| {
+            let client = client.clone();
+            async move { client.order(sale.activity.get(), sale.sku.get(), user).await.status.as_u16() }
+        })
+        .buffer_unordered(128)
+        .collect()
+        .await;
+    let mut counts: BTreeMap<u16, usize> = BTreeMap::new();
+    for status in statuses {
+        *counts.entry(status).or_default() += 1;
+    }
+    assert_eq!(counts, BTreeMap::from([(202, 60), (410, 340)]), "every unit sold, every other buyer told SOLD_OUT");
+    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    assert_eq!((snapshot.remaining, snapshot.in_transit, snapshot.buyers), (0, 0, 60), "{snapshot:?}");
+    edge.stop().await;
+}

@@ -24,9 +24,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-/// How many times one request is decided (its home asked again after a
-/// borrowing, or with the list read again) before it is answered 503.
+/// How many times one request may find nothing moved — units still on
+/// their way between buckets, or a list to read again — before it is
+/// answered 503. Finding that a borrowing brought units (which others of
+/// the crowd may have taken first) is progress, not a stall: the sale's
+/// units are finite, so a request that keeps losing the race ends in its
+/// unit or in SOLD_OUT, within [`MOST_ROUNDS`].
 const ATTEMPTS: usize = 6;
+
+/// Most times one request is decided, whatever moved (a bound on its
+/// latency when a crowd at one home races for each borrowed handful).
+const MOST_ROUNDS: usize = 48;
 
 /// How long this edge keeps a sale's list of buckets.
 const LIST_KEPT: Duration = Duration::from_secs(1);
@@ -41,7 +49,7 @@ pub enum NotDecided {
     Batcher(#[from] Arc<crate::batch::NotDecided>),
     #[error("redis: {0}")]
     Redis(#[from] RedisCallError),
-    #[error("units were still on their way between the sale's buckets after {ATTEMPTS} tries")]
+    #[error("units were still on their way between the sale's buckets after {ATTEMPTS} looks")]
     StillMoving,
 }
 
@@ -80,7 +88,11 @@ impl Homes {
             Err(_) => Arc::new(Directory::single(0)),
         };
         let mut read_again = false;
-        for _ in 0..ATTEMPTS {
+        let mut stalls = 0;
+        for _ in 0..MOST_ROUNDS {
+            if stalls >= ATTEMPTS {
+                break;
+            }
             let home = list.home(request.user);
             let answer: Answer = batcher.deduct(sale, home, request.clone(), publish_deadline).await;
             match answer? {
@@ -93,7 +105,10 @@ impl Homes {
                 }
                 Deduction::SoldOut if list.buckets.len() > 1 => match self.borrow(sale, &list, home).await? {
                     Borrowed::Units(_) => {}
-                    Borrowed::InTransit => tokio::time::sleep(Duration::from_millis(5)).await,
+                    Borrowed::InTransit => {
+                        stalls += 1;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
                     Borrowed::Nothing => {
                         // Nothing to lend in the round this list names: sold
                         // out, unless the sale holds another round now.
@@ -158,8 +173,9 @@ impl Homes {
     /// Units for `home` from the sale's other buckets. While another
     /// request of this edge borrows for the same bucket, this one waits for
     /// it and takes its finding: units came (`Units(0)`: ask the bucket
-    /// again), or none is left anywhere (the crowd behind a sold-out bucket
-    /// is not sent round the buckets once more each).
+    /// again), units still on their way (or the borrowing failed: look
+    /// again shortly), or none is left anywhere (the crowd behind a
+    /// sold-out bucket is not sent round the buckets once more each).
     async fn borrow(&self, sale: SaleKey, list: &Directory, home: Bucket) -> Result<Borrowed, RedisCallError> {
         let gate = self.borrowing.lock().unwrap_or_else(|p| p.into_inner()).entry((sale, home)).or_default().clone();
         let mut turn = match gate.try_lock() {
@@ -167,7 +183,8 @@ impl Homes {
             Err(_) => {
                 return Ok(match *gate.lock().await {
                     Some(Borrowed::Nothing) => Borrowed::Nothing,
-                    _ => Borrowed::Units(0),
+                    Some(Borrowed::Units(_)) => Borrowed::Units(0),
+                    Some(Borrowed::InTransit) | None => Borrowed::InTransit,
                 });
             }
         };
