@@ -99,9 +99,9 @@ def warm(activity, sku, stock):
     ctl("warmup", "--activity", activity, "--sku", sku, "--stock", stock, "--force")
 
 
-def load(url, activity, sku, users, requests, conns=CONNS, offset=0, get=None, timeline_ms=None):
+def load(url, activity, sku, users, requests, conns=CONNS, offset=0, get=None, timeline_ms=None, stride=1):
     args = ["bench", "--url", f"http://{url}", "--activity", activity, "--sku", sku, "--users", users,
-            "--requests", requests, "--concurrency", conns, "--user-offset", offset, "--json"]
+            "--requests", requests, "--concurrency", conns, "--user-offset", offset, "--user-stride", stride, "--json"]
     if get:
         args += ["--get", get]
     if timeline_ms:

@@ -28,12 +28,17 @@ pub struct Args {
     /// SKU id of the sale.
     #[arg(long)]
     sku: i64,
-    /// Distinct users (ids offset+1 ..= offset+users).
+    /// Distinct users (ids offset+1, offset+1+stride, … : `users` of them).
     #[arg(long, default_value_t = 1000)]
     users: u64,
     /// First user id minus one.
     #[arg(long, default_value_t = 0)]
     user_offset: i64,
+    /// Step between user ids: with a sale in K stock buckets, a stride of
+    /// K sends every buyer to one home bucket (the rest of the stock has
+    /// to be borrowed).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..))]
+    user_stride: i64,
     /// Requests in flight at once (one connection each).
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
@@ -112,6 +117,12 @@ pub struct BenchResult {
     pub generator_cpu_percent: f64,
     /// Time from the first request to the last 202 (sell-out), seconds.
     pub last_accept_seconds: Option<f64>,
+    /// How long buyers were told SOLD_OUT while a unit was still to be
+    /// had: from the first 410 answered to the sending of the last request
+    /// that a 202 answered, seconds; 0 when every 410 came after it (a
+    /// later buyer got a unit, so the unit was there when the 410 was
+    /// said, unless one came back meanwhile).
+    pub sold_out_while_a_unit_remained_seconds: f64,
     /// With `--timeline-ms`: the run slot by slot.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Vec<Slot>>,
@@ -145,7 +156,7 @@ fn user_for(args: &Args, i: u64) -> i64 {
     let draw = mix(args.seed ^ i);
     let repeat = (draw >> 11) as f64 / (1u64 << 53) as f64 <= args.same_user_ratio && i > 0;
     let index = if repeat { mix(draw) % i.min(users) } else { i % users };
-    args.user_offset + 1 + index as i64
+    args.user_offset + 1 + index as i64 * args.user_stride
 }
 
 fn code_of(body: &[u8]) -> String {
@@ -160,6 +171,10 @@ struct WorkerResult {
     histogram: Histogram<u64>,
     outcomes: BTreeMap<String, u64>,
     last_accept: Option<Duration>,
+    /// When the last request a 202 answered was sent.
+    last_accept_sent: Option<Duration>,
+    /// When the first 410 SOLD_OUT was answered.
+    first_sold_out: Option<Duration>,
     accepted: Vec<String>,
     /// With `--answers-out`: (user, status) of every order.
     answers: Vec<(i64, u16)>,
@@ -198,6 +213,8 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                 histogram: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"),
                 outcomes: BTreeMap::new(),
                 last_accept: None,
+                last_accept_sent: None,
+                first_sold_out: None,
                 accepted: Vec::new(),
                 answers: Vec::new(),
                 samples: Vec::new(),
@@ -233,8 +250,12 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                     Ok(response) => {
                         let status = response.status().as_u16();
                         let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                        if status == 410 && result.first_sold_out.is_none() {
+                            result.first_sold_out = Some(started.elapsed());
+                        }
                         if status == 202 {
                             result.last_accept = Some(started.elapsed());
+                            result.last_accept_sent = Some(sent.duration_since(started));
                             if record_accepted {
                                 result.accepted.extend(order_id_of(&body));
                             }
@@ -269,6 +290,8 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let mut outcomes = BTreeMap::new();
     let mut last_accept = None;
+    let mut last_accept_sent = None;
+    let mut first_sold_out: Option<Duration> = None;
     let mut accepted = Vec::new();
     let mut answers = Vec::new();
     let mut samples = Vec::new();
@@ -282,6 +305,11 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
             *outcomes.entry(k).or_insert(0) += v;
         }
         last_accept = last_accept.max(result.last_accept);
+        last_accept_sent = last_accept_sent.max(result.last_accept_sent);
+        first_sold_out = match (first_sold_out, result.first_sold_out) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
     progress.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
@@ -313,8 +341,18 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
         generator_cpu_seconds: cpu,
         generator_cpu_percent: cpu / seconds * 100.0,
         last_accept_seconds: last_accept.map(|d| d.as_secs_f64()),
+        sold_out_while_a_unit_remained_seconds: sold_out_too_early(first_sold_out, last_accept_sent).as_secs_f64(),
         timeline: args.timeline_ms.map(|slot_ms| timeline(samples, slot_ms.max(1))),
     })
+}
+
+/// How long before a unit was last sold the first buyer was told sold out:
+/// zero when the first 410 was answered after the last 202's request left.
+fn sold_out_too_early(first_sold_out: Option<Duration>, last_accept_sent: Option<Duration>) -> Duration {
+    match (first_sold_out, last_accept_sent) {
+        (Some(first), Some(last)) => last.saturating_sub(first),
+        _ => Duration::ZERO,
+    }
 }
 
 /// The samples grouped into slots of `slot_ms` by when they were sent.
@@ -371,6 +409,12 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         if let Some(last) = result.last_accept_seconds {
             println!("last 202 after {last:.3}s");
         }
+        if result.sold_out_while_a_unit_remained_seconds > 0.0 {
+            println!(
+                "sold out answered {:.3}s before the last unit was sold",
+                result.sold_out_while_a_unit_remained_seconds
+            );
+        }
         println!(
             "load generator CPU: {:.2}s ({:.0}% of one core; the machine has {})",
             result.generator_cpu_seconds,
@@ -413,12 +457,25 @@ mod tests {
         let users: std::collections::HashSet<i64> = (0..100).map(|i| user_for(&retrying, i)).collect();
         assert!(users.len() < 80, "about half repeat an earlier user, got {} distinct", users.len());
         assert!(users.iter().all(|u| (1..=100).contains(u)));
+        let strided =
+            Wrapper::parse_from(["x", "--activity", "1", "--sku", "2", "--users", "4", "--user-stride", "3"]).args;
+        let users: Vec<i64> = (0..4).map(|i| user_for(&strided, i)).collect();
+        assert_eq!(users, [1, 4, 7, 10], "every third user id");
     }
 
     #[test]
     fn codes_are_read_from_bodies() {
         assert_eq!(code_of(br#"{"code":"SOLD_OUT","message":"sold out"}"#), "SOLD_OUT");
         assert_eq!(code_of(b"ok"), "");
+    }
+
+    #[test]
+    fn sold_out_is_too_early_only_when_a_later_request_got_a_unit() {
+        let ms = Duration::from_millis;
+        assert_eq!(sold_out_too_early(Some(ms(50)), Some(ms(40))), Duration::ZERO, "every 410 after the last sale");
+        assert_eq!(sold_out_too_early(Some(ms(30)), Some(ms(45))), ms(15), "a 410, then a unit sold 15 ms later");
+        assert_eq!(sold_out_too_early(None, Some(ms(45))), Duration::ZERO, "never sold out");
+        assert_eq!(sold_out_too_early(Some(ms(5)), None), Duration::ZERO, "nothing sold");
     }
 
     #[test]
