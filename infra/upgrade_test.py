@@ -219,7 +219,7 @@ def main():
     b.LOGS.mkdir(parents=True, exist_ok=True)
     commit, old = old_binaries()
     log(f"run {RUN}: from {commit[:12]} to the working tree")
-    drop_database()
+    b.psql(f"DROP DATABASE IF EXISTS {DB}")
     b.psql(f"CREATE DATABASE {DB}")
     order_old = service(old, "order", "old")
     compensator_old = service(old, "compensator", "old")
@@ -285,19 +285,12 @@ def judge(buyers):
     return 1 if breaches else 0
 
 
-def drop_database():
-    """The run's database, its order events' replication slot first
-    (PostgreSQL keeps a database that has one)."""
-    b.psql(f"SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots WHERE database = '{DB}'")
-    b.psql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-
-
 def clean_up():
     keys = subprocess.run(["redis-cli", "--scan", "--pattern", f"{RUN}:*"], capture_output=True,
                           text=True).stdout.split()
     for i in range(0, len(keys), 500):
         subprocess.run(["redis-cli", "UNLINK", *keys[i:i + 500]], capture_output=True)
-    drop_database()
+    b.psql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
     topics = [f"{RUN}.seckill.{t}" for t in ("orders", "orders.dlq", "order-events")]
     try:
         deleted = b.delete_topics(topics)

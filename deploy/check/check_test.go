@@ -110,8 +110,6 @@ func TestComposeBreaksAreFound(t *testing.T) {
 		{"token in the file", "SECKILL_ADMIN_TOKEN: ${SECKILL_ADMIN_TOKEN:?set SECKILL_ADMIN_TOKEN}\n    # No value", "SECKILL_ADMIN_TOKEN: hunter2\n    # No value", "written in the file"},
 		{"not in the schema", "  read_only: true\n  user: \"65532:65532\"\n  depends_on:", "  read_only: true\n  readonly: true\n  user: \"65532:65532\"\n  depends_on:", "readonly"},
 		{"writable", "  read_only: true\n  user: \"65532:65532\"\n  depends_on:", "  read_only: false\n  user: \"65532:65532\"\n  depends_on:", "not read-only"},
-		{"no logical WAL", "\"wal_level=logical\"", "\"wal_level=replica\"", "not started with wal_level=logical"},
-		{"no replication admitted", "      - ./postgres/replication-hba.sh:/docker-entrypoint-initdb.d/replication-hba.sh:ro\n", "", "replication connections not admitted"},
 	}
 	for _, b := range breaks {
 		t.Run(b.name, func(t *testing.T) {

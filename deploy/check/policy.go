@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
@@ -357,35 +356,6 @@ func composePolicy(project *types.Project) []string {
 	}
 	if ours < 7 {
 		problems = append(problems, fmt.Sprintf("%d of the project's services (want migrate, two edges, two order services, a compensator, ctl)", ours))
-	}
-	problems = append(problems, postgresPolicy(project)...)
-	return problems
-}
-
-// postgresPolicy: the database the relay streams order events from writes
-// logical WAL, keeps a bounded amount of it for a relay that is away, and
-// admits replication connections — as infra/local/up.sh runs the server
-// every test uses.
-func postgresPolicy(project *types.Project) []string {
-	service, ok := project.Services["postgres"]
-	if !ok {
-		return []string{"no postgres service"}
-	}
-	command := strings.Join(service.Command, " ")
-	var problems []string
-	for _, setting := range []string{"wal_level=logical", "max_slot_wal_keep_size="} {
-		if !strings.Contains(command, setting) {
-			problems = append(problems, "postgres: not started with "+setting+" (order events are read from the WAL)")
-		}
-	}
-	admitted := false
-	for _, volume := range service.Volumes {
-		if strings.HasPrefix(volume.Target, "/docker-entrypoint-initdb.d/") && strings.HasSuffix(volume.Source, "replication-hba.sh") {
-			admitted = true
-		}
-	}
-	if !admitted {
-		problems = append(problems, "postgres: replication connections not admitted (mount postgres/replication-hba.sh in /docker-entrypoint-initdb.d)")
 	}
 	return problems
 }

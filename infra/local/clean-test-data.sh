@@ -11,11 +11,7 @@ export PGPASSWORD=seckill
 psql=(psql -h 127.0.0.1 -p "$PG_PORT" -U seckill -qtA -d seckill)
 mapfile -t dbs < <("${psql[@]}" -c "SELECT datname FROM pg_database WHERE datname ~ '^seckill_t[0-9a-f]{12}(_[a-z]+)?$'")
 for db in "${dbs[@]}"; do
-  [[ -z "$db" ]] && continue
-  # Its order events' replication slot first: PostgreSQL keeps a database
-  # that has one (and the slot keeps WAL).
-  "${psql[@]}" -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '$db'" >/dev/null
-  "${psql[@]}" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+  [[ -n "$db" ]] && "${psql[@]}" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
 done
 keys=0
 hex='[0-9a-f]'

@@ -19,8 +19,7 @@ cleanup() { "${psql[@]}" -d seckill -c "DROP DATABASE IF EXISTS $db" >/dev/null 
 trap cleanup EXIT
 "${psql[@]}" -d seckill -c "CREATE DATABASE $db" >/dev/null
 for migration in "$ROOT"/migrations/*.sql; do
-  # One transaction per file, as sqlx applies them (LOCK TABLE needs one).
-  "${psql[@]}" -d "$db" -1 -f "$migration" >/dev/null 2>&1 || die "applying $(basename "$migration") failed"
+  "${psql[@]}" -d "$db" -f "$migration" >/dev/null 2>&1 || die "applying $(basename "$migration") failed"
 done
 # Rebuild exactly the crates whose code holds queries.
 crates=()

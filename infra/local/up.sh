@@ -44,19 +44,7 @@ start_postgres() {
   [[ -x "$PG_BIN/pg_ctl" ]] || { apt_install postgresql postgresql-contrib; PG_BIN="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"; }
   local pgdata; pgdata="$(pg_data_dir)"
   local sock="$pgdata-run" logfile="$LOGS/postgres.log"
-  if [[ -f "$pgdata/postmaster.pid" ]] && pg_ready; then
-    if [[ -f "$pgdata/seckill.conf" ]] && cmp -s "$pgdata/seckill.conf" <(pg_settings); then
-      log "postgres already up"; ensure_pg_role "$sock"; return
-    fi
-    # Started before these settings (wal_level needs a restart).
-    log "restarting postgres with the project's settings"
-    write_pg_settings "$pgdata"
-    runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pgdata" -m fast -w -t 60 restart -l "$LOGS/postgres.log" >/dev/null \
-      || die "postgres did not restart; see $LOGS/postgres.log"
-    wait_for postgres "$LOGS/postgres.log" 60 pg_ready
-    ensure_pg_role "$sock"
-    return
-  fi
+  if [[ -f "$pgdata/postmaster.pid" ]] && pg_ready; then log "postgres already up"; ensure_pg_role "$sock"; return; fi
   if pg_ready; then
     log "stopping a foreign postgres on :$PG_PORT"
     pg_ctlcluster --force "$(basename "$(dirname "$PG_BIN")")" main stop >/dev/null 2>&1 || service postgresql stop >/dev/null 2>&1 || true
@@ -78,7 +66,6 @@ wal_buffers = 16MB
 max_wal_size = 2GB
 CONF
   fi
-  write_pg_settings "$pgdata"
   log "starting postgres in $pgdata"
   runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$pgdata" -l "$logfile" -w -t 60 start >/dev/null \
     || die "postgres did not start; see $logfile"
@@ -86,38 +73,11 @@ CONF
   ensure_pg_role "$sock"
 }
 
-# Settings every start applies (seckill.conf in the data folder, included
-# by postgresql.conf): the order events are read from the WAL by a logical
-# replication slot per database (one per test database too, dropped with
-# it), and a slot whose relay is away too long is given up rather than
-# allowed to fill the disk (the relay then makes a new one and sends again
-# from the orders: shared/src/event_stream.rs).
-pg_settings() {
-  cat <<CONF
-wal_level = logical
-max_replication_slots = 400
-max_wal_senders = 64
-max_slot_wal_keep_size = 2GB
-CONF
-}
-
-write_pg_settings() {
-  local pgdata="$1"
-  grep -q "^include_if_exists = 'seckill.conf'" "$pgdata/postgresql.conf" \
-    || echo "include_if_exists = 'seckill.conf'" >>"$pgdata/postgresql.conf"
-  pg_settings >"$pgdata/seckill.conf"
-  chown postgres:postgres "$pgdata/seckill.conf"
-}
-
 ensure_pg_role() {
   local sock="$1"
   local psql=(runuser -u postgres -- "$PG_BIN/psql" -h "$sock" -p "$PG_PORT" -U postgres -v ON_ERROR_STOP=1 -qtA)
   if [[ "$("${psql[@]}" -c "select 1 from pg_roles where rolname='seckill'")" != 1 ]]; then
     "${psql[@]}" -c "create role seckill login createdb password 'seckill'" >/dev/null
-  fi
-  # The order-event relay streams its replication slot.
-  if [[ "$("${psql[@]}" -c "select rolreplication from pg_roles where rolname='seckill'")" != t ]]; then
-    "${psql[@]}" -c "alter role seckill replication" >/dev/null
   fi
   # The tests drop their databases WITH (FORCE), which must end autovacuum
   # workers too: PostgreSQL asks pg_signal_backend for those.

@@ -41,9 +41,7 @@ pub fn connect_lazy(settings: &DbSettings) -> anyhow::Result<PgPool> {
 
 /// Applies the migrations (idempotent; concurrent callers are serialised by
 /// sqlx's advisory lock), saying which ones of a newer version the database
-/// has that this binary does not know. Before the migration that moves order
-/// events to the WAL it makes their replication slot
-/// ([`crate::event_stream::prepare`]).
+/// has that this binary does not know.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     // sqlx's own table (absent before the first migration), not the
     // project's schema: checked at run time, not against .sqlx/.
@@ -57,9 +55,6 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     if !newer.is_empty() {
         tracing::warn!(?newer, "the database has migrations of a newer version; this binary runs on them");
     }
-    // The order events' slot before the migration that writes events to the
-    // WAL: none written after it may be missed.
-    crate::event_stream::prepare(pool).await?;
     MIGRATOR.run(pool).await?;
     Ok(())
 }

@@ -11,8 +11,6 @@ pub mod config;
 pub mod db;
 pub mod dead_letters;
 pub mod domain;
-pub mod event_stream;
-pub mod expected_events;
 pub mod fate;
 pub mod fence;
 pub mod host;

@@ -112,15 +112,12 @@ pub struct OutboxRow {
     pub event: EventRow,
 }
 
-/// The columns of one order event, as the outbox holds them, as the
-/// triggers write them to the WAL (one JSON object each, `occurred_at` in
-/// milliseconds since the epoch: [`crate::event_stream`]), and as
-/// `seckillctl events` derives them from the orders.
-#[derive(Debug, Clone, serde::Deserialize)]
+/// The columns of one order event, as the outbox holds them (and as
+/// `seckillctl events` derives them from the orders).
+#[derive(Debug, Clone)]
 pub struct EventRow {
     pub event_id: String,
     /// Its `type`.
-    #[serde(rename = "type")]
     pub kind: String,
     pub order_id: String,
     pub activity_id: i64,
@@ -128,7 +125,6 @@ pub struct EventRow {
     pub round: i32,
     pub user_id: i64,
     pub reason: Option<String>,
-    #[serde(with = "chrono::serde::ts_milliseconds")]
     pub occurred_at: DateTime<Utc>,
     /// The request that placed the order, for the record's headers.
     pub request_id: Option<String>,

@@ -6,7 +6,7 @@
 
 use crate::domain::{OrderRecord, SaleKey};
 use crate::kafka::headers_map;
-use crate::outbox::{EventRow, NotAnEvent};
+use crate::outbox::{NotAnEvent, OutboxRow};
 use rdkafka::Message;
 use sqlx::PgPool;
 
@@ -64,87 +64,22 @@ pub async fn park<M: Message>(db: &PgPool, parking: &Parking<'_, M>) -> sqlx::Re
     Ok(())
 }
 
-/// Where a parked event came from, as its (partition, offset) in
-/// `parked_records`: an outbox row (partition -1, its id), or an event of a
-/// WAL message (partition -2, the message's LSN plus the event's index in
-/// it: unique, as a message is longer than its count of events).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EventSource {
-    partition: i32,
-    offset: i64,
-    /// Who parks it, for the log.
-    what: &'static str,
+/// Parks an outbox row that cannot be an event (`BAD_OUTBOX_ROW`), its
+/// outbox id as the offset and partition -1, so the events behind it flow.
+pub async fn park_outbox_row(db: &PgPool, topic: &str, row: &OutboxRow, error: &NotAnEvent) -> sqlx::Result<()> {
+    park_event_row(db, topic, row, "BAD_OUTBOX_ROW", &error.to_string()).await
 }
 
-impl EventSource {
-    /// The outbox row `id`.
-    pub fn outbox(id: i64) -> Self {
-        Self { partition: -1, offset: id, what: "outbox row" }
-    }
-
-    /// Event `index` of the WAL message at `lsn`.
-    pub fn wal(lsn: u64, index: usize) -> Self {
-        Self { partition: -2, offset: lsn.saturating_add(index as u64) as i64, what: "event of a WAL message" }
-    }
+/// Parks an outbox row whose event the broker refuses for good (larger than
+/// it takes, a record it calls invalid): retried, it would stop every event
+/// behind it. `seckillctl dlq parked` shows it; `events resend` sends it
+/// once the cause is fixed.
+pub async fn park_undeliverable_event(db: &PgPool, topic: &str, row: &OutboxRow, error: &str) -> sqlx::Result<()> {
+    park_event_row(db, topic, row, "UNDELIVERABLE_EVENT", error).await
 }
 
-/// Parks an event row that cannot be an event (written by hand, or by a
-/// tool with ids of its own) — `BAD_OUTBOX_ROW` from the outbox, `BAD_EVENT`
-/// from the WAL — so the events behind it flow.
-pub async fn park_bad_event(
-    db: &PgPool,
-    topic: &str,
-    source: EventSource,
-    row: &EventRow,
-    error: &NotAnEvent,
-) -> sqlx::Result<()> {
-    let reason = if source.partition == -1 { "BAD_OUTBOX_ROW" } else { "BAD_EVENT" };
-    park_event_row(db, topic, source, row, reason, &error.to_string()).await
-}
-
-/// Parks an event the broker refuses for good (larger than it takes, a
-/// record it calls invalid): retried, it would stop every event behind it.
-/// `seckillctl dlq parked` shows it; `events resend` sends it once the cause
-/// is fixed.
-pub async fn park_undeliverable_event(
-    db: &PgPool,
-    topic: &str,
-    source: EventSource,
-    row: &EventRow,
-    error: &str,
-) -> sqlx::Result<()> {
-    park_event_row(db, topic, source, row, "UNDELIVERABLE_EVENT", error).await
-}
-
-/// Parks a WAL message under the events' prefix that is not a list of
-/// events (`BAD_EVENT_MESSAGE`, its content kept), so the ones behind it flow.
-pub async fn park_bad_message(db: &PgPool, topic: &str, lsn: u64, content: &[u8], error: &str) -> sqlx::Result<()> {
-    let source = EventSource::wal(lsn, 0);
-    sqlx::query!(
-        r#"INSERT INTO parked_records (topic, partition, "offset", payload, reason, error, attempts, parked_by)
-           VALUES ($1, $2, $3, $4, 'BAD_EVENT_MESSAGE', $5, 1, 'order-relay')
-           ON CONFLICT (topic, partition, "offset") DO NOTHING"#,
-        topic,
-        source.partition,
-        source.offset,
-        content,
-        error
-    )
-    .execute(db)
-    .await?;
-    metrics::counter!("seckill_parked_records_total", "by" => "order-relay").increment(1);
-    tracing::error!(lsn, error, "a WAL message of the order events that is no list of events parked");
-    Ok(())
-}
-
-async fn park_event_row(
-    db: &PgPool,
-    topic: &str,
-    source: EventSource,
-    event: &EventRow,
-    reason: &str,
-    error: &str,
-) -> sqlx::Result<()> {
+async fn park_event_row(db: &PgPool, topic: &str, row: &OutboxRow, reason: &str, error: &str) -> sqlx::Result<()> {
+    let event = &row.event;
     let payload = serde_json::json!({
         "eventId": &event.event_id,
         "type": &event.kind,
@@ -154,11 +89,10 @@ async fn park_event_row(
     sqlx::query!(
         r#"INSERT INTO parked_records
              (topic, partition, "offset", payload, order_id, activity_id, sku_id, reason, error, attempts, parked_by)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, 'order-relay')
+           VALUES ($1, -1, $2, $3, $4, $5, $6, $7, $8, 1, 'order-relay')
            ON CONFLICT (topic, partition, "offset") DO NOTHING"#,
         topic,
-        source.partition,
-        source.offset,
+        row.id,
         payload.to_string().into_bytes(),
         &event.order_id,
         event.activity_id,
@@ -169,7 +103,7 @@ async fn park_event_row(
     .execute(db)
     .await?;
     metrics::counter!("seckill_parked_records_total", "by" => "order-relay").increment(1);
-    tracing::error!(source = source.what, position = source.offset, order_id = %event.order_id, reason, error, "event parked");
+    tracing::error!(outbox_id = row.id, order_id = %event.order_id, reason, error, "outbox row parked");
     Ok(())
 }
 

@@ -88,13 +88,10 @@ pub struct Report {
     pub duplicate_users: i64,
     /// This sale's records parked for an operator (never settled).
     pub parked: i64,
-    /// Order events of this round delivered to `seckill.order-events` (by
-    /// the relay's counts) and pending: one per order and state. More than
-    /// the orders call for only when the counts are wrong.
+    /// Order events of this round written (relayed, pending or pruned):
+    /// one per order and state.
     pub events: i64,
-    /// Of those, not yet delivered: what the orders call for beyond what the
-    /// relay delivered (outbox rows ahead of its cursor, messages ahead of
-    /// its position in the WAL).
+    /// Of those, not yet relayed to `seckill.order-events`.
     pub events_pending: i64,
     /// When the balance is off: CREATED orders Redis holds no status for —
     /// deductions Redis acknowledged and then lost (a restart without the
@@ -122,13 +119,6 @@ impl Report {
             && self.events_pending == 0
             && self.cancels_pending == 0
     }
-}
-
-/// The order events a round's orders call for: one per order and state (a
-/// PAID or CANCELLED order was CREATED first: two each), one per late
-/// payment and per refund due.
-fn expected_events(created: i64, failed: i64, paid: i64, cancelled: i64, paid_late: i64, refunds: i64) -> i64 {
-    created + failed + 2 * (paid + cancelled) + paid_late + refunds
 }
 
 /// Why a reconciliation could not be made.
@@ -201,9 +191,8 @@ pub async fn reconcile(
             }
         }
     }
-    // Users with two live orders, orders paid late, and the round's events:
-    // delivered (outbox rows behind the relay's cursor and pruned ones, and
-    // those the relay counted from the WAL) and outbox rows not relayed yet.
+    // Users with two live orders, orders paid late, and the round's events
+    // (written, relayed or not, and pruned) and those not relayed yet.
     let terms = sqlx::query!(
         r#"SELECT (SELECT count(*) - count(DISTINCT user_id) FROM orders
                     WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')) AS "duplicate_users!",
@@ -217,13 +206,12 @@ pub async fn reconcile(
                   (SELECT count(*) FROM payments
                     WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND outcome = 'REFUND_DUE'
                       AND payment_id NOT LIKE 'legacy:%') AS "refund_events!",
+                  (SELECT count(*) FROM order_events WHERE activity_id = $1 AND sku_id = $2 AND round = $3)
+                + (SELECT COALESCE(sum(count), 0)::bigint FROM order_events_pruned
+                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3) AS "events!",
                   (SELECT count(*) FROM order_events
                     WHERE activity_id = $1 AND sku_id = $2 AND round = $3
-                      AND (xid, id) <= (SELECT xid, id FROM order_events_relayed))
-                + (SELECT COALESCE(sum(count), 0)::bigint FROM order_events_pruned
-                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3)
-                + (SELECT COALESCE(sum(count), 0)::bigint FROM order_events_relayed_counts
-                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3) AS "events_delivered!""#,
+                      AND (xid, id) > (SELECT xid, id FROM order_events_relayed)) AS "events_pending!""#,
         activity,
         sku,
         round
@@ -231,12 +219,8 @@ pub async fn reconcile(
     .fetch_one(pool)
     .await
     .map_err(&pg)?;
-    let (duplicate_users, orders_paid_late) = (terms.duplicate_users, terms.paid_late);
-    // Events in the WAL are not counted until the relay delivers them: what
-    // the orders call for beyond what was delivered is pending.
-    let events_expected = expected_events(created, failed, paid, cancelled, orders_paid_late, terms.refund_events);
-    let events_pending = (events_expected - terms.events_delivered).max(0);
-    let events = terms.events_delivered + events_pending;
+    let (duplicate_users, orders_paid_late, events, events_pending) =
+        (terms.duplicate_users, terms.paid_late, terms.events, terms.events_pending);
     // Which of the round's FAILED and CANCELLED orders Redis had accepted:
     // their ids streamed from PostgreSQL and asked of Redis a chunk at a
     // time, so a round of a million orders costs a chunk of memory, not a
@@ -508,14 +492,12 @@ pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
             r.orders_paid, r.payments_applied
         ));
     }
-    let expected_events = expected_events(
-        r.orders_created,
-        r.orders_failed,
-        r.orders_paid,
-        r.orders_cancelled,
-        r.orders_paid_late,
-        r.refund_events,
-    );
+    // A PAID or CANCELLED order was CREATED first: two events each.
+    let expected_events = r.orders_created
+        + r.orders_failed
+        + 2 * (r.orders_paid + r.orders_cancelled)
+        + r.orders_paid_late
+        + r.refund_events;
     if r.events != expected_events {
         violations.push(format!(
             "order events {} != orders_created {} + orders_failed {} + 2 × (orders_paid {} + orders_cancelled {}) + orders_paid_late {} + refund_events {}: every order has one event per state, every refund due one",

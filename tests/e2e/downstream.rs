@@ -5,7 +5,7 @@
 use rdkafka::message::{Message, OwnedMessage};
 use seckill_e2e::http::Client;
 use seckill_e2e::schemas;
-use seckill_e2e::{eventually, relay_events, Child, TestEnv};
+use seckill_e2e::{eventually, Child, TestEnv};
 use seckill_order::relay::Relay;
 use seckill_shared::domain::OrderEvent;
 use seckill_shared::kafka::{header_str, headers_map, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
@@ -176,10 +176,12 @@ async fn killed_mid_way_the_relay_loses_no_event() {
     child.kill9().await;
     let child = Child::start("seckill-order", &child_env);
     eventually("every event relayed", Duration::from_secs(120), || async {
-        let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false)
-            .await
-            .map_err(|e| e.to_string())?;
-        let pending = report.events_pending;
+        let pending: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM order_events WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)",
+        )
+        .fetch_one(&env.db)
+        .await
+        .map_err(|e| e.to_string())?;
         let orders = env.count_orders(sale, "CREATED").await;
         if orders == 3_000 && pending == 0 {
             Ok(())
@@ -188,7 +190,7 @@ async fn killed_mid_way_the_relay_loses_no_event() {
         }
     })
     .await;
-    // Every event is in the topic now (counted only after delivery), some
+    // Every event is in the topic now (marked only after delivery), some
     // twice: read all the topic holds, not the first 3,000.
     let (kafka, name) = (env.kafka.clone(), topic.clone());
     let written = tokio::task::spawn_blocking(move || seckill_shared::kafka::lag::lag(&kafka, "reader", &name))
@@ -210,15 +212,16 @@ async fn killed_mid_way_the_relay_loses_no_event() {
     assert!(child.terminate().await);
 }
 
-/// With PostgreSQL down the relay waits; its events come once it returns,
-/// once each.
+/// With PostgreSQL down the relay waits; its events come once it returns.
+/// And relayed events are pruned, their counts kept for the books.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_relay_waits_for_postgres() {
+async fn the_relay_waits_for_postgres_and_prunes_what_it_sent() {
     let env = TestEnv::new().await;
     let sale = env.sale();
     env.warmup(sale, 100).await;
-    let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default())
-        .expect("a relay");
+    let mut settings = env.order_settings();
+    settings.events.retention_ms = 0;
+    let relay = Relay::new(std::sync::Arc::new(settings), env.connections(), Background::default()).expect("a relay");
     let worker = env.order_worker().await;
     env.produce_orders(sale, 1..11).await;
     while env.count_orders(sale, "CREATED").await < 10 {
@@ -230,21 +233,22 @@ async fn the_relay_waits_for_postgres() {
     env.set_database_reachable(false).await;
     assert!(relay.relay_once(&term).await.is_err(), "no relaying without the database");
     env.set_database_reachable(true).await;
-    let mut sent = eventually("the database again", Duration::from_secs(30), || async {
+    let sent = eventually("the database again", Duration::from_secs(30), || async {
         relay.relay_once(&term).await.map_err(|e| e.to_string())
     })
     .await;
-    sent += relay_events(&relay, &term, 10 - sent.min(10)).await;
     assert_eq!(sent, 10);
     assert_eq!(relay.relay_once(&term).await.expect("a turn"), 0, "nothing sent twice");
-    assert_eq!(env.read_topic(&env.topics().events, 11, Duration::from_secs(10)).await.len(), 10);
+    assert_eq!(env.read_topic(&env.topics().events, 10, Duration::from_secs(10)).await.len(), 10);
+
+    assert_eq!(relay.prune(&term).await.expect("pruning"), 10);
     let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
-    assert_eq!((report.events, report.events_pending), (10, 0));
+    assert_eq!((report.events, report.events_pending), (10, 0), "pruned events still counted");
 }
 
-/// Events leave in the order their transactions commit (the WAL's), and an
-/// event whose transaction commits after a later one's is not skipped: it
-/// goes when it commits, after the other.
+/// The relay keeps a cursor, not a mark per row: an event whose
+/// transaction commits after a later one's must not fall behind it. The
+/// relay waits for the open transaction, then sends both, the older first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_whose_transaction_commits_late_is_not_skipped() {
     let env = TestEnv::new().await;
@@ -264,10 +268,9 @@ async fn an_event_whose_transaction_commits_late_is_not_skipped() {
     let mut early = env.db.begin().await.unwrap();
     write(1).execute(&mut *early).await.unwrap();
     write(2).execute(&env.db).await.unwrap();
-    assert_eq!(relay_events(&relay, &term, 1).await, 1, "the committed one");
-    assert_eq!(relay.relay_once(&term).await.expect("a turn"), 0, "nothing of a transaction still open");
+    assert_eq!(relay.relay_once(&term).await.expect("a turn"), 0, "nothing passes a transaction still open");
     early.commit().await.unwrap();
-    assert_eq!(relay_events(&relay, &term, 1).await, 1, "the late one, once it committed");
+    assert_eq!(relay.relay_once(&term).await.expect("a turn"), 2);
     assert_eq!(relay.relay_once(&term).await.expect("a turn"), 0, "nothing sent twice");
     let sent: Vec<String> = env
         .read_topic(&env.topics().events, 2, Duration::from_secs(10))
@@ -275,12 +278,12 @@ async fn an_event_whose_transaction_commits_late_is_not_skipped() {
         .iter()
         .map(|m| json(m)["orderId"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert_eq!(sent, [order(2), order(1)], "in the order they committed");
+    assert_eq!(sent, [order(1), order(2)], "the transaction that wrote first goes first");
     let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!((report.events, report.events_pending), (1, 0), "round 1's event, relayed");
 }
 
-/// Three orders of `sale` written (and their CREATED events in the WAL,
+/// Three orders of `sale` written (and their CREATED events in the outbox,
 /// behind what the test put there), and a relay holding its lease.
 async fn three_orders_behind(env: &TestEnv, sale: seckill_shared::domain::SaleKey) -> (Relay, LeaseTerm) {
     let relay = Relay::new(std::sync::Arc::new(env.order_settings()), env.connections(), Background::default())
@@ -294,27 +297,29 @@ async fn three_orders_behind(env: &TestEnv, sale: seckill_shared::domain::SaleKe
     (relay, term)
 }
 
-/// An event that cannot be one (written by hand, or by a tool that inserted
-/// orders with ids of its own), and a message under the events' prefix that
-/// is no list of events, are parked, and the events behind them still flow:
-/// one bad record never stops the relay.
+/// An outbox row that cannot be an event (written by hand, or by a tool
+/// that inserted orders with ids of its own) is parked, and the events
+/// behind it still flow: one bad row never stops the relay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_that_is_no_event_is_parked_and_the_rest_flow() {
+async fn an_outbox_row_that_is_no_event_is_parked_and_the_rest_flow() {
     let env = TestEnv::new().await;
     let sale = env.sale();
     env.warmup(sale, 10).await;
-    let bad = serde_json::json!([{
-        "event_id": "pgb-1-1:CREATED", "type": "CREATED", "order_id": "pgb-1-1", "activity_id": sale.activity.get(),
-        "sku_id": sale.sku.get(), "round": 1, "user_id": 1, "occurred_at": 1_796_000_000_000i64
-    }]);
-    env.emit_event_message(&bad.to_string()).await;
-    env.emit_event_message("not a list of events").await;
+    sqlx::query(
+        "INSERT INTO order_events (event_id, order_id, activity_id, sku_id, round, user_id, type)
+         VALUES ('pgb-1-1:CREATED', 'pgb-1-1', $1, $2, 1, 1, 'CREATED')",
+    )
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .execute(&env.db)
+    .await
+    .unwrap();
     let (relay, term) = three_orders_behind(&env, sale).await;
-    assert_eq!(relay_events(&relay, &term, 4).await, 4, "three sent, one parked");
-    assert_eq!(env.read_topic(&env.topics().events, 4, Duration::from_secs(10)).await.len(), 3);
-    let parked: Vec<(Option<String>, String)> =
-        sqlx::query_as("SELECT order_id, reason FROM parked_records ORDER BY reason").fetch_all(&env.db).await.unwrap();
-    assert_eq!(parked, [(Some("pgb-1-1".to_owned()), "BAD_EVENT".to_owned()), (None, "BAD_EVENT_MESSAGE".to_owned())]);
+    assert_eq!(relay.relay_once(&term).await.expect("a turn past the bad row"), 4, "three sent, one parked");
+    assert_eq!(env.read_topic(&env.topics().events, 3, Duration::from_secs(10)).await.len(), 3);
+    let parked: Vec<(String, String)> =
+        sqlx::query_as("SELECT order_id, reason FROM parked_records").fetch_all(&env.db).await.unwrap();
+    assert_eq!(parked, [("pgb-1-1".to_owned(), "BAD_OUTBOX_ROW".to_owned())]);
     let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!((report.events_pending, report.parked), (0, 1), "the operator is told: {:?}", report.violations);
 }
@@ -329,21 +334,25 @@ async fn an_event_the_broker_refuses_for_good_is_parked_and_the_rest_flow() {
     let sale = env.sale();
     env.warmup(sale, 10).await;
     let order = format!("{}-{}-1-00000000000000ff", sale.activity, sale.sku);
-    let huge = serde_json::json!([{
-        "event_id": format!("{order}:FAILED"), "type": "FAILED", "order_id": &order, "activity_id": sale.activity.get(),
-        "sku_id": sale.sku.get(), "round": 1, "user_id": 1, "reason": "x".repeat(2_000_000),
-        "occurred_at": 1_796_000_000_000i64
-    }]);
-    env.emit_event_message(&huge.to_string()).await;
+    sqlx::query(
+        "INSERT INTO order_events (event_id, order_id, activity_id, sku_id, round, user_id, type, reason)
+         VALUES ($1 || ':FAILED', $1, $2, $3, 1, 1, 'FAILED', repeat('x', 2000000))",
+    )
+    .bind(&order)
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .execute(&env.db)
+    .await
+    .unwrap();
     let (relay, term) = three_orders_behind(&env, sale).await;
-    assert_eq!(relay_events(&relay, &term, 4).await, 4, "three sent, one parked");
+    assert_eq!(relay.relay_once(&term).await.expect("a turn past the refused event"), 4, "three sent, one parked");
     let sent = env.read_topic(&env.topics().events, 3, Duration::from_secs(10)).await;
     assert_eq!(sent.len(), 3);
     assert!(sent.iter().any(|m| json(m)["userId"] == 1), "user 1's later event went on");
     let parked: Vec<(String, String)> =
         sqlx::query_as("SELECT order_id, reason FROM parked_records").fetch_all(&env.db).await.unwrap();
     assert_eq!(parked, [(order, "UNDELIVERABLE_EVENT".to_owned())]);
-    assert_eq!(relay.relay_once(&term).await.expect("a turn"), 0, "nothing left behind");
+    assert_eq!(relay.relay_once(&term).await.expect("a turn"), 0, "nothing left behind the cursor");
 }
 
 /// Keys land on the partitions Java's default partitioner picks

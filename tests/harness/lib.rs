@@ -581,12 +581,6 @@ impl TestEnv {
         assert!(now.parse::<u64>().expect("a transaction id") > xid, "transaction ids at {now}, not past {xid}");
     }
 
-    /// The URL of [`TestEnv::scratch_database`]'s database.
-    pub fn scratch_database_url(&self, suffix: &str) -> String {
-        let name = format!("{}_{suffix}", self.database_name);
-        self.database.url.replace(&self.database_name, &name)
-    }
-
     /// An empty database beside this test's (`<its name>_<suffix>`, no
     /// migration applied), for tests that migrate step by step; dropped by
     /// [`TestEnv::drop_scratch_database`].
@@ -598,19 +592,12 @@ impl TestEnv {
             .execute(&mut admin)
             .await
             .expect("creating the scratch database");
-        let url = self.scratch_database_url(suffix);
+        let url = self.database.url.replace(&self.database_name, &name);
         seckill_shared::db::connect_lazy(&DbSettings { url, ..self.database.clone() }).expect("database settings")
     }
 
-    /// Drops the database [`TestEnv::scratch_database`] made (and its order
-    /// events' replication slot, if a migration made one).
+    /// Drops the database [`TestEnv::scratch_database`] made.
     pub async fn drop_scratch_database(&self, suffix: &str, pool: PgPool) {
-        let slot = seckill_shared::event_stream::this_slot(&pool).await.expect("the scratch database's slot name");
-        // A relay's stream may still hold it for a moment after the relay went.
-        eventually("the scratch database's slot dropped", Duration::from_secs(30), || async {
-            seckill_shared::event_stream::drop_slot(&pool, &slot).await.map_err(|e| e.to_string())
-        })
-        .await;
         pool.close().await;
         let mut admin = sqlx::PgConnection::connect(&self.admin_database_url).await.expect("admin connection");
         let name = format!("{}_{suffix}", self.database_name);
@@ -707,23 +694,6 @@ where
     panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
 }
 
-/// Turns of `relay` under `term` until it dealt with `wanted` events (the
-/// WAL streams a transaction's events a moment after it commits); returns
-/// how many it dealt with. Fails after 30 s.
-pub async fn relay_events(
-    relay: &seckill_order::relay::Relay,
-    term: &seckill_shared::lease::LeaseTerm,
-    wanted: usize,
-) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut done = 0;
-    while done < wanted {
-        assert!(Instant::now() < deadline, "the relay dealt with {done} of {wanted} events in 30 s");
-        done += relay.relay_once(term).await.expect("a turn of the relay");
-    }
-    done
-}
-
 /// Waits until the edge behind `client` answers `/readyz` with 200 (its
 /// producer gets its id with its first statistics, about a second after it
 /// starts) and returns that answer.
@@ -792,41 +762,6 @@ impl TestEnv {
 }
 
 impl TestEnv {
-    /// Makes this database's triggers write order events to the outbox
-    /// table again, as the versions before the WAL did (migration 08's
-    /// functions), for tests of what an upgrade finds waiting there.
-    pub async fn write_events_to_the_outbox(&self) {
-        self.rerun_migration("dead letter tools").await;
-    }
-
-    /// Makes the triggers write order events to the WAL (migration 09's
-    /// functions), as this version's do.
-    pub async fn write_events_to_the_wal(&self) {
-        self.rerun_migration("order events from the wal").await;
-    }
-
-    /// Runs the (idempotent) migration named `description` once more.
-    async fn rerun_migration(&self, description: &str) {
-        let migration = seckill_shared::db::MIGRATOR
-            .iter()
-            .find(|m| m.description == description)
-            .unwrap_or_else(|| panic!("no migration '{description}'"));
-        sqlx::raw_sql(migration.sql.clone()).execute(&self.db).await.expect("running the migration again");
-    }
-
-    /// Writes `content` into the WAL as the order-event triggers write a
-    /// statement's events: one transactional message under their prefix
-    /// (a JSON array of event objects, or whatever a test needs the relay
-    /// to meet).
-    pub async fn emit_event_message(&self, content: &str) {
-        sqlx::query("SELECT pg_logical_emit_message(true, $1, $2)::text")
-            .bind(seckill_shared::event_stream::MESSAGE_PREFIX)
-            .bind(content)
-            .execute(&self.db)
-            .await
-            .expect("writing a message to the WAL");
-    }
-
     /// Checks the events topic as a consumer would (`seckillctl events
     /// verify`): every event the sale's orders call for is there, each
     /// order's in order, waiting up to a minute for the relay.

@@ -67,10 +67,8 @@ impl PrivatePostgres {
             let _ = Command::new("chown").arg("postgres").arg(&segment).status();
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
-        let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100 -c wal_level=logical",
-            dir.display()
-        );
+        let options =
+            format!("-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100", dir.display());
         let log = dir.join("postgres.log");
         run_as_postgres(
             &bin.join("pg_ctl"),

@@ -2,6 +2,7 @@
 //! them — `tail` follows them, `verify` checks that the topic holds every
 //! event the orders call for, and `resend` sends the ones it lacks.
 
+mod expected;
 mod resend;
 mod tail;
 mod verify;
@@ -19,7 +20,7 @@ pub enum Command {
     /// order; name what is missing (exit 1).
     Verify(verify::Args),
     /// Send again the events of orders changed since a time that the topic
-    /// lacks and the relay will not send (events its position passed without
+    /// lacks and the relay will not send (rows its cursor passed without
     /// sending them), with their stable eventIds.
     Resend {
         /// Orders changed at or after this time (RFC 3339).

@@ -1,23 +1,20 @@
 //! `seckillctl events resend --since T`: the repair for events a relay
 //! passed without sending (a cursor once ordered as text jumped past rows
-//! whose transaction ids had fewer digits; a replication slot advanced by
-//! hand). The events the orders changed since `T` call for
-//! ([`seckill_shared::expected_events`]), less those on the topic (read
+//! whose transaction ids had fewer digits). The events the orders changed
+//! since `T` call for ([`super::expected`]), less those on the topic (read
 //! from a little before `T`) and those the relay will still send, are sent
 //! again with their stable `eventId`s, keyed and with headers as the relay
-//! sends them: a consumer that saw one already drops it — and counted as
-//! delivered in the relay's counts (the reconciliation's). Each user's
+//! sends them: a consumer that saw one already drops it. Each user's
 //! resent events go in the order they happened; they arrive after that
 //! user's later events, which is what a consumer deduplicating by
 //! `eventId` and ordering by `occurredAt` is written to expect.
 
+use super::expected::{expected, Scope};
 use super::verify::on_topic_from;
 use crate::topic::Start;
 use crate::{Failure, Settings};
 use chrono::{DateTime, Utc};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use seckill_shared::event_stream;
-use seckill_shared::expected_events::{expected, Scope};
 use seckill_shared::kafka::{self, Topics};
 use seckill_shared::outbox;
 use std::time::Duration;
@@ -35,7 +32,7 @@ struct Resent {
     expected: usize,
     /// Of those, already on the topic.
     delivered: usize,
-    /// Of those, still ahead of the relay's position (the relay sends them).
+    /// Of those, still ahead of the relay's cursor (the relay sends them).
     pending: usize,
     /// Sent now (or, in a dry run, that would be).
     sent: Vec<String>,
@@ -70,16 +67,6 @@ pub async fn run(settings: &Settings, since: DateTime<Utc>, dry_run: bool, json:
                 .map_err(|(error, _)| Failure::failed(anyhow::anyhow!("sending {}: {error}", event.event_id)))?;
             outcome.sent.push(event.event_id);
         }
-        // The relay had passed them: the books count them as delivered now
-        // (an outbox row is counted where it is).
-        let mut counts = event_stream::Counts::new();
-        for want in lacking.iter().filter(|want| !want.in_outbox) {
-            let event = &want.event;
-            *counts.entry((event.activity_id, event.sku_id, event.round, event.kind.clone())).or_insert(0) += 1;
-        }
-        let mut tx = db.begin().await.map_err(Failure::unreadable)?;
-        event_stream::add_counts(&mut tx, &counts).await.map_err(Failure::unreadable)?;
-        tx.commit().await.map_err(Failure::unreadable)?;
     } else {
         outcome.sent = lacking.iter().map(|w| w.event.event_id.clone()).collect();
     }

@@ -1,16 +1,16 @@
 //! `seckillctl events verify`: reads `seckill.order-events` as a consumer
 //! would — every partition, from the start — and checks it against the
-//! events a sale's orders call for ([`seckill_shared::expected_events`]): each there (at
+//! events a sale's orders call for ([`super::expected`]): each there (at
 //! least once), each order's events in the order they happened, and none
 //! the orders do not explain. Events the relay has yet to send are
 //! counted apart, not as missing; `--wait-drain` waits for them.
 
+use super::expected::{expected, Expected, Scope};
 use crate::topic::{read_to_end, Start};
 use crate::{Failure, Settings};
 use rdkafka::Message;
 use seckill_shared::config::KafkaSettings;
 use seckill_shared::domain::SaleKey;
-use seckill_shared::expected_events::{expected, Expected, Scope};
 use seckill_shared::kafka::Topics;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -48,8 +48,8 @@ pub struct Verdict {
     /// Records on the topic that repeat an event already there (at least
     /// once: consumers drop them by eventId).
     pub repeats: usize,
-    /// Of the expected, not on the topic yet and still the relay's to send
-    /// (ahead of its position).
+    /// Of the expected, not on the topic yet but ahead of the relay's
+    /// cursor: the relay sends them.
     pub pending: usize,
     /// Expected, not on the topic, and not pending: lost unless resent
     /// (`seckillctl events resend`). At most 100 named.
@@ -223,7 +223,7 @@ mod tests {
             payment_id: None,
             redrive_of: None,
         };
-        Expected { event, pending, in_outbox: false }
+        Expected { event, pending }
     }
 
     #[test]

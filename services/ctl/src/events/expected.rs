@@ -1,32 +1,23 @@
 //! The events the orders call for, derived from the orders themselves (not
-//! from the outbox or the WAL, whose records go and whose positions are
-//! what a relay claims): a `CREATED` event for every order that was created
-//! (all but those written FAILED), one for its later state (`PAID`,
+//! from the outbox, whose rows are pruned and whose cursor is what a
+//! relay claims): a `CREATED` event for every order that was created (all
+//! but those written FAILED), one for its later state (`PAID`,
 //! `CANCELLED`, `FAILED`), `REFUND_DUE` for every payment the ledger owes
 //! back (of an order PostgreSQL holds), and `PAYMENT_LATE` for an order paid
-//! after its cancellation before the ledger. Each with its stable `eventId`
-//! and whether the relay has yet to send it. `seckillctl events verify` and
-//! `resend` check the topic against them; a relay that lost its slot sends
-//! them again.
+//! after its cancellation before the ledger. Each with its stable `eventId` and, when the outbox still
+//! holds its row, whether the relay has yet to send it.
 
-use crate::domain::SaleKey;
-use crate::outbox::EventRow;
 use chrono::{DateTime, Utc};
+use seckill_shared::domain::SaleKey;
+use seckill_shared::outbox::EventRow;
 use sqlx::PgPool;
 
 /// One event the orders call for.
 #[derive(Debug, Clone)]
 pub struct Expected {
     pub event: EventRow,
-    /// The relay has yet to send it: its outbox row is ahead of the relay's
-    /// cursor, or it happened after the last transaction the relay
-    /// delivered from the WAL committed (less 5 s: a transaction commits a
-    /// moment after its changes happen), or the relay still empties the
-    /// outbox.
+    /// The outbox row is ahead of the relay's cursor: the relay sends it.
     pub pending: bool,
-    /// An outbox row of it exists (a version before the WAL wrote it): the
-    /// books count it from there.
-    pub in_outbox: bool,
 }
 
 /// Which orders.
@@ -79,12 +70,8 @@ pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> 
                COALESCE(e.occurred_at, d.at) AS "occurred_at!", d.request_id, d.traceparent,
                COALESCE(d.payment_id, e.payment_id) AS payment_id,
                COALESCE(e.redrive_of, r.original_order_id) AS redrive_of,
-               COALESCE((e.xid, e.id) > (SELECT xid, id FROM order_events_relayed),
-                        NOT s.outbox_drained OR COALESCE(e.occurred_at, d.at) > s.relayed_up_to - interval '5 seconds')
-                   AS "pending!",
-               e.event_id IS NOT NULL AS "in_outbox!"
+               COALESCE((e.xid, e.id) > (SELECT xid, id FROM order_events_relayed), false) AS "pending!"
           FROM derived d
-          CROSS JOIN order_events_stream s
           LEFT JOIN order_events e ON e.event_id = d.event_id
           LEFT JOIN dlq_redrives r ON r.new_order_id = d.order_id AND d.kind NOT IN ('REFUND_DUE', 'PAYMENT_LATE')
          WHERE $3::timestamptz IS NULL OR COALESCE(e.occurred_at, d.at) >= $3
@@ -114,7 +101,6 @@ pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> 
                 redrive_of: row.redrive_of,
             },
             pending: row.pending,
-            in_outbox: row.in_outbox,
         })
         .collect())
 }

@@ -1,0 +1,361 @@
+//! The outbox relay: publishes the `order_events` rows (written by trigger in
+//! the same transaction as each change of an order's status) to
+//! `seckill.order-events`, in the order of the transactions that wrote
+//! them, and moves its cursor past them (`order_events_relayed`; why a
+//! cursor and not a mark per row: migration `…04_outbox_relay_cursor.sql`).
+//!
+//! One relay runs at a time across the order services: it holds the
+//! PostgreSQL lease `order-events relay` ([`seckill_shared::lease`]), which
+//! a live relay renews and a frozen or cut-off one loses within its length,
+//! and every cursor move checks the lease in its own transaction, so a
+//! relay that lost its term without knowing it cannot move the cursor. A
+//! turn takes the rows after the cursor that no running transaction can
+//! still precede, sends them with the idempotent producer, waits for every
+//! delivery, and only then moves the cursor: a relay killed in between
+//! sends them again, with the same `eventId` (consumers drop the second).
+//! PostgreSQL down delays events; Kafka down lets the outbox grow, and it
+//! drains when Kafka returns. Relayed rows are pruned after
+//! `retention_ms`, their counts kept per sale round for the reconciliation.
+
+use crate::Settings;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientContext;
+use seckill_shared::host::Connections;
+use seckill_shared::leader::{self, Turn};
+use seckill_shared::lease::{Lease, LeaseError, LeaseTerm};
+use seckill_shared::outbox;
+use seckill_shared::shutdown::Background;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// One event on its way: its key and value, and the row (for the headers).
+type Outgoing<'a> = ((String, Vec<u8>), &'a outbox::OutboxRow);
+
+/// Whether the broker (or the client) refuses this record whatever is
+/// retried: too large, or a record it calls invalid.
+fn undeliverable(error: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{InvalidMessage, InvalidMessageSize, InvalidRecord, MessageSizeTooLarge};
+    matches!(
+        error.rdkafka_error_code(),
+        Some(MessageSizeTooLarge | InvalidMessageSize | InvalidRecord | InvalidMessage)
+    )
+}
+
+/// The relay producer's delivery reports (failures only): which records of
+/// which wave failed, and why. A record's opaque is its wave and its index
+/// in the turn, so a late report of an earlier wave (one whose wait timed
+/// out) is never taken for this one's.
+#[derive(Default)]
+pub struct Deliveries {
+    wave: AtomicU64,
+    failed: Mutex<Vec<(usize, KafkaError)>>,
+}
+
+/// One wave of records on their way.
+struct Wave(u64);
+
+impl Wave {
+    /// The opaque of the record at `index` of the turn.
+    fn opaque(&self, index: usize) -> usize {
+        ((self.0 as usize) << 32) | index
+    }
+}
+
+impl Deliveries {
+    fn next_wave(&self) -> Wave {
+        // Reports of earlier waves are of no use any more.
+        self.failed.lock().expect("delivery failures").clear();
+        Wave(self.wave.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// The records of `wave` that failed.
+    fn failures(&self, wave: &Wave) -> Vec<(usize, KafkaError)> {
+        let failed = std::mem::take(&mut *self.failed.lock().expect("delivery failures"));
+        failed
+            .into_iter()
+            .filter(|(opaque, _)| (*opaque >> 32) as u64 == wave.0 & 0xffff_ffff)
+            .map(|(opaque, error)| (opaque & 0xffff_ffff, error))
+            .collect()
+    }
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        if let Err((error, _)) = result {
+            self.failed.lock().expect("delivery failures").push((opaque, error.clone()));
+        }
+    }
+}
+
+/// The lease one relay per database holds: the cursor is the database's,
+/// whatever the topic or key prefix.
+pub const LEASE: &str = "order-events relay";
+
+/// The relay's settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventSettings {
+    /// Relay events from this order service (one relays at a time).
+    pub enabled: bool,
+    /// Most events sent in one turn.
+    pub batch: i64,
+    /// How long the relay waits when the outbox is empty.
+    pub poll_ms: u64,
+    /// How long events stay in the outbox once they happened (and were
+    /// relayed) before they are pruned.
+    pub retention_ms: u64,
+    /// How often pruning runs.
+    pub prune_every_ms: u64,
+    /// Length of the relay's lease: a relay that stops renewing it (frozen,
+    /// cut off) is replaced by another order service after this long.
+    pub lease_ms: u64,
+}
+
+impl Default for EventSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            batch: 1_000,
+            poll_ms: 100,
+            retention_ms: 24 * 3_600_000,
+            prune_every_ms: 60_000,
+            lease_ms: 5_000,
+        }
+    }
+}
+
+/// Why a turn failed (the cursor did not move; the turn is done again).
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("publishing events: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    /// Another relay holds the lease now.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+/// The relay of one order service.
+pub struct Relay {
+    settings: Arc<Settings>,
+    deps: Connections,
+    producer: Arc<ThreadedProducer<Deliveries>>,
+    lease: Lease,
+    /// When pruning last ran.
+    last_prune: Mutex<Instant>,
+    /// Turns failed in a row (for the backoff).
+    failures: Mutex<u32>,
+}
+
+impl Relay {
+    /// A relay over the service's connections; its lease's watchdog runs on
+    /// `background`.
+    pub fn new(settings: Arc<Settings>, deps: Connections, background: Background) -> anyhow::Result<Self> {
+        // Delivery reports of failures only: a turn waits for all its
+        // records at once (flush), not for each one's report.
+        let producer = seckill_shared::kafka::producer_config(&settings.servers.kafka)
+            .set("delivery.report.only.error", "true")
+            .create_with_context(Deliveries::default())?;
+        let producer = Arc::new(producer);
+        let lease = Lease::new(deps.db.clone(), LEASE, Duration::from_millis(settings.events.lease_ms), background);
+        Ok(Self { settings, deps, producer, lease, last_prune: Mutex::new(Instant::now()), failures: Mutex::new(0) })
+    }
+
+    /// The relay's lease, for tests that drive the relay turn by turn.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Competes for the lease; while holding it, relays and prunes.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let retry = Duration::from_millis(self.settings.events.lease_ms / 2).max(Duration::from_millis(100));
+        leader::lead("order-event relay", &self.lease, retry, &shutdown, |term| self.turn(term)).await
+    }
+
+    /// One turn of the leader: relay, prune when it is time, and say when
+    /// to come back.
+    async fn turn(&self, term: Arc<LeaseTerm>) -> Turn {
+        let poll = Duration::from_millis(self.settings.events.poll_ms);
+        let wait = match self.relay_once(&term).await {
+            // After a non-empty turn, at once: a backlog drains at full speed.
+            Ok(sent) => {
+                *self.failures.lock().expect("relay failures") = 0;
+                if sent > 0 {
+                    Duration::ZERO
+                } else {
+                    poll
+                }
+            }
+            Err(RelayError::Lease(error)) => {
+                tracing::warn!(%error, "the relay's lease is another's");
+                return Turn::StepDown;
+            }
+            Err(error) => {
+                let failures = {
+                    let mut failures = self.failures.lock().expect("relay failures");
+                    *failures += 1;
+                    *failures
+                };
+                tracing::warn!(%error, "relaying events failed; retrying");
+                self.settings.service.retry.delays().nth(failures.min(10) as usize).unwrap_or(poll)
+            }
+        };
+        let prune_due = {
+            let mut last = self.last_prune.lock().expect("relay prune time");
+            let due = last.elapsed() >= Duration::from_millis(self.settings.events.prune_every_ms);
+            if due {
+                *last = Instant::now();
+            }
+            due
+        };
+        if prune_due {
+            match self.prune(&term).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::info!(pruned, "pruned relayed order events"),
+                Err(RelayError::Lease(_)) => return Turn::StepDown,
+                Err(error) => tracing::warn!(%error, "pruning relayed events failed"),
+            }
+        }
+        Turn::Again(wait)
+    }
+
+    /// One turn: sends the next events after the cursor, waits for every
+    /// delivery, moves the cursor past them under `term` (a row that is no
+    /// event is parked and passed with them). Returns how many rows it
+    /// dealt with.
+    pub async fn relay_once(&self, term: &LeaseTerm) -> Result<usize, RelayError> {
+        let rows = outbox::next_after_cursor(&self.deps.db, self.settings.events.batch).await?;
+        let Some(last) = rows.last() else { return Ok(0) };
+        let mut outgoing: Vec<Outgoing> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match row.event.event() {
+                Ok(event) => outgoing.push((outbox::keyed(&event), row)),
+                // One bad row must not stop every event behind it: it is
+                // parked for an operator and passed with the rest.
+                Err(error) => {
+                    seckill_shared::parked::park_outbox_row(&self.deps.db, &self.deps.topics.events, row, &error)
+                        .await?
+                }
+            }
+        }
+        self.deliver(&outgoing).await?;
+        // Only now: a relay killed before this line sends them again. The
+        // position itself, not a lookup of the last row: that row may be
+        // gone by now (deleted by hand), and the cursor must move anyway.
+        let mut tx = self.deps.db.begin().await?;
+        term.check(&mut tx).await?;
+        outbox::move_cursor(&mut tx, last.xid, last.id).await?;
+        tx.commit().await?;
+        metrics::counter!("seckill_events_relayed_total").increment(outgoing.len() as u64);
+        Ok(rows.len())
+    }
+
+    /// Sends a turn's events and waits until the broker has every one. A
+    /// user's events go out one wave at a time — every user's first event of
+    /// the turn, then their second, … — and a wave is sent only once the one
+    /// before it was delivered, so an event that cannot be delivered stops
+    /// the ones after it of the same user: a consumer never sees a user's
+    /// later event before an earlier one (the next turn sends again from the
+    /// cursor, in order, at least once). A drain, one event per user, is one
+    /// wave. An event the broker refuses for good (too large, invalid) is
+    /// parked and passed, or it would stop every event behind it.
+    async fn deliver(&self, outgoing: &[Outgoing<'_>]) -> Result<(), RelayError> {
+        let mut wave_of: HashMap<&str, usize> = HashMap::with_capacity(outgoing.len());
+        let mut waves: Vec<Vec<usize>> = Vec::new();
+        for (i, ((key, _), _)) in outgoing.iter().enumerate() {
+            let wave = wave_of.entry(key.as_str()).or_insert(0);
+            if waves.len() <= *wave {
+                waves.push(Vec::new());
+            }
+            waves[*wave].push(i);
+            *wave += 1;
+        }
+        let topic = &self.deps.topics.events;
+        for wave in waves {
+            let sent = self.producer.context().next_wave();
+            let mut refused = Vec::new();
+            for &i in &wave {
+                let ((key, payload), row) = &outgoing[i];
+                let headers = row.event.trace().headers();
+                let mut record =
+                    BaseRecord::with_opaque_to(topic, sent.opaque(i)).key(key).payload(payload).headers(headers);
+                loop {
+                    match self.producer.send(record) {
+                        Ok(()) => break,
+                        // The local queue is full: let deliveries drain it.
+                        Err((error, back)) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                            record = back;
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        Err((error, _)) if undeliverable(&error) => {
+                            refused.push((i, error));
+                            break;
+                        }
+                        Err((error, _)) => return Err(RelayError::Kafka(error)),
+                    }
+                }
+            }
+            // Every record of the wave acknowledged or failed (a failure's
+            // report is served by the producer's thread before the count
+            // drops). Watched, not flushed: librdkafka's flush waits up to
+            // 100 ms between looks when no report comes.
+            let timeout =
+                Duration::from_millis(self.settings.servers.kafka.message_timeout_ms) + Duration::from_secs(5);
+            let give_up = Instant::now() + timeout;
+            while self.producer.in_flight_count() > 0 {
+                if Instant::now() >= give_up {
+                    return Err(RelayError::Kafka(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            refused.extend(self.producer.context().failures(&sent));
+            for (i, error) in refused {
+                if !undeliverable(&error) {
+                    return Err(RelayError::Kafka(error));
+                }
+                let row = outgoing[i].1;
+                seckill_shared::parked::park_undeliverable_event(&self.deps.db, topic, row, &error.to_string()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes relayed events that happened more than the retention ago,
+    /// keeping their counts per sale round and type.
+    pub async fn prune(&self, term: &LeaseTerm) -> Result<u64, RelayError> {
+        let retention_secs = self.settings.events.retention_ms as f64 / 1000.0;
+        let mut tx = self.deps.db.begin().await?;
+        term.check(&mut tx).await?;
+        let pruned = sqlx::query_scalar!(
+            "WITH gone AS (
+                DELETE FROM order_events
+                 WHERE occurred_at < now() - make_interval(secs => $1)
+                   AND (xid, id) <= (SELECT xid, id FROM order_events_relayed)
+             RETURNING activity_id, sku_id, round, type
+             ), counted AS (
+                INSERT INTO order_events_pruned (activity_id, sku_id, round, type, count)
+                SELECT activity_id, sku_id, round, type, count(*) FROM gone GROUP BY 1, 2, 3, 4
+                ON CONFLICT (activity_id, sku_id, round, type)
+                  DO UPDATE SET count = order_events_pruned.count + EXCLUDED.count
+                RETURNING count
+             )
+             SELECT count(*) FROM gone",
+            retention_secs
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(pruned.unwrap_or(0) as u64)
+    }
+}
