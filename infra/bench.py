@@ -96,6 +96,43 @@ def ctl(*args, check=True):
     return out.stdout
 
 
+# The PostgreSQL ceiling's database: the pipeline's schema, triggers
+# included, made for the run and dropped after it, so the ceiling's rows
+# and the outbox rows its triggers write never reach the pipeline's relay
+# (deleted afterwards, they were dead rows ahead of the relay's cursor that
+# every turn stepped over until a vacuum).
+CEILING_DB = f"seckill_{RUN}_ceiling"
+
+
+def pg_ceiling(seconds):
+    """Transactions per second of pgbench (8 clients) inserting 100-row
+    batches into the orders table of a database of its own."""
+    psql(f"DROP DATABASE IF EXISTS {CEILING_DB}")
+    psql(f"CREATE DATABASE {CEILING_DB}")
+    url = DB_URL.rsplit("/", 1)[0] + "/" + CEILING_DB
+    migrated = subprocess.run([str(BIN / "seckillctl"), "migrate"], env=dict(ENV, SECKILL_DATABASE_URL=url),
+                              capture_output=True, text=True)
+    if migrated.returncode != 0:
+        raise SystemExit(f"bench: migrating {CEILING_DB} failed: {migrated.stderr}")
+    script = LOGS / "bench-pgbench.sql"
+    script.write_text(
+        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)\n"
+        "SELECT '900001-1-' || (txid_current() * 1000 + g) || '-pgb', 900001, 1, 1, txid_current() * 1000 + g, 'CREATED', now()\n"
+        "  FROM unnest(ARRAY(SELECT generate_series(1, 100))) AS g;\n")
+    pg = subprocess.run(["pgbench", "-n", "-c", "8", "-j", "2", "-T", str(seconds), "-f", str(script), url],
+                        capture_output=True, text=True)
+    tps = next((float(l.split("=")[1].split()[0]) for l in pg.stdout.splitlines() if l.startswith("tps =")), 0.0)
+    failed = next((l for l in pg.stdout.splitlines() if "failed" in l), "")
+    if "failed: 0 " not in failed and failed:
+        log(f"pgbench reported failures: {failed}")
+    drop_ceiling_database()
+    return tps
+
+
+def drop_ceiling_database():
+    psql(f"DROP DATABASE IF EXISTS {CEILING_DB} WITH (FORCE)")
+
+
 def warm(activity, sku, stock):
     ctl("warmup", "--activity", activity, "--sku", sku, "--stock", stock, "--force")
 
@@ -297,21 +334,7 @@ def main():
     log(f"(b) Redis ceiling (deduct.lua by EVALSHA): {redis_rps:.0f} calls/s")
 
     # (c) PostgreSQL ceiling: pgbench inserting 100-row batches into the orders table.
-    script = LOGS / "bench-pgbench.sql"
-    script.write_text(
-        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)\n"
-        "SELECT '900001-1-' || (txid_current() * 1000 + g) || '-pgb', 900001, 1, 1, txid_current() * 1000 + g, 'CREATED', now()\n"
-        "  FROM unnest(ARRAY(SELECT generate_series(1, 100))) AS g;\n")
-    pg = subprocess.run(["pgbench", "-n", "-c", "8", "-j", "2", "-T", "15", "-f", str(script), DB_URL], capture_output=True, text=True)
-    tps = next((float(l.split("=")[1].split()[0]) for l in pg.stdout.splitlines() if l.startswith("tps =")), 0.0)
-    failed = next((l for l in pg.stdout.splitlines() if "failed" in l), "")
-    if "failed: 0 " not in failed and failed:
-        log(f"pgbench reported failures: {failed}")
-    # Its orders, and the outbox rows their trigger wrote.
-    psql("DELETE FROM orders WHERE activity_id = 900001; DELETE FROM order_events WHERE activity_id = 900001")
-    # Those outbox rows were never relayed: gone, they lie ahead of the
-    # relay's cursor, and every turn would step over them until autovacuum.
-    psql("VACUUM order_events")
+    tps = pg_ceiling(15)
     RESULTS["ceiling_postgres"] = {"transactionsPerSecond": tps, "rowsPerSecond": tps * 100}
     log(f"(c) PostgreSQL ceiling: {tps * 100:.0f} rows/s in 100-row batches")
 
@@ -700,6 +723,7 @@ def clean_up():
         subprocess.run(["redis-cli", "UNLINK", *keys[i:i + 500]], capture_output=True)
     for table in ("orders", "sales", "order_events", "order_events_pruned", "late_payments"):
         psql(f"DELETE FROM {table} WHERE activity_id BETWEEN {sale(0)} AND {sale(99)}")
+    drop_ceiling_database()
     topics = [f"{RUN}.{kind}seckill.orders{suffix}" for kind in ("", "reference.", "p2.") for suffix in ("", ".dlq")]
     topics.append(f"{RUN}.seckill.order-events")
     try:
