@@ -9,13 +9,13 @@ prefixes, so it never touches the demo's or the tests' data, and stops them.
 import json
 import os
 import platform
+import re
 import socket
 import struct
 import subprocess
 import sys
 import threading
 import time
-import re
 import urllib.request
 from pathlib import Path
 
