@@ -622,6 +622,8 @@ def write_report(total_seconds):
         "  and less broker CPU per order, at the price of fewer consumers able to share the topic.",
         "- The drain is timed from its first order row to the service's counter reaching the backlog; joining the consumer",
         "  group before that is reported apart.",
+        "- (c) runs on a database of its own, made with the pipeline's migrations (the same table, indexes and outbox",
+        "  trigger) and dropped after it: its rows never pass through the pipeline's database or relay.",
         "- Events are counted by a consumer of the events topic (`seckillctl events tail`, its own group, reading from the",
         "  start of the run), not by the relay: *the last event* is when that consumer read it.",
         "- *The cost of one order* adds up the CPU of every process an order passes through (edge, Redis, broker, order",
