@@ -205,18 +205,7 @@ async fn a_crowd_at_one_home_hears_its_unit_or_sold_out_never_try_again() {
         .expect("warming up");
     let client = Client::new(edge.url());
     let buyers = (0..400).map(|n| 1 + 3 * n);
-    let statuses: Vec<u16> = stream::iter(buyers)
-        .map(|user| {
-            let client = client.clone();
-            async move { client.order(sale.activity.get(), sale.sku.get(), user).await.status.as_u16() }
-        })
-        .buffer_unordered(128)
-        .collect()
-        .await;
-    let mut counts: BTreeMap<u16, usize> = BTreeMap::new();
-    for status in statuses {
-        *counts.entry(status).or_default() += 1;
-    }
+    let counts = client.order_each(sale.activity.get(), sale.sku.get(), buyers, 128).await;
     assert_eq!(counts, BTreeMap::from([(202, 60), (410, 340)]), "every unit sold, every other buyer told SOLD_OUT");
     let snapshot = env.stock.snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.in_transit, snapshot.buyers), (0, 0, 60), "{snapshot:?}");

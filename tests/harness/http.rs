@@ -1,12 +1,14 @@
 //! A small keep-alive HTTP client for the tests.
 
 use bytes::Bytes;
+use futures::stream::{self, StreamExt};
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// A response, its body parsed as JSON when it is JSON.
 #[derive(Debug, Clone)]
@@ -114,7 +116,27 @@ impl Client {
         self.send(Method::POST, "/api/seckill/order", Some(body.as_bytes()), &[]).await
     }
 
-    /// `GET path`.
+    /// Each of `users` orders once (never again after a 503), at most
+    /// `concurrency` at a time: the answers, counted by status.
+    pub async fn order_each(
+        &self,
+        activity: i64,
+        sku: i64,
+        users: impl IntoIterator<Item = i64>,
+        concurrency: usize,
+    ) -> BTreeMap<u16, usize> {
+        let statuses: Vec<u16> = stream::iter(users)
+            .map(|user| async move { self.order(activity, sku, user).await.status.as_u16() })
+            .buffer_unordered(concurrency)
+            .collect()
+            .await;
+        let mut counts = BTreeMap::new();
+        for status in statuses {
+            *counts.entry(status).or_default() += 1;
+        }
+        counts
+    }
+
     /// The payment provider's notification that `payment_id` paid
     /// `order_id`, signed now with [`WEBHOOK_SECRET`].
     pub async fn pay(&self, order_id: &str, payment_id: &str) -> Reply {
@@ -131,6 +153,7 @@ impl Client {
             .await
     }
 
+    /// `GET path`.
     pub async fn get(&self, path: &str) -> Reply {
         self.send(Method::GET, path, None, &[]).await
     }

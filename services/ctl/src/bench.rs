@@ -291,7 +291,7 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
     let mut outcomes = BTreeMap::new();
     let mut last_accept = None;
     let mut last_accept_sent = None;
-    let mut first_sold_out: Option<Duration> = None;
+    let mut first_sold_out = None;
     let mut accepted = Vec::new();
     let mut answers = Vec::new();
     let mut samples = Vec::new();
@@ -306,10 +306,7 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
         }
         last_accept = last_accept.max(result.last_accept);
         last_accept_sent = last_accept_sent.max(result.last_accept_sent);
-        first_sold_out = match (first_sold_out, result.first_sold_out) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        first_sold_out = first_sold_out.into_iter().chain(result.first_sold_out).min();
     }
     progress.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();

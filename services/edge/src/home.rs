@@ -24,13 +24,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-/// How many times one request may find nothing moved — units still on
-/// their way between buckets, or a list to read again — before it is
-/// answered 503. Finding that a borrowing brought units (which others of
-/// the crowd may have taken first) is progress, not a stall: the sale's
-/// units are finite, so a request that keeps losing the race ends in its
-/// unit or in SOLD_OUT, within [`MOST_ROUNDS`].
-const ATTEMPTS: usize = 6;
+/// How many times one request may find units still on their way between
+/// buckets before it is answered 503. Finding that a borrowing brought
+/// units (which others of the crowd may have taken first) is progress, not
+/// a stall: the sale's units are finite, so a request that keeps losing the
+/// race ends in its unit or in SOLD_OUT, within [`MOST_ROUNDS`].
+const STALLS: usize = 6;
 
 /// Most times one request is decided, whatever moved (a bound on its
 /// latency when a crowd at one home races for each borrowed handful).
@@ -49,7 +48,7 @@ pub enum NotDecided {
     Batcher(#[from] Arc<crate::batch::NotDecided>),
     #[error("redis: {0}")]
     Redis(#[from] RedisCallError),
-    #[error("units were still on their way between the sale's buckets after {ATTEMPTS} looks")]
+    #[error("units were still on their way between the sale's buckets")]
     StillMoving,
 }
 
@@ -90,9 +89,6 @@ impl Homes {
         let mut read_again = false;
         let mut stalls = 0;
         for _ in 0..MOST_ROUNDS {
-            if stalls >= ATTEMPTS {
-                break;
-            }
             let home = list.home(request.user);
             let answer: Answer = batcher.deduct(sale, home, request.clone(), publish_deadline).await;
             match answer? {
@@ -107,6 +103,9 @@ impl Homes {
                     Borrowed::Units(_) => {}
                     Borrowed::InTransit => {
                         stalls += 1;
+                        if stalls == STALLS {
+                            break;
+                        }
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                     Borrowed::Nothing => {
