@@ -14,6 +14,8 @@ mod browser;
 mod buckets;
 #[path = "e2e/chaos_short.rs"]
 mod chaos_short;
+#[path = "e2e/cheating_clients.rs"]
+mod cheating_clients;
 #[path = "e2e/cli.rs"]
 mod cli;
 #[path = "e2e/compensator.rs"]

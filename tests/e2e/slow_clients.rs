@@ -167,3 +167,89 @@ async fn connections_beyond_the_cap_are_closed_at_once() {
     .await;
     edge.stop().await;
 }
+
+/// The OpenAPI document (about 55 KB) asked for a hundred times, pipelined.
+fn pipelined_requests() -> Vec<u8> {
+    b"GET /openapi.json HTTP/1.1\r\nHost: edge\r\n\r\n".repeat(100)
+}
+
+/// `request` over a connection of its own (`Connection: close`): the
+/// answer's status, 0 when none came (the connection was refused or cut).
+async fn once(addr: std::net::SocketAddr, request: &str) -> u16 {
+    let Ok(mut stream) = TcpStream::connect(addr).await else { return 0 };
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return 0;
+    }
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).get(9..12).and_then(|code| code.parse().ok()).unwrap_or(0)
+}
+
+/// 3,000 clients with a 1 KiB receive buffer pipeline requests for a large
+/// answer and never read: they hold every connection of
+/// `connections.max_connections`. Each is cut off (reset) within
+/// `connections.write_timeout_ms` plus 5 s, and a buyer is answered then.
+/// (Before: hyper has no write deadline; they held their connections, and
+/// every buyer was refused, for as long as they cared to.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_clients_that_never_read_are_cut_off_and_a_buyer_is_answered() {
+    let env = TestEnv::new().await;
+    let mut settings = env.edge_settings();
+    settings.connections.max_connections = 3_000;
+    // The default write timeout (10 s): opening 3,000 takes a few seconds.
+    assert_eq!(settings.connections.write_timeout_ms, 10_000);
+    settings.connections.header_timeout_ms = 120_000;
+    let edge = env.spawn_edge(settings).await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    // Connections of their own, closed after each answer: no idle pooled
+    // connection holds a place.
+    seckill_e2e::eventually("the edge to be ready", Duration::from_secs(30), || async {
+        match once(edge.addr, "GET /readyz HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n").await {
+            200 => Ok(()),
+            status => Err(status.to_string()),
+        }
+    })
+    .await;
+
+    let requests = pipelined_requests();
+    let mut readers = Vec::with_capacity(3_000);
+    for _ in 0..3_000 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(1024).unwrap();
+        let mut stream = socket.connect(edge.addr).await.expect("connecting");
+        stream.write_all(&requests).await.expect("sending the pipelined requests");
+        readers.push(stream);
+    }
+    let all_sent = tokio::time::Instant::now();
+    let bound = all_sent + Duration::from_millis(10_000) + Duration::from_secs(5);
+
+    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":1}}"#, sale.activity, sale.sku);
+    let order = format!(
+        "POST /api/seckill/order HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut refused = 0;
+    loop {
+        match once(edge.addr, &order).await {
+            202 => break,
+            0 => refused += 1,
+            status => panic!("the buyer was answered {status}"),
+        }
+        assert!(tokio::time::Instant::now() < bound, "no buyer answered within the write timeout + 5 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("3,000 readers that never read: the buyer answered after {:?} ({refused} refused)", all_sent.elapsed());
+    assert!(refused > 0, "the readers held every connection (else this shows nothing)");
+    tokio::time::sleep_until(bound).await;
+    for (i, reader) in readers.iter_mut().enumerate() {
+        let cut = closed_within(reader, Duration::from_secs(2)).await;
+        assert!(cut.is_some(), "reader {i} still connected after the write timeout + 5 s");
+    }
+    let metrics = Client::new(edge.url()).get("/metrics").await.text;
+    let timeouts = metrics.lines().find(|l| l.starts_with("seckill_edge_connections_write_timeouts_total"));
+    let timeouts: f64 = timeouts.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0);
+    assert!(timeouts >= 3_000.0, "{timeouts} write timeouts counted");
+    assert_eq!(env.redis_stock(sale).await, 9, "the buyer's order, nothing else");
+    edge.stop().await;
+}

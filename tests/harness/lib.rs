@@ -800,6 +800,11 @@ impl Child {
         Self { inner }
     }
 
+    /// The process's id.
+    pub fn pid(&self) -> u32 {
+        self.inner.id().expect("a running child has a pid")
+    }
+
     /// Sends `signal` (e.g. `STOP`, `CONT`) to the process.
     pub fn signal(&self, signal: &str) {
         let pid = self.inner.id().expect("running child has a pid");

@@ -9,15 +9,17 @@
 //!   token's: a token whose header names another (an HS256 token "signed"
 //!   with the public key) is refused;
 //! - **a gateway**: the user id from a header the shop's API gateway sets
-//!   (`auth.gateway_user_header`), believed only from the addresses in
+//!   (`auth.gateway_user_header`), believed only when the TCP peer is one of
 //!   `auth.trusted_proxies`: from anyone else the header is removed before
 //!   any handler sees it ([`Identity::drop_untrusted_header`]).
 //!
-//! For the JWTs, `exp` is required, `nbf` honoured, and `aud` and `iss`
-//! checked when `SECKILL_USER_JWT_AUDIENCE` / `SECKILL_USER_JWT_ISSUER` are
-//! set. A refusal says only "invalid token"; the library's reason goes to
-//! the log.
+//! For the JWTs, `exp` and `sub` are required, `nbf` honoured, and `aud`
+//! and `iss` required and checked when `SECKILL_USER_JWT_AUDIENCE` /
+//! `SECKILL_USER_JWT_ISSUER` are set; times are compared with
+//! `user_jwt_leeway_secs` of slack. A refusal says only "invalid token";
+//! the library's reason goes to the log.
 
+use crate::client_addr::TrustedProxies;
 use crate::settings::Settings;
 use axum::http::HeaderMap;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm};
@@ -33,8 +35,8 @@ pub enum Identity {
     Secret(Arc<DecodingKey>),
     /// Tokens signed by a key of the provider's set.
     Keys(Arc<KeySet>),
-    /// The gateway's header, from trusted addresses.
-    Gateway { header: String, trusted: Vec<IpAddr> },
+    /// The gateway's header, from trusted proxies only.
+    Gateway { header: String, trusted: TrustedProxies },
 }
 
 /// Why a request names no user (the client hears only the first words).
@@ -199,12 +201,7 @@ impl Identity {
             return Ok(Some(Self::Keys(Arc::new(KeySet::load(path, settings.user_jwks_ca_file.as_deref())?))));
         }
         if let Some(header) = settings.auth.gateway_user_header.as_deref() {
-            let trusted = settings
-                .auth
-                .trusted_proxies
-                .iter()
-                .map(|a| a.parse().map_err(|_| anyhow::anyhow!("auth.trusted_proxies: '{a}' is not an IP address")))
-                .collect::<anyhow::Result<_>>()?;
+            let trusted = TrustedProxies::parse(&settings.auth.trusted_proxies, settings.auth.client_address_header)?;
             return Ok(Some(Self::Gateway { header: header.to_ascii_lowercase(), trusted }));
         }
         Ok(None)
@@ -214,7 +211,7 @@ impl Identity {
     /// TCP peer is not a trusted proxy: a client cannot name its user.
     pub fn drop_untrusted_header(&self, headers: &mut HeaderMap, peer: Option<IpAddr>) {
         if let Self::Gateway { header, trusted } = self {
-            if !peer.is_some_and(|p| trusted.contains(&p)) && headers.remove(header.as_str()).is_some() {
+            if !peer.is_some_and(|p| trusted.trusts(p)) && headers.remove(header.as_str()).is_some() {
                 tracing::warn!(?peer, "a gateway user header from an untrusted address was ignored");
             }
         }
@@ -241,15 +238,7 @@ impl Identity {
             }
         };
         let token = bearer(headers).ok_or(Refused::Missing)?;
-        let mut validation = Validation::new(algorithm);
-        validation.validate_nbf = true;
-        match settings.user_jwt_audience.as_deref() {
-            Some(audience) => validation.set_audience(&[audience]),
-            None => validation.validate_aud = false,
-        }
-        if let Some(issuer) = settings.user_jwt_issuer.as_deref() {
-            validation.set_issuer(&[issuer]);
-        }
+        let validation = validation(settings, algorithm);
         let data = jsonwebtoken::decode::<Claims>(token, &key, &validation).map_err(|error| {
             tracing::info!(%error, "user token refused");
             Refused::Invalid
@@ -261,6 +250,31 @@ impl Identity {
         };
         subject.parse().map_err(|_| Refused::Subject)
     }
+}
+
+/// What a token must carry and satisfy: `exp` and `sub` always, `aud` and
+/// `iss` whenever they are configured (jsonwebtoken checks a claim's value
+/// only when the claim is present: without naming them required, a token
+/// issued for another application, with no `aud`, would pass), `nbf`
+/// honoured, each time compared with `user_jwt_leeway_secs` of slack.
+fn validation(settings: &Settings, algorithm: Algorithm) -> Validation {
+    let mut validation = Validation::new(algorithm);
+    validation.validate_nbf = true;
+    validation.leeway = settings.user_jwt_leeway_secs;
+    let mut required = vec!["exp", "sub"];
+    match settings.user_jwt_audience.as_deref() {
+        Some(audience) => {
+            validation.set_audience(&[audience]);
+            required.push("aud");
+        }
+        None => validation.validate_aud = false,
+    }
+    if let Some(issuer) = settings.user_jwt_issuer.as_deref() {
+        validation.set_issuer(&[issuer]);
+        required.push("iss");
+    }
+    validation.set_required_spec_claims(&required);
+    validation
 }
 
 #[derive(serde::Deserialize)]

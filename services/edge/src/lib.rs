@@ -11,6 +11,7 @@
 pub const ABOUT: &str = "The flash-sale edge: the buyer's HTTP API (place an order, read its status), the admin API (warm a sale up, reconcile it), health and Prometheus metrics. Each order: rate limits, one atomic Redis deduction, a publish to Kafka acknowledged by every in-sync replica, a rollback when the publish definitely failed.";
 
 pub mod batch;
+pub mod client_addr;
 pub mod dashboard;
 pub mod home;
 pub mod http;
@@ -25,6 +26,7 @@ pub mod settings;
 pub mod signature;
 pub mod sold_out;
 pub mod status_reads;
+pub mod write_deadline;
 
 use anyhow::Context;
 use http::AppState;
@@ -127,8 +129,9 @@ impl Binary for Application {
         let publisher = state.publisher.clone();
         let timeout = Duration::from_millis(state.settings.shutdown_timeout_ms);
         let connections = state.settings.connections.clone();
+        let proxies = state.proxies.clone();
         let router = http::router(state);
-        serve::serve(listener, router, &connections, shutdown, timeout).await;
+        serve::serve(listener, router, &connections, proxies, shutdown, timeout).await;
         tokio::task::spawn_blocking(move || publisher.flush(timeout)).await.context("flushing the producer")?;
         background.shutdown().cancel();
         if !background.wait(timeout).await {

@@ -11,11 +11,19 @@
 //!   and the connection closed (the body reader, [`crate::http`]);
 //! - at most `connections.max_connections` are open — checked below the
 //!   process's descriptor limit at start; one more is closed at once;
+//! - a response not written within `connections.write_timeout_ms` of the
+//!   first write the client's socket could not take ends the connection
+//!   ([`crate::write_deadline`]): a client that never reads holds no permit;
 //! - at most `connections.max_in_flight` requests are handled at once
 //!   (health probes and metrics aside, [`crate::http::router`]); one more
 //!   is answered 503 at once, nothing kept.
+//!
+//! Every request carries its [`ClientAddr`]: the TCP peer, or the client a
+//! trusted proxy names ([`crate::client_addr`]).
 
+use crate::client_addr::{ClientAddr, TrustedProxies};
 use crate::settings::ConnectionSettings;
+use crate::write_deadline::WriteDeadline;
 use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::server::conn::http1;
@@ -40,9 +48,11 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     settings: &ConnectionSettings,
+    proxies: Arc<TrustedProxies>,
     shutdown: CancellationToken,
     drain: Duration,
 ) {
+    let write_timeout = Duration::from_millis(settings.write_timeout_ms);
     let max_connections = connection_cap(settings.max_connections);
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(Duration::from_millis(settings.header_timeout_ms));
@@ -68,12 +78,16 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        // The peer's address, for the handlers that need it (the admin
-        // guard): as axum's ConnectInfo.
+        // The peer's address as axum's ConnectInfo, and the client's (the
+        // peer, or whom a trusted proxy names) for what counts per client.
+        let proxies = proxies.clone();
         let service = router.clone().map_request(move |mut request: axum::http::Request<hyper::body::Incoming>| {
+            let client = ClientAddr(proxies.client(peer.ip(), request.headers()));
             request.extensions_mut().insert(ConnectInfo(peer));
+            request.extensions_mut().insert(client);
             request
         });
+        let stream = WriteDeadline::new(stream, write_timeout);
         let connection = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let connection = graceful.watch(connection);
         tokio::spawn(async move {

@@ -27,8 +27,16 @@ pub struct RateLimitSettings {
     pub per_user_per_second: u32,
     /// Burst per user.
     pub per_user_burst: u32,
-    /// How many users' limiter states to keep before forgetting those that
-    /// fully recovered (bounds memory under a flood of distinct user ids).
+    /// Orders per second per client address (the TCP peer, or the client a
+    /// trusted proxy names: `auth.trusted_proxies`); 0 (the default): no
+    /// per-client limit. One address cannot then spend the global budget
+    /// with made-up user ids.
+    pub per_client_per_second: u32,
+    /// Burst per client address (0: one second's worth).
+    pub per_client_burst: u32,
+    /// How many users' (and client addresses') limiter states to keep
+    /// before forgetting those that fully recovered (bounds memory under a
+    /// flood of distinct user ids or addresses).
     pub max_tracked_users: usize,
 }
 
@@ -41,6 +49,8 @@ impl Default for RateLimitSettings {
             global_burst: 50_000,
             per_user_per_second: 5,
             per_user_burst: 10,
+            per_client_per_second: 0,
+            per_client_burst: 0,
             max_tracked_users: 500_000,
         }
     }
@@ -77,6 +87,10 @@ pub struct ConnectionSettings {
     /// A request body not received in full within this long is answered
     /// 408 `REQUEST_TIMEOUT` and its connection closed.
     pub body_timeout_ms: u64,
+    /// A response the client has not taken within this long of the first
+    /// write its socket could not take ends the connection (a client that
+    /// pipelines requests and never reads would hold it forever).
+    pub write_timeout_ms: u64,
     /// Most connections open at once; one more is closed at once. Lowered
     /// at start (with a warning) to stay below the descriptor limit.
     pub max_connections: usize,
@@ -87,7 +101,13 @@ pub struct ConnectionSettings {
 
 impl Default for ConnectionSettings {
     fn default() -> Self {
-        Self { header_timeout_ms: 10_000, body_timeout_ms: 10_000, max_connections: 10_000, max_in_flight: 4_096 }
+        Self {
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 10_000,
+            write_timeout_ms: 10_000,
+            max_connections: 10_000,
+            max_in_flight: 4_096,
+        }
     }
 }
 
@@ -155,8 +175,17 @@ pub struct AuthSettings {
     /// Gateway mode: the header the shop's API gateway puts the user id in
     /// (e.g. `x-user-id`), when it authenticates buyers itself.
     pub gateway_user_header: Option<String>,
-    /// The gateway's addresses: the header is believed from these only.
+    /// The proxies in front of the edge (CIDRs or addresses, e.g.
+    /// `127.0.0.1/32,10.0.0.0/8`; from the environment: comma-separated):
+    /// the one list of every use of a client's address. From these, the
+    /// client is the right-most hop of `client_address_header` that is not
+    /// itself a proxy of the list (the admin throttle, the per-client
+    /// limits); and only from these is the gateway's user header believed.
+    #[serde(deserialize_with = "seckill_shared::config::list_or_comma_separated")]
     pub trusted_proxies: Vec<String>,
+    /// The header the trusted proxies name the client in: `x-forwarded-for`
+    /// (the default) or `forwarded` (RFC 7239). Only that one is read.
+    pub client_address_header: crate::client_addr::ForwardedHeader,
 }
 
 /// Settings of `seckill-edge`.
@@ -182,6 +211,8 @@ pub struct Settings {
     pub user_jwt_audience: Option<String>,
     /// The `iss` a user JWT must carry, when set.
     pub user_jwt_issuer: Option<String>,
+    /// Clock slack allowed when a user JWT's `exp` and `nbf` are checked.
+    pub user_jwt_leeway_secs: u64,
     /// The secret the payment provider signs its notifications with
     /// (`POST /api/payments/notify`); unset, every notification is refused
     /// and no order can become PAID.
@@ -279,11 +310,7 @@ impl Settings {
         if self.auth.gateway_user_header.is_some() && self.auth.trusted_proxies.is_empty() {
             anyhow::bail!("auth.gateway_user_header needs auth.trusted_proxies: the gateway's addresses");
         }
-        for proxy in &self.auth.trusted_proxies {
-            if proxy.parse::<std::net::IpAddr>().is_err() {
-                anyhow::bail!("auth.trusted_proxies: '{proxy}' is not an IP address");
-            }
-        }
+        crate::client_addr::TrustedProxies::parse(&self.auth.trusted_proxies, self.auth.client_address_header)?;
         let max_batch = seckill_shared::stock::MAX_DEDUCT_BATCH;
         if !(1..=max_batch).contains(&self.deduct_batch_max) {
             anyhow::bail!("deduct_batch_max must be 1 to {max_batch} (one script call), not {}", self.deduct_batch_max);
@@ -292,6 +319,7 @@ impl Settings {
         for (value, name) in [
             (connections.header_timeout_ms, "connections.header_timeout_ms"),
             (connections.body_timeout_ms, "connections.body_timeout_ms"),
+            (connections.write_timeout_ms, "connections.write_timeout_ms"),
             (connections.max_connections as u64, "connections.max_connections"),
             (connections.max_in_flight as u64, "connections.max_in_flight"),
             (u64::from(self.status_reads.pool_connections), "status_reads.pool_connections"),
@@ -343,6 +371,7 @@ impl Default for Settings {
             user_jwks_ca_file: None,
             user_jwt_audience: None,
             user_jwt_issuer: None,
+            user_jwt_leeway_secs: 30,
             payment_signature_tolerance_secs: 300,
             auth: AuthSettings::default(),
             body_limit_bytes: 4096,
@@ -384,8 +413,26 @@ mod tests {
         assert!(gateway.validate().unwrap_err().to_string().contains("trusted_proxies"));
         gateway.auth.trusted_proxies = vec!["10.0.0.300".into()];
         assert!(gateway.validate().unwrap_err().to_string().contains("not an IP address"));
-        gateway.auth.trusted_proxies = vec!["10.0.0.3".into(), "::1".into()];
+        gateway.auth.trusted_proxies = vec!["10.0.0.3".into(), "::1".into(), "10.0.0.0/8".into()];
         gateway.validate().unwrap();
+        let mut proxied = Settings::default();
+        proxied.auth.trusted_proxies = vec!["10.0.0.0/8".into()];
+        proxied.validate().expect("trusted proxies without a gateway header");
+    }
+
+    #[test]
+    fn trusted_proxies_come_as_a_list_or_comma_separated() {
+        let vars = [
+            ("SECKILL__AUTH__TRUSTED_PROXIES".to_owned(), "127.0.0.1/32, 10.0.0.0/8".to_owned()),
+            ("SECKILL__AUTH__CLIENT_ADDRESS_HEADER".to_owned(), "forwarded".to_owned()),
+        ];
+        let settings: Settings = load_from(None, &vars, UnknownKeys::Refuse).unwrap();
+        assert_eq!(settings.auth.trusted_proxies, ["127.0.0.1/32", "10.0.0.0/8"]);
+        assert_eq!(settings.auth.client_address_header, crate::client_addr::ForwardedHeader::Forwarded);
+        settings.validate().unwrap();
+        let vars = [("SECKILL__AUTH__TRUSTED_PROXIES".to_owned(), "10.0.0.0/40".to_owned())];
+        let settings: Settings = load_from(None, &vars, UnknownKeys::Refuse).unwrap();
+        assert!(settings.validate().unwrap_err().to_string().contains("CIDR"));
     }
 
     #[test]

@@ -7,22 +7,23 @@
 //! per_client_per_second`, burst `per_client_burst`), on top of the global
 //! limit.
 
+use crate::limit::KeyedLimiter;
 use crate::settings::StatusReadSettings;
-use governor::clock::{Clock, DefaultClock};
-use governor::DefaultKeyedRateLimiter;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Order ids remembered as missing, at most; past it the expired go, and
 /// if none has, all.
 const MAX_MISSES: usize = 100_000;
 
+/// Clients whose reads are tracked before the recovered are forgotten.
+const MAX_TRACKED_CLIENTS: usize = 100_000;
+
 /// The edge's guard of status reads.
 pub struct StatusReads {
-    per_client: DefaultKeyedRateLimiter<IpAddr>,
-    clock: DefaultClock,
+    per_client: Arc<KeyedLimiter<IpAddr>>,
     misses: Mutex<HashMap<String, Instant>>,
     miss_ttl: Duration,
 }
@@ -32,8 +33,7 @@ impl StatusReads {
     pub fn new(settings: &StatusReadSettings) -> Self {
         let quota = crate::limit::quota(settings.per_client_per_second, settings.per_client_burst);
         Self {
-            per_client: governor::RateLimiter::keyed(quota),
-            clock: DefaultClock::default(),
+            per_client: KeyedLimiter::new(quota, MAX_TRACKED_CLIENTS),
             misses: Mutex::default(),
             miss_ttl: Duration::from_millis(settings.miss_cache_ms),
         }
@@ -41,7 +41,7 @@ impl StatusReads {
 
     /// `Err(retry after)` when `client` is over its limit.
     pub fn check_client(&self, client: IpAddr) -> Result<(), Duration> {
-        self.per_client.check_key(&client).map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+        self.per_client.check(&client)
     }
 
     /// Whether `order_id` was found missing a moment ago.
@@ -69,8 +69,7 @@ impl StatusReads {
     /// Clients the limiter holds a state for, trimmed to those not yet
     /// recovered (called with the limiter clean-up).
     pub fn shrink(&self) {
-        self.per_client.retain_recent();
-        self.per_client.shrink_to_fit();
+        self.per_client.shrink();
         let now = Instant::now();
         self.misses.lock().expect("misses lock").retain(|_, until| *until > now);
     }

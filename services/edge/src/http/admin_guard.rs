@@ -8,25 +8,29 @@
 //! the proxy is the client.
 
 use super::{ApiError, AppState};
+use crate::client_addr::ClientAddr;
+use crate::limit::KeyedLimiter;
 use crate::settings::AdminAuthSettings;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use governor::clock::{Clock, DefaultClock};
-use governor::DefaultKeyedRateLimiter;
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Mutex;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Clients blocked at once, at most; past it the ones whose block ended go.
+/// Clients blocked at once, at most; past it the ones whose block ended
+/// go, and if none has, the one closest to its end.
 const MAX_BLOCKED: usize = 10_000;
+
+/// Guessing clients whose failures are tracked before the recovered are
+/// forgotten.
+const MAX_TRACKED: usize = 10_000;
 
 /// Failed admin authentications, per client.
 pub struct AdminThrottle {
-    failures: DefaultKeyedRateLimiter<IpAddr>,
-    clock: DefaultClock,
+    failures: Arc<KeyedLimiter<IpAddr>>,
     /// Clients over their failures, and until when.
     blocked: Mutex<HashMap<IpAddr, Instant>>,
 }
@@ -35,11 +39,7 @@ impl AdminThrottle {
     /// A throttle from settings.
     pub fn new(settings: &AdminAuthSettings) -> Self {
         let quota = crate::limit::quota_per_minute(settings.failures_per_minute, settings.failure_burst);
-        Self {
-            failures: governor::RateLimiter::keyed(quota),
-            clock: DefaultClock::default(),
-            blocked: Mutex::default(),
-        }
+        Self { failures: KeyedLimiter::new(quota, MAX_TRACKED), blocked: Mutex::default() }
     }
 
     /// How long `client` is still blocked, if it is.
@@ -51,26 +51,35 @@ impl AdminThrottle {
 
     /// Counts a failure of `client`; blocks it when that was one too many.
     fn failed(&self, client: IpAddr) {
-        if let Err(not_until) = self.failures.check_key(&client) {
-            let wait = not_until.wait_time_from(self.clock.now());
+        if let Err(wait) = self.failures.check(&client) {
             let mut blocked = self.blocked.lock().expect("throttle lock");
+            let now = Instant::now();
             if blocked.len() >= MAX_BLOCKED {
-                let now = Instant::now();
                 blocked.retain(|_, until| *until > now);
             }
-            blocked.insert(client, Instant::now() + wait);
+            if blocked.len() >= MAX_BLOCKED {
+                let soonest = blocked.iter().min_by_key(|(_, until)| **until).map(|(client, _)| *client);
+                if let Some(client) = soonest {
+                    blocked.remove(&client);
+                }
+            }
+            blocked.insert(client, now + wait);
         }
+    }
+
+    /// Forgets the failures of clients that recovered and the blocks that
+    /// ended (the limiter clean-up, every 30 s).
+    pub fn shrink(&self) {
+        self.failures.shrink();
+        let now = Instant::now();
+        self.blocked.lock().expect("throttle lock").retain(|_, until| *until > now);
     }
 }
 
 /// The middleware: 429 for a blocked client, a failure counted and logged
 /// for every 401.
 pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let client = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|info| info.0.ip())
-        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let client = request.extensions().get::<ClientAddr>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |client| client.0);
     if let Some(wait) = state.admin_throttle.blocked_for(client) {
         metrics::counter!("seckill_edge_admin_auth_throttled_total").increment(1);
         return ApiError::RateLimited(wait).into_response();

@@ -71,7 +71,11 @@ pub struct Shared {
     /// The dashboard's browser sessions.
     pub sessions: session::Sessions,
     /// Failed admin authentications, per client.
-    pub admin_throttle: admin_guard::AdminThrottle,
+    pub admin_throttle: Arc<admin_guard::AdminThrottle>,
+    /// The proxies whose word about a request's client is taken.
+    pub proxies: Arc<crate::client_addr::TrustedProxies>,
+    /// What `/readyz` answers, as the background check last found it.
+    pub readiness: health::Readiness,
     /// The dashboard's figures.
     pub dashboard: Arc<crate::dashboard::Dashboard>,
     /// Deductions, batched per sale's bucket.
@@ -105,12 +109,15 @@ impl AppState {
             ..settings.servers.database.clone()
         })?;
         let status_reads = Arc::new(crate::status_reads::StatusReads::new(&settings.status_reads));
-        background.spawn(
-            "limiter clean-up",
-            forget_quiet_users(limits.clone(), status_reads.clone(), background.shutdown().clone()),
-        );
+        let admin_throttle = Arc::new(admin_guard::AdminThrottle::new(&settings.admin_auth));
+        let proxies = Arc::new(crate::client_addr::TrustedProxies::parse(
+            &settings.auth.trusted_proxies,
+            settings.auth.client_address_header,
+        )?);
+        let forgetting = (limits.clone(), status_reads.clone(), admin_throttle.clone());
+        background.spawn("limiter clean-up", forget_quiet_clients(forgetting, background.shutdown().clone()));
         let dashboard = crate::dashboard::Dashboard::new(stock.clone(), db.clone(), settings.servers.kafka.clone());
-        Ok(Self(Arc::new(Shared {
+        let state = Self(Arc::new(Shared {
             batcher: crate::batch::Batcher::new(
                 stock.clone(),
                 crate::batch::BatchLimits {
@@ -124,7 +131,9 @@ impl AppState {
             sessions: session::Sessions::new(settings.behind_tls),
             status_reads: status_reads.clone(),
             status_db,
-            admin_throttle: admin_guard::AdminThrottle::new(&settings.admin_auth),
+            admin_throttle,
+            proxies,
+            readiness: health::Readiness::default(),
             dashboard,
             sold_out: Arc::new(SoldOutFlags::new(Duration::from_millis(settings.sold_out_flag_ms))),
             locks: LockClient::new(stock.connection(), background.clone()),
@@ -134,20 +143,25 @@ impl AppState {
             stock,
             db,
             publisher,
-        })))
+        }));
+        background.spawn("readiness", health::watch_readiness(state.clone(), background.shutdown().clone()));
+        Ok(state)
     }
 }
 
-/// Forgets limiter state of users and clients who went quiet, and misses
-/// remembered past their time, until shutdown.
-async fn forget_quiet_users(
-    limits: Arc<RateLimits>,
-    status_reads: Arc<crate::status_reads::StatusReads>,
+/// The limiters that keep a state per user or client.
+type Forgetting = (Arc<RateLimits>, Arc<crate::status_reads::StatusReads>, Arc<admin_guard::AdminThrottle>);
+
+/// Forgets limiter state of users and clients who went quiet, blocks that
+/// ended and misses remembered past their time, until shutdown.
+async fn forget_quiet_clients(
+    (limits, status_reads, admin_throttle): Forgetting,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), std::convert::Infallible> {
     seckill_shared::shutdown::every("limiter clean-up", Duration::from_secs(30), shutdown, || async {
         limits.shrink();
         status_reads.shrink();
+        admin_throttle.shrink();
         Ok(())
     })
     .await

@@ -3,10 +3,11 @@
 use super::bodies::{ErrorBody, OrderRequestBody, OrderStatusBody, QueuedBody};
 use super::body::{FromJsonBody, JsonBody};
 use super::{auth, ApiError, AppState};
+use crate::client_addr::ClientAddr;
 use crate::lookup::{self, LookupError, OrderView};
 use crate::publish::PublishOutcome;
 use crate::settings::DeductionMode;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -15,7 +16,6 @@ use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use seckill_shared::stock::{DeductRequest, Deduction};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Instant;
 
 /// Buyer routes.
@@ -129,10 +129,11 @@ fn json_type(value: &Value) -> &'static str {
 )]
 pub(super) async fn place_order(
     State(state): State<AppState>,
+    Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     JsonBody(request): JsonBody<OrderRequest>,
 ) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
-    let result = place_order_inner(&state, &headers, request).await;
+    let result = place_order_inner(&state, client, &headers, request).await;
     let outcome = match &result {
         Ok(_) => "QUEUED",
         Err(error) => error.code().as_str(),
@@ -143,6 +144,7 @@ pub(super) async fn place_order(
 
 async fn place_order_inner(
     state: &AppState,
+    client: ClientAddr,
     headers: &HeaderMap,
     request: OrderRequest,
 ) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
@@ -153,6 +155,7 @@ async fn place_order_inner(
     if state.sold_out.is_sold_out(sale) {
         return Err(ApiError::SoldOut);
     }
+    state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
     state.limits.check(request.user).map_err(ApiError::RateLimited)?;
     // Nothing deducted that could not be published: a producer retired by a
     // fatal error, or no broker taking records (the circuit), is a 503 now.
@@ -304,7 +307,7 @@ fn lookup_error(error: LookupError) -> ApiError {
 )]
 pub(super) async fn get_order(
     State(state): State<AppState>,
-    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     Path(raw): Path<String>,
 ) -> Result<Json<OrderStatusBody>, ApiError> {
@@ -313,7 +316,7 @@ pub(super) async fn get_order(
     let caller = auth::caller(&state, &headers)?;
     match caller {
         Some(user) => state.limits.check(user),
-        None => state.limits.check_global().and_then(|()| state.status_reads.check_client(client.ip())),
+        None => state.limits.check_global().and_then(|()| state.status_reads.check_client(client.0)),
     }
     .map_err(ApiError::RateLimited)?;
     let order_id = OrderId::parse(&raw).map_err(ApiError::invalid)?;

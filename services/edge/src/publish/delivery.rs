@@ -54,6 +54,9 @@ pub struct DeliveryContext {
     pub has_producer_id: Arc<AtomicBool>,
 }
 
+/// The requests to the brokers `/metrics` counts (librdkafka's names).
+const REQUESTS_SHOWN: [&str; 4] = ["Produce", "Metadata", "ListOffsets", "InitProducerId"];
+
 impl ClientContext for DeliveryContext {
     fn error(&self, error: KafkaError, reason: &str) {
         match error.rdkafka_error_code() {
@@ -84,6 +87,16 @@ impl ClientContext for DeliveryContext {
         let considered: Vec<_> = if learned.is_empty() { statistics.brokers.values().collect() } else { learned };
         if !considered.is_empty() {
             self.circuit.brokers_seen(considered.iter().any(|b| b.state == "UP"));
+        }
+        // What the producer has sent the brokers, by request, as librdkafka
+        // counts it (readiness must not turn probes into broker requests).
+        let mut sent: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+        for (request, count) in statistics.brokers.values().flat_map(|b| b.req.iter()) {
+            *sent.entry(request.as_str()).or_default() += count;
+        }
+        for request in REQUESTS_SHOWN {
+            let count = sent.get(request).copied().unwrap_or(0);
+            metrics::gauge!("seckill_edge_kafka_requests_sent", "request" => request).set(count as f64);
         }
     }
 }
