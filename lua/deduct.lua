@@ -41,7 +41,8 @@
 -- Invariant: stock never goes below zero and a user holds at most one order
 -- per round (a user twice in one batch: the second is ALREADY_PURCHASED);
 -- every accepted unit leaves a reservation until it is settled; a call
--- decides once (asked again, it answers what it decided). Time is Redis's
+-- decides once (asked again, it answers what it decided, and an order
+-- counts as its own only if the id ends in the request's nonce). Time is Redis's
 -- own (TIME), so the window, acceptedAt and the sweeper's deadlines all read
 -- one clock whatever the edges' clocks say. The nonce keeps order ids unique
 -- even if Redis restarts with a counter that went back (AOF may lose the
@@ -76,7 +77,12 @@ if prior then
   for code in string.gmatch(prior, '[^,]+') do
     i = i + 1
     local c = tonumber(code)
-    if c == 1 and not held[i] then
+    local nonce = ARGV[3 + 4 * i]
+    -- The order this call accepted is the one whose id ends in its nonce:
+    -- the user may hold another since (this one given back, then bought
+    -- again by another call), and that one is not this call's.
+    local own = held[i] and string.sub(held[i], -#nonce - 1) == '-' .. nonce
+    if c == 1 and not own then
       -- Accepted then, its unit given back since: nothing is kept now.
       answers[i] = {-5, round}
     elseif c == 1 then

@@ -3,7 +3,7 @@
 
 use seckill_e2e::http::Client;
 use seckill_e2e::TestEnv;
-use seckill_shared::domain::UserId;
+use seckill_shared::domain::{FailReason, UserId};
 use seckill_shared::stock::{DeductCall, DeductRequest, Deduction};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -137,4 +137,34 @@ async fn a_crowd_through_the_batcher_buys_exactly_the_stock_once_per_user() {
     eprintln!("600 requests at once: {requests} decided in {calls} script calls");
     assert!(calls > 0.0 && requests > calls, "requests that waited went together: {requests} in {calls} calls");
     edge.stop().await;
+}
+
+/// A call asked again answers for its own orders only: user 5's order of
+/// call A given back, then user 5 buying again in call B; asked again, call
+/// A answers that it keeps nothing — never B's order as its own. (Before:
+/// it answered the user's current order, so a rerun of a redrive could
+/// adopt an unrelated order as its own.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_asked_again_never_adopts_another_calls_order() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 3).await;
+    let five = UserId::new(5).unwrap();
+    let first = call_of(&[(five, "00000000000000a5")]);
+    let Deduction::Accepted { order_id: given_back, .. } =
+        env.stock.deduct_batch(sale, &first).await.unwrap().remove(0)
+    else {
+        panic!("the first call accepts")
+    };
+    assert!(env.stock.rollback(&given_back, five, FailReason::PublishFailed).await.unwrap());
+    let second = call_of(&[(five, "00000000000000b5")]);
+    let Deduction::Accepted { order_id: bought, .. } = env.stock.deduct_batch(sale, &second).await.unwrap().remove(0)
+    else {
+        panic!("the user buys again")
+    };
+    assert_ne!(bought, given_back);
+    let again = env.stock.deduct_batch(sale, &first).await.unwrap();
+    assert_eq!(again, [Deduction::Voided], "call A keeps nothing now; the order held is call B's");
+    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    assert_eq!((snapshot.remaining, snapshot.buyers), (2, 1), "one unit sold, to call B");
 }
