@@ -182,3 +182,52 @@ async fn short_a_deduction_the_promoted_replica_never_had_is_not_confirmed() {
     let snapshot = env.stock.snapshot(sale).await.expect("a snapshot");
     assert_eq!((snapshot.remaining, snapshot.buyers), (10, 0), "the deduction is gone with the old primary");
 }
+
+/// A move between buckets is built on only once the lender's replica has
+/// the lend: with the replica of the lender's primary cut off, borrowing
+/// for the other bucket moves nothing the borrower could sell; the
+/// lender's primary killed and its lagging replica promoted, the units are
+/// where they were, and sold plus remaining is the stock. (Before: the
+/// borrower added units the promoted lender still held: more units on sale
+/// than the stock, the extra orders FAILED `NO_DB_STOCK` after their 202.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_a_lend_the_lenders_replica_never_had_is_not_built_on() {
+    use seckill_e2e::redis_cluster::wait_slot_replicated;
+    use seckill_e2e::redis_cluster::{bucket_slot, cluster_nodes, cut_off_replica, kill_and_promote, slot_primary};
+    use seckill_shared::stock::{Borrowed, Bucket};
+    let env = seckill_e2e::TestEnv::on(Topology::RedisCluster).await;
+    let (lender, borrower) = (Bucket(1), Bucket::FIRST);
+    // A sale whose two buckets are on two primaries.
+    let sale = loop {
+        let sale = env.sale();
+        let nodes = cluster_nodes();
+        let primary = |bucket| slot_primary(&nodes, bucket_slot(&env, sale, bucket)).map(|n| n.port);
+        if primary(lender) != primary(borrower) {
+            break sale;
+        }
+    };
+    let window = seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS;
+    env.warmup_round(sale, 10, window, 2, true).await.expect("warming up in 2 buckets");
+    let list = env.stock.directory(sale).await.expect("the buckets");
+    let slot = bucket_slot(&env, sale, lender);
+    wait_slot_replicated(bucket_slot(&env, sale, borrower)).await;
+    let (primary, replica) = cut_off_replica(slot).await;
+    let borrowed = env.stock.borrow(sale, &list.buckets, borrower, list.round).await.expect("a borrowing");
+    assert_eq!(borrowed, Borrowed::InTransit, "a lend the replica does not have is not received");
+    kill_and_promote(slot, primary, replica).await;
+    let status = std::process::Command::new(seckill_e2e::repo_root().join("infra/local/up.sh"))
+        .arg("--redis-cluster")
+        .status()
+        .expect("up.sh");
+    assert!(status.success());
+    wait_slot_replicated(slot).await;
+    let snapshot = seckill_e2e::eventually("a snapshot after the failover", Duration::from_secs(30), || async {
+        env.stock.snapshot(sale).await.map_err(|e| e.to_string())
+    })
+    .await;
+    assert_eq!(snapshot.remaining, 10, "units on sale (in transit counted): the stock, no more: {snapshot:?}");
+    // Whatever is still logged is finished without making a unit.
+    let now = env.stock.now_ms().await.expect("redis time");
+    env.stock.complete_transfers(sale, now + 1).await.expect("finishing what is logged");
+    assert_eq!(env.stock.snapshot(sale).await.unwrap().remaining, 10);
+}

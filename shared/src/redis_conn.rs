@@ -286,6 +286,36 @@ impl RedisConn {
         }
     }
 
+    /// Runs `script` on `keys` with `args`, and `WAIT replicas timeout`
+    /// right behind it in one pipeline, as [`RedisConn::write_then_wait`]
+    /// does with a command; a server that does not know the script yet (a
+    /// promoted replica) is given it and asked again.
+    pub async fn script_then_wait<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[&str],
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(T, u32), RedisCallError> {
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
+        match self.write_then_wait(evalsha.clone(), replicas, timeout).await {
+            Err(RedisCallError::Redis(error))
+                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                let mut invocation = script.prepare_invoke();
+                for key in keys {
+                    invocation.key(*key);
+                }
+                let mut conn = self.clone();
+                self.bounded(invocation.load_async(&mut conn)).await?;
+                self.write_then_wait(evalsha, replicas, timeout).await
+            }
+            other => other,
+        }
+    }
+
     /// The replicas a deduction must be confirmed by when the settings do
     /// not say: 1 where the topology has a replica (a Sentinel or cluster
     /// URL always has; a primary says how many are connected), else 0.

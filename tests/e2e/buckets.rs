@@ -5,7 +5,9 @@
 use seckill_e2e::TestEnv;
 use seckill_shared::domain::{SaleKey, UserId};
 use seckill_shared::stock::warmup::Round;
-use seckill_shared::stock::{Borrowed, Bucket, DeductCall, DeductRequest, Deduction, Lent, Received, Transfer};
+use seckill_shared::stock::{
+    Borrowed, Bucket, DeductCall, DeductRequest, Deduction, Finished, Lent, Received, Transfer,
+};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -104,6 +106,33 @@ async fn a_transfer_moves_half_the_lenders_units_once_and_only_within_its_round(
     assert!(env.stock.warmup_shares(sale, &[(a, 7)], round(0, 2)).await.unwrap());
     assert_eq!(env.stock.receive(sale, &stale, 3).await.unwrap(), Received::OtherRound);
     assert_eq!(remaining(&env, sale, a).await, 7, "round 2 holds what it was warmed with");
+}
+
+/// A receiver that holds another round than the lender (a warm-up half
+/// done: the receiver's bucket loaded for the next round, the lender's not
+/// yet) refuses a transfer; finishing it gives the units back to the lender,
+/// which still holds their round — never forgotten on the way. (Before: the
+/// move was forgotten and the lender's units were gone.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_a_receiver_of_another_round_refuses_go_back_to_the_lender() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let buckets = env.stock.place_buckets(sale, 2).await.expect("placing");
+    let (a, b) = (buckets[0], buckets[1]);
+    assert!(env.stock.warmup_shares(sale, &[(a, 0), (b, 5)], round(0, 1)).await.unwrap());
+    let transfer = Transfer::new(b, a, 1);
+    assert_eq!(env.stock.lend(sale, &transfer).await.unwrap(), Lent::Units(3));
+    let meta = format!("{}:meta", env.stock.keys().bucket_base(sale, a));
+    let mut conn = env.stock.connection();
+    let _: () = redis::AsyncCommands::hset(&mut conn, &meta, "round", 2).await.unwrap();
+    // As the sweeper finds it: logged, and older than its cut-off.
+    let now = env.stock.now_ms().await.unwrap();
+    env.stock.complete_transfers(sale, now + 1).await.unwrap();
+    assert_eq!((remaining(&env, sale, a).await, remaining(&env, sale, b).await), (0, 5), "back with their round");
+    assert!(env.stock.transfers_lent(sale, b).await.unwrap().is_empty(), "no longer logged");
+    assert_eq!(moved(&env, sale, b).await, (0, 0), "the lender's books: nothing lent");
+    assert_eq!(env.stock.unlend(sale, &transfer).await.unwrap(), 0, "given back once");
+    assert_eq!(env.stock.finish_transfer(sale, &transfer, 3).await.unwrap(), Finished::Pending, "nothing logged");
 }
 
 /// Many transfers at once between three buckets, each asked again, some

@@ -4,6 +4,7 @@
 
 use crate::TestEnv;
 use seckill_shared::domain::SaleKey;
+use seckill_shared::stock::Bucket;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -62,9 +63,14 @@ pub fn cluster_nodes() -> Vec<ClusterNode> {
 
 /// The slot of the sale's keys (`CLUSTER KEYSLOT` of its hash tag).
 pub fn sale_slot(test: &TestEnv, sale: SaleKey) -> u16 {
-    let tag = test.stock.keys().sale_base(sale);
+    bucket_slot(test, sale, Bucket::FIRST)
+}
+
+/// The slot of one stock bucket of the sale.
+pub fn bucket_slot(test: &TestEnv, sale: SaleKey, bucket: Bucket) -> u16 {
+    let tag = test.stock.keys().bucket_base(sale, bucket);
     let output = std::process::Command::new("redis-cli").args(["-p", "7000", "cluster", "keyslot", &tag]).output();
-    output.ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok()).expect("the sale's slot")
+    output.ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok()).expect("the bucket's slot")
 }
 
 /// The primary serving `slot`.

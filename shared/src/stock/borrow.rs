@@ -6,7 +6,7 @@
 //! slots, and one order per user holds exactly as with one bucket.
 
 use super::keys::Bucket;
-use super::lend::{Lent, Received, Transfer};
+use super::lend::{Finished, Lent, Transfer};
 use super::Stock;
 use crate::domain::SaleKey;
 use crate::redis_conn::RedisCallError;
@@ -33,9 +33,11 @@ impl Stock {
     /// goes, also when `home` holds another round now).
     ///
     /// An answer not heard is asked again with the same transfer (both
-    /// scripts answer a repeat without moving anything twice); a caller that
-    /// gives up leaves the transfer in the lender's log, complete or not,
-    /// for [`Stock::transfers_lent`] to finish.
+    /// scripts answer a repeat without moving anything twice), and each step
+    /// is on the replicas before the next is built on it
+    /// ([`Stock::finish_transfer`]); a caller that gives up leaves the
+    /// transfer in the lender's log, complete or not, for
+    /// [`Stock::transfers_lent`] to finish.
     ///
     /// A pass that found nothing may have missed units moving between two
     /// other buckets while it asked them (a unit hopping into a bucket
@@ -102,42 +104,23 @@ impl Stock {
                 }
                 Lent::Nothing | Lent::OtherRound => continue,
             };
-            let received = self.asked_again(|| self.receive(sale, &transfer, units)).await?;
-            self.asked_again(|| self.forget_transfer(sale, &transfer)).await?;
-            return Ok(match received {
-                Received::Now | Received::Before => Borrowed::Units(units),
-                // Lent in a round the home bucket no longer holds: the units
-                // went with it (as the lender's round did, or will).
-                Received::OtherRound => Borrowed::Nothing,
+            return Ok(match self.finish_transfer(sale, &transfer, units).await? {
+                Finished::Arrived(_) => Borrowed::Units(units),
+                // Lent in a round the home bucket no longer holds: back to
+                // the lender (or gone with the lender's round).
+                Finished::GivenBack(_) => Borrowed::Nothing,
+                // A step not on the replicas yet: not built on; the move
+                // stays logged and is finished later (by this request's
+                // next look, or the sweeper).
+                Finished::Pending => Borrowed::InTransit,
             });
         }
         // Units the home bucket itself lent may still be on their way out.
         in_transit = in_transit || !self.transfers_lent(sale, home).await?.is_empty();
         Ok(if in_transit { Borrowed::InTransit } else { Borrowed::Nothing })
     }
-
-    /// `call` again, up to [`ASKS`] times in all, while its answer is not
-    /// heard (a timeout, a dropped connection): the transfer scripts and
-    /// `HDEL` answer a repeat as the first.
-    async fn asked_again<T, F, Fut>(&self, call: F) -> Result<T, RedisCallError>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<T, RedisCallError>>,
-    {
-        let mut asks = 1;
-        loop {
-            match call().await {
-                Err(error) if error.unheard() && asks < ASKS => asks += 1,
-                answer => return answer,
-            }
-        }
-    }
 }
 
 /// How many passes after a first one found nothing, before units still
 /// moving are answered [`Borrowed::InTransit`].
 const PASSES: u32 = 3;
-
-/// How many times a transfer's step is asked before its caller gives up
-/// (and leaves the transfer in the lender's log to be completed).
-const ASKS: u32 = 3;
