@@ -39,6 +39,12 @@ pub enum RedisCallError {
     /// Redis answered with an error, or the connection failed.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The Redis Cluster client failed after sending it, perhaps more than
+    /// once: it resends a command after a dropped connection or a
+    /// redirection (`retries`), so its last error — even a refused
+    /// connection — may follow an attempt that ran.
+    #[error("redis cluster: {0}")]
+    Resent(redis::RedisError),
     /// Redis did not answer in time. The command may still have run.
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),
@@ -60,7 +66,17 @@ impl RedisCallError {
     pub fn never_ran(&self) -> bool {
         match self {
             Self::Redis(error) => error.is_connection_refusal() || matches!(error.kind(), redis::ErrorKind::Server(_)),
-            Self::Timeout(_) | Self::Unexpected { .. } => false,
+            // The cluster client may have sent it before the error it ends
+            // with: only its outcome, asked for by the call's id, can say.
+            Self::Resent(_) | Self::Timeout(_) | Self::Unexpected { .. } => false,
+        }
+    }
+
+    /// The server's or client's error, when there is one.
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match self {
+            Self::Redis(error) | Self::Resent(error) => Some(error),
+            Self::Timeout(_) | Self::Unexpected { .. } => None,
         }
     }
 
@@ -230,10 +246,19 @@ impl RedisConn {
         self.timeout
     }
 
+    /// A failed call's error, as this connection can vouch for it: on a
+    /// Redis Cluster, one the client may have met after resending.
+    fn failed(&self, error: redis::RedisError) -> RedisCallError {
+        match self.inner {
+            Inner::Cluster(_) => RedisCallError::Resent(error),
+            Inner::Direct(_) | Inner::Sentinel(_) => RedisCallError::Redis(error),
+        }
+    }
+
     /// Awaits `call` for at most the configured timeout.
     pub async fn bounded<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, RedisCallError> {
         match tokio::time::timeout(self.timeout, call).await {
-            Ok(result) => Ok(result?),
+            Ok(result) => result.map_err(|error| self.failed(error)),
             Err(_) => {
                 // A primary that stopped answering may have been replaced.
                 if let Inner::Sentinel(primary) = &self.inner {
@@ -281,7 +306,7 @@ impl RedisConn {
         let mut conn = self.clone();
         // WAIT answers by its own timeout; the call's bound comes after it.
         match tokio::time::timeout(timeout + self.timeout, pipe.query_async::<(T, u32)>(&mut conn)).await {
-            Ok(result) => Ok(result?),
+            Ok(result) => result.map_err(|error| self.failed(error)),
             Err(_) => Err(RedisCallError::Timeout(timeout + self.timeout)),
         }
     }
@@ -301,8 +326,10 @@ impl RedisConn {
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
         match self.write_then_wait(evalsha.clone(), replicas, timeout).await {
-            Err(RedisCallError::Redis(error))
-                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            Err(error)
+                if error
+                    .redis_error()
+                    .is_some_and(|e| e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) =>
             {
                 let mut invocation = script.prepare_invoke();
                 for key in keys {

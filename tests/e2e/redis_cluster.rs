@@ -49,3 +49,67 @@ async fn scripts_keep_to_one_slot_and_the_cluster_refuses_one_that_does_not() {
     order.stop().await;
     edge.stop().await;
 }
+
+/// The cluster client resends a command after a dropped connection, so the
+/// error it ends with — here a server's refusal — can follow an
+/// attempt that ran: such an error is never taken for "it did not run" (the
+/// deduction then asks again by its call id, as for any unheard answer). A
+/// real Redis in cluster mode (one node holding every slot) announces a
+/// proxy's port; the proxy passes a script on, its answer is dropped with
+/// the connection, and the resend is refused by the server (an `ERR`). (Before: a server error
+/// was read as "never ran", so a deduction that had run could be answered
+/// 503 — "nothing kept" — to a buyer who then held the order.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_after_the_cluster_client_resent_is_not_taken_for_never_ran() {
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (port, bus, proxy_port) = (free(), free(), free());
+    let dir = std::env::temp_dir().join(format!("seckill-one-node-cluster-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cli = |args: &[&str]| {
+        let output = std::process::Command::new("redis-cli").arg("-p").arg(port.to_string()).args(args).output();
+        output.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+    };
+    let mut server = tokio::process::Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--cluster-enabled", "yes", "--cluster-port", &bus.to_string()])
+        .args(["--cluster-announce-ip", "127.0.0.1", "--cluster-announce-port", &proxy_port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--dir", dir.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server");
+    seckill_e2e::eventually("the node to answer", std::time::Duration::from_secs(30), || async {
+        (cli(&["ping"]).trim() == "PONG").then_some(()).ok_or_else(|| "no PONG".to_owned())
+    })
+    .await;
+    cli(&["cluster", "addslotsrange", "0", "16383"]);
+    seckill_e2e::eventually("the one-node cluster to be up", std::time::Duration::from_secs(30), || async {
+        let info = cli(&["cluster", "info"]);
+        info.contains("cluster_state:ok").then_some(()).ok_or(info)
+    })
+    .await;
+    let proxy = seckill_e2e::proxy::Severing::start(proxy_port, ([127, 0, 0, 1], port).into()).await;
+    let settings = seckill_shared::config::RedisSettings {
+        url: format!("redis+cluster://127.0.0.1:{proxy_port}"),
+        timeout_ms: 2_000,
+        ..Default::default()
+    };
+    let conn = seckill_shared::redis_conn::RedisConn::connect(&settings).await.expect("connecting through the proxy");
+    let script = redis::Script::new("return redis.call('INCR', KEYS[1])");
+    // Known to the node already: the one chunk the proxy passes on runs it.
+    cli(&["script", "load", "return redis.call('INCR', KEYS[1])"]);
+    let mut invocation = script.prepare_invoke();
+    invocation.key("{resent}:ran");
+    proxy.sever_after_next(move || {
+        // What the first attempt did is kept aside; the resend meets a
+        // value it refuses (any server refusal of the resend would do).
+        for args in [&["rename", "{resent}:ran", "{resent}:first"][..], &["set", "{resent}:ran", "not a number"]] {
+            let _ = std::process::Command::new("redis-cli").arg("-p").arg(port.to_string()).args(args).output();
+        }
+    });
+    let error = conn.invoke::<i64>(&invocation).await.expect_err("the answer never came back");
+    assert_eq!(cli(&["get", "{resent}:first"]).trim(), "1", "the first attempt ran");
+    assert!(!error.never_ran(), "an error after a resend is not 'never ran': {error}");
+    assert!(error.unheard(), "{error}");
+    let _ = server.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
