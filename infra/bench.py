@@ -145,7 +145,7 @@ def load(url, activity, sku, users, requests, conns=CONNS, offset=0, get=None, t
     if timeline_ms:
         args += ["--timeline-ms", timeline_ms]
     result = json.loads(ctl(*args))["bench"]
-    accepted = sum(v for k, v in result["outcomes"].items() if k.startswith("202"))
+    accepted = result["outcomes"].get("202 QUEUED", 0)
     result["accepted"] = accepted
     return result
 

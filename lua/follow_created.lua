@@ -2,7 +2,8 @@
 -- rows, and clear their reservations, for one sale.
 --
 -- KEYS[1] meta (the status counters), KEYS[2] orders, KEYS[3] reserved,
--- KEYS[4] trace (what a republish needs: no longer, once written)
+-- KEYS[4] trace (what a republish needs: no longer, once written),
+-- KEYS[5] stock, KEYS[6] buyers
 -- ARGV: order id, user id, accepted (ms), repeated for every order
 --
 -- Returns how many orders changed status.
@@ -10,7 +11,12 @@
 -- Invariant: the counters queued / created / failed stay equal to the
 -- statuses in the orders hash: each order moves from the status it had. An
 -- order the hash does not hold (another round's, or one Redis lost) is not
--- added: its status is PostgreSQL's to tell.
+-- added: its status is PostgreSQL's to tell. One unit, one order: an order
+-- Redis had FAILED (undone by the edge, its unit given back) that
+-- PostgreSQL wrote CREATED takes its unit again, and its buyer if free.
+-- (The edge undoes an order only before its publish deadline and the
+-- sweeper publishes one again only after it, so this is the fallback of a
+-- clock that jumped, not a path of the sale.)
 --
 -- A batch holds thousands of orders: the reads, writes and removals go in
 -- variadic commands of up to CHUNK orders, the counters move once.
@@ -33,12 +39,13 @@ for first = 1, n, CHUNK do
     -- cancelled since, its unit given back) is left as it is.
     local letter = value and string.sub(value, 1, 1)
     if letter and letter ~= 'C' then
+      local i = first + j - 1
       if letter == 'Q' then
         moved.queued = moved.queued + 1
       else
         moved.failed = moved.failed + 1
+        redis.call('HSETNX', KEYS[6], ARGV[3 * i - 1], ids[j])
       end
-      local i = first + j - 1
       statuses[#statuses + 1] = ids[j]
       statuses[#statuses + 1] = 'CREATED|' .. ARGV[3 * i - 1] .. '||' .. ARGV[3 * i]
     end
@@ -58,5 +65,9 @@ for status, count in pairs(moved) do
 end
 if changed > 0 then
   redis.call('HINCRBY', KEYS[1], 'created', changed)
+end
+if moved.failed > 0 then
+  -- DECRBY keeps the key's time to live.
+  redis.call('DECRBY', KEYS[5], moved.failed)
 end
 return changed

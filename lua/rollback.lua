@@ -2,15 +2,28 @@
 --
 -- KEYS[1] stock, KEYS[2] buyers, KEYS[3] orders, KEYS[4] reserved, KEYS[5] meta,
 -- KEYS[6] trace
--- ARGV[1] order id, ARGV[2] user id, ARGV[3] reason
+-- ARGV[1] order id, ARGV[2] user id, ARGV[3] reason, ARGV[4] the publish
+-- deadline the order was accepted with (ms)
 --
 -- Returns 1 when the unit was restored, 0 when the order was no longer
--- QUEUED (already settled by someone else): nothing is restored twice.
+-- QUEUED (already settled by someone else: nothing is restored twice) or
+-- its publish deadline has passed.
+--
+-- Invariant: an order is undone only before its publish deadline, on
+-- Redis's clock. After it the reservation is the sweeper's, which may have
+-- published its record again: a unit given back then could also be written
+-- CREATED. (The deadline is the one it was accepted with, not the
+-- reservation's score: the sweeper moves that after a publish.)
 local value = redis.call('HGET', KEYS[3], ARGV[1])
 if not value or string.sub(value, 1, 7) ~= 'QUEUED|' then
   return 0
 end
 local accepted = string.match(value, '([^|]*)$')
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if now >= tonumber(accepted) + tonumber(ARGV[4]) then
+  return 0
+end
 redis.call('INCR', KEYS[1])
 if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
   redis.call('HDEL', KEYS[2], ARGV[2])

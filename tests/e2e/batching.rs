@@ -4,7 +4,7 @@
 use seckill_e2e::http::Client;
 use seckill_e2e::TestEnv;
 use seckill_shared::domain::{FailReason, UserId};
-use seckill_shared::stock::{DeductCall, DeductRequest, Deduction};
+use seckill_shared::stock::{DeductCall, DeductRequest, Deduction, Voided};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -81,11 +81,11 @@ async fn a_voided_call_keeps_nothing_whenever_it_runs() {
     let (one, two) = (UserId::new(1).unwrap(), UserId::new(2).unwrap());
     let ran = call_of(&[(one, "00000000000000e1"), (two, "00000000000000e2")]);
     assert!(matches!(env.stock.deduct_batch(sale, &ran).await.unwrap()[0], Deduction::Accepted { .. }));
-    assert_eq!(env.stock.void(sale, &ran).await.unwrap(), 2, "both units back");
-    assert_eq!(env.stock.void(sale, &ran).await.unwrap(), 0, "nothing back twice");
+    assert_eq!(env.stock.void(sale, &ran).await.unwrap(), [Voided::Undone, Voided::Undone], "both units back");
+    assert_eq!(env.stock.void(sale, &ran).await.unwrap(), [Voided::Nothing, Voided::Nothing], "nothing back twice");
     assert_eq!(env.stock.deduct_batch(sale, &ran).await.unwrap(), [Deduction::Voided, Deduction::Voided]);
     let early = call_of(&[(one, "00000000000000f1")]);
-    assert_eq!(env.stock.void(sale, &early).await.unwrap(), 0);
+    assert_eq!(env.stock.void(sale, &early).await.unwrap(), [Voided::Nothing]);
     assert_eq!(env.stock.deduct_batch(sale, &early).await.unwrap(), [Deduction::Voided], "a voided call never deducts");
     let snapshot = env.stock.snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations, snapshot.queued), (3, 0, 0, 0));
@@ -156,7 +156,11 @@ async fn a_call_asked_again_never_adopts_another_calls_order() {
     else {
         panic!("the first call accepts")
     };
-    assert!(env.stock.rollback(&given_back, five, FailReason::PublishFailed).await.unwrap());
+    assert!(env
+        .stock
+        .rollback(&given_back, five, FailReason::PublishFailed, std::time::Duration::from_secs(60))
+        .await
+        .unwrap());
     let second = call_of(&[(five, "00000000000000b5")]);
     let Deduction::Accepted { order_id: bought, .. } = env.stock.deduct_batch(sale, &second).await.unwrap().remove(0)
     else {
@@ -167,4 +171,38 @@ async fn a_call_asked_again_never_adopts_another_calls_order() {
     assert_eq!(again, [Deduction::Voided], "call A keeps nothing now; the order held is call B's");
     let snapshot = env.stock.snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.buyers), (2, 1), "one unit sold, to call B");
+}
+
+/// An order is undone only before its publish deadline: past it the
+/// reservation is the sweeper's (it may have published the record again),
+/// so a late void leaves the order standing and says so, and a late
+/// rollback gives nothing back. (Before: both undid it whenever they came,
+/// and a buyer told 503 could hold the order the sweeper had published.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_its_publish_deadline_an_order_is_the_sweepers_and_stands() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let (one, two) = (UserId::new(1).unwrap(), UserId::new(2).unwrap());
+    let mut late = call_of(&[(one, "00000000000000c1")]);
+    late.publish_deadline = Duration::from_millis(200);
+    let Deduction::Accepted { order_id, accepted_at, round, .. } =
+        env.stock.deduct_batch(sale, &late).await.unwrap().remove(0)
+    else {
+        panic!("accepted")
+    };
+    let mut early = call_of(&[(two, "00000000000000c2")]);
+    early.publish_deadline = Duration::from_millis(200);
+    let Deduction::Accepted { order_id: early_id, .. } = env.stock.deduct_batch(sale, &early).await.unwrap().remove(0)
+    else {
+        panic!("accepted")
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let voided = env.stock.void(sale, &late).await.unwrap();
+    assert_eq!(voided, [Voided::Stands { order_id: order_id.clone(), round, accepted_at }], "past its deadline");
+    let rolled = env.stock.rollback(&early_id, two, FailReason::PublishFailed, early.publish_deadline).await.unwrap();
+    assert!(!rolled, "a rollback past the deadline gives nothing back");
+    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    assert_eq!((snapshot.remaining, snapshot.queued, snapshot.buyers), (3, 2, 2), "both stand: {snapshot:?}");
+    assert!(matches!(env.stock.deduct_batch(sale, &late).await.unwrap()[0], Deduction::Accepted { .. }));
 }

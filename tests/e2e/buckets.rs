@@ -412,7 +412,11 @@ async fn units_coming_back_return_to_the_bucket_of_their_order() {
     assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations), (1, 4, 4));
 
     let (rolled_back, compensated, cancelled, created) = (&orders[0], &orders[1], &orders[2], &orders[3]);
-    assert!(env.stock.rollback(&rolled_back.0, rolled_back.1, FailReason::PublishFailed).await.unwrap());
+    assert!(env
+        .stock
+        .rollback(&rolled_back.0, rolled_back.1, FailReason::PublishFailed, std::time::Duration::from_secs(60))
+        .await
+        .unwrap());
     let compensation = env
         .stock
         .compensate(&compensated.0, compensated.1, FailReason::DbRejected, CompensationMode::Restore)

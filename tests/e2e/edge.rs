@@ -247,7 +247,12 @@ async fn the_snapshot_counts_orders_by_status() {
     .await;
     order.stop().await;
     env.stock
-        .rollback(&records[2].order_id, records[2].user_id, seckill_shared::domain::FailReason::PublishFailed)
+        .rollback(
+            &records[2].order_id,
+            records[2].user_id,
+            seckill_shared::domain::FailReason::PublishFailed,
+            std::time::Duration::from_secs(60),
+        )
         .await
         .unwrap();
     eventually("statuses settled in redis", Duration::from_secs(30), || async {
@@ -308,7 +313,17 @@ async fn readiness_says_what_is_unreachable_not_why() {
     settings.servers.kafka.admin_timeout_ms = 500;
     settings.ensure_topics = false;
     let edge = env.spawn_edge(settings).await;
-    let reply = Client::new(edge.url()).get("/readyz").await;
+    let client = Client::new(edge.url());
+    // `starting` until the background check has run once.
+    let reply = eventually("the first readiness check", Duration::from_secs(30), || async {
+        let reply = client.get("/readyz").await;
+        if reply.text == "starting" {
+            Err(reply.text)
+        } else {
+            Ok(reply)
+        }
+    })
+    .await;
     assert_eq!((reply.status.as_u16(), reply.text.as_str()), (503, "kafka unreachable"));
     edge.stop().await;
 }

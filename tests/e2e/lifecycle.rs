@@ -581,7 +581,12 @@ async fn a_rolled_back_order_answers_order_failed() {
     let record = env.deduct(sale, 7).await;
     let rolled_back = env
         .stock
-        .rollback(&record.order_id, record.user_id, seckill_shared::domain::FailReason::PublishFailed)
+        .rollback(
+            &record.order_id,
+            record.user_id,
+            seckill_shared::domain::FailReason::PublishFailed,
+            std::time::Duration::from_secs(60),
+        )
         .await
         .unwrap();
     assert!(rolled_back);

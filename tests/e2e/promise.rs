@@ -76,11 +76,13 @@ async fn a_deduction_whose_answer_was_not_heard_is_asked_again() {
     edge.stop().await;
 }
 
-/// Redis answers nothing for longer than the edge may wait: the buyers are
-/// told 503, and a 503 keeps nothing — the calls, run when Redis returns,
-/// are undone (voided), and no unit, buyer or reservation is left.
+/// Redis answers nothing for longer than the edge may wait, its void
+/// included: the buyers are told 202 `UNCONFIRMED` (not 503: nothing says
+/// the void landed), and the calls, run when Redis returns, are undone by
+/// the void that goes on in the background — no unit, buyer or reservation
+/// is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_503_keeps_nothing_even_when_the_deduction_ran_later() {
+async fn a_deduction_that_ran_later_is_voided_and_its_buyers_were_not_promised() {
     let env = TestEnv::new().await;
     let sale = env.sale();
     env.warmup(sale, 20).await;
@@ -89,7 +91,8 @@ async fn a_503_keeps_nothing_even_when_the_deduction_ran_later() {
     let client = Client::new(edge.url());
     proxy.pause();
     let replies = crowd(&client, sale, 1, 5).await;
-    assert_eq!(count(&replies, 503), 5, "nothing heard within the resolve time: 503");
+    let unconfirmed = replies.iter().filter(|r| r.status == 202 && r.code() == "UNCONFIRMED").count();
+    assert_eq!(unconfirmed, 5, "nothing heard within the resolve time, the void neither: UNCONFIRMED");
     proxy.resume();
     eventually("every unit back, no buyer, no reservation", Duration::from_secs(30), || async {
         let snapshot = env.stock.snapshot(sale).await.map_err(|e| e.to_string())?;
@@ -102,6 +105,117 @@ async fn a_503_keeps_nothing_even_when_the_deduction_ran_later() {
     })
     .await;
     assert_eq!(client.order(sale.activity.get(), sale.sku.get(), 1).await.status, 202, "the buyer may buy");
+    edge.stop().await;
+}
+
+/// The deduction ran, but the edge hears nothing of it, nor of its void
+/// (Redis cut off from the edge alone, past the order's publish deadline,
+/// while the sweeper reaches Redis and publishes the order again). The
+/// buyer is not told "nothing kept": the answer is 202 `UNCONFIRMED`, and
+/// polling tells the order. (Before: 503, and the buyer held a CREATED
+/// order afterwards.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_comes_only_once_the_void_has_landed() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 20).await;
+    let proxy = Pausable::start(redis_addr()).await;
+    let edge = edge_through(&env, &proxy, |s| {
+        s.deduct_resolve_ms = 1_000;
+        // The order's publish deadline: this plus 2 s.
+        s.servers.kafka.message_timeout_ms = 1_000;
+    })
+    .await;
+    let order = env.spawn_order(env.order_settings()).await;
+    let compensator = env.spawn_compensator(env.compensator_settings()).await;
+    let client = Client::new(edge.url());
+    seckill_e2e::wait_ready(&client).await;
+    proxy.hold_answers();
+    let buyer = tokio::spawn({
+        let client = client.clone();
+        async move { client.order(sale.activity.get(), sale.sku.get(), 7).await }
+    });
+    // The deduction ran: the edge is cut off from here on.
+    eventually("the deduction to run", Duration::from_secs(30), || async {
+        match env.stock.snapshot(sale).await {
+            Ok(snapshot) if snapshot.reservations == 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    proxy.pause();
+    let reply = buyer.await.expect("the buyer's request");
+    // Past the publish deadline the sweeper publishes the order again.
+    env.wait_orders(sale, "CREATED", 1).await;
+    proxy.resume();
+    assert_ne!(reply.status, 503, "told nothing was kept, for an order that exists: {}", reply.text);
+    assert_eq!((reply.status.as_u16(), reply.code()), (202, "UNCONFIRMED"), "{}", reply.text);
+    assert!(reply.headers.contains_key("retry-after"));
+    let result = eventually("the buyer's result", Duration::from_secs(30), || async {
+        let path = format!("/api/seckill/result?activityId={}&skuId={}&userId=7", sale.activity, sale.sku);
+        let result = client.get(&path).await;
+        if result.json["status"] == "CREATED" {
+            Ok(result)
+        } else {
+            Err(result.text)
+        }
+    })
+    .await;
+    assert_eq!(result.json["userId"], 7);
+    env.verify_events(sale).await;
+    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, true).await.unwrap();
+    assert!(report.consistent, "{:?}", report.violations);
+    compensator.stop().await;
+    order.stop().await;
+    edge.stop().await;
+}
+
+/// The publish definitely failed (the topic does not exist), but the
+/// rollback reached Redis only after the order's publish deadline — when
+/// the reservation is the sweeper's, which publishes it again. The rollback
+/// gives nothing back, and the buyer hears the truth: 202 with the order,
+/// which is written CREATED. (Before: the script's "not undone" was taken
+/// for "undone": 503 for an order that exists.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_that_did_not_undo_the_order_answers_the_order() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 20).await;
+    let proxy = Pausable::start(redis_addr()).await;
+    let edge = edge_through(&env, &proxy, |s| {
+        s.servers.redis.timeout_ms = 15_000;
+        s.servers.kafka.message_timeout_ms = 1_000;
+        s.servers.kafka.topic_prefix = format!("{}missing.", s.servers.kafka.topic_prefix);
+        s.ensure_topics = false;
+    })
+    .await;
+    let order = env.spawn_order(env.order_settings()).await;
+    let compensator = env.spawn_compensator(env.compensator_settings()).await;
+    let client = Client::new(edge.url());
+    let buyer = tokio::spawn({
+        let client = client.clone();
+        async move { client.order(sale.activity.get(), sale.sku.get(), 7).await }
+    });
+    eventually("the deduction to run", Duration::from_secs(30), || async {
+        match env.stock.snapshot(sale).await {
+            Ok(snapshot) if snapshot.reservations == 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // The rollback waits here until the publish deadline (1 s + 2 s) passed.
+    proxy.pause();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    proxy.resume();
+    let reply = buyer.await.expect("the buyer's request");
+    assert_eq!((reply.status.as_u16(), reply.code()), (202, "QUEUED"), "the order stands: {}", reply.text);
+    let order_id = seckill_shared::domain::OrderId::parse(reply.json["orderId"].as_str().unwrap()).unwrap();
+    env.wait_status(&order_id, ("CREATED", None), Duration::from_secs(60)).await;
+    env.verify_events(sale).await;
+    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, true).await.unwrap();
+    assert!(report.consistent && report.broken_promises.is_empty(), "{:?}", report.violations);
+    compensator.stop().await;
+    order.stop().await;
     edge.stop().await;
 }
 
@@ -227,8 +341,10 @@ async fn a_kafka_outage_is_answered_at_once_and_never_sold_out() {
 }
 
 /// Where a deduction must be confirmed by a replica and none confirms it
-/// (here: there is none), the deduction is undone and answered 503 — never
-/// 202 for a write a failover could lose.
+/// (here: there is none), the deduction is undone — never a 202 `QUEUED`
+/// for a write a failover could lose — and, the undoing not confirmed by a
+/// replica either, answered 202 `UNCONFIRMED` with the order id, which
+/// reads FAILED `VOIDED`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deduction_no_replica_confirmed_is_undone() {
     let env = TestEnv::new().await;
@@ -240,7 +356,11 @@ async fn a_deduction_no_replica_confirmed_is_undone() {
     let edge = env.spawn_edge(settings).await;
     let client = Client::new(edge.url());
     let replies = crowd(&client, sale, 1, 5).await;
-    assert_eq!(count(&replies, 503), 5, "unconfirmed: 503");
+    for reply in &replies {
+        assert_eq!((reply.status.as_u16(), reply.code()), (202, "UNCONFIRMED"), "{}", reply.text);
+        let order = client.get(&format!("/api/seckill/order/{}", reply.json["orderId"].as_str().unwrap())).await;
+        assert_eq!((order.json["status"].as_str(), order.json["reason"].as_str()), (Some("FAILED"), Some("VOIDED")));
+    }
     let snapshot = env.stock.snapshot(sale).await.unwrap();
     assert_eq!(
         (snapshot.remaining, snapshot.buyers, snapshot.reservations, snapshot.queued),

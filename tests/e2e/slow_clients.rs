@@ -221,6 +221,14 @@ async fn three_thousand_clients_that_never_read_are_cut_off_and_a_buyer_is_answe
         stream.write_all(&requests).await.expect("sending the pipelined requests");
         readers.push(stream);
     }
+    // The edge has begun answering each (its write deadline starts once the
+    // socket takes no more): the first byte of every reader's answer.
+    for (i, reader) in readers.iter_mut().enumerate() {
+        let mut first = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(60), reader.read_exact(&mut first)).await;
+        // (An error: answered and already cut off.)
+        assert!(read.is_ok(), "reader {i} got no answer within 60 s");
+    }
     let all_sent = tokio::time::Instant::now();
     let bound = all_sent + Duration::from_millis(10_000) + Duration::from_secs(5);
 

@@ -253,7 +253,10 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                         if status == 410 && result.first_sold_out.is_none() {
                             result.first_sold_out = Some(started.elapsed());
                         }
-                        if status == 202 {
+                        let code = code_of(&body);
+                        // A promise: 202 QUEUED (202 UNCONFIRMED is neither
+                        // a promise nor a refusal).
+                        if status == 202 && code == "QUEUED" {
                             result.last_accept = Some(started.elapsed());
                             result.last_accept_sent = Some(sent.duration_since(started));
                             if record_accepted {
@@ -263,7 +266,7 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
                         if record_answers {
                             result.answers.push((user, status));
                         }
-                        format!("{status} {}", code_of(&body))
+                        format!("{status} {code}")
                     }
                     Err(_) => {
                         if record_answers {
@@ -373,7 +376,7 @@ fn timeline(samples: Vec<(u32, u32, String)>, slot_ms: u64) -> Vec<Slot> {
 /// Runs `bench`.
 pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
     let result = load(&args).await.map_err(Failure::failed)?;
-    let accepted: u64 = result.outcomes.iter().filter(|(k, _)| k.starts_with("202")).map(|(_, v)| v).sum();
+    let accepted: u64 = result.outcomes.get("202 QUEUED").copied().unwrap_or(0);
     let report = if args.reconcile {
         let reconcile_args = reconcile::Args {
             activity: args.activity,

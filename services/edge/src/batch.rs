@@ -17,26 +17,32 @@
 //! the script may have run) is asked again with the same id until
 //! `deduct_resolve_ms` has passed, and the buyers hear what it decided. A
 //! call that definitely did not run (Redis refused the connection or the
-//! command) keeps nothing. A call still unheard after the resolve time is
-//! voided (`lua/void.lua`: whatever it accepted is undone, and it can never
-//! deduct later), so its buyers are told 503 truthfully. Where Redis has
-//! replicas, a batch that accepted orders is confirmed by
-//! `redis.min_replica_acks` of them (`WAIT`) before anyone hears it; not
-//! confirmed in time, it is voided too: a failover never loses a deduction
-//! a buyer was told about. A void is confirmed by the replicas the same way
-//! before its buyers are told 503, so a failover cannot bring back what
-//! they were told was not kept.
+//! command) keeps nothing. Where Redis has replicas, a batch that accepted
+//! orders is confirmed by `redis.min_replica_acks` of them (`WAIT`) before
+//! anyone hears it. A call still unheard after the resolve time, or not
+//! confirmed, is voided (`lua/void.lua`: it can never deduct later, and
+//! each order it accepted is undone unless its publish deadline has passed
+//! — the reservation is the sweeper's then, and the order stands).
+//!
+//! **A 503 only once nothing is kept.** A void is confirmed by the replicas
+//! the same way before anyone is told anything: then its buyers whose order
+//! was undone (or who held none) hear 503, and those whose order stands
+//! hear 202 with it. A void that cannot be confirmed in time leaves the
+//! truth unknown: those buyers hear 202 `UNCONFIRMED` (with the order id
+//! when the deduction was heard) and poll, while the void goes on in the
+//! background.
 
-use seckill_shared::domain::SaleKey;
+use seckill_shared::domain::{OrderId, SaleKey};
 use seckill_shared::redis_conn::RedisCallError;
 use seckill_shared::shutdown::Background;
-use seckill_shared::stock::{Bucket, DeductCall, DeductRequest, Deduction, Stock};
+use seckill_shared::stock::{Bucket, DeductCall, DeductRequest, Deduction, Stock, Voided};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// Why a request was not decided. In every case nothing is kept.
+/// Why a request was not decided: nothing is kept, except where the
+/// outcome is [`NotDecided::Unconfirmed`].
 #[derive(Debug, thiserror::Error)]
 pub enum NotDecided {
     /// The sale's queue is full.
@@ -45,13 +51,19 @@ pub enum NotDecided {
     /// The call never ran: Redis refused it.
     #[error("redis did not run the deduction: {0}")]
     Refused(#[source] Arc<RedisCallError>),
-    /// The replicas did not confirm the batch in time; it was undone.
+    /// The replicas did not confirm the batch in time; it was undone (the
+    /// undoing confirmed).
     #[error("the replicas did not confirm the deduction in time; it was undone")]
     NotReplicated,
     /// Its outcome could not be heard within the resolve time; the call was
-    /// voided (or is being voided: Redis does not answer).
+    /// voided (the void confirmed).
     #[error("redis did not answer the deduction; it was voided")]
     Voided,
+    /// Neither the deduction nor its void could be confirmed in time:
+    /// whether this request holds a unit is not known (its order id, when
+    /// the deduction was heard). The void goes on in the background.
+    #[error("redis did not confirm the deduction or its undoing in time")]
+    Unconfirmed(Option<OrderId>),
 }
 
 /// A deduction's answer.
@@ -146,25 +158,16 @@ impl Batcher {
             let (requests, answers): (Vec<DeductRequest>, Vec<oneshot::Sender<Answer>>) =
                 batch.into_iter().map(|w| (w.request, w.answer)).unzip();
             let call = DeductCall::new(requests, deadline).in_bucket(bucket);
-            match self.decide(sale, &call).await {
-                Ok(decided) => {
-                    for (answer, deduction) in answers.into_iter().zip(decided) {
-                        let _ = answer.send(Ok(deduction));
-                    }
-                }
-                Err(failure) => {
-                    let failure = Arc::new(failure);
-                    for answer in answers {
-                        let _ = answer.send(Err(failure.clone()));
-                    }
-                }
+            for (answer, decided) in answers.into_iter().zip(self.decide(sale, &call).await) {
+                let _ = answer.send(decided);
             }
         }
     }
 
     /// Runs `call` until its outcome is known: decided (and, where Redis has
-    /// replicas, confirmed by them), or known to keep nothing.
-    async fn decide(&self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Deduction>, NotDecided> {
+    /// replicas, confirmed by them), known to keep nothing, or — when not
+    /// even its void can be confirmed — unconfirmed. One answer per request.
+    async fn decide(&self, sale: SaleKey, call: &DeductCall) -> Vec<Answer> {
         let started = Instant::now();
         let mut pause = Duration::from_millis(50);
         loop {
@@ -173,12 +176,14 @@ impl Batcher {
                     let accepted = decided.iter().any(|d| matches!(d, Deduction::Accepted { .. }));
                     if accepted && !self.stock.confirmed(sale, call).await.unwrap_or(false) {
                         metrics::counter!("seckill_edge_deduct_not_replicated_total").increment(1);
-                        self.void(sale, call).await;
-                        return Err(NotDecided::NotReplicated);
+                        return self.void(sale, call, NotDecided::NotReplicated, Some(&decided)).await;
                     }
-                    return Ok(decided);
+                    return decided.into_iter().map(Ok).collect();
                 }
-                Err(error) if error.never_ran() => return Err(NotDecided::Refused(Arc::new(error))),
+                Err(error) if error.never_ran() => {
+                    let refused = Arc::new(NotDecided::Refused(Arc::new(error)));
+                    return call.requests.iter().map(|_| Err(refused.clone())).collect();
+                }
                 Err(error) if started.elapsed() < self.limits.resolve => {
                     // It may have run: ask again, the same call.
                     tracing::warn!(%error, call = %call.id, "deduction outcome not heard; asking again");
@@ -188,30 +193,38 @@ impl Batcher {
                 }
                 Err(error) => {
                     tracing::error!(%error, call = %call.id, "deduction outcome not heard in time; voiding the call");
-                    self.void(sale, call).await;
-                    return Err(NotDecided::Voided);
+                    return self.void(sale, call, NotDecided::Voided, None).await;
                 }
             }
         }
     }
 
-    /// Voids `call` and, where Redis has replicas, waits until they confirm
-    /// the void: a failover right after must not bring back a deduction its
-    /// buyers are told was not kept (a promoted replica may have had the
-    /// deduction and not the void — then it is voided there again; voiding
-    /// is idempotent). Tried until the resolve time has passed; after that
-    /// the void goes on in the background for as long as the call's outcome
-    /// is kept (after that the call cannot be told apart from one that
-    /// never ran).
-    async fn void(&self, sale: SaleKey, call: &DeductCall) {
+    /// Voids `call` and waits until the replicas confirm the void (where
+    /// Redis has replicas: a failover right after must not bring back a
+    /// deduction its buyers are told was not kept — voiding is idempotent,
+    /// so a promoted replica that had the deduction and not the void is
+    /// voided again). Then each request hears `why` (its order undone, or it
+    /// held none) or its order, which stands (past its publish deadline, or
+    /// written since). Not confirmed within the resolve time, the void goes
+    /// on in the background, for as long as the call's outcome is kept, and
+    /// the requests hear [`NotDecided::Unconfirmed`] with the order the
+    /// deduction answered, if it was heard.
+    async fn void(
+        &self,
+        sale: SaleKey,
+        call: &DeductCall,
+        why: NotDecided,
+        heard: Option<&[Deduction]>,
+    ) -> Vec<Answer> {
         let started = Instant::now();
         let mut pause = Duration::from_millis(50);
         loop {
             match self.stock.void(sale, call).await {
-                Ok(undone) => match self.stock.confirmed(sale, call).await {
+                Ok(voided) => match self.stock.confirmed(sale, call).await {
                     Ok(true) => {
+                        let undone = voided.iter().filter(|v| **v == Voided::Undone).count();
                         tracing::warn!(call = %call.id, undone, "deduction call voided");
-                        return;
+                        return answers_after_void(voided, why);
                     }
                     Ok(false) => tracing::warn!(call = %call.id, "the void is not confirmed by the replicas yet"),
                     Err(error) => tracing::warn!(%error, call = %call.id, "confirming the void failed"),
@@ -226,14 +239,30 @@ impl Batcher {
         }
         metrics::counter!("seckill_edge_void_deferred_total").increment(1);
         tracing::error!(call = %call.id, "the void is not confirmed in time; trying on in the background");
-        let (stock, call) = (self.stock.clone(), call.clone());
+        self.void_in_background(sale, call.clone());
+        (0..call.requests.len())
+            .map(|i| {
+                let order_id = match heard.and_then(|decided| decided.get(i)) {
+                    Some(Deduction::Accepted { order_id, .. }) => Some(order_id.clone()),
+                    _ => None,
+                };
+                Err(Arc::new(NotDecided::Unconfirmed(order_id)))
+            })
+            .collect()
+    }
+
+    /// Voids `call` until the replicas confirm it, or its outcome is no
+    /// longer kept (after that it cannot be told apart from one that never
+    /// ran).
+    fn void_in_background(&self, sale: SaleKey, call: DeductCall) {
+        let stock = self.stock.clone();
         let give_up = Instant::now() + stock.call_outcome() / 2;
         self.background.spawn("void a deduction call", async move {
             while Instant::now() < give_up {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 match stock.void(sale, &call).await {
-                    Ok(undone) if stock.confirmed(sale, &call).await.unwrap_or(false) => {
-                        tracing::warn!(call = %call.id, undone, "deduction call voided late");
+                    Ok(voided) if stock.confirmed(sale, &call).await.unwrap_or(false) => {
+                        tracing::warn!(call = %call.id, ?voided, "deduction call voided late");
                         return Ok(());
                     }
                     Ok(_) => tracing::debug!(call = %call.id, "voided, not confirmed; again"),
@@ -244,4 +273,19 @@ impl Batcher {
             Err(anyhow::anyhow!("call {} could not be voided: Redis did not answer", call.id))
         });
     }
+}
+
+/// What each request of a call whose void the replicas confirmed hears:
+/// `why` where nothing is kept, its order where it stands.
+fn answers_after_void(voided: Vec<Voided>, why: NotDecided) -> Vec<Answer> {
+    let why = Arc::new(why);
+    voided
+        .into_iter()
+        .map(|voided| match voided {
+            Voided::Undone | Voided::Nothing => Err(why.clone()),
+            Voided::Stands { order_id, round, accepted_at } => {
+                Ok(Deduction::Accepted { order_id, round, stock_left: 0, accepted_at })
+            }
+        })
+        .collect()
 }

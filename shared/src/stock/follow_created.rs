@@ -1,6 +1,6 @@
 //! Redis follows PostgreSQL for orders it wrote CREATED
 //! (`lua/follow_created.lua`): their status, their reservation, the sale's
-//! status counters.
+//! status counters, and the unit of an order Redis had undone.
 
 use super::{by_bucket, with_keys, Stock};
 use crate::domain::{OrderId, UserId};
@@ -19,7 +19,8 @@ impl Stock {
     pub async fn follow_created(&self, orders: &[(OrderId, UserId, i64)]) -> Result<(), RedisCallError> {
         for ((sale, bucket), orders) in by_bucket(orders, |order| &order.0) {
             let k = self.keys.bucket(sale, bucket);
-            let mut invocation = with_keys(&FOLLOW_CREATED, &[&k.meta, &k.orders, &k.reserved, &k.trace]);
+            let mut invocation =
+                with_keys(&FOLLOW_CREATED, &[&k.meta, &k.orders, &k.reserved, &k.trace, &k.stock, &k.buyers]);
             for (order_id, user, accepted_at) in orders {
                 invocation.arg(order_id.as_str()).arg(user.get()).arg(*accepted_at);
             }

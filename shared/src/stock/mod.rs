@@ -22,7 +22,7 @@ pub use borrow::Borrowed;
 pub use cancel::Cancelled;
 pub use compensate::{Compensation, CompensationMode};
 pub use confirm::Confirmation;
-pub use deduct::{DeductCall, DeductRequest, Deduction, MAX_DEDUCT_BATCH};
+pub use deduct::{DeductCall, DeductRequest, Deduction, Voided, MAX_DEDUCT_BATCH};
 pub use directory::{home_index, Directory, MAX_BUCKETS};
 pub use keys::{Bucket, KeyLayout, SaleKeys, SaleLock};
 pub use lend::{Finished, Lent, LoggedTransfer, Received, Transfer};

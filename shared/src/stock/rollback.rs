@@ -5,16 +5,25 @@ use crate::domain::{FailReason, OrderId, UserId};
 use crate::redis_conn::RedisCallError;
 use redis::Script;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 static ROLLBACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/rollback.lua")));
 
 impl Stock {
     /// Puts the unit back, frees the buyer and marks the order FAILED, if the
-    /// order is still QUEUED. Returns whether a unit went back.
-    pub async fn rollback(&self, order_id: &OrderId, user: UserId, reason: FailReason) -> Result<bool, RedisCallError> {
+    /// order is still QUEUED and its `publish_deadline` (the one it was
+    /// accepted with) has not passed: after it the reservation is the
+    /// sweeper's. Returns whether a unit went back.
+    pub async fn rollback(
+        &self,
+        order_id: &OrderId,
+        user: UserId,
+        reason: FailReason,
+        publish_deadline: Duration,
+    ) -> Result<bool, RedisCallError> {
         let k = self.keys.order(order_id);
         let mut invocation = with_keys(&ROLLBACK, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.meta, &k.trace]);
-        invocation.arg(order_id.as_str()).arg(user.get()).arg(reason.code());
+        invocation.arg(order_id.as_str()).arg(user.get()).arg(reason.code()).arg(publish_deadline.as_millis() as u64);
         let restored: i64 = self.conn.invoke(&invocation).await?;
         Ok(restored == 1)
     }

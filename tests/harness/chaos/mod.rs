@@ -78,6 +78,9 @@ pub struct Outcome {
     /// 503 TRY_AGAIN answers: definite publish failures (rolled back),
     /// Redis unreachable, a producer being rebuilt (nothing deducted).
     pub try_again: i64,
+    /// 202 UNCONFIRMED answers: Redis did not confirm in time whether the
+    /// request kept a unit (neither a promise nor a refusal).
+    pub unconfirmed: i64,
     /// Accepted orders (202) that ended FAILED, by reason: broken promises.
     pub accepted_failed: BTreeMap<String, i64>,
     /// Buyers told only 503 who hold an order afterwards: broken promises
@@ -101,7 +104,7 @@ impl Outcome {
             self.accepted_failed.iter().map(|(r, n)| format!("{n} {r}")).collect::<Vec<_>>().join(", ")
         };
         format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |",
             self.name,
             self.requests,
             self.accepted,
@@ -109,6 +112,7 @@ impl Outcome {
             self.restored,
             self.written_off,
             self.try_again,
+            self.unconfirmed,
             failed,
             self.refused_but_kept,
             self.lost_by_redis,
@@ -119,7 +123,7 @@ impl Outcome {
 }
 
 /// The header of [`Outcome::row`].
-pub const TABLE_HEADER: &str = "| scenario | requests | 202s | orders created | units restored | written off | 503 TRY_AGAIN | 202s that ended FAILED | 503s that kept a unit | deductions Redis lost | reconciliation | drain |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
+pub const TABLE_HEADER: &str = "| scenario | requests | 202 QUEUED | orders created | units restored | written off | 503 TRY_AGAIN | 202 UNCONFIRMED | broken promises (202 QUEUED → FAILED) | 503 with an order | deductions Redis lost | reconciliation | drain |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
 /// Buyers whose every answer was 503 (or 429, 410) and who hold an order in
 /// PostgreSQL (CREATED or PAID) after the drain.
@@ -330,6 +334,7 @@ pub async fn run(scenario: Scenario) -> Outcome {
         restored: snapshot.compensated,
         written_off: snapshot.written_off,
         try_again: outcomes.get("503 TRY_AGAIN").and_then(|v| v.as_u64()).unwrap_or(0) as i64,
+        unconfirmed: outcomes.get("202 UNCONFIRMED").and_then(|v| v.as_u64()).unwrap_or(0) as i64,
         accepted_failed,
         refused_but_kept,
         lost_by_redis,

@@ -76,6 +76,9 @@ error_codes! {
     MethodNotAllowed = "METHOD_NOT_ALLOWED",
     /// Redis, Kafka or PostgreSQL unavailable; nothing was kept.
     TryAgain = "TRY_AGAIN",
+    /// 202: Redis did not confirm in time whether the request kept a unit;
+    /// the order (its id when known) or the user's result tells.
+    Unconfirmed = "UNCONFIRMED",
     /// An unexpected failure.
     Internal = "INTERNAL",
 }

@@ -75,6 +75,12 @@ pub enum ApiError {
     /// was kept. The cause is logged, never answered.
     #[error("temporarily unavailable; nothing was kept, try again")]
     TryAgain(#[source] anyhow::Error),
+    /// Redis did not confirm in time whether the request kept a unit (the
+    /// deduction or its undoing was not heard, or not on the replicas):
+    /// neither a promise nor "nothing kept". Answered 202 with the order's
+    /// id when it is known; the buyer polls it (or the user's result).
+    #[error("whether this request holds a unit is not confirmed yet; poll the order (or the user's result)")]
+    Unconfirmed(Option<String>),
     /// A bug or an unexpected failure. The client sees a generic message.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -117,6 +123,7 @@ impl ApiError {
             Self::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             Self::SaleBusy(_) => ErrorCode::SaleBusy,
             Self::TryAgain(_) => ErrorCode::TryAgain,
+            Self::Unconfirmed(_) => ErrorCode::Unconfirmed,
             Self::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -140,6 +147,7 @@ impl ApiError {
             | Self::AlreadyPaid
             | Self::OrderFailed(_) => StatusCode::CONFLICT,
             Self::SoldOut => StatusCode::GONE,
+            Self::Unconfirmed(_) => StatusCode::ACCEPTED,
             Self::TryAgain(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -158,7 +166,7 @@ impl ApiError {
             other => other.to_string(),
         };
         let order_id = match self {
-            Self::AlreadyPurchased(order_id) => order_id.clone(),
+            Self::AlreadyPurchased(order_id) | Self::Unconfirmed(order_id) => order_id.clone(),
             _ => None,
         };
         ErrorBody { code: self.code(), message, order_id }
@@ -181,7 +189,7 @@ impl IntoResponse for ApiError {
                 let secs = retry_after_secs(*wait).max(1);
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
-            Self::OrderPending => {
+            Self::OrderPending | Self::Unconfirmed(_) => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
             }
             _ => {}
@@ -219,6 +227,7 @@ mod tests {
             (ApiError::NotFound, 404, "NOT_FOUND"),
             (ApiError::MethodNotAllowed, 405, "METHOD_NOT_ALLOWED"),
             (ApiError::TryAgain(anyhow::anyhow!("x")), 503, "TRY_AGAIN"),
+            (ApiError::Unconfirmed(None), 202, "UNCONFIRMED"),
         ] {
             assert_eq!(error.status_code().as_u16(), status, "{code}");
             assert_eq!(error.code().as_str(), code);

@@ -112,7 +112,7 @@ fn json_type(value: &Value) -> &'static str {
     security((), ("user" = [])),
     params(("x-request-id" = Option<String>, Header, description = "At most 128 visible ASCII characters; else one is made")),
     responses(
-        (status = 202, description = "QUEUED: accepted; follow it with GET /api/seckill/order/{orderId}", body = QueuedBody),
+        (status = 202, description = "QUEUED: accepted; follow it with GET /api/seckill/order/{orderId}. UNCONFIRMED (an error body, Retry-After: 1): Redis did not confirm in time whether this request holds a unit; poll the order (orderId, when known) or GET /api/seckill/result", body = QueuedBody),
         (status = 400, description = "INVALID_REQUEST: not JSON, a missing, unknown or repeated field, an id not a positive 64-bit integer", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: user auth is on and the bearer JWT is missing or invalid", body = ErrorBody),
         (status = 403, description = "SALE_NOT_ACTIVE: before the sale's start or after its end; FORBIDDEN: the JWT's subject is another user", body = ErrorBody),
@@ -124,7 +124,7 @@ fn json_type(value: &Value) -> &'static str {
         (status = 413, description = "PAYLOAD_TOO_LARGE: over the body limit (default 4 KiB)", body = ErrorBody),
         (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: not declared application/json", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED", body = ErrorBody, headers(("Retry-After" = u64, description = "Seconds to wait"))),
-        (status = 503, description = "TRY_AGAIN: Redis or Kafka unavailable, or the edge at connections.max_in_flight; nothing was kept", body = ErrorBody),
+        (status = 503, description = "TRY_AGAIN: Redis or Kafka unavailable, or the edge at connections.max_in_flight; nothing was kept (a deduction undone is on the replicas before this is answered)", body = ErrorBody),
     )
 )]
 pub(super) async fn place_order(
@@ -177,7 +177,7 @@ async fn place_order_inner(
                 request_id: trace.request_id.unwrap_or_default().to_owned(),
                 traceparent: trace.traceparent.unwrap_or_default().to_owned(),
             };
-            state.homes.deduct(&state.batcher, sale, deduct, deadline).await.map(Some).map_err(anyhow::Error::from)
+            state.homes.deduct(&state.batcher, sale, deduct, deadline).await.map(Some).map_err(not_decided)
         }
         DeductionMode::Lock => {
             let (locks, lock) = (&state.locks, &state.settings.lock);
@@ -185,13 +185,13 @@ async fn place_order_inner(
                 .stock
                 .deduct_with_lock(locks, lock, sale, request.user, &nonce, deadline)
                 .await
-                .map_err(anyhow::Error::from)
+                .map_err(|e| ApiError::TryAgain(e.into()))
         }
     };
     metrics::histogram!("seckill_edge_deduct_seconds").record(started.elapsed().as_secs_f64());
     // Every refusal of the batcher keeps nothing (it resolves or voids a
-    // call it did not hear): the client may try again.
-    let deduction = deduction.map_err(ApiError::TryAgain)?;
+    // call it did not hear, and confirms the void) but an unconfirmed one.
+    let deduction = deduction?;
     let (order_id, round, accepted_at) = match deduction {
         None => return Err(ApiError::TryAgain(anyhow::anyhow!("the sale's lock was not had within its wait"))),
         Some(Deduction::Accepted { order_id, round, accepted_at, .. }) => (order_id, round, accepted_at),
@@ -243,33 +243,81 @@ async fn place_order_inner(
         }
         PublishOutcome::NotPersisted(why) => {
             tracing::warn!(order_id = %order_id, reason = %why, "publish failed; rolling back");
-            if roll_back(state, &order_id, request.user).await {
-                state.sold_out.clear(sale);
-                return Err(ApiError::TryAgain(anyhow::anyhow!("publish failed, deduction rolled back: {why}")));
+            match roll_back(state, &order_id, request.user, deadline).await {
+                RolledBack::Undone => {
+                    state.sold_out.clear(sale);
+                    Err(ApiError::TryAgain(anyhow::anyhow!("publish failed, deduction rolled back: {why}")))
+                }
+                // Not undone: the order stands (past its publish deadline the
+                // sweeper publishes it again; or it was written meanwhile).
+                RolledBack::Stands => {
+                    tracing::warn!(order_id = %order_id, "not rolled back: the order stands, published again later");
+                    Ok(queued(&order_id))
+                }
+                RolledBack::Unknown => {
+                    tracing::error!(order_id = %order_id, "whether the rollback landed is not confirmed");
+                    metrics::counter!("seckill_edge_rollback_failed_total").increment(1);
+                    Err(ApiError::Unconfirmed(Some(order_id.to_string())))
+                }
             }
-            // Redis kept the unit and will not say otherwise: the reservation
-            // stands, and the sweeper publishes it. The buyer holds an order.
-            tracing::error!(order_id = %order_id, "rollback failed; the order is kept and published again later");
-            metrics::counter!("seckill_edge_rollback_failed_total").increment(1);
-            Ok(queued(&order_id))
         }
     }
 }
 
+/// The answer the buyer gets when the batcher did not decide: 503 where
+/// nothing was kept, 202 `UNCONFIRMED` where that is not known.
+fn not_decided(error: crate::home::NotDecided) -> ApiError {
+    match &error {
+        crate::home::NotDecided::Batcher(inner) => match inner.as_ref() {
+            crate::batch::NotDecided::Unconfirmed(order_id) => {
+                ApiError::Unconfirmed(order_id.as_ref().map(ToString::to_string))
+            }
+            _ => ApiError::TryAgain(error.into()),
+        },
+        _ => ApiError::TryAgain(error.into()),
+    }
+}
+
+/// What a rollback of a definitely unpublished deduction came to.
+enum RolledBack {
+    /// The unit is back and the order FAILED, on the replicas.
+    Undone,
+    /// The order stands: QUEUED past its publish deadline (the sweeper's),
+    /// or written since.
+    Stands,
+    /// Not known: Redis did not answer, or the undoing is not on the
+    /// replicas yet.
+    Unknown,
+}
+
 /// Rolls a definitely unpublished deduction back, trying a few times (the
-/// script is idempotent: it undoes only an order still QUEUED). Whether the
-/// unit is back.
-async fn roll_back(state: &AppState, order_id: &OrderId, user: UserId) -> bool {
+/// script is idempotent: it undoes only an order still QUEUED and before
+/// its publish deadline), then reads what the order is — as the replicas
+/// have it — and answers by that, not by what the script said: a rollback
+/// that did nothing (the order was written, or its deadline passed) leaves
+/// an order that stands.
+async fn roll_back(state: &AppState, order_id: &OrderId, user: UserId, deadline: std::time::Duration) -> RolledBack {
     for attempt in 0..3u32 {
-        match state.stock.rollback(order_id, user, FailReason::PublishFailed).await {
-            Ok(_) => return true,
+        match state.stock.rollback(order_id, user, FailReason::PublishFailed, deadline).await {
+            Ok(_) => break,
             Err(error) => {
                 tracing::warn!(order_id = %order_id, %error, attempt, "rollback failed");
                 tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
             }
         }
     }
-    false
+    use seckill_shared::domain::OrderStatus;
+    use seckill_shared::stock::Confirmation;
+    match state.stock.order_confirmed(order_id).await {
+        Ok(Confirmation::Confirmed(order)) if order.status == OrderStatus::Failed => RolledBack::Undone,
+        Ok(Confirmation::Confirmed(_)) => RolledBack::Stands,
+        Ok(Confirmation::Unconfirmed(order)) if order.status != OrderStatus::Failed => RolledBack::Stands,
+        Ok(_) => RolledBack::Unknown,
+        Err(error) => {
+            tracing::warn!(order_id = %order_id, %error, "reading the order after its rollback failed");
+            RolledBack::Unknown
+        }
+    }
 }
 
 fn queued(order_id: &OrderId) -> (StatusCode, Json<QueuedBody>) {
