@@ -44,6 +44,8 @@ mod lifecycle;
 mod lock;
 #[path = "e2e/observability.rs"]
 mod observability;
+#[path = "e2e/one_bad_sale.rs"]
+mod one_bad_sale;
 #[path = "e2e/order.rs"]
 mod order;
 #[path = "e2e/poison.rs"]

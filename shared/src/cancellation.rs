@@ -109,13 +109,20 @@ pub async fn cancel(tx: &mut PgConnection, which: Cancel<'_>) -> sqlx::Result<Ve
 }
 
 /// CANCELLED orders whose unit Redis has not been seen to take back, oldest
-/// first: what a crash between the two steps left.
-pub async fn unreturned(db: &PgPool, limit: i64) -> sqlx::Result<Vec<CancelledOrder>> {
+/// first, but for the sales in `except` (whose Redis failed this round):
+/// what a crash between the two steps, or a failing sale, left.
+pub async fn unreturned(db: &PgPool, limit: i64, except: &[SaleKey]) -> sqlx::Result<Vec<CancelledOrder>> {
+    let activities: Vec<i64> = except.iter().map(|s| s.activity.get()).collect();
+    let skus: Vec<i64> = except.iter().map(|s| s.sku.get()).collect();
     let rows = sqlx::query!(
-        "SELECT order_id, user_id, reason FROM orders
+        "SELECT order_id, user_id, reason FROM orders o
           WHERE status = 'CANCELLED' AND unit_returned_at IS NULL
+            AND NOT EXISTS (SELECT 1 FROM unnest($2::bigint[], $3::bigint[]) AS f(a, s)
+                             WHERE f.a = o.activity_id AND f.s = o.sku_id)
           ORDER BY cancelled_at LIMIT $1",
-        limit
+        limit,
+        &activities,
+        &skus
     )
     .fetch_all(db)
     .await?;
@@ -140,12 +147,24 @@ pub enum ReturnError {
     Db(#[from] sqlx::Error),
 }
 
+/// What giving units back came to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Returned {
+    /// Units that went back now.
+    pub units: i64,
+    /// Sales whose Redis failed: their orders stay unmarked, for the next
+    /// round; the other sales' went on.
+    pub failed: Vec<SaleKey>,
+}
+
 /// Gives the units of `orders` (cancelled in PostgreSQL) back in Redis, at
-/// most once per order, then marks their rows. Returns how many units went
-/// back now.
-pub async fn return_units(stock: &Stock, db: &PgPool, orders: &[CancelledOrder]) -> Result<i64, ReturnError> {
+/// most once per order, sale by sale, then marks the rows of the sales
+/// that took them: one sale whose Redis fails (logged, counted as
+/// `seckill_units_return_failures_total`) stops none of the others.
+pub async fn return_units(stock: &Stock, db: &PgPool, orders: &[CancelledOrder]) -> Result<Returned, ReturnError> {
+    let mut done = Returned::default();
     if orders.is_empty() {
-        return Ok(0);
+        return Ok(done);
     }
     let mut by_sale: BTreeMap<SaleKey, Vec<Cancelled>> = BTreeMap::new();
     for order in orders {
@@ -155,11 +174,18 @@ pub async fn return_units(stock: &Stock, db: &PgPool, orders: &[CancelledOrder])
             reason: order.reason.code(),
         });
     }
-    let mut returned = 0;
     for (sale, cancelled) in &by_sale {
-        returned += stock.cancel(*sale, cancelled).await?;
+        match stock.cancel(*sale, cancelled).await {
+            Ok(units) => done.units += units,
+            Err(error) => {
+                tracing::warn!(%sale, %error, "giving cancelled units back failed; the next round tries again");
+                metrics::counter!("seckill_units_return_failures_total").increment(1);
+                done.failed.push(*sale);
+            }
+        }
     }
-    let ids: Vec<&str> = orders.iter().map(|o| o.order_id.as_str()).collect();
+    let ids: Vec<&str> =
+        orders.iter().filter(|o| !done.failed.contains(&o.order_id.sale())).map(|o| o.order_id.as_str()).collect();
     sqlx::query!(
         "UPDATE orders SET unit_returned_at = clock_timestamp()
           WHERE order_id = ANY($1) AND status = 'CANCELLED' AND unit_returned_at IS NULL",
@@ -167,6 +193,6 @@ pub async fn return_units(stock: &Stock, db: &PgPool, orders: &[CancelledOrder])
     )
     .execute(db)
     .await?;
-    metrics::counter!("seckill_units_returned_total").increment(returned as u64);
-    Ok(returned)
+    metrics::counter!("seckill_units_returned_total").increment(done.units as u64);
+    Ok(done)
 }

@@ -85,15 +85,18 @@ pub async fn poll_once(deps: &Connections, batch: i64) -> anyhow::Result<i64> {
     if cancelled > 0 {
         metrics::counter!("seckill_orders_expired_total").increment(cancelled as u64);
     }
+    // Sales whose Redis failed are left for the next round; the others go on.
+    let mut failing = Vec::new();
     while let Some(returned) = returns.join_next().await {
-        if let Err(error) = returned? {
+        match returned? {
+            Ok(returned) => failing.extend(returned.failed),
             // The rows stay unmarked: the pass below, or the next poll, tries again.
-            tracing::warn!(%error, "giving cancelled units back; will try again");
+            Err(error) => tracing::warn!(%error, "giving cancelled units back; will try again"),
         }
     }
     loop {
-        let unreturned = cancellation::unreturned(&deps.db, batch).await?;
-        cancellation::return_units(&deps.stock, &deps.db, &unreturned).await?;
+        let unreturned = cancellation::unreturned(&deps.db, batch, &failing).await?;
+        failing.extend(cancellation::return_units(&deps.stock, &deps.db, &unreturned).await?.failed);
         if (unreturned.len() as i64) < batch {
             return Ok(cancelled);
         }

@@ -75,6 +75,8 @@ pub struct SweepReport {
     pub failed: usize,
     /// Reservations whose order Redis no longer knows (it lost data).
     pub unknown: usize,
+    /// Sales whose sweep failed (tried again next sweep).
+    pub failed_sales: usize,
 }
 
 impl Sweeper {
@@ -173,20 +175,34 @@ impl Sweeper {
         tx.commit().await?;
         let mut report = SweepReport::default();
         for sale in self.deps.stock.sales().await? {
-            // Units a borrower left between two buckets (it died between
-            // lending and receiving) arrive.
-            let arrived = self.deps.stock.complete_transfers(sale, cutoff).await?;
-            if arrived > 0 {
-                tracing::warn!(sale = %sale, arrived, "units left on their way between buckets arrived");
-                metrics::counter!("seckill_sweeper_transfers_completed_total").increment(arrived as u64);
-            }
-            let stale = self.deps.stock.stale_reservations(sale, cutoff, self.settings.sweeper.batch as isize).await?;
-            for order_id in stale {
-                self.settle_reservation(sale, &order_id, &mut report).await?;
+            // Each sale on its own: one whose Redis (or record) fails is
+            // logged, counted and tried again next sweep; the others go on.
+            if let Err(error) = self.sweep_sale(sale, cutoff, &mut report).await {
+                tracing::warn!(%sale, error = %format!("{error:#}"), "sweeping a sale failed; the next sweep tries again");
+                metrics::counter!("seckill_sweeper_sale_failures_total").increment(1);
+                report.failed_sales += 1;
             }
         }
         metrics::counter!("seckill_sweeper_republished_total").increment(report.republished as u64);
         Ok(report)
+    }
+
+    /// One sale's part of a sweep: transfers left half done, then the
+    /// reservations whose record provably never reached the order service.
+    async fn sweep_sale(&self, sale: SaleKey, cutoff: i64, report: &mut SweepReport) -> anyhow::Result<()> {
+        // Units a borrower left between two buckets (it died between
+        // lending and receiving, or found a step not yet on the replicas)
+        // arrive.
+        let arrived = self.deps.stock.complete_transfers(sale, cutoff).await?;
+        if arrived > 0 {
+            tracing::warn!(sale = %sale, arrived, "units left on their way between buckets arrived");
+            metrics::counter!("seckill_sweeper_transfers_completed_total").increment(arrived as u64);
+        }
+        let stale = self.deps.stock.stale_reservations(sale, cutoff, self.settings.sweeper.batch as isize).await?;
+        for order_id in stale {
+            self.settle_reservation(sale, &order_id, report).await?;
+        }
+        Ok(())
     }
 
     /// One reservation whose record provably never reached the order

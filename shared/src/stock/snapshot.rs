@@ -159,13 +159,20 @@ impl Stock {
             })
             .collect();
         // One EXISTS per sale, all at once: on a cluster each sale's meta may
-        // live on another primary, and a pipeline must keep to one slot.
-        let alive: Vec<bool> = futures::future::try_join_all(sales.iter().map(|(_, sale)| {
+        // live on another primary, and a pipeline must keep to one slot. A
+        // sale whose primary does not answer is kept (and fails on its own
+        // where it is used): one failing shard hides no other sale.
+        let alive: Vec<bool> = futures::future::join_all(sales.iter().map(|(_, sale)| {
             let mut conn = self.conn.clone();
             let meta = self.keys.sale(*sale).meta;
-            async move { self.conn.bounded(conn.exists::<_, bool>(meta)).await }
+            async move {
+                self.conn.bounded(conn.exists::<_, bool>(meta)).await.unwrap_or_else(|error| {
+                    tracing::warn!(%sale, %error, "whether a sale's keys still exist is not known; kept");
+                    true
+                })
+            }
         }))
-        .await?;
+        .await;
         let gone: Vec<&String> =
             sales.iter().zip(&alive).filter(|(_, alive)| !**alive).map(|((member, _), _)| *member).collect();
         if !gone.is_empty() {
