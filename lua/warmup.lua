@@ -12,9 +12,12 @@
 -- ARGV[6] "1" to replace a round that still has orders in flight
 -- ARGV[7] the round's buckets ("0,5,17"; "0" for a sale of one), ARGV[8]
 --         how many, ARGV[9] this bucket's place among them (the users it
---         serves: user id mod ARGV[8]; -1 for none, a bucket retired)
+--         serves: user id mod ARGV[8]; -1 for none, a bucket retired),
+-- ARGV[10] the warm-up's id (kept in meta as 'warmup')
 --
--- Returns 1 loaded, 0 refused: the previous round has orders in flight
+-- Returns 1 loaded, 2 loaded before by this warm-up (left as it is: it may
+-- be selling — a warm-up run again finishes what it began, never resets
+-- what it loaded), 0 refused: the previous round has orders in flight
 -- (reserved, or QUEUED) and ARGV[6] is not "1". Checking and loading in one
 -- script means no deduction can slip in between.
 --
@@ -23,6 +26,10 @@
 -- kept while the sale lives (order ids stay unique after it expires too:
 -- each carries a random nonce). Every key of a sale with an end expires at
 -- ARGV[5], whichever script creates it.
+local current = redis.call('HMGET', KEYS[1], 'round', 'warmup', 'warming')
+if current[1] == ARGV[4] and current[2] == ARGV[10] and not current[3] then
+  return 2
+end
 if ARGV[6] ~= '1' then
   local queued = tonumber(redis.call('HGET', KEYS[1], 'queued') or '0')
   if queued > 0 or redis.call('ZCARD', KEYS[5]) > 0 then
@@ -32,7 +39,7 @@ end
 redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11], KEYS[12])
 redis.call('HSET', KEYS[1], 'total', ARGV[1], 'starts', ARGV[2], 'ends', ARGV[3], 'round', ARGV[4],
   'queued', 0, 'created', 0, 'failed', 0, 'cancelled', 0, 'expires', ARGV[5],
-  'buckets', ARGV[7], 'of', ARGV[8], 'home', ARGV[9])
+  'buckets', ARGV[7], 'of', ARGV[8], 'home', ARGV[9], 'warmup', ARGV[10])
 redis.call('SET', KEYS[2], ARGV[1])
 -- The keys that exist now; the others get their expiry when created.
 for _, i in ipairs({ 1, 2, 8 }) do

@@ -64,3 +64,5 @@ mod slow_clients;
 mod smoke;
 #[path = "e2e/upgrade.rs"]
 mod upgrade;
+#[path = "e2e/warmup_job.rs"]
+mod warmup_job;

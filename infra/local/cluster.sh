@@ -89,6 +89,31 @@ CONF
   done
   wait_for "sentinels agreeing on a primary" "$LOGS/sentinel-${SENTINEL_PORTS[0]}.log" 30 \
     bash -c "redis-cli -p ${SENTINEL_PORTS[0]} sentinel ckquorum $SENTINEL_MASTER | grep -q OK"
+  # Up means replicating: a warm-up or a deduction confirmed by a replica
+  # needs one, and after an earlier failover both servers may come back as
+  # primaries until Sentinel turns one into the other's replica (flushing
+  # what it held).
+  wait_for "the primary Sentinel names to have its replica online" "$LOGS/sentinel-${SENTINEL_PORTS[0]}.log" 90 \
+    cluster_redis_replicated
+}
+
+# Every Sentinel names the same primary, that primary says it is one with a
+# replica online, and every other server is its replica, linked.
+cluster_redis_replicated() {
+  local named port primary
+  named="$(sentinel_master "${SENTINEL_PORTS[0]}")"
+  [[ -n "$named" ]] || return 1
+  for port in "${SENTINEL_PORTS[@]}"; do
+    [[ "$(sentinel_master "$port")" == "$named" ]] || return 1
+  done
+  primary="$(echo "$named" | awk '{print $2}')"
+  [[ "$(redis-cli -p "$primary" role 2>/dev/null | head -1)" == master ]] || return 1
+  redis-cli -p "$primary" info replication 2>/dev/null | grep -Eq '^slave[0-9]+:.*state=online' || return 1
+  for port in "${REDIS_PORTS[@]}"; do
+    [[ $port == "$primary" ]] && continue
+    local info; info="$(redis-cli -p "$port" info replication 2>/dev/null)"
+    grep -q "^master_port:$primary" <<<"$info" && grep -q "^master_link_status:up" <<<"$info" || return 1
+  done
 }
 
 start_cluster_kafka() {

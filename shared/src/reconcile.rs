@@ -104,10 +104,29 @@ pub struct Report {
     pub compensator_lag: Option<i64>,
     /// Redis's own view of the sale.
     pub redis: SaleSnapshot,
+    /// The sale's last warm-up when it is not finished (its caller or its
+    /// process stopped short, or the replicas did not confirm it): repeat
+    /// it — the same `warmupId` (`seckillctl warmup --id`) — to finish it.
+    pub unfinished_warmup: Option<UnfinishedWarmup>,
     /// Whether every check holds.
     pub consistent: bool,
     /// Each failed check, in words, naming the terms that disagree.
     pub violations: Vec<String>,
+}
+
+/// A warm-up that stopped short.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnfinishedWarmup {
+    pub warmup_id: String,
+    /// `STARTED` (its buckets held still) or `COMMITTED` (its round is
+    /// PostgreSQL's; Redis partly loaded).
+    pub step: String,
+    /// Its round, once committed.
+    pub round: Option<i32>,
+    /// Why its last run stopped, when known.
+    pub error: Option<String>,
+    pub started_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl Report {
@@ -297,6 +316,13 @@ pub async fn reconcile(
         order_lag,
         compensator_lag,
         redis: snapshot,
+        unfinished_warmup: crate::sales::record::unfinished(pool, sale).await.map_err(&pg)?.map(|w| UnfinishedWarmup {
+            warmup_id: w.id,
+            step: w.step.as_str().to_owned(),
+            round: w.round,
+            error: w.error,
+            started_at: w.started_at,
+        }),
         consistent: false,
         violations: Vec::new(),
     };
@@ -439,6 +465,12 @@ impl Report {
 /// The invariant's checks, each violation naming its terms and figures.
 pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
     let mut violations = Vec::new();
+    if let Some(warmup) = &r.unfinished_warmup {
+        violations.push(format!(
+            "warm-up {} is half done ({}): repeat it with the same id (warmupId, or seckillctl warmup --id {}) to finish it",
+            warmup.warmup_id, warmup.step, warmup.warmup_id
+        ));
+    }
     if !r.redis.exists {
         violations.push("redis has no such sale (expired, never warmed, or Redis lost its data)".to_owned());
     } else if r.redis.total != r.total_stock || i64::from(r.round) != r.redis.round {

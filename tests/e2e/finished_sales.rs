@@ -30,6 +30,7 @@ async fn keys_of(env: &TestEnv, sale: SaleKey) -> Vec<(String, i64)> {
 
 async fn warm(env: &TestEnv, stock: &Stock, sale: SaleKey, units: i64, ends_at: Option<DateTime<Utc>>, window: i64) {
     let request = WarmupRequest {
+        id: None,
         sale,
         stock: units,
         starts_at: None,

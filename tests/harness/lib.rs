@@ -313,6 +313,7 @@ impl TestEnv {
         force: bool,
     ) -> Result<seckill_shared::db::SaleRow, seckill_shared::sales::WarmupError> {
         let request = seckill_shared::sales::WarmupRequest {
+            id: None,
             sale,
             stock,
             starts_at: None,

@@ -36,6 +36,11 @@ pub struct Args {
     /// in slots of their own (on a Redis Cluster, on different primaries).
     #[arg(long, default_value_t = 1)]
     buckets: u32,
+    /// The warm-up's id: the same id run again finishes (or answers) the
+    /// same warm-up, never a second round; a new one when absent (printed
+    /// when it stops short).
+    #[arg(long)]
+    id: Option<String>,
     /// Print the sale as JSON.
     #[arg(long)]
     json: bool,
@@ -46,7 +51,9 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
     let sale = SaleKey::from_raw(args.activity, args.sku).map_err(Failure::unreadable)?;
     let (stock, db) = connect(settings).await?;
     seckill_shared::db::migrate(&db).await.map_err(Failure::unreadable)?;
+    let id = args.id.unwrap_or_else(|| format!("w-{:016x}", rand::random::<u64>()));
     let request = WarmupRequest {
+        id: Some(id.clone()),
         sale,
         stock: args.stock,
         starts_at: args.starts_at,
@@ -56,7 +63,13 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         buckets: args.buckets,
     };
     let locks = seckill_shared::lock::LockClient::new(stock.connection(), Default::default());
-    let row = warmup(&stock, &db, &locks, &settings.warmup_lock, &request).await.map_err(failure)?;
+    let row = warmup(&stock, &db, &locks, &settings.warmup_lock, &request).await.map_err(|error| {
+        let resumable = matches!(error, WarmupError::NotReplicated(_) | WarmupError::Redis(_) | WarmupError::Db(_));
+        if resumable {
+            eprintln!("warm-up {id} stopped short; run it again with --id {id} to finish it");
+        }
+        failure(error)
+    })?;
     print(&row, args.json, &format!("sale {sale} warmed up"))
 }
 
@@ -86,7 +99,7 @@ pub async fn close(settings: &Settings, args: CloseArgs) -> Result<(), Failure> 
 
 fn failure(error: WarmupError) -> Failure {
     match error {
-        WarmupError::Redis(_) | WarmupError::Db(_) => Failure::unreadable(error),
+        WarmupError::Redis(_) | WarmupError::Db(_) | WarmupError::NotReplicated(_) => Failure::unreadable(error),
         other => Failure::failed(other),
     }
 }

@@ -58,6 +58,16 @@ impl Stock {
         })
     }
 
+    /// One field of a bucket's hash `holder`, confirmed by the replicas.
+    pub(super) async fn confirm_field(
+        &self,
+        holder: &str,
+        meta: &str,
+        field: &str,
+    ) -> Result<Confirmation<redis::Value>, RedisCallError> {
+        self.confirm(holder, meta, "field", field).await
+    }
+
     /// Whether `transfer` is logged by its lender and the replicas have it.
     pub async fn lend_confirmed(&self, sale: SaleKey, transfer: &Transfer) -> Result<Confirmation<()>, RedisCallError> {
         let k = self.keys.bucket(sale, transfer.from);

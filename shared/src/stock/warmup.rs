@@ -48,15 +48,9 @@ impl Stock {
     /// without buckets), its stock shared among them, replacing the
     /// previous round — unless that one has orders in flight in any of its
     /// buckets and `force` is off: then nothing changes and this answers
-    /// `false`. Registers the sale for the sweeper.
-    ///
-    /// A sale of one bucket is checked and loaded in one script. A sale of
-    /// several is first held still, bucket by bucket (`lua/freeze.lua`:
-    /// the same in-flight check, and no deduction accepted until the load),
-    /// so a refusal part way leaves every bucket as it was; then buckets of
-    /// the previous round that the new one lists no more are retired (no
-    /// units, no users), the others loaded, bucket 0 (whose list the edges
-    /// read) last, and the retired ones deleted.
+    /// `false`. Registers the sale for the sweeper. (Redis alone: the warm-up
+    /// of a sale is [`crate::sales::warmup`], which commits the round in
+    /// PostgreSQL between holding the buckets still and loading them.)
     pub async fn warmup(&self, sale: SaleKey, buckets: &[Bucket], round: Round) -> Result<bool, RedisCallError> {
         let of = buckets.len().max(1) as i64;
         let share = |i: usize| round.stock / of + i64::from((i as i64) < round.stock % of);
@@ -76,41 +70,75 @@ impl Stock {
         let buckets: Vec<Bucket> = shares.iter().map(|(b, _)| *b).collect();
         let previous = self.directory(sale).await?.buckets;
         let retired: Vec<Bucket> = previous.iter().copied().filter(|b| !buckets.contains(b)).collect();
+        let every: Vec<Bucket> = buckets.iter().chain(&retired).copied().collect();
+        if !self.freeze(sale, &every, round.force).await? {
+            return Ok(false);
+        }
+        let id = format!("r-{:016x}", rand::random::<u64>());
+        self.load_shares(sale, shares, &retired, Round { force: true, ..round }, &id).await?;
+        Ok(true)
+    }
+
+    /// Loads a round into `buckets` (its stock shared among them) once
+    /// they are held still ([`Stock::freeze`]), for the warm-up `warmup_id`:
+    /// `retired` (the previous round's buckets it lists no more) first, as
+    /// serving no one, then the round's, bucket 0 (whose list the edges
+    /// read) last, then the retired ones deleted; registers the sale. A
+    /// bucket this warm-up loaded before is left as it is (it may be
+    /// selling): run again, this finishes what a run that stopped began.
+    pub async fn load_round(
+        &self,
+        sale: SaleKey,
+        buckets: &[Bucket],
+        retired: &[Bucket],
+        round: Round,
+        warmup_id: &str,
+    ) -> Result<(), RedisCallError> {
+        let of = buckets.len().max(1) as i64;
+        let share = |i: usize| round.stock / of + i64::from((i as i64) < round.stock % of);
+        let shares: Vec<(Bucket, i64)> = buckets.iter().enumerate().map(|(i, b)| (*b, share(i))).collect();
+        self.load_shares(sale, &shares, retired, round, warmup_id).await
+    }
+
+    async fn load_shares(
+        &self,
+        sale: SaleKey,
+        shares: &[(Bucket, i64)],
+        retired: &[Bucket],
+        round: Round,
+        warmup_id: &str,
+    ) -> Result<(), RedisCallError> {
+        let buckets: Vec<Bucket> = shares.iter().map(|(b, _)| *b).collect();
         let list = Directory::encode(&buckets);
         let of = buckets.len();
-        if buckets == [Bucket::FIRST] && retired.is_empty() {
-            let place = Place { list: &list, of, home: 0, units: shares[0].1 };
-            if !self.warmup_bucket(sale, Bucket::FIRST, round, place).await? {
-                return Ok(false);
-            }
-        } else {
-            let every: Vec<Bucket> = buckets.iter().chain(&retired).copied().collect();
-            if !self.freeze(sale, &every, round.force).await? {
-                return Ok(false);
-            }
-            let forced = Round { force: true, ..round };
-            for bucket in &retired {
-                let place = Place { list: &list, of, home: -1, units: 0 };
-                self.warmup_bucket(sale, *bucket, forced, place).await?;
-            }
-            for (i, (bucket, units)) in shares.iter().enumerate().rev() {
-                let place = Place { list: &list, of, home: i as i64, units: *units };
-                self.warmup_bucket(sale, *bucket, forced, place).await?;
-            }
-            for bucket in retired {
-                self.delete_bucket(sale, bucket).await?;
-            }
+        for bucket in retired {
+            let place = Place { list: &list, of, home: -1, units: 0 };
+            self.warmup_bucket(sale, *bucket, round, place, warmup_id).await?;
+        }
+        for (i, (bucket, units)) in shares.iter().enumerate().rev() {
+            let place = Place { list: &list, of, home: i as i64, units: *units };
+            self.warmup_bucket(sale, *bucket, round, place, warmup_id).await?;
+        }
+        for bucket in retired {
+            self.delete_bucket(sale, *bucket).await?;
         }
         let mut register = redis::pipe();
         register.sadd(self.keys.registry(), sale.to_string()).ignore();
         self.conn.pipe::<()>(&register).await?;
-        Ok(true)
+        Ok(())
+    }
+
+    /// Whether the replicas have what was last written to one bucket's
+    /// round (a load, a close: its meta), and everything before it.
+    pub async fn round_confirmed(&self, sale: SaleKey, bucket: Bucket) -> Result<bool, RedisCallError> {
+        let k = self.keys.bucket(sale, bucket);
+        Ok(self.confirm_field(&k.meta, &k.meta, "round").await?.confirmed())
     }
 
     /// Holds `buckets` still for a warm-up (`lua/freeze.lua`); when one
     /// refuses (orders in flight), lets the others go again and answers
     /// `false`.
-    async fn freeze(&self, sale: SaleKey, buckets: &[Bucket], force: bool) -> Result<bool, RedisCallError> {
+    pub async fn freeze(&self, sale: SaleKey, buckets: &[Bucket], force: bool) -> Result<bool, RedisCallError> {
         for (i, bucket) in buckets.iter().enumerate() {
             let k = self.keys.bucket(sale, *bucket);
             let mut invocation = with_keys(&FREEZE, &[&k.meta, &k.reserved]);
@@ -129,13 +157,15 @@ impl Stock {
     }
 
     /// Loads one bucket of a sale round with `place.units` units: checked
-    /// and loaded in one script (`lua/warmup.lua`).
+    /// and loaded in one script (`lua/warmup.lua`); a bucket `warmup_id`
+    /// loaded before is left as it is.
     async fn warmup_bucket(
         &self,
         sale: SaleKey,
         bucket: Bucket,
         round: Round,
         place: Place<'_>,
+        warmup_id: &str,
     ) -> Result<bool, RedisCallError> {
         let mut invocation = with_keys(&WARMUP, &self.keys.bucket(sale, bucket).every_key());
         invocation
@@ -147,9 +177,10 @@ impl Stock {
             .arg(if round.force { "1" } else { "0" })
             .arg(place.list)
             .arg(place.of)
-            .arg(place.home);
+            .arg(place.home)
+            .arg(warmup_id);
         let loaded: i64 = self.conn.invoke(&invocation).await?;
-        Ok(loaded == 1)
+        Ok(loaded >= 1)
     }
 
     /// Deletes every key of one bucket of a sale at once (what a benchmark

@@ -5,7 +5,7 @@ use super::bodies::{ErrorBody, WarmupBody};
 use super::body::{from_serde, FromJsonBody, JsonBody};
 use super::{auth, ApiError, AppState};
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::routing::{post, put};
 use axum::{Json, Router};
 use seckill_shared::db::SaleRow;
@@ -41,14 +41,14 @@ fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
     params(("activityId" = i64, Path, minimum = 1), ("skuId" = i64, Path, minimum = 1)),
     request_body(content = WarmupBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "Warmed up: stock set (never added), buyers cleared; with an end, every key of the sale expires after the end, the payment window and redis.sale_key_margin_secs", body = SaleRow),
+        (status = 200, description = "Warmed up (the replicas have it): stock set (never added), buyers cleared; with an end, every key of the sale expires after the end, the payment window and redis.sale_key_margin_secs. The Seckill-Warmup-Id header names the warm-up; asked again with it (warmupId, or Idempotency-Key), the same answer", body = SaleRow, headers(("Seckill-Warmup-Id" = String, description = "The warm-up's id"))),
         (status = 400, description = "INVALID_REQUEST: a bad id, stock or window", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: no or a wrong admin token", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED: this client failed to authenticate too often (Retry-After)", body = ErrorBody),
-        (status = 409, description = "SALE_BUSY: another warm-up runs, or the previous round has orders in flight (force to replace it)", body = ErrorBody),
+        (status = 409, description = "SALE_BUSY: another warm-up runs, the previous round has orders in flight (force to replace it), or the warm-up id was used for another request", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
         (status = 415, description = "UNSUPPORTED_MEDIA_TYPE", body = ErrorBody),
-        (status = 503, description = "TRY_AGAIN: Redis or PostgreSQL unavailable", body = ErrorBody),
+        (status = 503, description = "TRY_AGAIN: Redis or PostgreSQL unavailable, or the replicas did not confirm the warm-up: repeat it with the same warmupId to finish it", body = ErrorBody),
     )
 )]
 pub(super) async fn warm_up(
@@ -56,10 +56,13 @@ pub(super) async fn warm_up(
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
     JsonBody(body): JsonBody<WarmupBody>,
-) -> Result<Json<SaleRow>, ApiError> {
+) -> Result<([(HeaderName, HeaderValue); 1], Json<SaleRow>), ApiError> {
     auth::require_admin(&state, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
+    let asked_id = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let id = body.warmup_id.or(asked_id).unwrap_or_else(|| format!("w-{:016x}", rand::random::<u64>()));
     let request = WarmupRequest {
+        id: Some(id.clone()),
         sale,
         stock: body.stock,
         starts_at: body.starts_at,
@@ -68,15 +71,20 @@ pub(super) async fn warm_up(
         payment_window_seconds: body.payment_window_seconds,
         buckets: body.buckets,
     };
-    let row = sales::warmup(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, &request)
-        .await
-        .map_err(warmup_refusal)?;
+    let header_value = HeaderValue::from_str(&id).map_err(ApiError::invalid)?;
+    // A task of its own: a client that hangs up does not cut the warm-up
+    // in half (it runs to its end; repeating the id answers it).
+    let job = tokio::spawn({
+        let state = state.clone();
+        async move { sales::warmup(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, &request).await }
+    });
+    let row = job.await.map_err(|e| ApiError::Internal(e.into()))?.map_err(warmup_refusal)?;
     // Units may have come back: this edge stops trusting its flag at once
     // (other edges within their flag's time to live).
     state.sold_out.clear(sale);
     state.homes.forget(sale);
-    tracing::info!(sale = %sale, stock = row.total_stock, round = row.round, "sale warmed up");
-    Ok(Json(row))
+    tracing::info!(sale = %sale, warmup = %id, stock = row.total_stock, round = row.round, "sale warmed up");
+    Ok(([(HeaderName::from_static("seckill-warmup-id"), header_value)], Json(row)))
 }
 
 /// Closes a sale now: no order is accepted after it (an end only moves
@@ -118,8 +126,10 @@ fn warmup_refusal(error: WarmupError) -> ApiError {
     match error {
         WarmupError::Invalid(why) => ApiError::InvalidRequest(why),
         WarmupError::NotFound(_) => ApiError::SaleNotFound,
-        WarmupError::Busy(_) | WarmupError::InFlight(_) => ApiError::SaleBusy(error.to_string()),
-        WarmupError::Redis(_) | WarmupError::Db(_) => ApiError::TryAgain(error.into()),
+        WarmupError::Busy(_) | WarmupError::InFlight(_) | WarmupError::IdReused(_) => {
+            ApiError::SaleBusy(error.to_string())
+        }
+        WarmupError::Redis(_) | WarmupError::Db(_) | WarmupError::NotReplicated(_) => ApiError::TryAgain(error.into()),
     }
 }
 

@@ -276,6 +276,13 @@ pub struct WarmupBody {
     #[serde(default = "one_bucket")]
     #[schema(minimum = 1, maximum = 64, default = 1)]
     pub buckets: u32,
+    /// The warm-up's id (1 to 64 letters, digits, `-`, `_`; or the
+    /// `Idempotency-Key` header): the same id asked again finishes or
+    /// answers the same warm-up, never a second round. A new one when
+    /// absent; the answer's `Seckill-Warmup-Id` header names it.
+    #[serde(default)]
+    #[schema(nullable = false)]
+    pub warmup_id: Option<String>,
 }
 
 fn default_payment_window() -> i64 {

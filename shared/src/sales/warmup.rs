@@ -1,0 +1,148 @@
+//! The warm-up job: all or nothing, whoever stops waiting for it.
+//!
+//! In order, under the sale's warm-up lock, each step recorded
+//! ([`super::record`]):
+//!
+//! 1. the round's buckets are placed (once: a repeat uses the same);
+//! 2. every bucket of the new and the previous round is held still
+//!    (`lua/freeze.lua`: with the in-flight check, so a refusal leaves
+//!    every bucket and PostgreSQL as they were; from here no deduction is
+//!    accepted until the bucket is loaded);
+//! 3. the new round is committed in PostgreSQL — with nothing selling,
+//!    no order of it is answered before PostgreSQL has its round;
+//! 4. the buckets are loaded (bucket 0, whose list the edges read, last),
+//!    each once for this warm-up (`lua/warmup.lua` answers a bucket loaded
+//!    by it before without touching it: it may be selling);
+//! 5. the replicas confirm every bucket (`redis.min_replica_acks`): a
+//!    warm-up answered is never lost in a failover.
+//!
+//! A run that stops anywhere (its caller hung up: the edge runs it as a
+//! task of its own; its process died; the replicas did not confirm) is
+//! finished by running the same warm-up id again, from the step it
+//! reached; the reconciliation names it until then.
+
+use super::record::{self, Step};
+use super::{WarmupError, WarmupRequest, MAX_PAYMENT_WINDOW_SECONDS};
+use crate::config::LockSettings;
+use crate::db::{self, SaleRow};
+use crate::lock::LockClient;
+use crate::stock::{warmup::Round, Bucket, SaleLock, Stock, MAX_BUCKETS};
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+/// Runs the warm-up `request.id` (a new id when `None`) under the sale's
+/// warm-up lock (`lock`: its lease and wait) to its end, or finishes it
+/// from where an earlier run stopped; returns the sale as PostgreSQL now
+/// holds it. Asked again once done, answers the sale without a new round.
+pub async fn warmup(
+    stock: &Stock,
+    pool: &PgPool,
+    locks: &LockClient,
+    lock: &LockSettings,
+    request: &WarmupRequest,
+) -> Result<SaleRow, WarmupError> {
+    validate(request)?;
+    let id = request.id.clone().unwrap_or_else(|| format!("w-{:016x}", rand::random::<u64>()));
+    let sale = request.sale;
+    let lock_name = stock.keys().sale_lock(sale, SaleLock::Warmup);
+    let Some(guard) = locks.acquire_with_watchdog(&lock_name, lock.lease(), lock.wait(), 0).await? else {
+        return Err(WarmupError::Busy(sale));
+    };
+    let result = run(stock, pool, &id, request).await;
+    if let Err(error) = &result {
+        // Recorded for the reconciliation (best effort: it may be the
+        // database that failed).
+        let refused = matches!(error, WarmupError::InFlight(_)).then_some(Step::Refused);
+        if let Err(not_recorded) = record::ended(pool, &id, refused, Some(&error.to_string())).await {
+            tracing::warn!(warmup = %id, %not_recorded, "a warm-up's stop not recorded");
+        }
+    }
+    guard.release().await;
+    result
+}
+
+fn validate(request: &WarmupRequest) -> Result<(), WarmupError> {
+    if request.stock < 0 || request.stock > 1_000_000_000 {
+        return Err(WarmupError::Invalid(format!("stock must be between 0 and 1000000000, got {}", request.stock)));
+    }
+    if !(1..=MAX_PAYMENT_WINDOW_SECONDS).contains(&request.payment_window_seconds) {
+        return Err(WarmupError::Invalid(format!(
+            "paymentWindowSeconds must be between 1 and {MAX_PAYMENT_WINDOW_SECONDS}, got {}",
+            request.payment_window_seconds
+        )));
+    }
+    if !(1..=MAX_BUCKETS).contains(&request.buckets) {
+        return Err(WarmupError::Invalid(format!(
+            "buckets must be between 1 and {MAX_BUCKETS}, got {}",
+            request.buckets
+        )));
+    }
+    if let (Some(starts), Some(ends)) = (request.starts_at, request.ends_at) {
+        if starts >= ends {
+            return Err(WarmupError::Invalid("startsAt must be before endsAt".into()));
+        }
+    }
+    if let Some(id) = &request.id {
+        let plain = id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if id.is_empty() || id.len() > 64 || !plain {
+            return Err(WarmupError::Invalid("warmupId must be 1 to 64 letters, digits, '-' or '_'".into()));
+        }
+    }
+    Ok(())
+}
+
+/// The steps, from the one the warm-up reached.
+async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) -> Result<SaleRow, WarmupError> {
+    let sale = request.sale;
+    let job = record::begin(pool, id, request).await?.ok_or_else(|| WarmupError::IdReused(id.to_owned()))?;
+    if job.step == Step::Done {
+        return db::find_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale));
+    }
+    let (buckets, retired) = match (&job.buckets, job.step) {
+        (Some(buckets), Step::Started | Step::Committed) => (buckets.clone(), job.retired.clone()),
+        _ => {
+            let buckets = stock.place_buckets(sale, request.buckets).await?;
+            let previous = stock.directory(sale).await?.buckets;
+            let retired: Vec<Bucket> = previous.into_iter().filter(|b| !buckets.contains(b)).collect();
+            record::placed(pool, id, &buckets, &retired).await?;
+            (buckets, retired)
+        }
+    };
+    let mut every = buckets.clone();
+    every.extend(&retired);
+    let committed_round = match (job.step, job.round) {
+        (Step::Committed, Some(round)) => round,
+        _ => {
+            if !stock.freeze(sale, &every, request.force).await? {
+                return Err(WarmupError::InFlight(sale));
+            }
+            let mut tx = pool.begin().await?;
+            let window = request.payment_window_seconds as i32;
+            let row = db::upsert_sale(&mut tx, sale, request.stock, request.starts_at, request.ends_at, window).await?;
+            record::committed(&mut tx, id, row.round).await?;
+            tx.commit().await?;
+            row.round
+        }
+    };
+    let ms = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis()).unwrap_or(0);
+    let round = Round {
+        stock: request.stock,
+        starts_ms: ms(request.starts_at),
+        ends_ms: ms(request.ends_at),
+        round: i64::from(committed_round),
+        expire_at_ms: request
+            .ends_at
+            .map(|end| stock.sale_keys_expire_at(end.timestamp_millis(), request.payment_window_seconds))
+            .unwrap_or(0),
+        force: true,
+    };
+    stock.load_round(sale, &buckets, &retired, round, id).await?;
+    for bucket in &buckets {
+        if !stock.round_confirmed(sale, *bucket).await? {
+            return Err(WarmupError::NotReplicated(id.to_owned()));
+        }
+    }
+    record::ended(pool, id, Some(Step::Done), None).await?;
+    tracing::info!(warmup = %id, %sale, round = committed_round, "warm-up done");
+    db::find_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale))
+}
