@@ -28,8 +28,8 @@ TOML file named by SECKILL_CONFIG, then environment variables:
   SECKILL_USER_JWT_SECRET  user_jwt_secret  (edge) user JWT auth off when unset
 
 Any other key as SECKILL__SECTION__KEY (e.g. SECKILL__RETRY__MAX_MS=1000).
-Every key and its effective value: --print-config. The README's
-Configuration section describes them. A key the service does not have is an
+Every key and its effective value: --print-config. docs/configuration.md
+describes them. A key the service does not have is an
 error naming it. RUST_LOG sets the log filter.";
 
 /// The command line of a service binary.

@@ -1,4 +1,4 @@
-//! Reconciliation of one sale (README.md, "How nothing is lost"): reads Redis, PostgreSQL
+//! Reconciliation of one sale (docs/guarantees.md): reads Redis, PostgreSQL
 //! and the consumer groups' lag, and checks the invariant
 //!
 //! `total_stock = redis_remaining + orders_created + orders_paid + orders_in_flight`,

@@ -1,4 +1,4 @@
-//! The edge holds against clients who cheat (README.md, "Security"): a
+//! The edge holds against clients who cheat (docs/security.md): a
 //! flood of admin guesses from 100,000 addresses leaves its memory flat and
 //! the operator unthrottled; behind a trusted proxy the guesser is blocked
 //! and the operator is not, while a client that names itself in

@@ -150,16 +150,16 @@ fn check_config_says_whether_the_settings_would_start() {
         assert!(short.stderr.contains("at least") && !short.stderr.contains(value), "{}", short.stderr);
     }
 
-    // The README's edge.toml, as written.
-    let readme = std::fs::read_to_string(seckill_e2e::repo_root().join("README.md")).unwrap();
-    let start = readme.find("# edge.toml\n").expect("the README's edge.toml");
+    // The configuration page's edge.toml, as written.
+    let readme = std::fs::read_to_string(seckill_e2e::repo_root().join("docs/configuration.md")).unwrap();
+    let start = readme.find("# edge.toml\n").expect("docs/configuration.md's edge.toml");
     let example = &readme[start..start + readme[start..].find("```").expect("the example ends")];
     let file = std::env::temp_dir().join(format!("edge-{}.toml", std::process::id()));
     std::fs::write(&file, example).unwrap();
     let checked = run("seckill-edge", &["--check-config"], &[("SECKILL_CONFIG", file.to_str().unwrap())]);
     let printed = run("seckill-edge", &["--print-config"], &[("SECKILL_CONFIG", file.to_str().unwrap())]);
     let _ = std::fs::remove_file(&file);
-    assert_eq!(checked.code, 0, "the README's edge.toml: {}", checked.stderr);
+    assert_eq!(checked.code, 0, "docs/configuration.md's edge.toml: {}", checked.stderr);
     assert!(printed.stdout.contains("max_in_flight = 4096"), "{}", printed.stdout);
 }
 

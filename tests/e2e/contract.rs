@@ -1,4 +1,4 @@
-//! Every row of the edge's HTTP contract (README.md, "The HTTP API"). Each refused
+//! Every row of the edge's HTTP contract (docs/buyers-api.md). Each refused
 //! request is checked to change nothing: stock, buyers, orders.
 
 use hyper::Method;

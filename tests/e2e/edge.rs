@@ -1,4 +1,4 @@
-//! The edge, to the HTTP contract (README.md, "The HTTP API").
+//! The edge, to the HTTP contract (docs/buyers-api.md).
 
 use futures::stream::{self, StreamExt};
 use hyper::Method;

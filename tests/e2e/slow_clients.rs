@@ -1,4 +1,4 @@
-//! Slow and idle clients cannot pin the edge (README.md, "Connections"):
+//! Slow and idle clients cannot pin the edge (docs/security.md):
 //! headers and bodies have deadlines, idle keep-alive connections end,
 //! connections are capped and requests beyond the in-flight limit are
 //! answered 503 at once, while the probes and buyers keep being answered.

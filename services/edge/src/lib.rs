@@ -1,5 +1,5 @@
-//! The flash-sale edge: the HTTP front door (its contract: README.md, "The
-//! HTTP API"; the route of an order through it: ARCHITECTURE.md).
+//! The flash-sale edge: the HTTP front door (its contract:
+//! docs/buyers-api.md; the route of an order through it: ARCHITECTURE.md).
 //!
 //! A request to buy goes through, in order: a strict body parse, optional
 //! user auth, the global and per-user rate limits, the local sold-out flag,
