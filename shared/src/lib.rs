@@ -1,31 +1,31 @@
-//! The library every seckill service shares: domain types and codes,
-//! typed settings, the Redis scripts and key layout, the distributed lock,
-//! Kafka client setup, database access, reconciliation and telemetry.
+//! The library every seckill service shares, in rooms by job:
+//!
+//! - [`domain`]: the validated ids, the order record and event, statuses;
+//! - [`config`]: typed settings from defaults, a file and the environment;
+//! - [`stock`]: the sale's state in Redis — the connection, the key layout,
+//!   one wrapper per Lua script;
+//! - [`kafka`]: topics, producer and consumer setup, headers, lag;
+//! - [`db`]: PostgreSQL — the pool and migrations, sales, the outbox, the
+//!   dead-letter index, parked records;
+//! - [`orders`]: what crosses both stores for one order: Redis following
+//!   PostgreSQL's fate, cancellations and the return of their units;
+//! - [`sales`]: a sale's warm-up (a job that is all or nothing) and close;
+//! - [`books`]: the reconciliation;
+//! - [`ops`]: how a service runs — its command line, host, telemetry,
+//!   shutdown, and the singletons' seats (lock, lease, fence, leader).
 //!
 //! Services (`services/*`) are thin: they wire these parts together. Anything
 //! two services need lives here, next to the concern it belongs to.
 
-pub mod cancellation;
-pub mod cli;
+pub mod books;
 pub mod config;
 pub mod db;
-pub mod dead_letters;
 pub mod domain;
-pub mod fate;
-pub mod fence;
-pub mod host;
 pub mod kafka;
-pub mod leader;
-pub mod lease;
-pub mod lock;
-pub mod outbox;
-pub mod parked;
-pub mod reconcile;
-pub mod redis_conn;
+pub mod ops;
+pub mod orders;
 pub mod sales;
-pub mod shutdown;
 pub mod stock;
-pub mod telemetry;
 
 /// Current time in milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {

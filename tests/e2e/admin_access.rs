@@ -66,7 +66,7 @@ async fn a_dashboard_stream_ends_at_sign_out_and_the_cookie_is_secure_behind_tls
     let env = TestEnv::new().await;
     let mut settings = env.edge_settings();
     // A Kubernetes Secret made from a file keeps the file's newline.
-    settings.admin_token = Some(format!("{ADMIN_TOKEN}\n"));
+    settings.admin_token = Some(format!("{ADMIN_TOKEN}\n").into());
     settings.behind_tls = true;
     let edge = env.spawn_edge(settings).await;
     let client = Client::new(edge.url());

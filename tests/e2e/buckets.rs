@@ -39,7 +39,7 @@ async fn moved(env: &TestEnv, sale: SaleKey, bucket: Bucket) -> (i64, i64) {
 async fn heard<T, F, Fut>(call: F) -> (T, bool)
 where
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<T, seckill_shared::redis_conn::RedisCallError>>,
+    Fut: std::future::Future<Output = Result<T, seckill_shared::stock::conn::RedisCallError>>,
 {
     for asks in 0..20 {
         match call().await {

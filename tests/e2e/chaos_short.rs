@@ -68,7 +68,7 @@ async fn a_redis_that_lost_everything_sells_nothing() {
     assert_eq!((refused.status.as_u16(), refused.code()), (404, "SALE_NOT_FOUND"), "{}", refused.text);
     let status = client.get(&format!("/api/seckill/order/{order_id}")).await;
     assert_eq!((status.status.as_u16(), status.json["status"].as_str()), (200, Some("CREATED")), "{}", status.text);
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert!(!report.consistent, "the loss is reported, never silent");
     assert!(report.violations.iter().any(|v| v.contains("redis has no such sale")), "{:?}", report.violations);
     order.stop().await;

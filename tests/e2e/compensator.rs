@@ -52,7 +52,7 @@ async fn a_dead_letter_restores_exactly_one_unit_however_often_it_comes() {
     // The FAILED status the compensator wrote has an event the order
     // service's relay sends a moment later: the books balance once it has.
     eventually("the books consistent, every event relayed", Duration::from_secs(30), || async {
-        let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, Some(&env.kafka), sale, true)
+        let report = seckill_shared::books::reconcile(&env.stock, &env.db, Some(&env.kafka), sale, true)
             .await
             .map_err(|e| e.to_string())?;
         if report.consistent {
@@ -221,9 +221,9 @@ async fn a_sweeper_whose_token_is_refused_gives_the_lock_up() {
 async fn the_sweeper_waits_for_the_edges_publish_deadline() {
     use seckill_compensator::sweeper::Sweeper;
     use seckill_shared::domain::UserId;
-    use seckill_shared::fence::Fence;
-    use seckill_shared::lock::LockClient;
-    use seckill_shared::shutdown::Background;
+    use seckill_shared::ops::fence::Fence;
+    use seckill_shared::ops::lock::LockClient;
+    use seckill_shared::ops::shutdown::Background;
     use seckill_shared::stock::Deduction;
     let env = TestEnv::new().await;
     let sale = env.sale();

@@ -458,11 +458,11 @@ async fn empty_secrets_refuse_to_start() {
     let env = TestEnv::new().await;
     for (change, name) in [
         (
-            Box::new(|s: &mut seckill_edge::Settings| s.user_jwt_secret = Some(String::new()))
+            Box::new(|s: &mut seckill_edge::Settings| s.user_jwt_secret = Some(String::new().into()))
                 as Box<dyn Fn(&mut seckill_edge::Settings)>,
             "SECKILL_USER_JWT_SECRET",
         ),
-        (Box::new(|s: &mut seckill_edge::Settings| s.admin_token = Some(String::new())), "SECKILL_ADMIN_TOKEN"),
+        (Box::new(|s: &mut seckill_edge::Settings| s.admin_token = Some(String::new().into())), "SECKILL_ADMIN_TOKEN"),
     ] {
         let mut settings = env.edge_settings();
         change(&mut settings);

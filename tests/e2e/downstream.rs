@@ -9,9 +9,9 @@ use seckill_e2e::{eventually, Child, TestEnv};
 use seckill_order::relay::Relay;
 use seckill_shared::domain::OrderEvent;
 use seckill_shared::kafka::{header_str, headers_map, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
-use seckill_shared::leader::Seat;
-use seckill_shared::lease::LeaseTerm;
-use seckill_shared::shutdown::Background;
+use seckill_shared::ops::leader::Seat;
+use seckill_shared::ops::lease::LeaseTerm;
+use seckill_shared::ops::shutdown::Background;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -69,7 +69,7 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
     let beyond = env.order_records(sale, 3..4);
     env.produce_records(&beyond).await;
     eventually("the pipeline drained, events relayed", Duration::from_secs(60), || async {
-        let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, Some(&env.kafka), sale, true)
+        let report = seckill_shared::books::reconcile(&env.stock, &env.db, Some(&env.kafka), sale, true)
             .await
             .map_err(|e| e.to_string())?;
         if report.drained() && report.orders_failed == 1 && report.events == 3 {
@@ -242,7 +242,7 @@ async fn the_relay_waits_for_postgres_and_prunes_what_it_sent() {
     assert_eq!(env.read_topic(&env.topics().events, 10, Duration::from_secs(10)).await.len(), 10);
 
     assert_eq!(relay.prune(&term).await.expect("pruning"), 10);
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!((report.events, report.events_pending), (10, 0), "pruned events still counted");
 }
 
@@ -279,7 +279,7 @@ async fn an_event_whose_transaction_commits_late_is_not_skipped() {
         .map(|m| json(m)["orderId"].as_str().unwrap_or_default().to_owned())
         .collect();
     assert_eq!(sent, [order(1), order(2)], "the transaction that wrote first goes first");
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!((report.events, report.events_pending), (1, 0), "round 1's event, relayed");
 }
 
@@ -320,7 +320,7 @@ async fn an_outbox_row_that_is_no_event_is_parked_and_the_rest_flow() {
     let parked: Vec<(String, String)> =
         sqlx::query_as("SELECT order_id, reason FROM parked_records").fetch_all(&env.db).await.unwrap();
     assert_eq!(parked, [("pgb-1-1".to_owned(), "BAD_OUTBOX_ROW".to_owned())]);
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!((report.events_pending, report.parked), (0, 1), "the operator is told: {:?}", report.violations);
 }
 

@@ -10,7 +10,7 @@ use seckill_e2e::http::{assert_error, Client};
 use seckill_e2e::{binary, eventually, TestEnv, ADMIN_TOKEN};
 use seckill_shared::config::{LockSettings, RedisSettings};
 use seckill_shared::domain::{FailReason, SaleKey, UserId};
-use seckill_shared::lock::LockClient;
+use seckill_shared::ops::lock::LockClient;
 use seckill_shared::sales::{warmup, WarmupRequest};
 use seckill_shared::stock::{Cancelled, CompensationMode, Stock};
 use std::time::Duration;

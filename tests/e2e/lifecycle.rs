@@ -5,9 +5,9 @@
 use hyper::Method;
 use seckill_e2e::http::{signed_now, Client, Reply, WEBHOOK_SECRET};
 use seckill_e2e::{eventually, Child, TestEnv};
-use seckill_shared::cancellation::{self, Cancel, CancelReason, CancelledOrder};
+use seckill_shared::books::{reconcile, Report};
 use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
-use seckill_shared::reconcile::{reconcile, Report};
+use seckill_shared::orders::cancellation::{self, Cancel, CancelReason, CancelledOrder};
 use std::time::Duration;
 
 async fn post(client: &Client, order_id: &str, action: &str, user: i64, key: Option<&str>) -> Reply {

@@ -2,9 +2,9 @@
 //! and the watchdog.
 
 use seckill_e2e::TestEnv;
-use seckill_shared::fence::{check as check_fence, Fence, FenceError};
-use seckill_shared::lock::LockClient;
-use seckill_shared::shutdown::Background;
+use seckill_shared::ops::fence::{check as check_fence, Fence, FenceError};
+use seckill_shared::ops::lock::LockClient;
+use seckill_shared::ops::shutdown::Background;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

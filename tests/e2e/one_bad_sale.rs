@@ -5,8 +5,8 @@
 //! it fails, as on a shard that does not answer.)
 
 use seckill_e2e::TestEnv;
-use seckill_shared::cancellation::{self, Cancel, CancelReason};
 use seckill_shared::domain::SaleKey;
+use seckill_shared::orders::cancellation::{self, Cancel, CancelReason};
 use std::time::Duration;
 
 /// Makes one key of `sale` a string: every script and read of it fails.

@@ -47,7 +47,7 @@ async fn a_dead_letter_that_can_never_be_settled_is_parked() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0].1.as_deref(), Some(poison.order_id.as_str()));
     assert_eq!(rows[0].0, dlq);
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert!(report.violations.iter().any(|v| v.contains("parked")), "{:?}", report.violations);
     let listed = env.ctl(&["dlq", "parked", "--json"]).await;
     assert_eq!(listed.code, 0, "{listed:?}");

@@ -70,7 +70,7 @@ async fn a_deduction_whose_answer_was_not_heard_is_asked_again() {
     );
     env.wait_orders(sale, "CREATED", 10).await;
     assert_eq!(env.redis_stock(sale).await, 10, "ten units sold, once each");
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert!(report.broken_promises.is_empty(), "{:?}", report.broken_promises);
     order.stop().await;
     edge.stop().await;
@@ -163,7 +163,7 @@ async fn a_503_comes_only_once_the_void_has_landed() {
     .await;
     assert_eq!(result.json["userId"], 7);
     env.verify_events(sale).await;
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, true).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, true).await.unwrap();
     assert!(report.consistent, "{:?}", report.violations);
     compensator.stop().await;
     order.stop().await;
@@ -212,7 +212,7 @@ async fn a_rollback_that_did_not_undo_the_order_answers_the_order() {
     let order_id = seckill_shared::domain::OrderId::parse(reply.json["orderId"].as_str().unwrap()).unwrap();
     env.wait_status(&order_id, ("CREATED", None), Duration::from_secs(60)).await;
     env.verify_events(sale).await;
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, true).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, true).await.unwrap();
     assert!(report.consistent && report.broken_promises.is_empty(), "{:?}", report.violations);
     compensator.stop().await;
     order.stop().await;
@@ -385,7 +385,7 @@ async fn a_publish_that_never_happened_is_published_again() {
     // The original turns up late after all: it creates nothing more.
     env.produce_records(std::slice::from_ref(&lost)).await;
     env.wait_drained(seckill_e2e::Group::Order).await;
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, true).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, true).await.unwrap();
     assert_eq!(
         (report.orders_created, report.db_remaining, report.redis_remaining),
         (1, 1, 1),
@@ -418,7 +418,7 @@ async fn a_promised_order_that_fails_is_counted() {
     let client = Client::new(edge.url());
     assert_eq!(client.order(sale.activity.get(), sale.sku.get(), 1).await.status, 202);
     env.wait_orders(sale, "FAILED", 1).await;
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!(report.broken_promises.get("NO_DB_STOCK"), Some(&1), "{:?}", report.broken_promises);
     compensator.stop().await;
     order.stop().await;

@@ -93,7 +93,7 @@ async fn an_error_after_the_cluster_client_resent_is_not_taken_for_never_ran() {
         timeout_ms: 2_000,
         ..Default::default()
     };
-    let conn = seckill_shared::redis_conn::RedisConn::connect(&settings).await.expect("connecting through the proxy");
+    let conn = seckill_shared::stock::conn::RedisConn::connect(&settings).await.expect("connecting through the proxy");
     let script = redis::Script::new("return redis.call('INCR', KEYS[1])");
     // Known to the node already: the one chunk the proxy passes on runs it.
     cli(&["script", "load", "return redis.call('INCR', KEYS[1])"]);

@@ -7,8 +7,8 @@ use rdkafka::message::Message;
 use seckill_e2e::private_postgres::PrivatePostgres;
 use seckill_e2e::{eventually, TestEnv};
 use seckill_order::relay::Relay;
-use seckill_shared::leader::Seat;
-use seckill_shared::shutdown::Background;
+use seckill_shared::ops::leader::Seat;
+use seckill_shared::ops::shutdown::Background;
 use sqlx::Row;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -71,7 +71,7 @@ async fn events_straddling_a_new_digit_in_transaction_ids_are_all_relayed_in_ord
     let missing = written.iter().filter(|id| !seen.contains_key(*id)).count();
     assert_eq!(missing, 0, "{missing} of 3,300 events never reached the topic ({} read)", events.len());
     assert!(seen.values().all(|n| *n == 1), "an event sent twice by one uninterrupted relay");
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!((report.events, report.events_pending), (3_300, 0));
     env.verify_events(sale).await;
 }
@@ -95,7 +95,7 @@ async fn the_relays_turn_reads_the_index_from_the_cursor_in_both_plans() {
         .unwrap();
     sqlx::query("ANALYZE order_events").execute(&env.db).await.unwrap();
     let mut conn = env.db.acquire().await.unwrap();
-    let prepare = format!("PREPARE relay_turn(bigint) AS {}", seckill_shared::outbox::NEXT_AFTER_CURSOR);
+    let prepare = format!("PREPARE relay_turn(bigint) AS {}", seckill_shared::db::outbox::NEXT_AFTER_CURSOR);
     sqlx::raw_sql(sqlx::AssertSqlSafe(prepare)).execute(&mut *conn).await.unwrap();
     for mode in ["force_custom_plan", "force_generic_plan"] {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET plan_cache_mode = {mode}"))).execute(&mut *conn).await.unwrap();
@@ -152,7 +152,7 @@ async fn events_a_relay_skipped_are_found_and_sent_once() {
         .execute(&env.db)
         .await
         .unwrap();
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!(report.events_pending, 0, "the books alone cannot see the loss");
 
     let (a, s) = (sale.activity.to_string(), sale.sku.to_string());

@@ -70,7 +70,7 @@ async fn a_client_that_hangs_up_does_not_cut_a_warm_up_in_half() {
         }
     })
     .await;
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert!(report.unfinished_warmup.is_none() && report.consistent, "{:?}", report.violations);
     edge.stop().await;
 }
@@ -104,7 +104,7 @@ async fn a_half_done_warm_up_is_named_and_finished_by_repeating_it() {
     })
     .await;
     ctl.kill9().await;
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     let unfinished = report.unfinished_warmup.as_ref().expect("the half-done warm-up is named");
     assert_eq!(
         (unfinished.warmup_id.as_str(), unfinished.step.as_str(), unfinished.round),
@@ -125,7 +125,7 @@ async fn a_half_done_warm_up_is_named_and_finished_by_repeating_it() {
     assert_eq!((db_round(&env, sale).await, buckets(&env, sale).await), (2, vec![(2, 20, false); 3]));
     assert_eq!(env.ctl(&args).await.code, 0, "asked again once done");
     assert_eq!(db_round(&env, sale).await, 2, "the same warm-up: no new round");
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert!(report.unfinished_warmup.is_none() && report.consistent, "{:?}", report.violations);
     let other = ["warmup", "--activity", &a, "--sku", &s, "--stock", "61", "--force", "--id", "job-7"];
     let reused = env.ctl(&other).await;
@@ -152,7 +152,7 @@ async fn a_warm_up_no_replica_confirmed_is_not_answered_200() {
     let body = warmup_body(10, 1, Some("confirm-1"));
     let unconfirmed = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
     assert_eq!((unconfirmed.status.as_u16(), unconfirmed.code()), (503, "TRY_AGAIN"), "{}", unconfirmed.text);
-    let report = seckill_shared::reconcile::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     assert_eq!(report.unfinished_warmup.map(|w| w.warmup_id), Some("confirm-1".to_owned()));
     edge.stop().await;
 

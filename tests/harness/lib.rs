@@ -18,9 +18,9 @@ use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::config::{DbSettings, KafkaSettings, LockSettings, RedisSettings, Servers};
 use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
-use seckill_shared::host::{RetrySettings, ServiceSettings};
-use seckill_shared::lock::LockClient;
-use seckill_shared::shutdown::Background;
+use seckill_shared::ops::host::{RetrySettings, ServiceSettings};
+use seckill_shared::ops::lock::LockClient;
+use seckill_shared::ops::shutdown::Background;
 use seckill_shared::stock::Stock;
 use sqlx::{Connection, PgPool};
 use std::future::Future;
@@ -259,8 +259,8 @@ impl TestEnv {
     }
 
     /// Everything the consuming services work with, over this test's servers.
-    pub fn connections(&self) -> seckill_shared::host::Connections {
-        seckill_shared::host::Connections { stock: self.stock.clone(), db: self.db.clone(), topics: self.topics() }
+    pub fn connections(&self) -> seckill_shared::ops::host::Connections {
+        seckill_shared::ops::host::Connections { stock: self.stock.clone(), db: self.db.clone(), topics: self.topics() }
     }
 
     /// Starts an order service in this process.
@@ -379,7 +379,7 @@ impl TestEnv {
 
     /// The newest fencing token PostgreSQL recorded for `lock`.
     pub async fn fence_of(&self, lock: &str) -> i64 {
-        seckill_shared::fence::newest(&self.db, lock).await.expect("the fences")
+        seckill_shared::ops::fence::newest(&self.db, lock).await.expect("the fences")
     }
 
     /// Waits (a minute at most) until `group` committed every record of its

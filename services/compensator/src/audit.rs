@@ -11,8 +11,8 @@
 //! rules wait for the disagreement to last.
 
 use crate::Settings;
-use seckill_shared::host::Connections;
-use seckill_shared::reconcile;
+use seckill_shared::books;
+use seckill_shared::ops::host::Connections;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -36,12 +36,12 @@ impl Default for AuditSettings {
 /// Runs until `shutdown`.
 pub async fn run(settings: Arc<Settings>, deps: Connections, shutdown: CancellationToken) -> anyhow::Result<()> {
     let interval = Duration::from_millis(settings.audit.interval_ms);
-    seckill_shared::shutdown::every("audit", interval, shutdown, || audit_once(&deps)).await
+    seckill_shared::ops::shutdown::every("audit", interval, shutdown, || audit_once(&deps)).await
 }
 
 /// One audit: the gauges of every live sale, and the parked records.
 pub async fn audit_once(deps: &Connections) -> anyhow::Result<()> {
-    for report in reconcile::reconcile_live(&deps.stock, &deps.db).await? {
+    for report in books::reconcile_live(&deps.stock, &deps.db).await? {
         let sale = format!("{}:{}", report.activity_id, report.sku_id);
         metrics::gauge!("seckill_sale_consistent", "sale" => sale.clone()).set(if report.consistent {
             1.0
@@ -56,15 +56,15 @@ pub async fn audit_once(deps: &Connections) -> anyhow::Result<()> {
         metrics::gauge!("seckill_sale_remaining", "sale" => sale, "store" => "postgresql")
             .set(report.db_remaining as f64);
     }
-    let parked = seckill_shared::parked::count(&deps.db).await?;
+    let parked = seckill_shared::db::parked::count(&deps.db).await?;
     metrics::gauge!("seckill_parked_records").set(parked as f64);
-    export_dead_letters(&seckill_shared::dead_letters::stats(&deps.db, Default::default()).await?);
+    export_dead_letters(&seckill_shared::db::dead_letters::stats(&deps.db, Default::default()).await?);
     Ok(())
 }
 
 /// The dead-letter index's counts, as `seckillctl dlq stats` gives them
 /// (by hour is Prometheus's own: `increase(seckill_dlq_records[1h])`).
-fn export_dead_letters(stats: &seckill_shared::dead_letters::Stats) {
+fn export_dead_letters(stats: &seckill_shared::db::dead_letters::Stats) {
     for (reason, n) in &stats.by_reason {
         metrics::gauge!("seckill_dlq_records", "reason" => reason.clone()).set(*n as f64);
     }

@@ -18,8 +18,8 @@
 //! order id: a missed deadline fires after a restart, never twice.
 
 use crate::Settings;
-use seckill_shared::cancellation::{self, Cancel};
-use seckill_shared::host::Connections;
+use seckill_shared::ops::host::Connections;
+use seckill_shared::orders::cancellation::{self, Cancel};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -54,7 +54,7 @@ pub async fn run(settings: Arc<Settings>, deps: Connections, shutdown: Cancellat
                 poll.max(Duration::from_secs(1))
             }
         };
-        if !seckill_shared::shutdown::pause(&shutdown, pause).await {
+        if !seckill_shared::ops::shutdown::pause(&shutdown, pause).await {
             return Ok(());
         }
     }

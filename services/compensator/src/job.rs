@@ -1,7 +1,7 @@
 //! The dead-letter consumer: one record at a time, settle, then commit.
 //!
 //! For each record, the dead-letter index gets its row
-//! ([`dead_letters`](seckill_shared::dead_letters)), then
+//! ([`dead_letters`](seckill_shared::db::dead_letters)), then
 //! [`settle`](crate::settle::settle) decides the order's fate in PostgreSQL
 //! and brings Redis in line; then the offset is committed. A crash anywhere before the commit replays the record, and the
 //! replay restores nothing twice. A dependency that is down is retried
@@ -12,11 +12,11 @@ use crate::settle::{self, SettleError};
 use crate::Settings;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Message};
-use seckill_shared::dead_letters;
+use seckill_shared::db::dead_letters;
+use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::domain::{FailReason, OrderRecord};
-use seckill_shared::host::{retry_until, Connections};
 use seckill_shared::kafka::{self, dlq_header, header_str, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
-use seckill_shared::parked::{self, Parking};
+use seckill_shared::ops::host::{retry_until, Connections};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -122,7 +122,7 @@ impl DlqJob {
                 }
             }
             // Stopping: nothing is committed; the record is replayed.
-            if !seckill_shared::shutdown::pause(shutdown, delays.next().unwrap_or_default()).await {
+            if !seckill_shared::ops::shutdown::pause(shutdown, delays.next().unwrap_or_default()).await {
                 return false;
             }
         }

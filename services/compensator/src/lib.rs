@@ -21,8 +21,8 @@ pub mod settle;
 pub mod sweeper;
 
 use seckill_shared::config::Servers;
-use seckill_shared::host::{Connections, Hosted, ServiceSettings};
-use seckill_shared::shutdown::Background;
+use seckill_shared::ops::host::{Connections, Hosted, ServiceSettings};
+use seckill_shared::ops::shutdown::Background;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -80,7 +80,7 @@ impl Default for Settings {
 
 /// The compensator: hosted by the shared skeleton, which connects and then
 /// calls [`Hosted::start`].
-pub type Service = seckill_shared::host::Service<Settings>;
+pub type Service = seckill_shared::ops::host::Service<Settings>;
 
 impl Hosted for Settings {
     const NAME: &'static str = "compensator";

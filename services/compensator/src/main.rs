@@ -2,5 +2,5 @@
 //! compensator.
 
 fn main() -> anyhow::Result<()> {
-    seckill_shared::host::run::<seckill_compensator::Service>()
+    seckill_shared::ops::host::run::<seckill_compensator::Service>()
 }

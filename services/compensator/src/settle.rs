@@ -11,10 +11,10 @@
 use chrono::{DateTime, Utc};
 use seckill_shared::db::is_data_error;
 use seckill_shared::domain::{FailReason, Fate, OrderRecord};
-use seckill_shared::fate::{self, FollowError, Followed};
-use seckill_shared::fence::FenceError;
-use seckill_shared::host::Connections;
 use seckill_shared::kafka::Trace;
+use seckill_shared::ops::fence::FenceError;
+use seckill_shared::ops::host::Connections;
+use seckill_shared::orders::fate::{self, FollowError, Followed};
 use sqlx::{Postgres, Transaction};
 
 /// Why an order could not be settled.

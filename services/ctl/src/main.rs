@@ -39,7 +39,7 @@ impl Default for Settings {
 }
 
 #[derive(Parser)]
-#[command(name = "seckillctl", version = seckill_shared::cli::VERSION, about = "Operate the seckill pipeline: warm-up, reconciliation, dead letters, load tests")]
+#[command(name = "seckillctl", version = seckill_shared::ops::cli::VERSION, about = "Operate the seckill pipeline: warm-up, reconciliation, dead letters, load tests")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -141,7 +141,7 @@ async fn main() -> ExitCode {
         filter: Some(settings.servers.telemetry.filter.clone().unwrap_or_else(|| "warn".into())),
         ..settings.servers.telemetry.clone()
     };
-    seckill_shared::telemetry::init_tracing(&telemetry);
+    seckill_shared::ops::telemetry::init_tracing(&telemetry);
     let result = match cli.command {
         Command::Migrate => migrate(&settings).await,
         Command::Warmup(args) => warmup::run(&settings, args).await,

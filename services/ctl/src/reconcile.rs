@@ -1,8 +1,8 @@
 //! `seckillctl reconcile`: the invariant of one sale, term by term.
 
 use crate::{connect, Failure, Settings};
+use seckill_shared::books::{reconcile, ReconcileError, Report};
 use seckill_shared::domain::SaleKey;
-use seckill_shared::reconcile::{reconcile, ReconcileError, Report};
 use std::time::{Duration, Instant};
 
 /// Arguments of `reconcile`.

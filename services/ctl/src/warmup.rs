@@ -62,7 +62,7 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         payment_window_seconds: args.payment_window,
         buckets: args.buckets,
     };
-    let locks = seckill_shared::lock::LockClient::new(stock.connection(), Default::default());
+    let locks = seckill_shared::ops::lock::LockClient::new(stock.connection(), Default::default());
     let row = warmup(&stock, &db, &locks, &settings.warmup_lock, &request).await.map_err(|error| {
         let resumable = matches!(error, WarmupError::NotReplicated(_) | WarmupError::Redis(_) | WarmupError::Db(_));
         if resumable {
@@ -92,7 +92,7 @@ pub struct CloseArgs {
 pub async fn close(settings: &Settings, args: CloseArgs) -> Result<(), Failure> {
     let sale = SaleKey::from_raw(args.activity, args.sku).map_err(Failure::unreadable)?;
     let (stock, db) = connect(settings).await?;
-    let locks = seckill_shared::lock::LockClient::new(stock.connection(), Default::default());
+    let locks = seckill_shared::ops::lock::LockClient::new(stock.connection(), Default::default());
     let row = seckill_shared::sales::close(&stock, &db, &locks, &settings.warmup_lock, sale).await.map_err(failure)?;
     print(&row, args.json, &format!("sale {sale} closed"))
 }

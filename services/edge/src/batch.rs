@@ -33,8 +33,8 @@
 //! background.
 
 use seckill_shared::domain::{OrderId, SaleKey};
-use seckill_shared::redis_conn::RedisCallError;
-use seckill_shared::shutdown::Background;
+use seckill_shared::ops::shutdown::Background;
+use seckill_shared::stock::conn::RedisCallError;
 use seckill_shared::stock::{Bucket, DeductCall, DeductRequest, Deduction, Stock, Voided};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -18,7 +18,7 @@
 
 use crate::batch::{Answer, Batcher};
 use seckill_shared::domain::SaleKey;
-use seckill_shared::redis_conn::RedisCallError;
+use seckill_shared::stock::conn::RedisCallError;
 use seckill_shared::stock::{Borrowed, Bucket, DeductRequest, Deduction, Directory, Stock};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};

@@ -192,7 +192,7 @@ fn algorithm_of(jwk: &Jwk) -> Option<Algorithm> {
 impl Identity {
     /// The identity the settings configure, if any (validated: at most one).
     pub fn from_settings(settings: &Settings) -> anyhow::Result<Option<Self>> {
-        if let Some(secret) = settings.user_jwt_secret.as_deref() {
+        if let Some(secret) = settings.user_jwt_secret.as_ref().map(seckill_shared::config::Secret::expose) {
             let key = DecodingKey::from_secret(secret.as_bytes())
                 .map_err(|e| anyhow::anyhow!("SECKILL_USER_JWT_SECRET is not a usable HS256 key: {e}"))?;
             return Ok(Some(Self::Secret(Arc::new(key))));

@@ -30,8 +30,8 @@ pub mod write_deadline;
 
 use anyhow::Context;
 use http::AppState;
-use seckill_shared::host::Binary;
-use seckill_shared::shutdown::Background;
+use seckill_shared::ops::host::Binary;
+use seckill_shared::ops::shutdown::Background;
 pub use settings::Settings;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,7 +54,7 @@ impl Application {
         settings.validate()?;
         settings.trim_secrets();
         // Install the metrics recorder before anything records.
-        seckill_shared::telemetry::metrics_handle();
+        seckill_shared::ops::telemetry::metrics_handle();
         let stock =
             seckill_shared::stock::Stock::connect(&settings.servers.redis).await.context("connecting to redis")?;
         let db =
@@ -109,7 +109,7 @@ impl Binary for Application {
 
     fn check(settings: &Settings) -> anyhow::Result<()> {
         settings.validate()?;
-        seckill_shared::host::check_servers(&settings.servers)
+        seckill_shared::ops::host::check_servers(&settings.servers)
     }
 
     async fn build(settings: Settings) -> anyhow::Result<Self> {

@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Utc};
 use seckill_shared::domain::{OrderId, OrderStatus, SaleKey, UserId};
-use seckill_shared::redis_conn::RedisCallError;
+use seckill_shared::stock::conn::RedisCallError;
 use seckill_shared::stock::Stock;
 use sqlx::PgPool;
 

@@ -6,5 +6,5 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    seckill_shared::host::run::<seckill_edge::Application>()
+    seckill_shared::ops::host::run::<seckill_edge::Application>()
 }

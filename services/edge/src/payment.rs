@@ -8,8 +8,8 @@
 //! The SQL here is the edge's own.
 
 use crate::lookup::{self, LookupError, OrderView};
-use seckill_shared::cancellation::{self, Cancel, CancelReason, CancelledOrder};
 use seckill_shared::domain::{OrderId, OrderStatus, UserId};
+use seckill_shared::orders::cancellation::{self, Cancel, CancelReason, CancelledOrder};
 use seckill_shared::stock::Stock;
 use sqlx::{PgConnection, PgPool};
 

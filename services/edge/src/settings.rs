@@ -1,6 +1,6 @@
 //! The edge's settings.
 
-use seckill_shared::config::{LockSettings, Servers};
+use seckill_shared::config::{LockSettings, Secret, Servers};
 use serde::{Deserialize, Serialize};
 
 /// How the edge deducts stock.
@@ -195,9 +195,9 @@ pub struct Settings {
     /// Where to listen.
     pub http_addr: String,
     /// Bearer token of the admin API; the admin API refuses everything when unset.
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
     /// HS256 secret; when set, `/api/*` requires a JWT whose `sub` is the user.
-    pub user_jwt_secret: Option<String>,
+    pub user_jwt_secret: Option<Secret>,
     /// The identity provider's public keys (a JWK set file, RS256 and
     /// ES256; read again every `user_jwks_refresh_secs`): `/api/*` then
     /// requires a JWT signed by one of them whose `sub` is the user.
@@ -216,7 +216,7 @@ pub struct Settings {
     /// The secret the payment provider signs its notifications with
     /// (`POST /api/payments/notify`); unset, every notification is refused
     /// and no order can become PAID.
-    pub payment_webhook_secret: Option<String>,
+    pub payment_webhook_secret: Option<Secret>,
     /// How far a notification's signed time may be from now, either way.
     pub payment_signature_tolerance_secs: u64,
     /// Who a request acts for when no identity is configured.
@@ -275,7 +275,7 @@ impl Settings {
             (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)"),
             (&self.payment_webhook_secret, "SECKILL_PAYMENT_WEBHOOK_SECRET (payment_webhook_secret)"),
         ] {
-            if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            if value.as_ref().is_some_and(|v| v.expose().trim().is_empty()) {
                 anyhow::bail!("{name} is set but empty; unset it, or give it a value");
             }
         }
@@ -288,7 +288,7 @@ impl Settings {
                 MIN_WEBHOOK_SECRET_LEN,
             ),
         ] {
-            if let Some(length) = value.as_deref().map(|v| v.trim().len()).filter(|length| *length < shortest) {
+            if let Some(length) = value.as_ref().map(|v| v.expose().trim().len()).filter(|length| *length < shortest) {
                 anyhow::bail!("{name} has {length} characters; at least {shortest} are needed (openssl rand -hex 16)");
             }
         }
@@ -351,9 +351,9 @@ impl Settings {
         for secret in
             [&mut self.admin_token, &mut self.user_jwt_secret, &mut self.payment_webhook_secret].into_iter().flatten()
         {
-            let trimmed = secret.trim();
-            if trimmed.len() != secret.len() {
-                *secret = trimmed.to_owned();
+            let trimmed = secret.expose().trim();
+            if trimmed.len() != secret.expose().len() {
+                *secret = Secret::new(trimmed);
             }
         }
     }
@@ -402,7 +402,7 @@ mod tests {
 
     #[test]
     fn one_user_identity_at_a_time_and_each_complete() {
-        let secret = Some("a-jwt-secret-of-at-least-32-bytes-long".to_owned());
+        let secret = Some("a-jwt-secret-of-at-least-32-bytes-long".into());
         let two = Settings { user_jwt_secret: secret, user_jwks: Some("/keys.json".into()), ..Settings::default() };
         assert!(two.validate().unwrap_err().to_string().contains("set one of"));
         let plain = Settings { user_jwks: Some("http://id.example/jwks.json".into()), ..Settings::default() };

@@ -9,12 +9,12 @@ use crate::Settings;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
+use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::domain::{FailReason, Fate, OrderId, OrderRecord, RecordError, UserId};
-use seckill_shared::fate::{self, FollowError};
-use seckill_shared::host::{retry_until, Connections};
 use seckill_shared::kafka::{self, header_str, Topics, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
-use seckill_shared::parked::{self, Parking};
-use seckill_shared::redis_conn::RedisCallError;
+use seckill_shared::ops::host::{retry_until, Connections};
+use seckill_shared::orders::fate::{self, FollowError};
+use seckill_shared::stock::conn::RedisCallError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -374,7 +374,7 @@ fn decode(message: &OwnedMessage) -> Result<OrderRecord, RecordError> {
 pub async fn report_lag(settings: Arc<Settings>, shutdown: CancellationToken) -> anyhow::Result<()> {
     let topics = Topics::new(&settings.servers.kafka);
     let group = kafka::order_group(&settings.servers.kafka);
-    seckill_shared::shutdown::every("lag reporter", Duration::from_secs(5), shutdown, || async {
+    seckill_shared::ops::shutdown::every("lag reporter", Duration::from_secs(5), shutdown, || async {
         let (kafka_settings, group, topic) = (settings.servers.kafka.clone(), group.clone(), topics.orders.clone());
         let lag = tokio::task::spawn_blocking(move || kafka::lag::lag(&kafka_settings, &group, &topic)).await??;
         for (partition, behind) in lag.partitions {

@@ -17,8 +17,8 @@ pub mod relay;
 pub mod store;
 
 use seckill_shared::config::Servers;
-use seckill_shared::host::{Connections, Hosted, ServiceSettings};
-use seckill_shared::shutdown::Background;
+use seckill_shared::ops::host::{Connections, Hosted, ServiceSettings};
+use seckill_shared::ops::shutdown::Background;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -60,7 +60,7 @@ impl Default for Settings {
 
 /// The order service: hosted by the shared skeleton, which connects and
 /// then calls [`Hosted::start`].
-pub type Service = seckill_shared::host::Service<Settings>;
+pub type Service = seckill_shared::ops::host::Service<Settings>;
 
 impl Hosted for Settings {
     const NAME: &'static str = "order service";

@@ -1,5 +1,5 @@
 //! `seckill-order`: the shared service skeleton around the order service.
 
 fn main() -> anyhow::Result<()> {
-    seckill_shared::host::run::<seckill_order::Service>()
+    seckill_shared::ops::host::run::<seckill_order::Service>()
 }

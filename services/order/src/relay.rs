@@ -5,7 +5,7 @@
 //! cursor and not a mark per row: migration `…04_outbox_relay_cursor.sql`).
 //!
 //! One relay runs at a time across the order services: it holds the
-//! PostgreSQL lease `order-events relay` ([`seckill_shared::lease`]), which
+//! PostgreSQL lease `order-events relay` ([`seckill_shared::ops::lease`]), which
 //! a live relay renews and a frozen or cut-off one loses within its length,
 //! and every cursor move checks the lease in its own transaction, so a
 //! relay that lost its term without knowing it cannot move the cursor. A
@@ -22,11 +22,11 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
-use seckill_shared::host::Connections;
-use seckill_shared::leader::{self, Turn};
-use seckill_shared::lease::{Lease, LeaseError, LeaseTerm};
-use seckill_shared::outbox;
-use seckill_shared::shutdown::Background;
+use seckill_shared::db::outbox;
+use seckill_shared::ops::host::Connections;
+use seckill_shared::ops::leader::{self, Turn};
+use seckill_shared::ops::lease::{Lease, LeaseError, LeaseTerm};
+use seckill_shared::ops::shutdown::Background;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -244,7 +244,7 @@ impl Relay {
                 // One bad row must not stop every event behind it: it is
                 // parked for an operator and passed with the rest.
                 Err(error) => {
-                    seckill_shared::parked::park_outbox_row(&self.deps.db, &self.deps.topics.events, row, &error)
+                    seckill_shared::db::parked::park_outbox_row(&self.deps.db, &self.deps.topics.events, row, &error)
                         .await?
                 }
             }
@@ -325,7 +325,8 @@ impl Relay {
                     return Err(RelayError::Kafka(error));
                 }
                 let row = outgoing[i].1;
-                seckill_shared::parked::park_undeliverable_event(&self.deps.db, topic, row, &error.to_string()).await?;
+                seckill_shared::db::parked::park_undeliverable_event(&self.deps.db, topic, row, &error.to_string())
+                    .await?;
             }
         }
         Ok(())

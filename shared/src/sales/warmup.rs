@@ -25,7 +25,7 @@ use super::record::{self, Step};
 use super::{WarmupError, WarmupRequest, MAX_PAYMENT_WINDOW_SECONDS};
 use crate::config::LockSettings;
 use crate::db::{self, SaleRow};
-use crate::lock::LockClient;
+use crate::ops::lock::LockClient;
 use crate::stock::{warmup::Round, Bucket, SaleLock, Stock, MAX_BUCKETS};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;

@@ -9,7 +9,7 @@ use super::keys::Bucket;
 use super::lend::{Finished, Lent, Transfer};
 use super::Stock;
 use crate::domain::SaleKey;
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 
 /// What borrowing for an empty bucket came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use super::keys::Bucket;
 use super::Stock;
 use crate::domain::SaleKey;
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 use redis::cluster_routing::Slot;
 use std::collections::HashMap;
 

@@ -2,7 +2,7 @@
 
 use super::{by_bucket, with_keys, Stock};
 use crate::domain::{OrderId, SaleKey, UserId};
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 use redis::Script;
 use std::sync::LazyLock;
 

@@ -1,10 +1,10 @@
 //! Compensating a FAILED order: its unit restored (or written off) at most
 //! once per order id (`lua/compensate.lua`). Part of Redis following the
-//! fate PostgreSQL decided ([`crate::fate::follow`]).
+//! fate PostgreSQL decided ([`crate::orders::fate::follow`]).
 
 use super::{with_keys, Stock};
 use crate::domain::{FailReason, OrderId, UserId};
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 use redis::Script;
 use std::sync::LazyLock;
 

@@ -5,11 +5,10 @@
 //! it says. Where no replica is asked for (`redis.min_replica_acks` 0),
 //! whatever the primary holds is confirmed.
 
-use super::lend::Transfer;
-use super::status::OrderState;
+use super::order_state::OrderState;
 use super::Stock;
-use crate::domain::{OrderId, SaleKey};
-use crate::redis_conn::RedisCallError;
+use crate::domain::OrderId;
+use crate::stock::conn::RedisCallError;
 use redis::Script;
 use std::sync::LazyLock;
 
@@ -68,20 +67,14 @@ impl Stock {
         self.confirm(holder, meta, "field", field).await
     }
 
-    /// Whether `transfer` is logged by its lender and the replicas have it.
-    pub async fn lend_confirmed(&self, sale: SaleKey, transfer: &Transfer) -> Result<Confirmation<()>, RedisCallError> {
-        let k = self.keys.bucket(sale, transfer.from);
-        Ok(self.confirm(&k.lent, &k.meta, "field", &transfer.id).await?.map(|_| ()))
-    }
-
-    /// Whether the receiver of `transfer` took it in and the replicas have it.
-    pub async fn receipt_confirmed(
+    /// One member of a bucket's set `holder`, confirmed by the replicas.
+    pub(super) async fn confirm_member(
         &self,
-        sale: SaleKey,
-        transfer: &Transfer,
-    ) -> Result<Confirmation<()>, RedisCallError> {
-        let k = self.keys.bucket(sale, transfer.to);
-        Ok(self.confirm(&k.received, &k.meta, "member", &transfer.id).await?.map(|_| ()))
+        holder: &str,
+        meta: &str,
+        member: &str,
+    ) -> Result<Confirmation<redis::Value>, RedisCallError> {
+        self.confirm(holder, meta, "member", member).await
     }
 
     /// The order's state in Redis, and whether the replicas have it.
@@ -100,7 +93,8 @@ impl Stock {
 }
 
 impl<T> Confirmation<T> {
-    fn map<U>(self, f: impl FnOnce(T) -> U) -> Confirmation<U> {
+    /// The same confirmation of another value.
+    pub(super) fn map<U>(self, f: impl FnOnce(T) -> U) -> Confirmation<U> {
         match self {
             Self::Confirmed(value) => Confirmation::Confirmed(f(value)),
             Self::Unconfirmed(value) => Confirmation::Unconfirmed(f(value)),

@@ -1,5 +1,4 @@
-//! The flash-sale decision (`lua/deduct.lua`), and the seed's lock-based
-//! deduction kept beside it for comparison.
+//! The flash-sale decision (`lua/deduct.lua`).
 //!
 //! Every call carries an id, and the script keeps the call's outcome under
 //! it for a while (`redis.call_outcome_ms`): a caller that did not hear the
@@ -9,19 +8,15 @@
 //! ([`Stock::void`], `lua/void.lua`): afterwards it holds nothing, so its
 //! requests may be answered "nothing kept" truthfully.
 
-use super::keys::{Bucket, SaleKeys, SaleLock};
-use super::status::OrderState;
+use super::keys::Bucket;
 use super::{with_keys, Stock};
-use crate::config::LockSettings;
-use crate::domain::{OrderId, OrderStatus, SaleKey, UserId};
-use crate::lock::LockClient;
-use crate::redis_conn::RedisCallError;
-use redis::{AsyncCommands, Script};
+use crate::domain::{OrderId, SaleKey, UserId};
+use crate::stock::conn::RedisCallError;
+use redis::Script;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/deduct.lua")));
-static VOID: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/void.lua")));
 
 /// The answer of one deduction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,18 +40,6 @@ pub enum Deduction {
     OtherBucket,
     /// A warm-up is replacing the round: nothing is kept; ask again.
     Warming,
-}
-
-/// What voiding a call did to one of its requests.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Voided {
-    /// Its order was undone: unit back, buyer free, FAILED `VOIDED`.
-    Undone,
-    /// It holds nothing (the call never ran or did not accept it).
-    Nothing,
-    /// Its order stands: past its publish deadline (the sweeper publishes
-    /// its record again) or written since.
-    Stands { order_id: OrderId, round: i64, accepted_at: i64 },
 }
 
 /// One request of a deduction call.
@@ -105,7 +88,7 @@ impl DeductCall {
 
     /// A request's nonce as the script takes it: with the mark of the
     /// call's bucket, so the order id names it.
-    fn nonce(&self, request: &DeductRequest) -> String {
+    pub(super) fn nonce(&self, request: &DeductRequest) -> String {
         format!("{}{}", request.nonce, self.bucket.nonce_suffix())
     }
 }
@@ -162,34 +145,6 @@ impl Stock {
         answers.iter().map(|answer| parse_deduction(answer)).collect()
     }
 
-    /// Makes sure `call` can take nothing more back (`lua/void.lua`): if it
-    /// ran, every order it accepted that is still QUEUED and before its
-    /// publish deadline is undone (unit back, buyer free, FAILED `VOIDED`);
-    /// if it has not run, it never will deduct. One answer per request:
-    /// undone, nothing held, or the order that stands (past its deadline,
-    /// the sweeper's; or written since).
-    pub async fn void(&self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Voided>, RedisCallError> {
-        let k = self.keys.bucket(sale, call.bucket);
-        let call_key = k.call(&call.id);
-        let mut invocation =
-            with_keys(&VOID, &[&call_key, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.meta, &k.trace]);
-        invocation
-            .arg(self.call_outcome_ms)
-            .arg(crate::domain::FailReason::Voided.code())
-            .arg(call.publish_deadline.as_millis() as u64);
-        for request in &call.requests {
-            invocation.arg(request.user.get()).arg(call.nonce(request));
-        }
-        let answers: Vec<Vec<redis::Value>> = self.conn.invoke(&invocation).await?;
-        if answers.len() != call.requests.len() {
-            return Err(RedisCallError::Unexpected {
-                script: "void.lua",
-                answer: format!("{} answers to {} requests", answers.len(), call.requests.len()),
-            });
-        }
-        answers.iter().map(|answer| parse_voided(answer)).collect()
-    }
-
     /// Whether what `call` decided — its deduction, or its void — reached the
     /// replicas a deduction must be confirmed by (always, when none are
     /// asked for). The call's outcome key is written again (`PEXPIRE`) with
@@ -207,115 +162,6 @@ impl Stock {
         touch.arg(self.keys.bucket(sale, call.bucket).call(&call.id)).arg(self.call_outcome_ms);
         let (found, confirmed): (bool, u32) = self.conn.write_then_wait(touch, replicas, timeout).await?;
         Ok(found && confirmed >= replicas)
-    }
-
-    /// The seed's deduction, for comparison: a per-sale lock around separate
-    /// commands instead of one script. Same answers as [`Stock::deduct`];
-    /// `None` when the lock was not had within its wait.
-    ///
-    /// The lock alone cannot keep holders apart (a holder slower than its
-    /// lease overlaps the next one, whatever the watchdog does), so the
-    /// writes re-check what the reads saw: the stock is decremented first
-    /// and put back if that took it below zero, and the buyer is recorded
-    /// only if absent (`HSETNX`), the unit put back otherwise.
-    pub async fn deduct_with_lock(
-        &self,
-        locks: &LockClient,
-        settings: &LockSettings,
-        sale: SaleKey,
-        user: UserId,
-        nonce: &str,
-        publish_deadline: Duration,
-    ) -> Result<Option<Deduction>, RedisCallError> {
-        let k = self.keys.sale(sale);
-        let lock_name = self.keys.sale_lock(sale, SaleLock::Deduction);
-        let Some(guard) = locks.acquire_with_watchdog(&lock_name, settings.lease(), settings.wait(), 0).await? else {
-            return Ok(None);
-        };
-        let result = self.deduct_holding_lock(&k, sale, user, nonce, publish_deadline).await;
-        guard.release().await;
-        result.map(Some)
-    }
-
-    async fn deduct_holding_lock(
-        &self,
-        k: &SaleKeys,
-        sale: SaleKey,
-        user: UserId,
-        nonce: &str,
-        publish_deadline: Duration,
-    ) -> Result<Deduction, RedisCallError> {
-        let mut conn = self.conn.clone();
-        let meta: Vec<Option<i64>> = self.conn.bounded(conn.hmget(&k.meta, &["starts", "ends", "round", "of"])).await?;
-        let Some(round) = meta[2] else { return Ok(Deduction::SaleNotFound) };
-        // The seed's way knows one key set: a sale in buckets is not its.
-        if meta[3].unwrap_or(1) > 1 {
-            return Ok(Deduction::OtherBucket);
-        }
-        let now = self.now_ms().await?;
-        let (starts, ends) = (meta[0].unwrap_or(0), meta[1].unwrap_or(0));
-        if (starts > 0 && now < starts) || (ends > 0 && now >= ends) {
-            return Ok(Deduction::NotActive);
-        }
-        let existing: Option<String> = self.conn.bounded(conn.hget(&k.buyers, user.get())).await?;
-        if existing.is_some() {
-            return Ok(Deduction::AlreadyPurchased { order_id: existing });
-        }
-        let stock: Option<i64> = self.conn.bounded(conn.get(&k.stock)).await?;
-        if stock.unwrap_or(0) <= 0 {
-            return Ok(Deduction::SoldOut);
-        }
-        let left: i64 = self.conn.bounded(conn.decr(&k.stock, 1)).await?;
-        if left < 0 {
-            // Another holder took the last unit after our read.
-            let _: i64 = self.conn.bounded(conn.incr(&k.stock, 1)).await?;
-            return Ok(Deduction::SoldOut);
-        }
-        let seq: i64 = self.conn.bounded(conn.incr(&k.seq, 1)).await?;
-        let order_id = OrderId::parse(&format!("{}-{}-{seq}-{nonce}", sale.activity, sale.sku))
-            .map_err(|e| RedisCallError::Unexpected { script: "deduct_with_lock", answer: e.to_string() })?;
-        let first: bool = self.conn.bounded(conn.hset_nx(&k.buyers, user.get(), order_id.as_str())).await?;
-        if !first {
-            // Another holder recorded this user after our read.
-            let _: i64 = self.conn.bounded(conn.incr(&k.stock, 1)).await?;
-            let existing: Option<String> = self.conn.bounded(conn.hget(&k.buyers, user.get())).await?;
-            return Ok(Deduction::AlreadyPurchased { order_id: existing });
-        }
-        let state = OrderState { status: OrderStatus::Queued, user_id: user.get(), reason: None, accepted_at: now };
-        let mut write = redis::pipe();
-        write
-            .atomic()
-            .hset(&k.orders, order_id.as_str(), state.encode())
-            .ignore()
-            .hincr(&k.meta, "queued", 1)
-            .ignore()
-            .zadd(&k.reserved, order_id.as_str(), now + publish_deadline.as_millis() as i64)
-            .ignore();
-        self.conn.pipe::<()>(&write).await?;
-        Ok(Deduction::Accepted { order_id, round, stock_left: left, accepted_at: now })
-    }
-}
-
-fn parse_voided(answer: &[redis::Value]) -> Result<Voided, RedisCallError> {
-    let unexpected = || RedisCallError::Unexpected { script: "void.lua", answer: format!("{answer:?}") };
-    let int = |i: usize| match answer.get(i) {
-        Some(redis::Value::Int(n)) => Some(*n),
-        _ => None,
-    };
-    match int(0).ok_or_else(unexpected)? {
-        1 => Ok(Voided::Undone),
-        0 => Ok(Voided::Nothing),
-        2 => {
-            let order_id = match answer.get(1) {
-                Some(redis::Value::BulkString(bytes)) => {
-                    std::str::from_utf8(bytes).ok().and_then(|id| OrderId::parse(id).ok())
-                }
-                _ => None,
-            }
-            .ok_or_else(unexpected)?;
-            Ok(Voided::Stands { order_id, accepted_at: int(2).ok_or_else(unexpected)?, round: int(3).unwrap_or(0) })
-        }
-        _ => Err(unexpected()),
     }
 }
 

@@ -8,7 +8,7 @@
 use super::keys::Bucket;
 use super::Stock;
 use crate::domain::{SaleKey, UserId};
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 use redis::AsyncCommands;
 
 /// Most buckets one sale may have.

@@ -24,7 +24,7 @@ use super::confirm::Confirmation;
 use super::keys::Bucket;
 use super::{with_keys, Stock};
 use crate::domain::SaleKey;
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 use redis::{AsyncCommands, Script};
 use std::sync::LazyLock;
 
@@ -202,6 +202,22 @@ impl Stock {
                 answer => return answer,
             }
         }
+    }
+
+    /// Whether `transfer` is logged by its lender and the replicas have it.
+    pub async fn lend_confirmed(&self, sale: SaleKey, transfer: &Transfer) -> Result<Confirmation<()>, RedisCallError> {
+        let k = self.keys.bucket(sale, transfer.from);
+        Ok(self.confirm_field(&k.lent, &k.meta, &transfer.id).await?.map(|_| ()))
+    }
+
+    /// Whether the receiver of `transfer` took it in and the replicas have it.
+    pub async fn receipt_confirmed(
+        &self,
+        sale: SaleKey,
+        transfer: &Transfer,
+    ) -> Result<Confirmation<()>, RedisCallError> {
+        let k = self.keys.bucket(sale, transfer.to);
+        Ok(self.confirm_member(&k.received, &k.meta, &transfer.id).await?.map(|_| ()))
     }
 
     /// Drops a transfer from its lender's log once the receiver has it.

@@ -8,30 +8,34 @@ mod buckets;
 mod cancel;
 mod compensate;
 mod confirm;
+pub mod conn;
 mod deduct;
 mod directory;
 mod follow_created;
 pub mod keys;
 mod lend;
+mod lock_deduction;
+mod order_state;
 mod rollback;
 mod snapshot;
-mod status;
+mod void;
 pub mod warmup;
 
 pub use borrow::Borrowed;
 pub use cancel::Cancelled;
 pub use compensate::{Compensation, CompensationMode};
 pub use confirm::Confirmation;
-pub use deduct::{DeductCall, DeductRequest, Deduction, Voided, MAX_DEDUCT_BATCH};
+pub use deduct::{DeductCall, DeductRequest, Deduction, MAX_DEDUCT_BATCH};
 pub use directory::{home_index, Directory, MAX_BUCKETS};
 pub use keys::{Bucket, KeyLayout, SaleKeys, SaleLock};
 pub use lend::{Finished, Lent, LoggedTransfer, Received, Transfer};
+pub use order_state::{OrderState, ReservationTrace};
 pub use snapshot::{BucketState, SaleSnapshot, SweepMark};
-pub use status::{OrderState, ReservationTrace};
+pub use void::Voided;
 
 use crate::config::RedisSettings;
 use crate::domain::SaleKey;
-use crate::redis_conn::{RedisCallError, RedisConn};
+use crate::stock::conn::{RedisCallError, RedisConn};
 use redis::Script;
 use std::collections::BTreeMap;
 

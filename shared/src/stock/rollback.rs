@@ -2,7 +2,7 @@
 
 use super::{with_keys, Stock};
 use crate::domain::{FailReason, OrderId, UserId};
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 use redis::Script;
 use std::sync::LazyLock;
 use std::time::Duration;

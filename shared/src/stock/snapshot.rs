@@ -4,7 +4,7 @@
 use super::keys::Bucket;
 use super::Stock;
 use crate::domain::SaleKey;
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 use redis::AsyncCommands;
 
 /// A sale's Redis state.

@@ -5,7 +5,7 @@ use super::directory::Directory;
 use super::keys::Bucket;
 use super::{with_keys, Stock};
 use crate::domain::SaleKey;
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 use redis::Script;
 use std::sync::LazyLock;
 

@@ -373,7 +373,7 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
 
 async fn parked(settings: &Settings, limit: i64, json: bool) -> Result<(), Failure> {
     let db = crate::database(settings).await?;
-    let rows = seckill_shared::parked::list(&db, limit).await.map_err(Failure::unreadable)?;
+    let rows = seckill_shared::db::parked::list(&db, limit).await.map_err(Failure::unreadable)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::failed)?);
         return Ok(());

@@ -5,7 +5,7 @@
 
 use crate::{Failure, Settings};
 use chrono::{DateTime, Utc};
-use seckill_shared::dead_letters::{self, Scope, Stats};
+use seckill_shared::db::dead_letters::{self, Scope, Stats};
 use seckill_shared::domain::SaleKey;
 
 /// The figures, and the records not read yet.

@@ -8,8 +8,8 @@
 //! holds its row, whether the relay has yet to send it.
 
 use chrono::{DateTime, Utc};
+use seckill_shared::db::outbox::EventRow;
 use seckill_shared::domain::SaleKey;
-use seckill_shared::outbox::EventRow;
 use sqlx::PgPool;
 
 /// One event the orders call for.

@@ -15,8 +15,8 @@ use crate::topic::Start;
 use crate::{Failure, Settings};
 use chrono::{DateTime, Utc};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use seckill_shared::db::outbox;
 use seckill_shared::kafka::{self, Topics};
-use seckill_shared::outbox;
 use std::time::Duration;
 
 /// How much earlier than `--since` the topic is read: events are appended

@@ -205,7 +205,7 @@ fn print(verdict: &Verdict) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use seckill_shared::outbox::EventRow;
+    use seckill_shared::db::outbox::EventRow;
 
     fn want(order: &str, kind: &str, pending: bool) -> Expected {
         let event = EventRow {

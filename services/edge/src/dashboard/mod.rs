@@ -12,8 +12,8 @@
 pub mod metrics_text;
 
 use metrics_text::Reading;
+use seckill_shared::books::Report;
 use seckill_shared::config::KafkaSettings;
-use seckill_shared::reconcile::Report;
 use seckill_shared::stock::{Stock, SweepMark};
 use serde::Serialize;
 use sqlx::PgPool;
@@ -42,7 +42,7 @@ pub struct Figures {
     pub parked: Readout<i64>,
     /// The dead letters the compensator indexed: by reason and sale,
     /// oldest and newest, replayed and redriven (as `seckillctl dlq stats`).
-    pub dead_letters: Readout<seckill_shared::dead_letters::Stats>,
+    pub dead_letters: Readout<seckill_shared::db::dead_letters::Stats>,
     /// The sweeper's last sweep, if one was recorded.
     pub sweeper: Readout<Option<SweepMark>>,
 }
@@ -141,7 +141,7 @@ impl Dashboard {
     /// place, the others still show.
     async fn take(&self, previous: &mut Option<(Instant, Reading)>) -> Figures {
         let now = Instant::now();
-        let reading = metrics_text::read(&seckill_shared::telemetry::metrics_handle().render());
+        let reading = metrics_text::read(&seckill_shared::ops::telemetry::metrics_handle().render());
         let edge = match previous.as_ref() {
             Some((then, before)) => {
                 let seconds = now.duration_since(*then).as_secs_f64();
@@ -155,7 +155,7 @@ impl Dashboard {
             None => EdgeFigures::default(),
         };
         *previous = Some((now, reading));
-        let sales = seckill_shared::reconcile::reconcile_live(&self.stock, &self.db).await;
+        let sales = seckill_shared::books::reconcile_live(&self.stock, &self.db).await;
         let pipeline = seckill_shared::kafka::pipeline_lag(&self.kafka).await.map(|lag| PipelineFigures {
             order_lag: lag.order.total,
             compensator_lag: lag.compensator.total,
@@ -166,9 +166,9 @@ impl Dashboard {
             edge,
             sales: Readout::of(sales, "reconciliation"),
             pipeline: Readout::of(pipeline, "kafka"),
-            parked: Readout::of(seckill_shared::parked::count(&self.db).await, "postgresql"),
+            parked: Readout::of(seckill_shared::db::parked::count(&self.db).await, "postgresql"),
             dead_letters: Readout::of(
-                seckill_shared::dead_letters::stats(&self.db, Default::default()).await,
+                seckill_shared::db::dead_letters::stats(&self.db, Default::default()).await,
                 "postgresql",
             ),
             sweeper: Readout::of(self.stock.last_sweep().await, "redis"),

@@ -8,9 +8,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::routing::{post, put};
 use axum::{Json, Router};
+use seckill_shared::books::{self, ReconcileError, Report};
 use seckill_shared::db::SaleRow;
 use seckill_shared::domain::{ActivityId, SaleKey, SkuId};
-use seckill_shared::reconcile::{self, ReconcileError, Report};
 use seckill_shared::sales::{self, WarmupError, WarmupRequest};
 
 /// Admin routes.
@@ -156,7 +156,7 @@ pub(super) async fn report(
 ) -> Result<Json<Report>, ApiError> {
     auth::require_admin(&state, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
-    let report = reconcile::reconcile(&state.stock, &state.db, Some(&state.settings.servers.kafka), sale, false)
+    let report = books::reconcile(&state.stock, &state.db, Some(&state.settings.servers.kafka), sale, false)
         .await
         .map_err(|error| match error {
             ReconcileError::SaleNotFound(_) => ApiError::SaleNotFound,

@@ -20,7 +20,9 @@ pub fn require_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiErr
 /// Whether `given` is the admin token (compared in constant time); with
 /// no admin token configured, nothing is.
 pub fn check_admin_token(state: &AppState, given: &str) -> Result<(), ApiError> {
-    let Some(expected) = state.settings.admin_token.as_deref().filter(|t| !t.is_empty()) else {
+    let Some(expected) =
+        state.settings.admin_token.as_ref().map(seckill_shared::config::Secret::expose).filter(|t| !t.is_empty())
+    else {
         return Err(ApiError::Unauthorized("the admin API is disabled (SECKILL_ADMIN_TOKEN is not set)".into()));
     };
     if constant_time_eq(given.as_bytes(), expected.as_bytes()) {

@@ -26,7 +26,7 @@ pub(super) async fn healthz() -> &'static str {
 /// Prometheus metrics.
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
 pub(super) async fn metrics() -> String {
-    seckill_shared::telemetry::metrics_handle().render()
+    seckill_shared::ops::telemetry::metrics_handle().render()
 }
 
 /// Readiness: Redis and Kafka answer, with a usable producer — as last
@@ -73,7 +73,7 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// after the last ended: at most one round trip to the brokers a second
 /// whatever asks `/readyz`, and none of the buyers' capacity.
 pub(super) async fn watch_readiness(state: AppState, shutdown: CancellationToken) -> Result<(), Infallible> {
-    seckill_shared::shutdown::every("readiness", CHECK_EVERY, shutdown, || async {
+    seckill_shared::ops::shutdown::every("readiness", CHECK_EVERY, shutdown, || async {
         let found = readiness(&state).await;
         // For alerting on an edge that stays unready (k8s probes it every 2 s).
         metrics::gauge!("seckill_edge_ready").set(if found.0 == StatusCode::OK { 1.0 } else { 0.0 });

@@ -30,8 +30,8 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::BoxError;
 use axum::Router;
-use seckill_shared::lock::LockClient;
-use seckill_shared::shutdown::Background;
+use seckill_shared::ops::lock::LockClient;
+use seckill_shared::ops::shutdown::Background;
 use seckill_shared::stock::Stock;
 use sqlx::PgPool;
 use std::sync::Arc;
@@ -158,7 +158,7 @@ async fn forget_quiet_clients(
     (limits, status_reads, admin_throttle): Forgetting,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), std::convert::Infallible> {
-    seckill_shared::shutdown::every("limiter clean-up", Duration::from_secs(30), shutdown, || async {
+    seckill_shared::ops::shutdown::every("limiter clean-up", Duration::from_secs(30), shutdown, || async {
         limits.shrink();
         status_reads.shrink();
         admin_throttle.shrink();

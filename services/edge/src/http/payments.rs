@@ -55,7 +55,7 @@ pub(super) async fn notify(
     JsonBody(RawBody(raw)): JsonBody<RawBody>,
 ) -> Result<Json<PaymentRecordedBody>, ApiError> {
     let settings = &state.settings;
-    let checked = match settings.payment_webhook_secret.as_deref() {
+    let checked = match settings.payment_webhook_secret.as_ref().map(seckill_shared::config::Secret::expose) {
         None => Err(signature::Refused::NotConfigured),
         Some(secret) => signature::verify(
             secret.as_bytes(),

@@ -171,7 +171,7 @@ pub async fn reconcile(
     require_drained: bool,
 ) -> Result<Report, ReconcileError> {
     let pg = source::<sqlx::Error>("postgresql");
-    let redis = source::<crate::redis_conn::RedisCallError>("redis");
+    let redis = source::<crate::stock::conn::RedisCallError>("redis");
     let row = crate::db::find_sale(pool, sale).await.map_err(&pg)?.ok_or(ReconcileError::SaleNotFound(sale))?;
     let snapshot = stock.snapshot(sale).await.map_err(&redis)?;
 
@@ -270,7 +270,7 @@ pub async fn reconcile(
         .fetch(pool),
     )
     .await?;
-    let parked = crate::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
+    let parked = crate::db::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
 
     let (order_lag, compensator_lag) = match kafka_settings {
         Some(settings) => {
@@ -414,7 +414,7 @@ async fn known_to_redis(
         known += stock
             .count_known_orders(sale, &chunk)
             .await
-            .map_err(source::<crate::redis_conn::RedisCallError>("redis"))?;
+            .map_err(source::<crate::stock::conn::RedisCallError>("redis"))?;
     }
     Ok((seen, known))
 }
@@ -426,7 +426,7 @@ pub const LIVE_SALES_SHOWN: usize = 50;
 /// after its end, payment window and margin), at most [`LIVE_SALES_SHOWN`], in key order. The
 /// dashboard and the compensator's audit both watch these.
 pub async fn reconcile_live(stock: &Stock, pool: &PgPool) -> Result<Vec<Report>, ReconcileError> {
-    let redis = source::<crate::redis_conn::RedisCallError>("redis");
+    let redis = source::<crate::stock::conn::RedisCallError>("redis");
     let mut sales = stock.sales().await.map_err(&redis)?;
     sales.sort();
     let mut reports = Vec::new();

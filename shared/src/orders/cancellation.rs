@@ -11,7 +11,7 @@
 //! CANCELLED and unmarked; the deadline worker finds it and finishes.
 
 use crate::domain::{OrderId, SaleKey, UserId};
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 use crate::stock::{Cancelled, Stock};
 use sqlx::{PgConnection, PgPool};
 use std::collections::BTreeMap;

@@ -76,16 +76,15 @@ pub fn masked_toml<T: Serialize>(settings: &T) -> anyhow::Result<String> {
     Ok(toml::to_string_pretty(&value)?)
 }
 
-pub(crate) const SECRET_KEYS: [&str; 3] = ["admin_token", "user_jwt_secret", "payment_webhook_secret"];
-const MASK: &str = "********";
-
 fn mask(value: &mut toml::Value) {
     let toml::Value::Table(table) = value else { return };
     for (key, value) in table.iter_mut() {
         match value {
-            toml::Value::String(text) if SECRET_KEYS.contains(&key.as_str()) => *text = MASK.into(),
+            toml::Value::String(text) if crate::config::SECRET_KEYS.contains(&key.as_str()) => {
+                *text = crate::config::Secret::MASK.into()
+            }
             toml::Value::String(text) => {
-                if let Some(masked) = mask_url_password(text) {
+                if let Some(masked) = crate::config::mask_url_password(text) {
                     *text = masked;
                 }
             }
@@ -93,21 +92,6 @@ fn mask(value: &mut toml::Value) {
             _ => {}
         }
     }
-}
-
-/// `url` with its password masked, for messages.
-pub fn masked_url(url: &str) -> String {
-    mask_url_password(url).unwrap_or_else(|| url.to_owned())
-}
-
-/// `scheme://user:password@host/...` with the password masked; `None` when
-/// the text carries no password.
-fn mask_url_password(text: &str) -> Option<String> {
-    let (scheme, rest) = text.split_once("://")?;
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let (userinfo, host) = authority.rsplit_once('@')?;
-    let (user, _password) = userinfo.split_once(':')?;
-    Some(format!("{scheme}://{user}:{MASK}@{host}{path}"))
 }
 
 #[cfg(test)]
@@ -134,7 +118,7 @@ mod tests {
         let text = masked_toml(&sample).unwrap();
         assert!(!text.contains("s3cret") && !text.contains("hunter2"), "{text}");
         assert!(text.contains("postgres://seckill:********@db:5432/seckill"), "{text}");
-        assert_eq!(mask_url_password("redis://127.0.0.1:6379/0"), None, "no password, nothing masked");
-        assert_eq!(mask_url_password("redis://:pw@h:1/0").as_deref(), Some("redis://:********@h:1/0"));
+        assert_eq!(crate::config::mask_url_password("redis://127.0.0.1:6379/0"), None, "no password, nothing masked");
+        assert_eq!(crate::config::mask_url_password("redis://:pw@h:1/0").as_deref(), Some("redis://:********@h:1/0"));
     }
 }

@@ -1,5 +1,6 @@
-//! The one Redis connection every part of `shared` talks through, and the
-//! one error a Redis call can end in.
+//! The one Redis connection every part of `shared` talks through
+//! ([`RedisConn`]), and the one error a Redis call can end in
+//! ([`RedisCallError`]).
 //!
 //! Two forms of `SECKILL_REDIS_URL`:
 //!
@@ -24,68 +25,22 @@
 //! request that hangs. A timed-out command may still have run — callers that
 //! change state treat that as "unknown", never as "did not happen".
 
+mod error;
+mod sentinel;
+mod url;
+
+pub use error::RedisCallError;
+pub use url::check_url;
+
 use crate::config::RedisSettings;
-use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+use sentinel::SentinelPrimary;
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// What went wrong with one Redis call.
-#[derive(Debug, thiserror::Error)]
-pub enum RedisCallError {
-    /// Redis answered with an error, or the connection failed.
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    /// The Redis Cluster client failed after sending it, perhaps more than
-    /// once: it resends a command after a dropped connection or a
-    /// redirection (`retries`), so its last error — even a refused
-    /// connection — may follow an attempt that ran.
-    #[error("redis cluster: {0}")]
-    Resent(redis::RedisError),
-    /// Redis did not answer in time. The command may still have run.
-    #[error("redis did not answer within {0:?}")]
-    Timeout(Duration),
-    /// A script answered something this code does not understand.
-    #[error("unexpected answer from {script}: {answer}")]
-    Unexpected {
-        /// The script (or command) that answered.
-        script: &'static str,
-        /// What it answered, as debug text.
-        answer: String,
-    },
-}
-
-impl RedisCallError {
-    /// Whether the call certainly did not run: Redis refused the connection
-    /// (nothing was sent) or answered with an error (a replica refusing
-    /// writes, a script error before any write). A timeout or a connection
-    /// lost after sending may have run.
-    pub fn never_ran(&self) -> bool {
-        match self {
-            Self::Redis(error) => error.is_connection_refusal() || matches!(error.kind(), redis::ErrorKind::Server(_)),
-            // The cluster client may have sent it before the error it ends
-            // with: only its outcome, asked for by the call's id, can say.
-            Self::Resent(_) | Self::Timeout(_) | Self::Unexpected { .. } => false,
-        }
-    }
-
-    /// The server's or client's error, when there is one.
-    pub fn redis_error(&self) -> Option<&redis::RedisError> {
-        match self {
-            Self::Redis(error) | Self::Resent(error) => Some(error),
-            Self::Timeout(_) | Self::Unexpected { .. } => None,
-        }
-    }
-
-    /// Whether the answer was not heard (the call may have run): asking
-    /// again is how a caller of an idempotent script learns its outcome.
-    pub fn unheard(&self) -> bool {
-        !self.never_ran() && !matches!(self, Self::Unexpected { .. })
-    }
-}
+use url::{cluster_nodes, tcp_settings, SentinelUrl};
 
 /// A shared connection with a bound on every call. Cloning is cheap: clones
 /// share one multiplexed connection.
@@ -103,98 +58,6 @@ enum Inner {
     Sentinel(Arc<SentinelPrimary>),
     /// A Redis Cluster: each command to its slot's primary.
     Cluster(ClusterConnection),
-}
-
-/// The primary of a Sentinel-watched master, and how to find it again.
-struct SentinelPrimary {
-    /// Asks the Sentinels (one lookup at a time).
-    sentinels: tokio::sync::Mutex<SentinelClient>,
-    /// The connection to the primary last named; `None` after a failure
-    /// that may have been a failover.
-    current: RwLock<Option<MultiplexedConnection>>,
-    config: AsyncConnectionConfig,
-}
-
-/// A `redis+sentinel://` URL, taken apart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct SentinelUrl {
-    sentinels: Vec<String>,
-    master: String,
-    db: i64,
-}
-
-impl SentinelUrl {
-    /// `redis+sentinel://h1:p1,h2:p2/master[?db=N]`; `None` for another scheme.
-    fn parse(url: &str) -> Option<Result<Self, String>> {
-        let rest = url.strip_prefix("redis+sentinel://")?;
-        let bad = |why: &str| Some(Err(format!("{url}: {why} (redis+sentinel://host:port[,host:port]/master[?db=N])")));
-        let (hosts, path) = match rest.split_once('/') {
-            Some(split) => split,
-            None => return bad("no master name"),
-        };
-        let (master, query) = path.split_once('?').unwrap_or((path, ""));
-        if master.is_empty() {
-            return bad("no master name");
-        }
-        let db = match query.strip_prefix("db=") {
-            Some(db) => match db.parse() {
-                Ok(db) => db,
-                Err(_) => return bad("db is not a number"),
-            },
-            None if query.is_empty() => 0,
-            None => return bad("unknown query"),
-        };
-        let sentinels: Vec<String> =
-            hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("redis://{h}")).collect();
-        if sentinels.is_empty() {
-            return bad("no sentinel address");
-        }
-        Some(Ok(Self { sentinels, master: master.to_owned(), db }))
-    }
-}
-
-/// The nodes of a `redis+cluster://h1:p1,h2:p2` URL (as `redis://` URLs);
-/// `None` for another scheme.
-fn cluster_nodes(url: &str) -> Option<Result<Vec<String>, String>> {
-    let rest = url.strip_prefix("redis+cluster://")?;
-    let hosts = rest.strip_suffix('/').unwrap_or(rest);
-    if hosts.contains(['/', '?']) {
-        return Some(Err(format!("{url}: a cluster has no database or query (redis+cluster://host:port[,host:port])")));
-    }
-    let nodes: Vec<String> = hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("redis://{h}")).collect();
-    if nodes.is_empty() {
-        return Some(Err(format!("{url}: no node address (redis+cluster://host:port[,host:port])")));
-    }
-    Some(Ok(nodes))
-}
-
-/// Every connection to Redis: TCP keepalives
-/// ([`crate::config::TCP_KEEPALIVE`]), so a primary that vanished without a
-/// reset (a VM paused, a network cut) is noticed in about half a minute
-/// instead of the kernel's two hours.
-fn tcp_settings() -> redis::io::tcp::TcpSettings {
-    use redis::io::tcp::socket2::TcpKeepalive;
-    let keepalive = crate::config::TCP_KEEPALIVE;
-    redis::io::tcp::TcpSettings::default().set_keepalive(
-        TcpKeepalive::new().with_time(keepalive.idle).with_interval(keepalive.interval).with_retries(keepalive.probes),
-    )
-}
-
-/// Whether `url` is one [`RedisConn::connect`] takes (connecting to
-/// nothing): `redis://`, `rediss://`, `unix://`, `redis+sentinel://` or
-/// `redis+cluster://`.
-pub fn check_url(url: &str) -> Result<(), String> {
-    if let Some(nodes) = cluster_nodes(url) {
-        return nodes.and_then(|nodes| {
-            redis::cluster::ClusterClient::new(nodes)
-                .map(|_| ())
-                .map_err(|e| format!("{}: {e}", crate::cli::masked_url(url)))
-        });
-    }
-    match SentinelUrl::parse(url) {
-        Some(parsed) => parsed.map(|_| ()),
-        None => redis::Client::open(url).map(|_| ()).map_err(|e| format!("{}: {e}", crate::cli::masked_url(url))),
-    }
 }
 
 impl RedisConn {
@@ -397,55 +260,6 @@ impl RedisConn {
     }
 }
 
-impl SentinelPrimary {
-    fn new(url: &SentinelUrl, timeout: Duration) -> redis::RedisResult<Self> {
-        let node = SentinelNodeConnectionInfo::default()
-            .set_redis_connection_info(redis::RedisConnectionInfo::default().set_db(url.db))
-            .set_tcp_settings(tcp_settings());
-        let sentinels =
-            SentinelClient::build(url.sentinels.clone(), url.master.clone(), Some(node), SentinelServerType::Master)?;
-        let config =
-            AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
-        Ok(Self { sentinels: tokio::sync::Mutex::new(sentinels), current: RwLock::new(None), config })
-    }
-
-    /// The primary's connection, asking the Sentinels when there is none.
-    async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
-        if let Some(conn) = self.current.read().unwrap_or_else(|p| p.into_inner()).clone() {
-            return Ok(conn);
-        }
-        let mut sentinels = self.sentinels.lock().await;
-        // Another caller may have found it while this one waited.
-        if let Some(conn) = self.current.read().unwrap_or_else(|p| p.into_inner()).clone() {
-            return Ok(conn);
-        }
-        let conn = sentinels.get_async_connection_with_config(&self.config).await?;
-        tracing::info!("connected to the primary Redis Sentinel names");
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
-        Ok(conn)
-    }
-
-    /// Drops the connection: the next call asks the Sentinels again.
-    fn forget(&self) {
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-
-    /// After a failed call: whether it failed the way a failover fails.
-    fn judge<T>(&self, result: &redis::RedisResult<T>) {
-        if let Err(error) = result {
-            let moved = error.is_io_error()
-                || error.is_connection_refusal()
-                || error.is_connection_dropped()
-                || error.is_timeout()
-                || error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
-            if moved {
-                tracing::warn!(%error, "redis primary unreachable or demoted; asking the sentinels again");
-                self.forget();
-            }
-        }
-    }
-}
-
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.inner {
@@ -489,38 +303,5 @@ impl ConnectionLike for RedisConn {
             Inner::Direct(manager) => manager.get_db(),
             Inner::Sentinel(_) | Inner::Cluster(_) => 0,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sentinel_urls_name_their_sentinels_and_master() {
-        let url = SentinelUrl::parse("redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/seckill")
-            .unwrap()
-            .unwrap();
-        assert_eq!(url.sentinels.len(), 3);
-        assert_eq!((url.master.as_str(), url.db), ("seckill", 0));
-        let with_db = SentinelUrl::parse("redis+sentinel://s:1/m?db=2").unwrap().unwrap();
-        assert_eq!(with_db.db, 2);
-        assert!(SentinelUrl::parse("redis://127.0.0.1:6379/0").is_none(), "another scheme");
-        for bad in
-            ["redis+sentinel://s:1", "redis+sentinel://s:1/", "redis+sentinel:///m", "redis+sentinel://s:1/m?db=x"]
-        {
-            assert!(matches!(SentinelUrl::parse(bad), Some(Err(_))), "{bad}");
-        }
-    }
-
-    #[test]
-    fn cluster_urls_name_their_nodes() {
-        let nodes = cluster_nodes("redis+cluster://127.0.0.1:7000,127.0.0.1:7001/").unwrap().unwrap();
-        assert_eq!(nodes, ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"]);
-        assert!(cluster_nodes("redis://127.0.0.1:6379").is_none(), "another scheme");
-        for bad in ["redis+cluster://", "redis+cluster://h:1/0", "redis+cluster://h:1?db=2"] {
-            assert!(matches!(cluster_nodes(bad), Some(Err(_))), "{bad}");
-        }
-        assert!(check_url("redis+cluster://127.0.0.1:7000").is_ok());
     }
 }

@@ -1,13 +1,13 @@
 //! Fencing tokens in PostgreSQL (`lock_fences`): the storage side of the
-//! distributed lock's tokens ([`crate::lock`]). A write the lock guards
+//! distributed lock's tokens ([`crate::ops::lock`]). A write the lock guards
 //! records its token first in its own transaction and is refused when a
 //! higher token was recorded, or the same token by another holder (a Redis
 //! that lost its counter can mint a token again). A new holder's token is
 //! minted above the newest one recorded, so tokens outlive Redis.
-//! [`FencedLock`] is the seat a singleton takes with it ([`crate::leader`]).
+//! [`FencedLock`] is the seat a singleton takes with it ([`crate::ops::leader`]).
 
-use crate::leader::Seat;
-use crate::lock::{LockClient, LockGuard};
+use crate::ops::leader::Seat;
+use crate::ops::lock::{LockClient, LockGuard};
 use sqlx::{PgConnection, PgPool};
 use std::time::Duration;
 

@@ -121,8 +121,8 @@ pub async fn stats(db: &PgPool, scope: Scope) -> sqlx::Result<Stats> {
     stats.replayed = acted.replayed;
     stats.redriven = acted.redriven;
     stats.parked = match scope.sale {
-        Some(sale) => crate::parked::count_for_sale(db, sale).await?,
-        None => crate::parked::count(db).await?,
+        Some(sale) => crate::db::parked::count_for_sale(db, sale).await?,
+        None => crate::db::parked::count(db).await?,
     };
     Ok(stats)
 }

@@ -8,162 +8,16 @@
 //! `SECKILL__SECTION__KEY=value` (e.g. `SECKILL__ORDER__BATCH_SIZE=1000`).
 //! Only `main` calls [`load`]; tests build settings in code.
 
+mod secret;
+mod servers;
+
+pub(crate) use secret::{mask_url_password, SECRET_KEYS};
+pub use secret::{masked_url, Secret};
+pub use servers::*;
+
 use anyhow::{bail, Context};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
-
-/// Redis connection and key layout.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RedisSettings {
-    /// `redis://host:port/db`.
-    pub url: String,
-    /// Prefix of every key, so deployments (and tests) never share data.
-    pub key_prefix: String,
-    /// Bound on every Redis call.
-    pub timeout_ms: u64,
-    /// How long a deduction call's outcome is kept, so a caller that did
-    /// not hear it can ask again (or void it) instead of guessing.
-    pub call_outcome_ms: u64,
-    /// Replicas that must confirm a deduction (`WAIT`, once per batch)
-    /// before it is answered 202; unset: 1 when the topology has a replica
-    /// (a Sentinel URL, or a primary with replicas connected at start), 0
-    /// on one node.
-    pub min_replica_acks: Option<u32>,
-    /// How long a deduction waits for its replicas' confirmation before it
-    /// is undone and answered 503.
-    pub replica_ack_timeout_ms: u64,
-    /// How long a sale's keys outlive its end and its payment window (the
-    /// last order's deadline): then every key of the sale expires, whichever
-    /// script created it. A sale without an end keeps its keys until it is
-    /// closed (`seckillctl sale close`).
-    pub sale_key_margin_secs: u64,
-}
-
-impl Default for RedisSettings {
-    fn default() -> Self {
-        Self {
-            url: "redis://127.0.0.1:6379/0".into(),
-            key_prefix: String::new(),
-            timeout_ms: 2_000,
-            call_outcome_ms: 60_000,
-            min_replica_acks: None,
-            replica_ack_timeout_ms: 1_000,
-            sale_key_margin_secs: 3_600,
-        }
-    }
-}
-
-/// TCP keepalives on every connection to Redis and PostgreSQL: after
-/// `idle` without traffic, a probe every `interval`, the peer given up
-/// after `probes` unanswered — a peer that vanished without a reset (a VM
-/// paused, a network cut) is noticed in about 25 s instead of the kernel's
-/// default two hours.
-#[derive(Debug, Clone, Copy)]
-pub struct TcpKeepalive {
-    pub idle: std::time::Duration,
-    pub interval: std::time::Duration,
-    pub probes: u32,
-}
-
-/// The project's keepalives (see [`TcpKeepalive`]).
-pub const TCP_KEEPALIVE: TcpKeepalive =
-    TcpKeepalive { idle: std::time::Duration::from_secs(10), interval: std::time::Duration::from_secs(5), probes: 3 };
-
-/// Kafka brokers, topic names and client tuning.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct KafkaSettings {
-    /// `host:port[,host:port]`.
-    pub brokers: String,
-    /// Prefix of both topic names and both consumer group ids, so parallel
-    /// deployments and tests never share them.
-    pub topic_prefix: String,
-    /// Partitions of `seckill.orders` when the project creates it.
-    pub order_partitions: i32,
-    /// Partitions of `seckill.orders.dlq` when the project creates it.
-    pub dlq_partitions: i32,
-    /// Replication factor of the topics the services create; 0 (the
-    /// default): as many brokers as the cluster has, at most 3 — never
-    /// silently 1 on a three-broker cluster.
-    pub replication_factor: i32,
-    /// `min.insync.replicas` of created topics; 0 (the default): 2 when
-    /// replicated three ways or more, else 1.
-    pub min_insync_replicas: i32,
-    /// How long the producer tries before a delivery fails.
-    pub message_timeout_ms: u64,
-    /// How long the producer waits to batch records.
-    pub linger_ms: u64,
-    /// Consumer session timeout: how fast a dead member's partitions move.
-    pub session_timeout_ms: u64,
-    /// A consumer's fetch is answered once this much is waiting (or after
-    /// 50 ms). Under a steady stream a fetch per few records cost the broker
-    /// and the order service more CPU than the records themselves: at 64 KiB,
-    /// a sale consumed while it sells spent 140–150 µs of the machine per
-    /// order instead of 200–220, and the edge's throughput rose by a third.
-    /// A lone record waits at most the 50 ms.
-    pub fetch_min_bytes: u32,
-    /// Bound on metadata, watermark, offset and topic-creation calls.
-    pub admin_timeout_ms: u64,
-}
-
-impl Default for KafkaSettings {
-    fn default() -> Self {
-        Self {
-            brokers: "127.0.0.1:9092".into(),
-            topic_prefix: String::new(),
-            order_partitions: 8,
-            dlq_partitions: 2,
-            replication_factor: 0,
-            min_insync_replicas: 0,
-            message_timeout_ms: 5_000,
-            linger_ms: 1,
-            session_timeout_ms: 10_000,
-            fetch_min_bytes: 65_536,
-            admin_timeout_ms: 10_000,
-        }
-    }
-}
-
-impl KafkaSettings {
-    /// The bound on administrative calls.
-    pub fn admin_timeout(&self) -> Duration {
-        Duration::from_millis(self.admin_timeout_ms)
-    }
-}
-
-/// PostgreSQL connection pool.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DbSettings {
-    /// `postgres://user:password@host:port/db`.
-    pub url: String,
-    pub max_connections: u32,
-    /// Bound on waiting for a pooled connection.
-    pub acquire_timeout_ms: u64,
-}
-
-impl Default for DbSettings {
-    fn default() -> Self {
-        Self {
-            url: "postgres://seckill:seckill@127.0.0.1:5432/seckill".into(),
-            max_connections: 10,
-            acquire_timeout_ms: 3_000,
-        }
-    }
-}
-
-/// Logging.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TelemetrySettings {
-    /// JSON log lines instead of text.
-    pub json: bool,
-    /// Log filter: a level, then `target=level` pairs, comma-separated
-    /// (`info,seckill_order=debug`); `RUST_LOG` wins when set; default `info`.
-    pub filter: Option<String>,
-}
 
 /// A list setting that also reads from one environment variable: a TOML
 /// array, or a comma-separated string (`SECKILL__CORS__ALLOWED_ORIGINS=a,b`).
@@ -178,53 +32,6 @@ pub fn list_or_comma_separated<'de, D: serde::Deserializer<'de>>(deserializer: D
         Either::List(list) => list,
         Either::Text(text) => text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect(),
     })
-}
-
-/// The servers a service talks to, and its logging. Flattened into each
-/// service's settings: the keys `redis`, `kafka`, `database` and
-/// `telemetry` stay top-level sections.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Servers {
-    pub redis: RedisSettings,
-    pub kafka: KafkaSettings,
-    pub database: DbSettings,
-    pub telemetry: TelemetrySettings,
-}
-
-/// Lease and wait of one use of the distributed lock.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LockSettings {
-    /// How long a lock lives without renewal.
-    pub lease_ms: u64,
-    /// How long an acquire waits before giving up.
-    pub wait_ms: u64,
-}
-
-impl Default for LockSettings {
-    fn default() -> Self {
-        // The seed's values.
-        Self { lease_ms: 3_000, wait_ms: 200 }
-    }
-}
-
-impl LockSettings {
-    /// The warm-up lock's defaults: a warm-up writes PostgreSQL and Redis
-    /// under it, so its lease (renewed by a watchdog) is long, and a second
-    /// warm-up of the same sale waits a little, then is told the sale is busy.
-    pub fn warmup() -> Self {
-        Self { lease_ms: 10_000, wait_ms: 500 }
-    }
-
-    /// The lease.
-    pub fn lease(&self) -> Duration {
-        Duration::from_millis(self.lease_ms)
-    }
-    /// The wait.
-    pub fn wait(&self) -> Duration {
-        Duration::from_millis(self.wait_ms)
-    }
 }
 
 /// Environment variables of the contract, and the key each one sets. Their
@@ -293,7 +100,7 @@ pub fn load_from<T: DeserializeOwned + Serialize + Default>(
             let path: Vec<&str> = path.iter().map(String::as_str).collect();
             // A secret is text whatever it looks like: read as a number, it
             // would be refused in a message that shows it.
-            let secret = path.last().is_some_and(|key| crate::cli::SECRET_KEYS.contains(key));
+            let secret = path.last().is_some_and(|key| SECRET_KEYS.contains(key));
             let value = if secret { toml::Value::String(value.clone()) } else { infer_value(value) };
             set_path(&mut table, &path, value, name)?;
         }

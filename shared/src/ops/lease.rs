@@ -7,8 +7,8 @@
 //! [`LeaseTerm::check`] first in its own transaction: a holder whose lease
 //! was taken over writes nothing.
 
-use crate::leader::{Seat, Term};
-use crate::shutdown::Background;
+use crate::ops::leader::{Seat, Term};
+use crate::ops::shutdown::Background;
 use sqlx::{PgConnection, PgPool};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

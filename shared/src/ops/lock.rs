@@ -25,16 +25,16 @@
 //! believes it still owns the lock while another does. The fencing token is
 //! the answer to both: storage refuses the stale holder's writes.
 
-use crate::redis_conn::{RedisCallError, RedisConn};
-use crate::shutdown::Background;
+use crate::ops::shutdown::Background;
+use crate::stock::conn::{RedisCallError, RedisConn};
 use redis::Script;
 use std::sync::LazyLock;
 use std::time::Duration;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-static LOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/lock.lua")));
-static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/unlock.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/renew.lua")));
+static LOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/lock.lua")));
+static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/unlock.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/renew.lua")));
 
 /// Takes locks.
 #[derive(Clone)]
@@ -196,7 +196,7 @@ impl LockGuard {
     }
 }
 
-impl crate::leader::Term for LockGuard {
+impl crate::ops::leader::Term for LockGuard {
     fn fence(&self) -> i64 {
         self.fence
     }

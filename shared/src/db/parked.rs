@@ -4,9 +4,9 @@
 //! Each stays until an operator deals with it: `seckillctl dlq parked`
 //! lists them and the reconciliation reports a sale's as violations.
 
+use crate::db::outbox::{NotAnEvent, OutboxRow};
 use crate::domain::{OrderRecord, SaleKey};
 use crate::kafka::headers_map;
-use crate::outbox::{NotAnEvent, OutboxRow};
 use rdkafka::Message;
 use sqlx::PgPool;
 

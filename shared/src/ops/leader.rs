@@ -10,11 +10,11 @@
 //! the job passes it to each write it guards, so a holder that lost its
 //! term without knowing it (it was frozen) cannot write after its
 //! successor. Two seats exist: the distributed Redis lock with its
-//! watchdog ([`crate::lock`], the sweeper's: its writes are fenced in
+//! watchdog ([`crate::ops::lock`], the sweeper's: its writes are fenced in
 //! PostgreSQL's `lock_fences`), and a lease in PostgreSQL itself
-//! ([`crate::lease`], the relay's: its cursor is the database's).
+//! ([`crate::ops::lease`], the relay's: its cursor is the database's).
 
-use crate::shutdown::pause;
+use crate::ops::shutdown::pause;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 
 use crate::db;
 use crate::domain::{FailReason, Fate, OrderRecord};
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 use crate::stock::{Compensation, CompensationMode, Stock};
 use sqlx::PgPool;
 

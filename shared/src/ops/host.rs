@@ -9,7 +9,7 @@
 
 use crate::config::{Servers, TelemetrySettings};
 use crate::kafka::Topics;
-use crate::shutdown::Background;
+use crate::ops::shutdown::Background;
 use crate::stock::Stock;
 use anyhow::Context;
 use serde::de::DeserializeOwned;
@@ -73,7 +73,7 @@ where
                 let delay = delays.next().unwrap_or_default();
                 tracing::warn!(%error, retry_in = ?delay, "{what} failed; retrying");
                 metrics::counter!("seckill_retries_total", "what" => what.to_owned()).increment(1);
-                if !crate::shutdown::pause(shutdown, delay).await {
+                if !crate::ops::shutdown::pause(shutdown, delay).await {
                     return None;
                 }
             }
@@ -91,8 +91,8 @@ impl ReadyFlag {
         self.0.store(true, Ordering::Relaxed);
     }
 
-    /// A readiness check for [`crate::telemetry::serve_health`].
-    pub fn check(&self) -> crate::telemetry::ReadinessCheck {
+    /// A readiness check for [`crate::ops::telemetry::serve_health`].
+    pub fn check(&self) -> crate::ops::telemetry::ReadinessCheck {
         let flag = self.0.clone();
         Arc::new(move || {
             let ready = flag.load(Ordering::Relaxed);
@@ -100,7 +100,7 @@ impl ReadyFlag {
                 if ready {
                     Ok(())
                 } else {
-                    Err(crate::telemetry::NotReady("connecting to redis, postgresql and kafka"))
+                    Err(crate::ops::telemetry::NotReady("connecting to redis, postgresql and kafka"))
                 }
             })
         })
@@ -177,7 +177,7 @@ pub trait Binary: Sized + Send + 'static {
 /// `--version`, `--print-config`), loads the settings, starts telemetry,
 /// builds the service and runs it until SIGINT or SIGTERM.
 pub fn run<B: Binary>() -> anyhow::Result<()> {
-    let args = crate::cli::ServiceArgs::parse_for(B::BINARY, B::ABOUT);
+    let args = crate::ops::cli::ServiceArgs::parse_for(B::BINARY, B::ABOUT);
     if args.check_config {
         let checked = args.settings::<B::Settings>().and_then(|settings| match settings {
             Some(settings) => B::check(&settings),
@@ -196,8 +196,8 @@ pub fn run<B: Binary>() -> anyhow::Result<()> {
     B::check(&settings)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     let result = runtime.block_on(async move {
-        crate::telemetry::init_tracing(B::telemetry(&settings));
-        let shutdown = crate::shutdown::shutdown_signal();
+        crate::ops::telemetry::init_tracing(B::telemetry(&settings));
+        let shutdown = crate::ops::shutdown::shutdown_signal();
         let service = B::build(settings).await.with_context(|| format!("starting {}", B::BINARY))?;
         tracing::info!(service = B::BINARY, addr = %service.listening(), "listening");
         service.run(shutdown).await
@@ -239,7 +239,7 @@ impl<S: Hosted> Service<S> {
     /// Binds the health port (port 0 picks a free one, for tests) and
     /// installs the metrics recorder before anything records.
     pub async fn build(settings: S) -> anyhow::Result<Self> {
-        crate::telemetry::metrics_handle();
+        crate::ops::telemetry::metrics_handle();
         let addr = &settings.hosting().0.metrics_addr;
         let health = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
         Ok(Self { settings: Arc::new(settings), health })
@@ -258,7 +258,7 @@ impl<S: Hosted> Service<S> {
         let (service, servers) = settings.hosting();
         let background = Background::new(shutdown.clone());
         let ready = ReadyFlag::default();
-        background.spawn("health server", crate::telemetry::serve_health(health, ready.check(), shutdown.clone()));
+        background.spawn("health server", crate::ops::telemetry::serve_health(health, ready.check(), shutdown.clone()));
         if let Some(connections) = connect(servers, service.retry, &shutdown).await? {
             ready.set();
             S::start(settings.clone(), connections, &background)?;
@@ -309,12 +309,12 @@ impl<S: Hosted> Binary for Service<S> {
 /// PostgreSQL URL of no known form, no Kafka broker (connecting to nothing).
 pub fn check_servers(servers: &Servers) -> anyhow::Result<()> {
     use std::str::FromStr;
-    crate::redis_conn::check_url(&servers.redis.url)
+    crate::stock::conn::check_url(&servers.redis.url)
         .map_err(|why| anyhow::anyhow!("redis.url (SECKILL_REDIS_URL): {why}"))?;
     sqlx::postgres::PgConnectOptions::from_str(&servers.database.url).map_err(|error| {
         anyhow::anyhow!(
             "database.url (SECKILL_DATABASE_URL) '{}': {error}",
-            crate::cli::masked_url(&servers.database.url)
+            crate::config::masked_url(&servers.database.url)
         )
     })?;
     let brokers = &servers.kafka.brokers;

@@ -5,7 +5,7 @@
 
 use super::{by_bucket, Stock};
 use crate::domain::{OrderId, OrderStatus, SaleKey, UserId};
-use crate::redis_conn::RedisCallError;
+use crate::stock::conn::RedisCallError;
 use redis::AsyncCommands;
 
 /// What Redis knows of one order.

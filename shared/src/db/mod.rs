@@ -2,6 +2,10 @@
 //! sales table, and telling a verdict on the data from a database that is
 //! unwell. SQL that only one service runs lives in that service.
 
+pub mod dead_letters;
+pub mod outbox;
+pub mod parked;
+
 use crate::config::DbSettings;
 use crate::domain::SaleKey;
 use chrono::{DateTime, Utc};

@@ -1,0 +1,15 @@
+//! How a service runs: its command line ([`cli`]), the skeleton every
+//! binary runs in ([`host`]), logging and metrics ([`telemetry`]), stopping
+//! cleanly ([`shutdown`]), and the seats of the singletons: the Redis lock
+//! ([`lock`]) with its fencing tokens in PostgreSQL ([`fence`]), the
+//! PostgreSQL lease ([`lease`]), and the one loop every singleton leads
+//! through ([`leader`]).
+
+pub mod cli;
+pub mod fence;
+pub mod host;
+pub mod leader;
+pub mod lease;
+pub mod lock;
+pub mod shutdown;
+pub mod telemetry;
