@@ -32,12 +32,13 @@
 //! when the deduction was heard) and poll, while the void goes on in the
 //! background.
 
+use parking_lot::Mutex;
 use seckill_shared::domain::{OrderId, SaleKey};
 use seckill_shared::ops::shutdown::Background;
 use seckill_shared::stock::conn::RedisCallError;
 use seckill_shared::stock::{Bucket, DeductCall, DeductRequest, Deduction, Stock, Voided};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -119,7 +120,7 @@ impl Batcher {
     ) -> Answer {
         let (answer, answered) = oneshot::channel();
         let lead = {
-            let mut sales = self.sales.lock().expect("batcher lock");
+            let mut sales = self.sales.lock();
             let lead = !sales.contains_key(&(sale, bucket));
             let waiting = sales.entry((sale, bucket)).or_default();
             if waiting.requests.len() >= self.limits.queue_max {
@@ -142,7 +143,7 @@ impl Batcher {
     async fn drain(self: Arc<Self>, sale: SaleKey, bucket: Bucket) {
         loop {
             let batch: Vec<Waiter> = {
-                let mut sales = self.sales.lock().expect("batcher lock");
+                let mut sales = self.sales.lock();
                 let Some(waiting) = sales.get_mut(&(sale, bucket)) else { return };
                 // A request whose client has gone is not decided at all.
                 waiting.requests.retain(|w| !w.answer.is_closed());

@@ -17,11 +17,12 @@
 //! unit to lend and none is on its way.
 
 use crate::batch::{Answer, Batcher};
+use parking_lot::{Mutex, RwLock};
 use seckill_shared::domain::SaleKey;
 use seckill_shared::stock::conn::RedisCallError;
 use seckill_shared::stock::{Borrowed, Bucket, DeductRequest, Deduction, Directory, Stock};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How many times one request may find units still on their way between
@@ -128,7 +129,7 @@ impl Homes {
     /// Forgets what this edge knows of `sale`'s buckets (it was warmed up
     /// through this edge).
     pub fn forget(&self, sale: SaleKey) {
-        self.lists.write().unwrap_or_else(|p| p.into_inner()).remove(&sale);
+        self.lists.write().remove(&sale);
     }
 
     /// The sale's list: the one kept, unless it is older than
@@ -137,7 +138,7 @@ impl Homes {
     /// buckets go on selling, and a bucket a list of another round names
     /// refuses the request anyway.
     async fn list(&self, sale: SaleKey, fresh: bool) -> Result<Arc<Directory>, RedisCallError> {
-        let kept = self.lists.read().unwrap_or_else(|p| p.into_inner()).get(&sale).cloned();
+        let kept = self.lists.read().get(&sale).cloned();
         if let Some((read_at, list)) = &kept {
             if !fresh && read_at.elapsed() < LIST_KEPT {
                 return Ok(list.clone());
@@ -145,7 +146,7 @@ impl Homes {
             if !fresh {
                 // Grown old: one request reads it again, the others go on
                 // with it meanwhile (a burst does not read it 256 times).
-                let mut lists = self.lists.write().unwrap_or_else(|p| p.into_inner());
+                let mut lists = self.lists.write();
                 match lists.get_mut(&sale) {
                     Some((read_at, list)) if read_at.elapsed() < LIST_KEPT => return Ok(list.clone()),
                     Some((read_at, _)) => *read_at = Instant::now(),
@@ -160,7 +161,7 @@ impl Homes {
         // A sale Redis does not hold is not kept: requests naming any ids
         // must not fill this map (its deduction answers SALE_NOT_FOUND).
         if list.round != 0 {
-            let mut lists = self.lists.write().unwrap_or_else(|p| p.into_inner());
+            let mut lists = self.lists.write();
             if lists.len() >= MOST_LISTS {
                 lists.retain(|_, (read_at, _)| read_at.elapsed() < LIST_KEPT);
             }
@@ -176,7 +177,7 @@ impl Homes {
     /// again shortly), or none is left anywhere (the crowd behind a
     /// sold-out bucket is not sent round the buckets once more each).
     async fn borrow(&self, sale: SaleKey, list: &Directory, home: Bucket) -> Result<Borrowed, RedisCallError> {
-        let gate = self.borrowing.lock().unwrap_or_else(|p| p.into_inner()).entry((sale, home)).or_default().clone();
+        let gate = self.borrowing.lock().entry((sale, home)).or_default().clone();
         let mut turn = match gate.try_lock() {
             Ok(turn) => turn,
             Err(_) => {

@@ -24,9 +24,10 @@ use crate::settings::Settings;
 use axum::http::HeaderMap;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use parking_lot::RwLock;
 use seckill_shared::domain::UserId;
 use std::net::IpAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How requests name their user.
@@ -88,7 +89,7 @@ impl KeySet {
     /// Whether any key is loaded (`/readyz`: an edge that would refuse
     /// every buyer is not ready).
     pub fn loaded(&self) -> bool {
-        !self.keys.read().unwrap_or_else(|p| p.into_inner()).is_empty()
+        !self.keys.read().is_empty()
     }
 
     /// Reads or fetches the keys again; a source that fails or no longer
@@ -103,7 +104,7 @@ impl KeySet {
         };
         match fresh {
             Ok(keys) => {
-                *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+                *self.keys.write() = keys;
                 true
             }
             Err(error) => {
@@ -139,7 +140,7 @@ impl KeySet {
     /// The key a token's header points at, and the algorithm it verifies:
     /// its `kid`, or the only key when the set has one.
     fn key_for(&self, kid: Option<&str>) -> Option<(Arc<DecodingKey>, Algorithm)> {
-        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let keys = self.keys.read();
         let verifier = match kid {
             Some(kid) => keys.iter().find(|v| v.kid.as_deref() == Some(kid))?,
             None if keys.len() == 1 => &keys[0],

@@ -4,9 +4,9 @@
 //! and every edge must notice within about a second or they never sell. A
 //! time-to-live does that without any coordination between edges.
 
+use parking_lot::RwLock;
 use seckill_shared::domain::SaleKey;
 use std::collections::HashMap;
-use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 /// Sales this edge believes sold out, and until when it believes it.
@@ -23,7 +23,7 @@ impl SoldOutFlags {
 
     /// Whether the sale is flagged sold out right now.
     pub fn is_sold_out(&self, sale: SaleKey) -> bool {
-        let flags = self.flags.read().unwrap_or_else(|p| p.into_inner());
+        let flags = self.flags.read();
         flags.get(&sale).is_some_and(|until| Instant::now() < *until)
     }
 
@@ -32,13 +32,13 @@ impl SoldOutFlags {
         if self.ttl.is_zero() {
             return;
         }
-        let mut flags = self.flags.write().unwrap_or_else(|p| p.into_inner());
+        let mut flags = self.flags.write();
         flags.insert(sale, Instant::now() + self.ttl);
     }
 
     /// Forgets the flag (a unit came back through this edge).
     pub fn clear(&self, sale: SaleKey) {
-        let mut flags = self.flags.write().unwrap_or_else(|p| p.into_inner());
+        let mut flags = self.flags.write();
         flags.remove(&sale);
     }
 }

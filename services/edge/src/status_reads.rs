@@ -9,9 +9,10 @@
 
 use crate::limit::KeyedLimiter;
 use crate::settings::StatusReadSettings;
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Order ids remembered as missing, at most; past it the expired go, and
@@ -46,7 +47,7 @@ impl StatusReads {
 
     /// Whether `order_id` was found missing a moment ago.
     pub fn known_missing(&self, order_id: &str) -> bool {
-        let misses = self.misses.lock().expect("misses lock");
+        let misses = self.misses.lock();
         misses.get(order_id).is_some_and(|until| *until > Instant::now())
     }
 
@@ -55,7 +56,7 @@ impl StatusReads {
         if self.miss_ttl.is_zero() {
             return;
         }
-        let mut misses = self.misses.lock().expect("misses lock");
+        let mut misses = self.misses.lock();
         let now = Instant::now();
         if misses.len() >= MAX_MISSES {
             misses.retain(|_, until| *until > now);
@@ -71,7 +72,7 @@ impl StatusReads {
     pub fn shrink(&self) {
         self.per_client.shrink();
         let now = Instant::now();
-        self.misses.lock().expect("misses lock").retain(|_, until| *until > now);
+        self.misses.lock().retain(|_, until| *until > now);
     }
 }
 

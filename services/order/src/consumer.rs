@@ -63,7 +63,7 @@ pub struct Worker {
     /// A batch [`Worker::try_execute_batch`] could not finish: the next
     /// turn tries it again before reading more (the consumer's position is
     /// already past it).
-    unfinished: std::sync::Mutex<Option<Vec<OwnedMessage>>>,
+    unfinished: parking_lot::Mutex<Option<Vec<OwnedMessage>>>,
 }
 
 impl Worker {
@@ -127,7 +127,7 @@ impl Worker {
     /// `wait`; processed once and committed synchronously. On an error
     /// nothing is committed and the batch waits for the next turn.
     pub async fn try_execute_batch(&self, wait: Duration) -> Result<Outcome, ProcessError> {
-        let left = self.unfinished.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let left = self.unfinished.lock().take();
         let batch = match left {
             Some(batch) => batch,
             None => match self.next_batch(None, Some(wait)).await {
@@ -136,7 +136,7 @@ impl Worker {
             },
         };
         if let Err(error) = self.process(&batch).await {
-            *self.unfinished.lock().unwrap_or_else(|p| p.into_inner()) = Some(batch);
+            *self.unfinished.lock() = Some(batch);
             return Err(error);
         }
         self.commit(&batch, CommitMode::Sync);

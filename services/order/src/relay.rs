@@ -18,6 +18,7 @@
 //! `retention_ms`, their counts kept per sale round for the reconciliation.
 
 use crate::Settings;
+use parking_lot::Mutex;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
@@ -30,7 +31,7 @@ use seckill_shared::ops::shutdown::Background;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -70,13 +71,13 @@ impl Wave {
 impl Deliveries {
     fn next_wave(&self) -> Wave {
         // Reports of earlier waves are of no use any more.
-        self.failed.lock().expect("delivery failures").clear();
+        self.failed.lock().clear();
         Wave(self.wave.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
     /// The records of `wave` that failed.
     fn failures(&self, wave: &Wave) -> Vec<(usize, KafkaError)> {
-        let failed = std::mem::take(&mut *self.failed.lock().expect("delivery failures"));
+        let failed = std::mem::take(&mut *self.failed.lock());
         failed
             .into_iter()
             .filter(|(opaque, _)| (*opaque >> 32) as u64 == wave.0 & 0xffff_ffff)
@@ -92,7 +93,7 @@ impl ProducerContext for Deliveries {
 
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         if let Err((error, _)) = result {
-            self.failed.lock().expect("delivery failures").push((opaque, error.clone()));
+            self.failed.lock().push((opaque, error.clone()));
         }
     }
 }
@@ -190,7 +191,7 @@ impl Relay {
         let wait = match self.relay_once(&term).await {
             // After a non-empty turn, at once: a backlog drains at full speed.
             Ok(sent) => {
-                *self.failures.lock().expect("relay failures") = 0;
+                *self.failures.lock() = 0;
                 if sent > 0 {
                     Duration::ZERO
                 } else {
@@ -203,7 +204,7 @@ impl Relay {
             }
             Err(error) => {
                 let failures = {
-                    let mut failures = self.failures.lock().expect("relay failures");
+                    let mut failures = self.failures.lock();
                     *failures += 1;
                     *failures
                 };
@@ -212,7 +213,7 @@ impl Relay {
             }
         };
         let prune_due = {
-            let mut last = self.last_prune.lock().expect("relay prune time");
+            let mut last = self.last_prune.lock();
             let due = last.elapsed() >= Duration::from_millis(self.settings.events.prune_every_ms);
             if due {
                 *last = Instant::now();

@@ -12,13 +12,14 @@
 pub mod metrics_text;
 
 use metrics_text::Reading;
+use parking_lot::Mutex;
 use seckill_shared::books::Report;
 use seckill_shared::config::KafkaSettings;
 use seckill_shared::stock::{Stock, SweepMark};
 use serde::Serialize;
 use sqlx::PgPool;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -104,7 +105,7 @@ impl Dashboard {
     /// if nobody watched.
     pub fn watch(self: &Arc<Self>) -> watch::Receiver<Option<Arc<Figures>>> {
         let receiver = self.latest.subscribe();
-        let mut collecting = self.collecting.lock().expect("collector flag");
+        let mut collecting = self.collecting.lock();
         if !*collecting {
             *collecting = true;
             tokio::spawn(self.clone().collect());
@@ -129,7 +130,7 @@ impl Dashboard {
             let figures = self.take(&mut previous).await;
             self.latest.send_replace(Some(Arc::new(figures)));
             tokio::time::sleep(EVERY).await;
-            let mut collecting = self.collecting.lock().expect("collector flag");
+            let mut collecting = self.collecting.lock();
             if self.latest.receiver_count() == 0 {
                 *collecting = false;
                 return;

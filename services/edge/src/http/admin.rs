@@ -2,7 +2,7 @@
 //! reconciliation.
 
 use super::bodies::{ErrorBody, WarmupBody};
-use super::body::{from_serde, FromJsonBody, JsonBody};
+use super::extract::{from_serde, FromJsonBody, JsonBody};
 use super::{auth, ApiError, AppState};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};

@@ -15,9 +15,10 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Clients blocked at once, at most; past it the ones whose block ended
@@ -44,7 +45,7 @@ impl AdminThrottle {
 
     /// How long `client` is still blocked, if it is.
     fn blocked_for(&self, client: IpAddr) -> Option<Duration> {
-        let blocked = self.blocked.lock().expect("throttle lock");
+        let blocked = self.blocked.lock();
         let until = *blocked.get(&client)?;
         until.checked_duration_since(Instant::now())
     }
@@ -52,7 +53,7 @@ impl AdminThrottle {
     /// Counts a failure of `client`; blocks it when that was one too many.
     fn failed(&self, client: IpAddr) {
         if let Err(wait) = self.failures.check(&client) {
-            let mut blocked = self.blocked.lock().expect("throttle lock");
+            let mut blocked = self.blocked.lock();
             let now = Instant::now();
             if blocked.len() >= MAX_BLOCKED {
                 blocked.retain(|_, until| *until > now);
@@ -72,7 +73,7 @@ impl AdminThrottle {
     pub fn shrink(&self) {
         self.failures.shrink();
         let now = Instant::now();
-        self.blocked.lock().expect("throttle lock").retain(|_, until| *until > now);
+        self.blocked.lock().retain(|_, until| *until > now);
     }
 }
 

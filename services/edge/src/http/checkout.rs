@@ -2,11 +2,11 @@
 //! provider: [`super::payments`].)
 
 use super::bodies::{ErrorBody, OrderOwnerBody, OrderStatusBody};
-use super::body::{from_serde, FromJsonBody, JsonBody};
+use super::extract::{from_serde, FromJsonBody, JsonBody};
 use super::order::status_body;
 use super::{auth, ApiError, AppState};
+use crate::ledger::{self, PaymentError};
 use crate::lookup::LookupError;
-use crate::payment::{self, PaymentError};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
@@ -79,7 +79,7 @@ pub(super) async fn cancel(
     JsonBody(body): JsonBody<OrderOwnerBody>,
 ) -> Result<Json<OrderStatusBody>, ApiError> {
     let (order_id, user) = admit(&state, &headers, &raw, &body)?;
-    let view = payment::cancel(&state.stock, &state.db, &order_id, user).await.map_err(refusal)?;
+    let view = ledger::cancel(&state.stock, &state.db, &order_id, user).await.map_err(refusal)?;
     // Its unit is back: this edge stops trusting a sold-out flag at once.
     state.sold_out.clear(order_id.sale());
     Ok(status_body(&view))

@@ -7,8 +7,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
+use parking_lot::RwLock;
 use std::convert::Infallible;
-use std::sync::{PoisonError, RwLock};
+
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -58,11 +59,11 @@ impl Default for Readiness {
 
 impl Readiness {
     fn latest(&self) -> (StatusCode, String) {
-        self.latest.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.latest.read().clone()
     }
 
     fn set(&self, found: (StatusCode, String)) {
-        *self.latest.write().unwrap_or_else(PoisonError::into_inner) = found;
+        *self.latest.write() = found;
     }
 }
 

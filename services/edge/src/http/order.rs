@@ -1,7 +1,7 @@
 //! The buyer's API: place an order, read an order, read a user's result.
 
 use super::bodies::{ErrorBody, OrderRequestBody, OrderStatusBody, QueuedBody};
-use super::body::{FromJsonBody, JsonBody};
+use super::extract::{FromJsonBody, JsonBody};
 use super::{auth, ApiError, AppState};
 use crate::client_addr::ClientAddr;
 use crate::lookup::{self, LookupError, OrderView};

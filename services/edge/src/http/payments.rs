@@ -1,16 +1,16 @@
 //! The payment provider's notifications: the only way an order becomes
 //! PAID. The signature is checked over the raw body before anything is read
 //! from it (401, nothing changed, otherwise); the payment is then recorded
-//! once in the ledger by its payment id ([`crate::payment::record`]).
+//! once in the ledger by its payment id ([`crate::ledger::record`]).
 //! Providers retry a notification until it is answered 2xx: an order still
 //! being written is answered 409 `ORDER_PENDING` (`Retry-After`) so the
 //! provider comes back; a refund due is answered 200 — it is recorded.
 
 use super::bodies::{ErrorBody, PaymentNotificationBody, PaymentOutcomeCode, PaymentRecordedBody};
-use super::body::{FromJsonBody, JsonBody};
 use super::checkout::refusal;
+use super::extract::{FromJsonBody, JsonBody};
 use super::{ApiError, AppState};
-use crate::payment::{self, Outcome, Payment};
+use crate::ledger::{self, Outcome, Payment};
 use crate::signature;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -91,7 +91,7 @@ pub(super) async fn notify(
         return Ok(answer(PaymentOutcomeCode::Ignored, None));
     }
     let payment = Payment { payment_id: &body.payment_id, order_id: &body.order_id, notification: &notification };
-    let outcome = payment::record(&state.stock, &state.db, &payment).await.map_err(refusal)?;
+    let outcome = ledger::record(&state.stock, &state.db, &payment).await.map_err(refusal)?;
     Ok(match outcome {
         Outcome::Applied => answer(PaymentOutcomeCode::Applied, None),
         Outcome::RefundDue(reason) => answer(PaymentOutcomeCode::RefundDue, Some(reason)),

@@ -6,8 +6,8 @@
 
 use axum::http::header::COOKIE;
 use axum::http::{HeaderMap, HeaderValue};
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The cookie's name.
@@ -34,7 +34,7 @@ impl Sessions {
     /// Opens a session; returns the `Set-Cookie` value that carries it.
     pub fn open(&self) -> HeaderValue {
         let id = format!("{:032x}{:032x}", rand::random::<u128>(), rand::random::<u128>());
-        let mut live = self.live.lock().expect("sessions lock");
+        let mut live = self.live.lock();
         let now = Instant::now();
         live.retain(|_, expires| *expires > now);
         if live.len() >= MAX_SESSIONS {
@@ -49,14 +49,14 @@ impl Sessions {
     /// Whether the request carries a live session.
     pub fn is_signed_in(&self, headers: &HeaderMap) -> bool {
         let Some(id) = session_id(headers) else { return false };
-        self.live.lock().expect("sessions lock").get(id).is_some_and(|expires| *expires > Instant::now())
+        self.live.lock().get(id).is_some_and(|expires| *expires > Instant::now())
     }
 
     /// Ends the request's session; returns the `Set-Cookie` value that
     /// clears the cookie.
     pub fn close(&self, headers: &HeaderMap) -> HeaderValue {
         if let Some(id) = session_id(headers) {
-            self.live.lock().expect("sessions lock").remove(id);
+            self.live.lock().remove(id);
         }
         self.cookie("", 0)
     }

@@ -13,8 +13,8 @@
 //! that ends without publishing (sold out, already purchased, voided) gives
 //! its turn back when it is dropped: the next request probes instead.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long an open circuit waits before it lets a probe through (when the
@@ -92,8 +92,8 @@ impl Default for Circuit {
 }
 
 impl Circuit {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Whether a request may deduct now.

@@ -17,12 +17,13 @@ pub use circuit::{Admission, Circuit, CircuitOpen, Probe};
 pub use delivery::{Persistence, Report};
 
 use delivery::DeliveryContext;
+use parking_lot::RwLock;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use seckill_shared::config::KafkaSettings;
 use seckill_shared::domain::OrderRecord;
 pub use seckill_shared::kafka::Trace;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -144,7 +145,7 @@ impl Publisher {
     }
 
     fn live(&self) -> Arc<Live> {
-        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.live.read().clone()
     }
 
     /// `Ok` when the producer can take records. A producer retired by a
@@ -174,7 +175,7 @@ impl Publisher {
                         metrics::counter!("seckill_edge_producer_rebuilt_total").increment(1);
                         // In-flight records of the old one still get their
                         // delivery reports, each judged by its own status.
-                        *this.live.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
+                        *this.live.write() = Arc::new(fresh);
                     }
                     Err(error) => {
                         tracing::error!(%error, "could not create a new producer; the next request tries again")

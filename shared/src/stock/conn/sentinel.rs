@@ -1,10 +1,10 @@
 //! The primary Redis Sentinel names, found again after a failover.
 
 use super::url::{tcp_settings, SentinelUrl};
+use parking_lot::RwLock;
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::AsyncConnectionConfig;
-use std::sync::RwLock;
 use std::time::Duration;
 
 /// The primary of a Sentinel-watched master, and how to find it again.
@@ -31,23 +31,23 @@ impl SentinelPrimary {
 
     /// The primary's connection, asking the Sentinels when there is none.
     pub(super) async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
-        if let Some(conn) = self.current.read().unwrap_or_else(|p| p.into_inner()).clone() {
+        if let Some(conn) = self.current.read().clone() {
             return Ok(conn);
         }
         let mut sentinels = self.sentinels.lock().await;
         // Another caller may have found it while this one waited.
-        if let Some(conn) = self.current.read().unwrap_or_else(|p| p.into_inner()).clone() {
+        if let Some(conn) = self.current.read().clone() {
             return Ok(conn);
         }
         let conn = sentinels.get_async_connection_with_config(&self.config).await?;
         tracing::info!("connected to the primary Redis Sentinel names");
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        *self.current.write() = Some(conn.clone());
         Ok(conn)
     }
 
     /// Drops the connection: the next call asks the Sentinels again.
     pub(super) fn forget(&self) {
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.current.write() = None;
     }
 
     /// After a failed call: whether it failed the way a failover fails.
