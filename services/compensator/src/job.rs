@@ -15,8 +15,9 @@ use rdkafka::message::{BorrowedMessage, Message};
 use seckill_shared::db::dead_letters;
 use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::domain::{FailReason, OrderRecord};
-use seckill_shared::kafka::{self, dlq_header, header_str, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
-use seckill_shared::ops::host::{retry_until, Connections};
+use seckill_shared::kafka::{self, dlq_header, header_str, Trace};
+use seckill_shared::ops::host::Connections;
+use seckill_shared::ops::retry::{retry_then_park, retry_until, Attempt, Ended};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -49,7 +50,9 @@ impl DlqJob {
                     Ok(message) => message,
                     Err(error) => {
                         tracing::warn!(%error, "dead-letter consumer error");
-                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        if !seckill_shared::ops::shutdown::pause(&shutdown, Duration::from_millis(200)).await {
+                            break;
+                        }
                         continue;
                     }
                 },
@@ -97,34 +100,31 @@ impl DlqJob {
         };
         tracing::Span::current().record("order_id", record.order_id.as_str());
         let reason = FailReason::parse(reason_code).unwrap_or(FailReason::DbRejected);
-        let mut delays = self.settings.service.retry.delays();
-        let mut refusals = 0;
-        loop {
-            match settle::settle(&self.deps, &record, reason, Trace::of(message.headers())).await {
-                Ok(settled) => {
-                    tracing::info!(?settled, "dead letter settled");
-                    return true;
+        let settled = retry_then_park(
+            self.settings.service.retry,
+            self.settings.service.park_after_attempts,
+            "settling a dead letter",
+            shutdown,
+            || async {
+                match settle::settle(&self.deps, &record, reason, Trace::of(message.headers())).await {
+                    Ok(settled) => Attempt::Done(settled),
+                    // The database refused the data: trying again cannot
+                    // cure it, so after a bounded number of attempts the
+                    // record is parked and the partition behind it moves on.
+                    Err(error) if error.is_permanent() => Attempt::Refused(error),
+                    // A dependency that is down: waited for, however long.
+                    Err(error) => Attempt::Later(error),
                 }
-                // The database refused the data: trying again cannot cure
-                // it, so after a bounded number of attempts the record is
-                // parked and the partition behind it moves on.
-                Err(error) if error.is_permanent() => {
-                    refusals += 1;
-                    tracing::warn!(%error, attempt = refusals, "dead letter refused by the database");
-                    if refusals >= self.settings.service.park_after_attempts {
-                        return self.park(message, reason_code, &error, refusals, shutdown).await;
-                    }
-                }
-                // A dependency that is down: waited for, however long.
-                Err(error) => {
-                    tracing::warn!(%error, "settling a dead letter failed; retrying");
-                    metrics::counter!("seckill_retries_total", "what" => "settling a dead letter").increment(1);
-                }
+            },
+        );
+        match settled.await {
+            Ended::Done(settled) => {
+                tracing::info!(?settled, "dead letter settled");
+                true
             }
+            Ended::Park { error, attempts } => self.park(message, reason_code, &error, attempts, shutdown).await,
             // Stopping: nothing is committed; the record is replayed.
-            if !seckill_shared::ops::shutdown::pause(shutdown, delays.next().unwrap_or_default()).await {
-                return false;
-            }
+            Ended::GaveUp(_) | Ended::Stopped => false,
         }
     }
 
@@ -151,13 +151,13 @@ impl DlqJob {
 /// A span per dead letter, carrying what follows the order through the
 /// pipeline (the order id is recorded once decoded).
 fn record_span(message: &BorrowedMessage<'_>) -> tracing::Span {
-    let headers = message.headers();
+    let trace = Trace::of(message.headers());
     tracing::info_span!(
         "dead_letter",
         partition = message.partition(),
         offset = message.offset(),
         order_id = tracing::field::Empty,
-        request_id = headers.and_then(|h| header_str(h, REQUEST_ID_HEADER)).unwrap_or(""),
-        traceparent = headers.and_then(|h| header_str(h, TRACEPARENT_HEADER)).unwrap_or(""),
+        request_id = trace.request_id.unwrap_or(""),
+        traceparent = trace.traceparent.unwrap_or(""),
     )
 }

@@ -58,6 +58,7 @@ impl SettleError {
 /// Settles `record` as FAILED for `reason` unless PostgreSQL already holds
 /// its fate. `trace` (the record's request id and trace context) goes with
 /// the row and its event.
+#[tracing::instrument(name = "settle", skip_all, fields(order_id = %record.order_id, reason = reason.code()))]
 pub async fn settle(
     deps: &Connections,
     record: &OrderRecord,

@@ -32,14 +32,16 @@
 //! when the deduction was heard) and poll, while the void goes on in the
 //! background.
 
+use backon::Retryable;
 use parking_lot::Mutex;
 use seckill_shared::domain::{OrderId, SaleKey};
+use seckill_shared::ops::retry;
 use seckill_shared::ops::shutdown::Background;
 use seckill_shared::stock::conn::RedisCallError;
 use seckill_shared::stock::{Bucket, DeductCall, DeductRequest, Deduction, Stock, Voided};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// Why a request was not decided: nothing is kept, except where the
@@ -169,35 +171,39 @@ impl Batcher {
     /// replicas, confirmed by them), known to keep nothing, or — when not
     /// even its void can be confirmed — unconfirmed. One answer per request.
     async fn decide(&self, sale: SaleKey, call: &DeductCall) -> Vec<Answer> {
-        let started = Instant::now();
-        let mut pause = Duration::from_millis(50);
-        loop {
-            match self.stock.deduct_batch(sale, call).await {
-                Ok(decided) => {
-                    let accepted = decided.iter().any(|d| matches!(d, Deduction::Accepted { .. }));
-                    if accepted && !self.stock.confirmed(sale, call).await.unwrap_or(false) {
-                        metrics::counter!("seckill_edge_deduct_not_replicated_total").increment(1);
-                        return self.void(sale, call, NotDecided::NotReplicated, Some(&decided)).await;
-                    }
-                    return decided.into_iter().map(Ok).collect();
+        // Not heard (a timeout, a dropped connection: it may have run):
+        // asked again, the same call, until the resolve time is spent.
+        let heard = (|| self.stock.deduct_batch(sale, call))
+            .retry(self.asking())
+            .when(|error: &RedisCallError| !error.never_ran())
+            .notify(|error, _| {
+                tracing::warn!(%error, call = %call.id, "deduction outcome not heard; asking again");
+                metrics::counter!("seckill_edge_deduct_asked_again_total").increment(1);
+            })
+            .await;
+        match heard {
+            Ok(decided) => {
+                let accepted = decided.iter().any(|d| matches!(d, Deduction::Accepted { .. }));
+                if accepted && !self.stock.confirmed(sale, call).await.unwrap_or(false) {
+                    metrics::counter!("seckill_edge_deduct_not_replicated_total").increment(1);
+                    return self.void(sale, call, NotDecided::NotReplicated, Some(&decided)).await;
                 }
-                Err(error) if error.never_ran() => {
-                    let refused = Arc::new(NotDecided::Refused(Arc::new(error)));
-                    return call.requests.iter().map(|_| Err(refused.clone())).collect();
-                }
-                Err(error) if started.elapsed() < self.limits.resolve => {
-                    // It may have run: ask again, the same call.
-                    tracing::warn!(%error, call = %call.id, "deduction outcome not heard; asking again");
-                    metrics::counter!("seckill_edge_deduct_asked_again_total").increment(1);
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(500));
-                }
-                Err(error) => {
-                    tracing::error!(%error, call = %call.id, "deduction outcome not heard in time; voiding the call");
-                    return self.void(sale, call, NotDecided::Voided, None).await;
-                }
+                decided.into_iter().map(Ok).collect()
+            }
+            Err(error) if error.never_ran() => {
+                let refused = Arc::new(NotDecided::Refused(Arc::new(error)));
+                call.requests.iter().map(|_| Err(refused.clone())).collect()
+            }
+            Err(error) => {
+                tracing::error!(%error, call = %call.id, "deduction outcome not heard in time; voiding the call");
+                self.void(sale, call, NotDecided::Voided, None).await
             }
         }
+    }
+
+    /// How a call is asked again within the resolve time.
+    fn asking(&self) -> backon::ExponentialBuilder {
+        retry::within(Duration::from_millis(50), Duration::from_millis(500), self.limits.resolve)
     }
 
     /// Voids `call` and waits until the replicas confirm the void (where
@@ -217,26 +223,14 @@ impl Batcher {
         why: NotDecided,
         heard: Option<&[Deduction]>,
     ) -> Vec<Answer> {
-        let started = Instant::now();
-        let mut pause = Duration::from_millis(50);
-        loop {
-            match self.stock.void(sale, call).await {
-                Ok(voided) => match self.stock.confirmed(sale, call).await {
-                    Ok(true) => {
-                        let undone = voided.iter().filter(|v| **v == Voided::Undone).count();
-                        tracing::warn!(call = %call.id, undone, "deduction call voided");
-                        return answers_after_void(voided, why);
-                    }
-                    Ok(false) => tracing::warn!(call = %call.id, "the void is not confirmed by the replicas yet"),
-                    Err(error) => tracing::warn!(%error, call = %call.id, "confirming the void failed"),
-                },
-                Err(error) => tracing::warn!(%error, call = %call.id, "voiding the call failed"),
-            }
-            if started.elapsed() >= self.limits.resolve {
-                break;
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
+        let confirmed = (|| void_confirmed(&self.stock, sale, call))
+            .retry(self.asking())
+            .notify(|error, _| tracing::warn!(%error, call = %call.id, "voiding the call; again"))
+            .await;
+        if let Ok(voided) = confirmed {
+            let undone = voided.iter().filter(|v| **v == Voided::Undone).count();
+            tracing::warn!(call = %call.id, undone, "deduction call voided");
+            return answers_after_void(voided, why);
         }
         metrics::counter!("seckill_edge_void_deferred_total").increment(1);
         tracing::error!(call = %call.id, "the void is not confirmed in time; trying on in the background");
@@ -257,23 +251,30 @@ impl Batcher {
     /// ran).
     fn void_in_background(&self, sale: SaleKey, call: DeductCall) {
         let stock = self.stock.clone();
-        let give_up = Instant::now() + stock.call_outcome() / 2;
         self.background.spawn("void a deduction call", async move {
-            while Instant::now() < give_up {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                match stock.void(sale, &call).await {
-                    Ok(voided) if stock.confirmed(sale, &call).await.unwrap_or(false) => {
-                        tracing::warn!(call = %call.id, ?voided, "deduction call voided late");
-                        return Ok(());
-                    }
-                    Ok(_) => tracing::debug!(call = %call.id, "voided, not confirmed; again"),
-                    Err(error) => tracing::debug!(%error, call = %call.id, "voiding again"),
+            let late = retry::within(Duration::from_millis(500), Duration::from_millis(500), stock.call_outcome() / 2);
+            match (|| void_confirmed(&stock, sale, &call)).retry(late).await {
+                Ok(voided) => {
+                    tracing::warn!(call = %call.id, ?voided, "deduction call voided late");
+                    Ok(())
+                }
+                Err(error) => {
+                    metrics::counter!("seckill_edge_void_abandoned_total").increment(1);
+                    Err(anyhow::anyhow!("call {} could not be voided: {error:#}", call.id))
                 }
             }
-            metrics::counter!("seckill_edge_void_abandoned_total").increment(1);
-            Err(anyhow::anyhow!("call {} could not be voided: Redis did not answer", call.id))
         });
     }
+}
+
+/// Voids `call` once and has the replicas confirm it: its answers, or why
+/// it is not confirmed yet.
+async fn void_confirmed(stock: &Stock, sale: SaleKey, call: &DeductCall) -> anyhow::Result<Vec<Voided>> {
+    let voided = stock.void(sale, call).await?;
+    if !stock.confirmed(sale, call).await? {
+        anyhow::bail!("the void is not confirmed by the replicas yet");
+    }
+    Ok(voided)
 }
 
 /// What each request of a call whose void the replicas confirmed hears:

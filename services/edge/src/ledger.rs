@@ -138,6 +138,7 @@ struct Party {
 /// order in its payment window, otherwise a refund due. The same payment
 /// again answers what was recorded. An order accepted and not written yet
 /// is [`PaymentError::Pending`]: the provider retries the notification.
+#[tracing::instrument(name = "ledger.record", skip_all, fields(payment_id = payment.payment_id, order_id = payment.order_id))]
 pub async fn record(stock: &Stock, db: &PgPool, payment: &Payment<'_>) -> Result<Outcome, PaymentError> {
     let mut tx = db.begin().await?;
     if let Some(recorded) = recorded(&mut tx, payment.payment_id).await? {
@@ -240,6 +241,7 @@ async fn unwritten(stock: &Stock, order_id: &str) -> Result<Outcome, PaymentErro
 
 /// Cancels `user`'s order; a repeat answers the cancelled order, and gives
 /// nothing back twice.
+#[tracing::instrument(name = "ledger.cancel", skip_all, fields(order_id = %order_id))]
 pub async fn cancel(stock: &Stock, db: &PgPool, order_id: &OrderId, user: UserId) -> Result<OrderView, PaymentError> {
     let mut tx = db.begin().await?;
     let row = lock_row(&mut tx, stock, order_id, user).await?;

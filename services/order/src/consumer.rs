@@ -11,8 +11,9 @@ use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::domain::{FailReason, Fate, OrderId, OrderRecord, RecordError, UserId};
-use seckill_shared::kafka::{self, header_str, Topics, Trace, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
-use seckill_shared::ops::host::{retry_until, Connections};
+use seckill_shared::kafka::{self, Topics, Trace};
+use seckill_shared::ops::host::Connections;
+use seckill_shared::ops::retry::{retry_then_park, retry_until, Attempt, Ended};
 use seckill_shared::orders::fate::{self, FollowError};
 use seckill_shared::stock::conn::RedisCallError;
 use std::collections::{BTreeMap, HashMap};
@@ -165,7 +166,9 @@ impl Worker {
                     Ok(message) => batch.push(message.detach()),
                     Err(error) => {
                         tracing::warn!(worker = self.index, %error, "consumer error");
-                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        if !seckill_shared::ops::shutdown::pause(shutdown, Duration::from_millis(200)).await {
+                            return None;
+                        }
                     }
                 },
             }
@@ -287,36 +290,42 @@ impl Worker {
     /// partition moves on; a broker that is down fails the batch, which is
     /// retried whole.
     async fn dead_letter(&self, message: &OwnedMessage, reason: FailReason, error: &str) -> Result<(), ProcessError> {
-        let headers = message.headers();
-        let request_id = headers.and_then(|h| header_str(h, REQUEST_ID_HEADER)).unwrap_or("");
-        let traceparent = headers.and_then(|h| header_str(h, TRACEPARENT_HEADER)).unwrap_or("");
+        let trace = Trace::of(message.headers());
         let span = tracing::info_span!(
             "dead_letter",
             reason = reason.code(),
-            request_id,
-            traceparent,
+            request_id = trace.request_id.unwrap_or(""),
+            traceparent = trace.traceparent.unwrap_or(""),
             partition = message.partition(),
             offset = message.offset()
         );
         async {
             tracing::info!(%error, "dead-lettering a record");
-            let mut delays = self.settings.service.retry.delays();
-            let mut refusals = 0;
-            loop {
-                match self.dead_letters.send(message, reason, error).await {
-                    Ok(()) => return Ok(()),
-                    Err(refused) if refused.is_permanent() => {
-                        refusals += 1;
-                        if refusals >= self.settings.service.park_after_attempts {
-                            let why = refused.to_string();
-                            let parking = Parking { message, reason: reason.code(), error: &why, attempts: refusals, parked_by: "order" };
-                            return parked::park(&self.deps.db, &parking).await.map_err(ProcessError::Park);
-                        }
-                        tracing::warn!(error = %refused, attempt = refusals, "the dead-letter topic refused the record");
-                        tokio::time::sleep(delays.next().unwrap_or_default()).await;
+            // Never stopped here: the batch's retry (and its shutdown) is
+            // the level above.
+            let never = CancellationToken::new();
+            let sent = retry_then_park(
+                self.settings.service.retry,
+                self.settings.service.park_after_attempts,
+                "dead-lettering a record",
+                &never,
+                || async {
+                    match self.dead_letters.send(message, reason, error).await {
+                        Ok(()) => Attempt::Done(()),
+                        Err(refused) if refused.is_permanent() => Attempt::Refused(refused),
+                        Err(transient) => Attempt::GiveUp(transient),
                     }
-                    Err(transient) => return Err(transient.into()),
+                },
+            );
+            match sent.await {
+                Ended::Done(()) => Ok(()),
+                Ended::Park { error: refused, attempts } => {
+                    let why = refused.to_string();
+                    let parking = Parking { message, reason: reason.code(), error: &why, attempts, parked_by: "order" };
+                    parked::park(&self.deps.db, &parking).await.map_err(ProcessError::Park)
                 }
+                Ended::GaveUp(transient) => Err(transient.into()),
+                Ended::Stopped => unreachable!("a token never cancelled"),
             }
         }
         .instrument(span)
@@ -355,13 +364,13 @@ impl Worker {
 fn decode(message: &OwnedMessage) -> Result<OrderRecord, RecordError> {
     let decoded = message.payload().map_or(Err(RecordError::Empty), OrderRecord::decode);
     if tracing::enabled!(tracing::Level::DEBUG) {
-        let headers = message.headers();
+        let trace = Trace::of(message.headers());
         let order_id = decoded.as_ref().map(|r| r.order_id.as_str()).unwrap_or("");
         tracing::debug_span!(
             "record",
             order_id,
-            request_id = headers.and_then(|h| header_str(h, REQUEST_ID_HEADER)).unwrap_or(""),
-            traceparent = headers.and_then(|h| header_str(h, TRACEPARENT_HEADER)).unwrap_or(""),
+            request_id = trace.request_id.unwrap_or(""),
+            traceparent = trace.traceparent.unwrap_or(""),
             partition = message.partition(),
             offset = message.offset()
         )

@@ -2,7 +2,7 @@
 //! the original key and value and the headers that say why. Each delivery is
 //! awaited and checked before the caller may commit the original offset.
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -21,15 +21,7 @@ impl DeadLetterError {
     /// Whether the topic refuses this record for good: trying again cannot
     /// help (it is too large, or not a valid record).
     pub fn is_permanent(&self) -> bool {
-        matches!(
-            self.0.rdkafka_error_code(),
-            Some(
-                RDKafkaErrorCode::MessageSizeTooLarge
-                    | RDKafkaErrorCode::InvalidMessageSize
-                    | RDKafkaErrorCode::InvalidMessage
-                    | RDKafkaErrorCode::InvalidRecord
-            )
-        )
+        seckill_shared::kafka::refused_for_good(&self.0)
     }
 }
 
@@ -54,6 +46,7 @@ impl DeadLetters {
 
     /// Sends `message` unchanged with headers saying why, and waits for the
     /// broker's acknowledgement.
+    #[tracing::instrument(name = "dead_letter.send", skip_all, fields(reason = reason.code()))]
     pub async fn send(&self, message: &OwnedMessage, reason: FailReason, error: &str) -> Result<(), DeadLetterError> {
         let origin = Origin {
             topic: message.topic(),

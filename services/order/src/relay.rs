@@ -38,16 +38,6 @@ use tokio_util::sync::CancellationToken;
 /// One event on its way: its key and value, and the row (for the headers).
 type Outgoing<'a> = ((String, Vec<u8>), &'a outbox::OutboxRow);
 
-/// Whether the broker (or the client) refuses this record whatever is
-/// retried: too large, or a record it calls invalid.
-fn undeliverable(error: &rdkafka::error::KafkaError) -> bool {
-    use rdkafka::types::RDKafkaErrorCode::{InvalidMessage, InvalidMessageSize, InvalidRecord, MessageSizeTooLarge};
-    matches!(
-        error.rdkafka_error_code(),
-        Some(MessageSizeTooLarge | InvalidMessageSize | InvalidRecord | InvalidMessage)
-    )
-}
-
 /// The relay producer's delivery reports (failures only): which records of
 /// which wave failed, and why. A record's opaque is its wave and its index
 /// in the turn, so a late report of an earlier wave (one whose wait timed
@@ -235,6 +225,7 @@ impl Relay {
     /// delivery, moves the cursor past them under `term` (a row that is no
     /// event is parked and passed with them). Returns how many rows it
     /// dealt with.
+    #[tracing::instrument(name = "relay.send", skip_all)]
     pub async fn relay_once(&self, term: &LeaseTerm) -> Result<usize, RelayError> {
         let rows = outbox::next_after_cursor(&self.deps.db, self.settings.events.batch).await?;
         let Some(last) = rows.last() else { return Ok(0) };
@@ -299,7 +290,7 @@ impl Relay {
                             record = back;
                             tokio::time::sleep(Duration::from_millis(5)).await;
                         }
-                        Err((error, _)) if undeliverable(&error) => {
+                        Err((error, _)) if seckill_shared::kafka::refused_for_good(&error) => {
                             refused.push((i, error));
                             break;
                         }
@@ -322,7 +313,7 @@ impl Relay {
             }
             refused.extend(self.producer.context().failures(&sent));
             for (i, error) in refused {
-                if !undeliverable(&error) {
+                if !seckill_shared::kafka::refused_for_good(&error) {
                     return Err(RelayError::Kafka(error));
                 }
                 let row = outgoing[i].1;

@@ -102,6 +102,7 @@ pub type Traces<'a> = HashMap<&'a str, Trace<'a>>;
 
 /// Writes `records` in one transaction. Records with the same order id as
 /// an earlier one in the batch are dropped (the first decides).
+#[tracing::instrument(name = "write_batch", skip_all, fields(records = records.len()))]
 pub async fn write_batch(
     pool: &PgPool,
     records: &[OrderRecord],

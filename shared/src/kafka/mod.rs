@@ -154,3 +154,14 @@ async fn replication(settings: &KafkaSettings, timeout: std::time::Duration) -> 
     };
     Ok((replication, min_insync))
 }
+
+/// Whether the broker (or the client) refuses a record for good, whatever
+/// is retried: it is too large, or a record the broker calls invalid. The
+/// one judgement every producer of the services makes before parking.
+pub fn refused_for_good(error: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{InvalidMessage, InvalidMessageSize, InvalidRecord, MessageSizeTooLarge};
+    matches!(
+        error.rdkafka_error_code(),
+        Some(MessageSizeTooLarge | InvalidMessageSize | InvalidRecord | InvalidMessage)
+    )
+}

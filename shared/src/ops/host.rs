@@ -21,65 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Exponential backoff with jitter while a dependency fails.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetrySettings {
-    /// First delay.
-    pub initial_ms: u64,
-    /// Longest delay.
-    pub max_ms: u64,
-}
-
-impl Default for RetrySettings {
-    fn default() -> Self {
-        Self { initial_ms: 100, max_ms: 5_000 }
-    }
-}
-
-impl RetrySettings {
-    /// The delays between attempts: exponential with jitter, endless.
-    pub fn delays(&self) -> impl Iterator<Item = Duration> {
-        use backon::BackoffBuilder;
-        let max = Duration::from_millis(self.max_ms);
-        backon::ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(self.initial_ms))
-            .with_max_delay(max)
-            .with_jitter()
-            .without_max_times()
-            .build()
-            .chain(std::iter::repeat(max))
-    }
-}
-
-/// Retries `attempt` with exponential backoff and jitter until it succeeds,
-/// or `shutdown` is cancelled (then `None`: the caller abandons its work,
-/// having committed nothing, so nothing is lost).
-pub async fn retry_until<T, E, F>(
-    retry: RetrySettings,
-    what: &str,
-    shutdown: &CancellationToken,
-    mut attempt: impl FnMut() -> F,
-) -> Option<T>
-where
-    E: std::fmt::Display,
-    F: std::future::Future<Output = Result<T, E>>,
-{
-    let mut delays = retry.delays();
-    loop {
-        match attempt().await {
-            Ok(value) => return Some(value),
-            Err(error) => {
-                let delay = delays.next().unwrap_or_default();
-                tracing::warn!(%error, retry_in = ?delay, "{what} failed; retrying");
-                metrics::counter!("seckill_retries_total", "what" => what.to_owned()).increment(1);
-                if !crate::ops::shutdown::pause(shutdown, delay).await {
-                    return None;
-                }
-            }
-        }
-    }
-}
+pub use crate::ops::retry::{retry_until, RetrySettings};
 
 /// Set once a service's dependencies answered; `/readyz` reports it.
 #[derive(Clone, Default)]

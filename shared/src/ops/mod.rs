@@ -2,8 +2,8 @@
 //! binary runs in ([`host`]), logging and metrics ([`telemetry`]), stopping
 //! cleanly ([`shutdown`]), and the seats of the singletons: the Redis lock
 //! ([`lock`]) with its fencing tokens in PostgreSQL ([`fence`]), the
-//! PostgreSQL lease ([`lease`]), and the one loop every singleton leads
-//! through ([`leader`]).
+//! PostgreSQL lease ([`lease`]), the one loop every singleton leads
+//! through ([`leader`]), and the one retry policy ([`retry`]).
 
 pub mod cli;
 pub mod fence;
@@ -11,5 +11,6 @@ pub mod host;
 pub mod leader;
 pub mod lease;
 pub mod lock;
+pub mod retry;
 pub mod shutdown;
 pub mod telemetry;

@@ -90,6 +90,7 @@ macro_rules! cancel {
 
 /// Cancels in PostgreSQL, inside the caller's transaction; returns the
 /// orders cancelled now (none when another transaction won).
+#[tracing::instrument(name = "cancellation.cancel", skip_all)]
 pub async fn cancel(tx: &mut PgConnection, which: Cancel<'_>) -> sqlx::Result<Vec<CancelledOrder>> {
     Ok(match which {
         Cancel::Due { limit } => cancel!(
@@ -161,6 +162,7 @@ pub struct Returned {
 /// most once per order, sale by sale, then marks the rows of the sales
 /// that took them: one sale whose Redis fails (logged, counted as
 /// `seckill_units_return_failures_total`) stops none of the others.
+#[tracing::instrument(name = "cancellation.return_units", skip_all, fields(orders = orders.len()))]
 pub async fn return_units(stock: &Stock, db: &PgPool, orders: &[CancelledOrder]) -> Result<Returned, ReturnError> {
     let mut done = Returned::default();
     if orders.is_empty() {

@@ -34,6 +34,7 @@ use sqlx::PgPool;
 /// warm-up lock (`lock`: its lease and wait) to its end, or finishes it
 /// from where an earlier run stopped; returns the sale as PostgreSQL now
 /// holds it. Asked again once done, answers the sale without a new round.
+#[tracing::instrument(name = "warmup", skip_all, fields(sale = %request.sale, warmup_id = request.id.as_deref().unwrap_or("")))]
 pub async fn warmup(
     stock: &Stock,
     pool: &PgPool,

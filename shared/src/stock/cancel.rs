@@ -21,6 +21,7 @@ impl Stock {
     /// Gives back the units of `orders` (all of `sale`, cancelled in
     /// PostgreSQL first) to the sale, clearing their buyers; an order whose
     /// unit went back already gives nothing. Returns how many went back now.
+    #[tracing::instrument(name = "stock.cancel", skip_all, fields(%sale, orders = orders.len()))]
     pub async fn cancel(&self, sale: SaleKey, orders: &[Cancelled]) -> Result<i64, RedisCallError> {
         let mut returned = 0;
         // Each unit goes back to the bucket its order was deducted in.

@@ -37,6 +37,7 @@ pub enum Compensation {
 
 impl Stock {
     /// Compensates a FAILED order in Redis, at most once per order id.
+    #[tracing::instrument(name = "stock.compensate", skip_all, fields(order_id = %order_id))]
     pub async fn compensate(
         &self,
         order_id: &OrderId,

@@ -117,6 +117,7 @@ impl Stock {
     /// each exactly as [`Stock::deduct`] would have decided it alone, in
     /// the order given: one answer per request. Asked again with the same
     /// call, the same answers.
+    #[tracing::instrument(name = "deduct_batch", level = "debug", skip_all, fields(%sale, call = %call.id, requests = call.requests.len()))]
     pub async fn deduct_batch(&self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Deduction>, RedisCallError> {
         let k = self.keys.bucket(sale, call.bucket);
         let call_key = k.call(&call.id);
@@ -153,6 +154,7 @@ impl Stock {
     /// call's included) whatever connection it goes out on, and it finds no
     /// outcome where the primary has none — after a failover to a replica
     /// that never had the call — which is "not confirmed".
+    #[tracing::instrument(name = "deduct.confirmed", level = "debug", skip_all, fields(call = %call.id))]
     pub async fn confirmed(&self, sale: SaleKey, call: &DeductCall) -> Result<bool, RedisCallError> {
         let (replicas, timeout) = self.replica_acks;
         if replicas == 0 {

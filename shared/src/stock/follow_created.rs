@@ -16,6 +16,7 @@ impl Stock {
     /// (`lua/follow_created.lua`): one script call per sale, every order of
     /// the sale in it, the status counters kept. Called after PostgreSQL
     /// committed their rows.
+    #[tracing::instrument(name = "follow_created", level = "debug", skip_all, fields(orders = orders.len()))]
     pub async fn follow_created(&self, orders: &[(OrderId, UserId, i64)]) -> Result<(), RedisCallError> {
         for ((sale, bucket), orders) in by_bucket(orders, |order| &order.0) {
             let k = self.keys.bucket(sale, bucket);

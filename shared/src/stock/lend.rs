@@ -106,6 +106,7 @@ pub struct LoggedTransfer {
 impl Stock {
     /// The first half of `transfer` (`lua/lend.lua`): half the lender's
     /// units, rounded up, leave it, logged under the transfer's id.
+    #[tracing::instrument(name = "lend", skip_all, fields(%sale, transfer = %transfer.id))]
     pub async fn lend(&self, sale: SaleKey, transfer: &Transfer) -> Result<Lent, RedisCallError> {
         let k = self.keys.bucket(sale, transfer.from);
         let mut invocation = with_keys(&LEND, &[&k.meta, &k.stock, &k.lent]);
@@ -121,6 +122,7 @@ impl Stock {
 
     /// The second half (`lua/receive.lua`): the receiver adds the `units`
     /// lent, once per transfer.
+    #[tracing::instrument(name = "receive", skip_all, fields(%sale, transfer = %transfer.id))]
     pub async fn receive(&self, sale: SaleKey, transfer: &Transfer, units: i64) -> Result<Received, RedisCallError> {
         let k = self.keys.bucket(sale, transfer.to);
         let mut invocation = with_keys(&RECEIVE, &[&k.meta, &k.stock, &k.received]);
@@ -145,6 +147,7 @@ impl Stock {
     /// The rest of a move whose lend is done: the lend confirmed, the units
     /// received, the receipt confirmed, the move forgotten — each step only
     /// on one the replicas have.
+    #[tracing::instrument(name = "finish_transfer", skip_all, fields(%sale, transfer = %transfer.id))]
     pub async fn finish_transfer(
         &self,
         sale: SaleKey,

@@ -23,6 +23,7 @@ impl Stock {
     /// writes re-check what the reads saw: the stock is decremented first
     /// and put back if that took it below zero, and the buyer is recorded
     /// only if absent (`HSETNX`), the unit put back otherwise.
+    #[tracing::instrument(name = "deduct_with_lock", level = "debug", skip_all, fields(%sale))]
     pub async fn deduct_with_lock(
         &self,
         locks: &LockClient,

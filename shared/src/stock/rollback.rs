@@ -14,6 +14,7 @@ impl Stock {
     /// order is still QUEUED and its `publish_deadline` (the one it was
     /// accepted with) has not passed: after it the reservation is the
     /// sweeper's. Returns whether a unit went back.
+    #[tracing::instrument(name = "rollback", skip_all, fields(order_id = %order_id))]
     pub async fn rollback(
         &self,
         order_id: &OrderId,

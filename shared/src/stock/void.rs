@@ -30,6 +30,7 @@ impl Stock {
     /// if it has not run, it never will deduct. One answer per request:
     /// undone, nothing held, or the order that stands (past its deadline,
     /// the sweeper's; or written since).
+    #[tracing::instrument(name = "void", skip_all, fields(%sale, call = %call.id))]
     pub async fn void(&self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Voided>, RedisCallError> {
         let k = self.keys.bucket(sale, call.bucket);
         let call_key = k.call(&call.id);

@@ -86,6 +86,7 @@ impl Stock {
     /// read) last, then the retired ones deleted; registers the sale. A
     /// bucket this warm-up loaded before is left as it is (it may be
     /// selling): run again, this finishes what a run that stopped began.
+    #[tracing::instrument(name = "load_round", skip_all, fields(%sale, warmup_id))]
     pub async fn load_round(
         &self,
         sale: SaleKey,

@@ -11,8 +11,10 @@ use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use backon::Retryable;
 use seckill_shared::domain::{ActivityId, FailReason, OrderId, OrderRecord, SaleKey, SkuId, UserId};
 use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use seckill_shared::ops::retry;
 use seckill_shared::stock::{DeductRequest, Deduction};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -297,15 +299,11 @@ enum RolledBack {
 /// that did nothing (the order was written, or its deadline passed) leaves
 /// an order that stands.
 async fn roll_back(state: &AppState, order_id: &OrderId, user: UserId, deadline: std::time::Duration) -> RolledBack {
-    for attempt in 0..3u32 {
-        match state.stock.rollback(order_id, user, FailReason::PublishFailed, deadline).await {
-            Ok(_) => break,
-            Err(error) => {
-                tracing::warn!(order_id = %order_id, %error, attempt, "rollback failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
-            }
-        }
-    }
+    // What the script answered does not matter: the order read below does.
+    let _ = (|| state.stock.rollback(order_id, user, FailReason::PublishFailed, deadline))
+        .retry(retry::times(std::time::Duration::from_millis(100), 2))
+        .notify(|error, _| tracing::warn!(order_id = %order_id, %error, "rollback failed; again"))
+        .await;
     use seckill_shared::domain::OrderStatus;
     use seckill_shared::stock::Confirmation;
     match state.stock.order_confirmed(order_id).await {

@@ -207,6 +207,7 @@ impl Publisher {
 
     /// Publishes one order (key = user id), awaits its delivery report, and
     /// tells the circuit how it went.
+    #[tracing::instrument(name = "publish", level = "debug", skip_all, fields(order_id = %record.order_id))]
     pub async fn publish(&self, record: &OrderRecord, trace: Trace<'_>, admission: Admission<'_>) -> PublishOutcome {
         let outcome = self.send(record, trace).await;
         match (&outcome, admission) {
