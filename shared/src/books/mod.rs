@@ -17,6 +17,11 @@ use sqlx::PgPool;
 use std::collections::BTreeMap;
 
 /// Every term of the invariant, and the verdict (`GET /admin/sales/{a}/{s}`
+mod judge;
+mod reads;
+
+pub use judge::check;
+
 /// answers it; `seckillctl reconcile --json` prints it).
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -174,104 +179,12 @@ pub async fn reconcile(
     let redis = source::<crate::stock::conn::RedisCallError>("redis");
     let row = crate::db::find_sale(pool, sale).await.map_err(&pg)?.ok_or(ReconcileError::SaleNotFound(sale))?;
     let snapshot = stock.snapshot(sale).await.map_err(&redis)?;
-
-    // Per status and reason: how many, and (FAILED and CANCELLED) which
-    // orders — each of those Redis had accepted must have had its unit
-    // restored, written off or given back.
-    let (activity, sku, round) = (sale.activity.get(), sale.sku.get(), row.round);
-    let by_status = sqlx::query!(
-        r#"SELECT status, reason, count(*) AS "count!",
-                  count(*) FILTER (WHERE status = 'CANCELLED' AND unit_returned_at IS NULL) AS "pending!"
-             FROM orders
-            WHERE activity_id = $1 AND sku_id = $2 AND round = $3
-            GROUP BY status, reason"#,
-        activity,
-        sku,
-        round
-    )
-    .fetch_all(pool)
-    .await
-    .map_err(&pg)?;
-    let (mut created, mut paid, mut failed, mut cancelled, mut cancels_pending) = (0, 0, 0, 0, 0);
-    let (mut failed_by_reason, mut cancelled_by_reason) = (BTreeMap::new(), BTreeMap::new());
-    for by in by_status {
-        let (reason, count, pending) = (by.reason, by.count, by.pending);
-        match by.status.as_str() {
-            "CREATED" => created += count,
-            "PAID" => paid += count,
-            "CANCELLED" => {
-                cancelled += count;
-                cancels_pending += pending;
-                *cancelled_by_reason.entry(reason.unwrap_or_default()).or_insert(0) += count;
-            }
-            _ => {
-                failed += count;
-                *failed_by_reason.entry(reason.unwrap_or_default()).or_insert(0) += count;
-            }
-        }
-    }
-    // Users with two live orders, orders paid late, and the round's events
-    // (written, relayed or not, and pruned) and those not relayed yet.
-    let terms = sqlx::query!(
-        r#"SELECT (SELECT count(*) - count(DISTINCT user_id) FROM orders
-                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')) AS "duplicate_users!",
-                  (SELECT count(DISTINCT order_id) FROM late_payments
-                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3) AS "paid_late!",
-                  (SELECT count(*) FROM payments
-                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND outcome = 'APPLIED') AS "applied!",
-                  (SELECT count(*) FROM payments
-                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND outcome = 'REFUND_DUE'
-                      AND refunded_at IS NULL) AS "refunds_due!",
-                  (SELECT count(*) FROM payments
-                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND outcome = 'REFUND_DUE'
-                      AND payment_id NOT LIKE 'legacy:%') AS "refund_events!",
-                  (SELECT count(*) FROM order_events WHERE activity_id = $1 AND sku_id = $2 AND round = $3)
-                + (SELECT COALESCE(sum(count), 0)::bigint FROM order_events_pruned
-                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3) AS "events!",
-                  (SELECT count(*) FROM order_events
-                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3
-                      AND (xid, id) > (SELECT xid, id FROM order_events_relayed)) AS "events_pending!""#,
-        activity,
-        sku,
-        round
-    )
-    .fetch_one(pool)
-    .await
-    .map_err(&pg)?;
-    let (duplicate_users, orders_paid_late, events, events_pending) =
-        (terms.duplicate_users, terms.paid_late, terms.events, terms.events_pending);
-    // Which of the round's FAILED and CANCELLED orders Redis had accepted:
-    // their ids streamed from PostgreSQL and asked of Redis a chunk at a
-    // time, so a round of a million orders costs a chunk of memory, not a
-    // million ids.
-    let (_, failed_accepted) = known_to_redis(
-        stock,
-        sale,
-        sqlx::query_scalar!(
-            "SELECT order_id FROM orders WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED'",
-            activity,
-            sku,
-            round
-        )
-        .fetch(pool),
-    )
-    .await?;
-    let (broken_promises, redriven) = broken_promises(stock, pool, sale, round).await?;
-    let (_, cancelled_accepted) = known_to_redis(
-        stock,
-        sale,
-        sqlx::query_scalar!(
-            "SELECT order_id FROM orders
-              WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'CANCELLED'",
-            activity,
-            sku,
-            round
-        )
-        .fetch(pool),
-    )
-    .await?;
+    let round = row.round;
+    let counts = reads::status_counts(pool, sale, round).await?;
+    let terms = reads::round_terms(pool, sale, round).await?;
+    let (failed_accepted, cancelled_accepted) = reads::accepted(stock, pool, sale, round).await?;
+    let (broken_promises, redriven) = reads::broken_promises(stock, pool, sale, round).await?;
     let parked = crate::db::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
-
     let (order_lag, compensator_lag) = match kafka_settings {
         Some(settings) => {
             let lag = crate::kafka::pipeline_lag(settings).await.map_err(source("kafka"))?;
@@ -279,27 +192,34 @@ pub async fn reconcile(
         }
         None => (None, None),
     };
-
+    let unfinished_warmup =
+        crate::sales::record::unfinished(pool, sale).await.map_err(&pg)?.map(|w| UnfinishedWarmup {
+            warmup_id: w.id,
+            step: w.step.as_str().to_owned(),
+            round: w.round,
+            error: w.error,
+            started_at: w.started_at,
+        });
     let mut report = Report {
         activity_id: sale.activity.get(),
         sku_id: sale.sku.get(),
-        round: row.round,
+        round,
         total_stock: row.total_stock,
         redis_remaining: snapshot.remaining,
         db_remaining: row.remaining_stock,
-        orders_created: created,
-        orders_paid: paid,
-        orders_cancelled: cancelled,
-        cancelled_by_reason,
-        cancels_pending,
+        orders_created: counts.created,
+        orders_paid: counts.paid,
+        orders_cancelled: counts.cancelled,
+        cancelled_by_reason: counts.cancelled_by_reason,
+        cancels_pending: counts.cancels_pending,
         returned: snapshot.returned,
         cancelled_accepted,
-        orders_paid_late,
+        orders_paid_late: terms.paid_late,
         payments_applied: terms.applied,
         refunds_due: terms.refunds_due,
         refund_events: terms.refund_events,
-        orders_failed: failed,
-        failed_by_reason,
+        orders_failed: counts.failed,
+        failed_by_reason: counts.failed_by_reason,
         orders_in_flight: snapshot.queued,
         reservations: snapshot.reservations,
         buyers: snapshot.buyers,
@@ -308,115 +228,24 @@ pub async fn reconcile(
         failed_accepted,
         broken_promises,
         redriven,
-        duplicate_users,
+        duplicate_users: terms.duplicate_users,
         parked,
-        events,
-        events_pending,
+        events: terms.events,
+        events_pending: terms.events_pending,
         created_unknown_to_redis: None,
         order_lag,
         compensator_lag,
         redis: snapshot,
-        unfinished_warmup: crate::sales::record::unfinished(pool, sale).await.map_err(&pg)?.map(|w| UnfinishedWarmup {
-            warmup_id: w.id,
-            step: w.step.as_str().to_owned(),
-            round: w.round,
-            error: w.error,
-            started_at: w.started_at,
-        }),
+        unfinished_warmup,
         consistent: false,
         violations: Vec::new(),
     };
     if report.balance() != report.total_stock {
         // Explain the difference: which live orders Redis lost.
-        let (live, known) = known_to_redis(
-            stock,
-            sale,
-            sqlx::query_scalar!(
-                "SELECT order_id FROM orders
-                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')",
-                activity,
-                sku,
-                round
-            )
-            .fetch(pool),
-        )
-        .await?;
-        report.created_unknown_to_redis = Some(live - known);
+        report.created_unknown_to_redis = Some(reads::live_unknown_to_redis(stock, pool, sale, round).await?);
     }
     report.judge(require_drained);
     Ok(report)
-}
-
-/// The FAILED orders of a round whose buyer was answered 202, by reason:
-/// those whose record came through the edge (it carries the request's id),
-/// and of the others those Redis accepted; and how many of the round's
-/// FAILED orders a redrive placed again (one scan of them for both).
-async fn broken_promises(
-    stock: &Stock,
-    pool: &PgPool,
-    sale: SaleKey,
-    round: i32,
-) -> Result<(BTreeMap<String, i64>, i64), ReconcileError> {
-    let reasons = sqlx::query!(
-        r#"SELECT o.reason AS "reason!", count(*) FILTER (WHERE o.request_id IS NOT NULL) AS "via_edge!",
-                  count(r.new_order_id) AS "redriven!"
-             FROM orders o LEFT JOIN dlq_redrives r ON r.original_order_id = o.order_id
-            WHERE o.activity_id = $1 AND o.sku_id = $2 AND o.round = $3 AND o.status = 'FAILED'
-            GROUP BY o.reason"#,
-        sale.activity.get(),
-        sale.sku.get(),
-        round
-    )
-    .fetch_all(pool)
-    .await
-    .map_err(source::<sqlx::Error>("postgresql"))?;
-    let mut broken = BTreeMap::new();
-    let redriven = reasons.iter().map(|row| row.redriven).sum();
-    for row in reasons {
-        let (_, accepted) = known_to_redis(
-            stock,
-            sale,
-            sqlx::query_scalar!(
-                "SELECT order_id FROM orders
-                  WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status = 'FAILED' AND reason = $4
-                    AND request_id IS NULL",
-                sale.activity.get(),
-                sale.sku.get(),
-                round,
-                row.reason
-            )
-            .fetch(pool),
-        )
-        .await?;
-        let count = row.via_edge + accepted;
-        if count > 0 {
-            broken.insert(row.reason, count);
-        }
-    }
-    Ok((broken, redriven))
-}
-
-/// Order ids streamed from PostgreSQL and asked of Redis a chunk at a time.
-const KNOWN_CHUNK: usize = 10_000;
-
-/// How many order ids `ids` streams, and how many of them Redis holds a
-/// status for.
-async fn known_to_redis(
-    stock: &Stock,
-    sale: SaleKey,
-    ids: impl futures::Stream<Item = sqlx::Result<String>>,
-) -> Result<(i64, i64), ReconcileError> {
-    use futures::TryStreamExt;
-    let mut chunks = std::pin::pin!(ids.try_chunks(KNOWN_CHUNK));
-    let (mut seen, mut known) = (0, 0);
-    while let Some(chunk) = chunks.try_next().await.map_err(|error| source::<sqlx::Error>("postgresql")(error.1))? {
-        seen += chunk.len() as i64;
-        known += stock
-            .count_known_orders(sale, &chunk)
-            .await
-            .map_err(source::<crate::stock::conn::RedisCallError>("redis"))?;
-    }
-    Ok((seen, known))
 }
 
 /// The most sales [`reconcile_live`] reports on.
@@ -445,112 +274,4 @@ pub async fn reconcile_live(stock: &Stock, pool: &PgPool) -> Result<Vec<Report>,
         }
     }
     Ok(reports)
-}
-
-impl Report {
-    /// Units held: left in Redis, sold (awaiting payment or paid), and in
-    /// flight. Equals `total_stock` when the books balance.
-    pub fn balance(&self) -> i64 {
-        self.redis_remaining + self.orders_created + self.orders_paid + self.orders_in_flight
-    }
-
-    /// Runs the checks again; with `require_drained`, anything still in
-    /// flight is a violation too.
-    pub fn judge(&mut self, require_drained: bool) {
-        self.violations = check(self, require_drained);
-        self.consistent = self.violations.is_empty();
-    }
-}
-
-/// The invariant's checks, each violation naming its terms and figures.
-pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
-    let mut violations = Vec::new();
-    if let Some(warmup) = &r.unfinished_warmup {
-        violations.push(format!(
-            "warm-up {} is half done ({}): repeat it with the same id (warmupId, or seckillctl warmup --id {}) to finish it",
-            warmup.warmup_id, warmup.step, warmup.warmup_id
-        ));
-    }
-    if !r.redis.exists {
-        violations.push("redis has no such sale (expired, never warmed, or Redis lost its data)".to_owned());
-    } else if r.redis.total != r.total_stock || i64::from(r.round) != r.redis.round {
-        violations.push(format!(
-            "redis total/round {}/{} != postgresql total/round {}/{}",
-            r.redis.total, r.redis.round, r.total_stock, r.round
-        ));
-    }
-    let balance = r.balance();
-    if balance != r.total_stock {
-        violations.push(format!(
-            "total_stock {} != redis_remaining {} + orders_created {} + orders_paid {} + orders_in_flight {} (= {balance}; redis off by {}){}",
-            r.total_stock,
-            r.redis_remaining,
-            r.orders_created,
-            r.orders_paid,
-            r.orders_in_flight,
-            balance - r.total_stock,
-            match r.created_unknown_to_redis {
-                Some(lost) if lost > 0 => format!(
-                    "; {lost} CREATED or PAID orders are unknown to Redis: deductions it acknowledged and lost, whose units it counted again"
-                ),
-                _ => String::new(),
-            }
-        ));
-    }
-    if r.orders_created + r.orders_paid > r.total_stock {
-        violations.push(format!(
-            "oversold: orders_created {} + orders_paid {} > total_stock {}",
-            r.orders_created, r.orders_paid, r.total_stock
-        ));
-    }
-    if r.db_remaining != r.total_stock - r.orders_created - r.orders_paid {
-        violations.push(format!(
-            "db_remaining {} != total_stock {} - orders_created {} - orders_paid {}",
-            r.db_remaining, r.total_stock, r.orders_created, r.orders_paid
-        ));
-    }
-    if r.duplicate_users > 0 {
-        violations.push(format!("duplicate_users {} > 0", r.duplicate_users));
-    }
-    if r.parked > 0 {
-        violations.push(format!(
-            "parked {} > 0: records no service could settle wait for an operator (seckillctl dlq parked)",
-            r.parked
-        ));
-    }
-    if r.orders_paid != r.payments_applied {
-        violations.push(format!(
-            "orders_paid {} != payments_applied {}: every PAID order was paid by one recorded payment",
-            r.orders_paid, r.payments_applied
-        ));
-    }
-    // A PAID or CANCELLED order was CREATED first: two events each.
-    let expected_events = r.orders_created
-        + r.orders_failed
-        + 2 * (r.orders_paid + r.orders_cancelled)
-        + r.orders_paid_late
-        + r.refund_events;
-    if r.events != expected_events {
-        violations.push(format!(
-            "order events {} != orders_created {} + orders_failed {} + 2 × (orders_paid {} + orders_cancelled {}) + orders_paid_late {} + refund_events {}: every order has one event per state, every refund due one",
-            r.events, r.orders_created, r.orders_failed, r.orders_paid, r.orders_cancelled, r.orders_paid_late, r.refund_events
-        ));
-    }
-    if r.returned != r.cancelled_accepted {
-        violations
-            .push(format!("returned {} != cancelled orders redis had accepted {}", r.returned, r.cancelled_accepted));
-    }
-    if r.compensated + r.written_off != r.failed_accepted {
-        violations.push(format!(
-            "compensated {} + written_off {} != failed orders redis had accepted {}",
-            r.compensated, r.written_off, r.failed_accepted
-        ));
-    }
-    if require_drained && !r.drained() {
-        violations.push(format!(
-            "not drained: orders_in_flight {}, order lag {:?}, compensator lag {:?}, events pending {}, cancels pending {}",
-            r.orders_in_flight, r.order_lag, r.compensator_lag, r.events_pending, r.cancels_pending
-        ));
-    }
-    violations
 }
