@@ -16,6 +16,8 @@ mod health;
 mod observe;
 pub mod openapi;
 mod order;
+mod order_outcome;
+mod order_request;
 mod payments;
 mod session;
 

@@ -1,0 +1,116 @@
+//! The order request: a strict parse of exactly the three ids, each a
+//! positive integer within i64; every refusal names the field.
+
+use super::bodies::OrderRequestBody;
+use super::extract::FromJsonBody;
+use super::ApiError;
+use seckill_shared::domain::{ActivityId, SkuId, UserId};
+use serde_json::{Map, Value};
+
+/// A validated order request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct OrderRequest {
+    pub(super) activity: ActivityId,
+    pub(super) sku: SkuId,
+    pub(super) user: UserId,
+}
+
+const ORDER_FIELDS: [&str; 3] = ["activityId", "skuId", "userId"];
+
+impl FromJsonBody for OrderRequest {
+    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+        parse_order_request(bytes)
+    }
+}
+
+/// Strict parse: a JSON object with exactly the three ids, each a positive
+/// integer within i64. Every refusal names the field.
+fn parse_order_request(bytes: &[u8]) -> Result<OrderRequest, ApiError> {
+    // A derived struct would also take `[1,2,3]`: only objects qualify.
+    let is_object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    match is_object.then(|| serde_json::from_slice::<OrderRequestBody>(bytes)) {
+        Some(Ok(fast)) => {
+            if let (Ok(activity), Ok(sku), Ok(user)) =
+                (ActivityId::new(fast.activity_id), SkuId::new(fast.sku_id), UserId::new(fast.user_id))
+            {
+                return Ok(OrderRequest { activity, sku, user });
+            }
+        }
+        // The derived parse refuses a key given twice; a JSON tree would
+        // silently keep the last one.
+        Some(Err(error)) if error.to_string().starts_with("duplicate field") => {
+            return Err(ApiError::InvalidRequest(format!("request body: {error}")));
+        }
+        _ => {}
+    }
+    // Anything else is refused; this slower path finds the words for why.
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::InvalidRequest(format!("request body is not valid JSON: {e}")))?;
+    let Value::Object(object) = value else {
+        return Err(ApiError::InvalidRequest("request body must be a JSON object".into()));
+    };
+    if let Some(unknown) = object.keys().find(|k| !ORDER_FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::InvalidRequest(format!("unknown field '{unknown}'")));
+    }
+    Ok(OrderRequest {
+        activity: ActivityId::new(positive_field(&object, "activityId")?).map_err(ApiError::invalid)?,
+        sku: SkuId::new(positive_field(&object, "skuId")?).map_err(ApiError::invalid)?,
+        user: UserId::new(positive_field(&object, "userId")?).map_err(ApiError::invalid)?,
+    })
+}
+
+fn positive_field(object: &Map<String, Value>, name: &str) -> Result<i64, ApiError> {
+    match object.get(name) {
+        None | Some(Value::Null) => Err(ApiError::InvalidRequest(format!("missing field '{name}'"))),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(v) if v > 0 => Ok(v),
+            _ => Err(ApiError::InvalidRequest(format!("{name} must be a positive integer within i64, got {n}"))),
+        },
+        Some(other) => {
+            Err(ApiError::InvalidRequest(format!("{name} must be a positive integer, got {}", json_type(other))))
+        }
+    }
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_bodies_are_refused_naming_the_field() {
+        for (body, needle, why) in [
+            (r#"{"activityId":1,"skuId":2}"#, "userId", "missing field"),
+            (r#"{"activityId":1,"skuId":2,"userId":"42"}"#, "userId", "string id"),
+            (r#"{"activityId":0,"skuId":2,"userId":4}"#, "activityId", "zero id"),
+            (r#"{"activityId":1,"skuId":-2,"userId":4}"#, "skuId", "negative id"),
+            (r#"{"activityId":1.5,"skuId":2,"userId":4}"#, "activityId", "fractional id"),
+            (r#"{"activityId":99999999999999999999,"skuId":2,"userId":4}"#, "activityId", "beyond i64"),
+            (r#"{"activityId":1,"skuId":2,"userId":4,"extra":1}"#, "extra", "unknown field"),
+            (r#"{"activityId":1,"skuId":2,"userId":null}"#, "userId", "null id"),
+            (r#"[1,2,3]"#, "object", "not an object"),
+            (r#"{"activityId":1,"#, "JSON", "truncated JSON"),
+            (r#"{"activityId":1,"skuId":2,"userId":4,"userId":5}"#, "duplicate field `userId`", "a key given twice"),
+        ] {
+            let error = parse_order_request(body.as_bytes()).expect_err(why);
+            assert_eq!(error.code().as_str(), "INVALID_REQUEST", "{why}");
+            assert!(error.to_string().contains(needle), "{why}: '{error}' should name {needle}");
+        }
+    }
+
+    #[test]
+    fn good_bodies_parse() {
+        let request = parse_order_request(br#"{"activityId":1001,"skuId":2001,"userId":42}"#).unwrap();
+        assert_eq!(request.user.get(), 42);
+    }
+}
