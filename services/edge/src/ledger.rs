@@ -145,36 +145,17 @@ pub async fn record(stock: &Stock, db: &PgPool, payment: &Payment<'_>) -> Result
         return recorded.outcome(payment.order_id, payment.payment_id);
     }
     let locked = lock_order(&mut tx, payment.order_id).await?;
-    let mut cancelled = Vec::new();
-    let (outcome, party) = match locked {
-        None => (unwritten(stock, payment.order_id).await?, Party::default()),
+    let (outcome, party, cancelled) = match locked {
+        None => (unwritten(stock, payment.order_id).await?, Party::default(), Vec::new()),
         Some(row) => {
-            let outcome = match (row.status.as_str(), row.due) {
-                ("CREATED", false) => Outcome::Applied,
-                ("CREATED", true) => {
-                    // The deadline passed and the worker has not come by
-                    // yet: the deadline wins, now.
-                    cancelled = cancellation::cancel(
-                        &mut tx,
-                        Cancel::One { order_id: payment.order_id, reason: CancelReason::Expired },
-                    )
-                    .await?;
-                    Outcome::RefundDue("ORDER_EXPIRED".into())
-                }
-                ("PAID", _) => Outcome::RefundDue("ALREADY_PAID".into()),
-                ("CANCELLED", _) if row.reason.as_deref() == Some("EXPIRED") => {
-                    Outcome::RefundDue("ORDER_EXPIRED".into())
-                }
-                ("CANCELLED", _) => Outcome::RefundDue("ORDER_CANCELLED".into()),
-                _ => Outcome::RefundDue("ORDER_FAILED".into()),
-            };
             let party = Party {
                 user_id: Some(row.user_id),
                 activity_id: Some(row.activity_id),
                 sku_id: Some(row.sku_id),
                 round: Some(row.round),
             };
-            (outcome, party)
+            let (outcome, cancelled) = judge(&mut tx, payment, &row).await?;
+            (outcome, party, cancelled)
         }
     };
     let (kind, reason) = match &outcome {
@@ -219,6 +200,29 @@ pub async fn record(stock: &Stock, db: &PgPool, payment: &Payment<'_>) -> Result
         metrics::counter!("seckill_payments_refund_due_total", "reason" => reason.clone()).increment(1);
     }
     Ok(outcome)
+}
+
+/// What a payment of the written order `row` (locked) comes to: applied
+/// to a CREATED order in its window, else a refund due — and an order whose
+/// deadline passed before the worker came by is cancelled now (the
+/// deadline wins), its unit to be given back after the commit.
+async fn judge(
+    tx: &mut PgConnection,
+    payment: &Payment<'_>,
+    row: &Locked,
+) -> Result<(Outcome, Vec<CancelledOrder>), PaymentError> {
+    let refund = |why: &str| Outcome::RefundDue(why.into());
+    Ok(match (row.status.as_str(), row.due) {
+        ("CREATED", false) => (Outcome::Applied, Vec::new()),
+        ("CREATED", true) => {
+            let expired = Cancel::One { order_id: payment.order_id, reason: CancelReason::Expired };
+            (refund("ORDER_EXPIRED"), cancellation::cancel(tx, expired).await?)
+        }
+        ("PAID", _) => (refund("ALREADY_PAID"), Vec::new()),
+        ("CANCELLED", _) if row.reason.as_deref() == Some("EXPIRED") => (refund("ORDER_EXPIRED"), Vec::new()),
+        ("CANCELLED", _) => (refund("ORDER_CANCELLED"), Vec::new()),
+        _ => (refund("ORDER_FAILED"), Vec::new()),
+    })
 }
 
 async fn recorded(tx: &mut PgConnection, payment_id: &str) -> sqlx::Result<Option<Recorded>> {
