@@ -7,11 +7,15 @@
 //! stopped ([`resume`]) and record every run in the audit trail ([`runs`]),
 //! which `runs` lists.
 
+mod filter;
 mod redrive;
 mod replay;
 mod resume;
 mod runs;
 mod stats;
+
+pub use filter::Filter;
+use filter::{entry, parse_position, parse_sale, Entry};
 
 use crate::topic::{read_to_end, reader, Start};
 use crate::{Failure, Settings};
@@ -19,9 +23,8 @@ use chrono::{DateTime, Utc};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
-use seckill_shared::domain::{OrderRecord, SaleKey};
-use seckill_shared::kafka::{dlq_header, header_str, headers_map, Topics};
-use std::collections::BTreeMap;
+use seckill_shared::domain::SaleKey;
+use seckill_shared::kafka::{dlq_header, header_str, Topics};
 use std::time::Duration;
 
 /// Settings of the dead-letter tools.
@@ -146,22 +149,6 @@ impl RunArgs {
     }
 }
 
-fn parse_sale(text: &str) -> Result<SaleKey, String> {
-    let (activity, sku) = text.split_once(':').ok_or_else(|| format!("expected ACTIVITY:SKU, got '{text}'"))?;
-    let number = |part: &str| part.parse::<i64>().map_err(|_| format!("expected ACTIVITY:SKU, got '{text}'"));
-    SaleKey::from_raw(number(activity)?, number(sku)?).map_err(|e| e.to_string())
-}
-
-fn as_text<S: serde::Serializer>(sale: &Option<SaleKey>, to: S) -> Result<S::Ok, S::Error> {
-    to.collect_str(&sale.map(|s| s.to_string()).unwrap_or_default())
-}
-
-fn parse_position(text: &str) -> Result<(i32, i64), String> {
-    text.split_once(':')
-        .and_then(|(p, o)| Some((p.parse::<i32>().ok()?, o.parse::<i64>().ok()?)))
-        .ok_or_else(|| format!("expected PARTITION:OFFSET, got '{text}'"))
-}
-
 /// Refuses a record whose order was re-produced `max` times already,
 /// unless forced.
 fn loop_guard(message: &OwnedMessage, max: u32, force: bool) -> Result<(), String> {
@@ -199,112 +186,6 @@ async fn finish(audit: &runs::Run, records: resume::Resumable, result: Result<()
 fn stable_hash(text: &str) -> String {
     let hash = text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
     format!("{hash:016x}")
-}
-
-/// Which records.
-#[derive(clap::Args, Clone, Default, Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Filter {
-    /// Only this `dlq.reason` (e.g. NO_DB_STOCK).
-    #[arg(long)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
-    /// Only this order id.
-    #[arg(long)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    order: Option<String>,
-    /// Only records dead-lettered at or after this time (RFC 3339).
-    #[arg(long)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    since: Option<DateTime<Utc>>,
-    /// Only this sale's records (`ACTIVITY:SKU`).
-    #[arg(long, value_parser = parse_sale)]
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "as_text")]
-    sale: Option<SaleKey>,
-    /// Only the record at `PARTITION:OFFSET` (as `list` shows it).
-    #[arg(long, value_parser = parse_position)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    position: Option<(i32, i64)>,
-}
-
-impl Filter {
-    fn matches(&self, message: &OwnedMessage) -> bool {
-        if self.position.is_some_and(|p| p != (message.partition(), message.offset())) {
-            return false;
-        }
-        let headers = message.headers();
-        let header = |key| headers.and_then(|h| header_str(h, key));
-        if let Some(reason) = &self.reason {
-            if header(dlq_header::REASON) != Some(reason.as_str()) {
-                return false;
-            }
-        }
-        if let Some(since) = &self.since {
-            let failed_at = header(dlq_header::FAILED_AT).and_then(|t| DateTime::parse_from_rfc3339(t).ok());
-            if failed_at.is_none_or(|t| t < *since) {
-                return false;
-            }
-        }
-        if self.order.is_some() || self.sale.is_some() {
-            let record = message.payload().and_then(|p| OrderRecord::decode(p).ok());
-            let Some(record) = record else { return false };
-            if self.order.as_ref().is_some_and(|order| record.order_id.as_str() != order)
-                || self.sale.is_some_and(|sale| record.sale() != sale)
-            {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// A stable name for this filter, for the replay group: the text is the
-    /// one versions before `--sale` and `--position` hashed (so a replay
-    /// begun by one resumes after an upgrade), those two added when given.
-    fn group_suffix(&self) -> String {
-        let mut text =
-            format!("Filter {{ reason: {:?}, order: {:?}, since: {:?} }}", self.reason, self.order, self.since);
-        if let Some(sale) = self.sale {
-            text.push_str(&format!(" sale {sale}"));
-        }
-        if let Some((partition, offset)) = self.position {
-            text.push_str(&format!(" position {partition}:{offset}"));
-        }
-        stable_hash(&text)
-    }
-}
-
-/// One record as `list` and `show` print it.
-#[derive(serde::Serialize)]
-struct Entry {
-    position: String,
-    reason: String,
-    error: String,
-    order_id: String,
-    failed_at: String,
-    attempts: String,
-    headers: BTreeMap<String, String>,
-    value: serde_json::Value,
-}
-
-fn entry(message: &OwnedMessage) -> Entry {
-    let headers = message.headers().map(headers_map).unwrap_or_default();
-    let value = message
-        .payload()
-        .map(|p| {
-            serde_json::from_slice(p)
-                .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(p).into_owned()))
-        })
-        .unwrap_or(serde_json::Value::Null);
-    Entry {
-        position: format!("{}:{}", message.partition(), message.offset()),
-        reason: headers.get(dlq_header::REASON).cloned().unwrap_or_default(),
-        error: headers.get(dlq_header::ERROR).cloned().unwrap_or_default(),
-        order_id: value["orderId"].as_str().unwrap_or("-").to_owned(),
-        failed_at: headers.get(dlq_header::FAILED_AT).cloned().unwrap_or_default(),
-        attempts: headers.get(dlq_header::ATTEMPTS).cloned().unwrap_or_default(),
-        headers,
-        value,
-    }
 }
 
 /// Runs a `dlq` subcommand.
@@ -426,26 +307,4 @@ fn read_one(settings: &Settings, partition: i32, offset: i64) -> anyhow::Result<
         }
     }
     Ok(None)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_filter_names_the_replay_group_of_earlier_versions() {
-        // What the version before --sale and --position named a replay of
-        // `--reason DB_REJECTED` (its Debug text, hashed): a replay begun
-        // then resumes after an upgrade.
-        let filter = Filter { reason: Some("DB_REJECTED".into()), ..Filter::default() };
-        assert_eq!(
-            filter.group_suffix(),
-            stable_hash(r#"Filter { reason: Some("DB_REJECTED"), order: None, since: None }"#)
-        );
-        let sale = Filter { sale: Some(SaleKey::from_raw(1, 2).unwrap()), ..filter.clone() };
-        assert_ne!(sale.group_suffix(), filter.group_suffix());
-        let one = Filter { position: Some((0, 7)), ..filter.clone() };
-        assert_ne!(one.group_suffix(), filter.group_suffix());
-        assert_eq!(serde_json::to_value(&sale).unwrap(), serde_json::json!({"reason": "DB_REJECTED", "sale": "1:2"}));
-    }
 }

@@ -157,7 +157,14 @@ impl Redrive {
     }
 
     /// Places the buyer's order again, or says why not.
-    async fn place(&self, message: &OwnedMessage, original: &OrderRecord) -> Result<Verdict, Failure> {
+    /// The redrive's deduction call for `original`'s buyer, in their home
+    /// bucket (units borrowed from the others when it ran out), and its
+    /// answer.
+    async fn deduct(
+        &self,
+        message: &OwnedMessage,
+        original: &OrderRecord,
+    ) -> Result<(DeductCall, Option<Deduction>), Failure> {
         let call_id = self.call_for(original).await?;
         let nonce = nonce_of(&call_id);
         let headers = message.headers();
@@ -189,6 +196,13 @@ impl Redrive {
             }
             answer = self.stock.deduct_batch(sale, &call).await.map_err(Failure::unreadable)?.pop();
         }
+        Ok((call, answer))
+    }
+
+    async fn place(&self, message: &OwnedMessage, original: &OrderRecord) -> Result<Verdict, Failure> {
+        let sale = original.sale();
+        let (call, answer) = self.deduct(message, original).await?;
+        let (nonce, home) = (nonce_of(&call.id), call.bucket);
         // `decided_now`: this asking took the unit (a confirmation is due);
         // else an earlier asking did, longer ago than the call's outcome is
         // kept, and asked for its confirmation then.

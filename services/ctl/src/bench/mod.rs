@@ -4,17 +4,18 @@
 //! requests/s, latency percentiles from an HdrHistogram and the CPU the
 //! generator itself used (it shares the machine with what it measures).
 
+mod worker;
+
 use crate::{reconcile, Failure, Settings};
-use bytes::Bytes;
-use hdrhistogram::Histogram;
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use worker::WorkerResult;
+#[cfg(test)]
+use worker::{code_of, user_for};
 
 /// Arguments of `bench`.
 #[derive(clap::Args, Clone)]
@@ -141,188 +142,43 @@ fn cpu_seconds() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn mix(mut x: u64) -> u64 {
-    // splitmix64: a cheap, deterministic per-request draw.
-    x = x.wrapping_add(0x9e3779b97f4a7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d049bb133111eb);
-    x ^ (x >> 31)
-}
-
-/// The user of request `i`: the next distinct user, or with probability
-/// `same_user_ratio` one already seen (a retry).
-fn user_for(args: &Args, i: u64) -> i64 {
-    let users = args.users.max(1);
-    let draw = mix(args.seed ^ i);
-    let repeat = (draw >> 11) as f64 / (1u64 << 53) as f64 <= args.same_user_ratio && i > 0;
-    let index = if repeat { mix(draw) % i.min(users) } else { i % users };
-    args.user_offset + 1 + index as i64 * args.user_stride
-}
-
-fn code_of(body: &[u8]) -> String {
-    let text = std::str::from_utf8(body).unwrap_or("");
-    text.split_once("\"code\":\"")
-        .and_then(|(_, rest)| rest.split_once('"'))
-        .map(|(code, _)| code.to_owned())
-        .unwrap_or_default()
-}
-
-struct WorkerResult {
-    histogram: Histogram<u64>,
-    outcomes: BTreeMap<String, u64>,
-    last_accept: Option<Duration>,
-    /// When the last request a 202 answered was sent.
-    last_accept_sent: Option<Duration>,
-    /// When the first 410 SOLD_OUT was answered.
-    first_sold_out: Option<Duration>,
-    accepted: Vec<String>,
-    /// With `--answers-out`: (user, status) of every order.
-    answers: Vec<(i64, u16)>,
-    /// With `--timeline-ms`: (sent, ms after the start; latency, µs; outcome).
-    samples: Vec<(u32, u32, String)>,
-}
-
-fn order_id_of(body: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(body).ok()?;
-    let (_, rest) = text.split_once("\"orderId\":\"")?;
-    Some(rest.split_once('"')?.0.to_owned())
-}
-
 /// Runs the load and returns its figures.
 pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
-    let client: Client<_, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).pool_max_idle_per_host(args.concurrency).build_http();
     let total = match (args.requests, args.duration) {
         (Some(r), _) => r,
         (None, Some(_)) => u64::MAX,
         (None, None) => args.users,
     };
-    let next = Arc::new(AtomicU64::new(0));
     let progress =
         if total == u64::MAX { indicatif::ProgressBar::new_spinner() } else { indicatif::ProgressBar::new(total) };
-    let stop_at = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
-    let started = Instant::now();
+    let load = Arc::new(worker::Load {
+        client: Client::builder(TokioExecutor::new()).pool_max_idle_per_host(args.concurrency).build_http(),
+        args: args.clone(),
+        next: AtomicU64::new(0),
+        total,
+        stop_at: args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d)),
+        started: Instant::now(),
+        progress: progress.clone(),
+    });
     let cpu_before = cpu_seconds();
-    let mut workers = Vec::new();
-    let record_accepted = args.accepted_out.is_some();
-    let record_answers = args.answers_out.is_some() && args.get.is_none();
-    for _ in 0..args.concurrency.max(1) {
-        let (client, next, args, progress) = (client.clone(), next.clone(), args.clone(), progress.clone());
-        workers.push(tokio::spawn(async move {
-            let mut result = WorkerResult {
-                histogram: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"),
-                outcomes: BTreeMap::new(),
-                last_accept: None,
-                last_accept_sent: None,
-                first_sold_out: None,
-                accepted: Vec::new(),
-                answers: Vec::new(),
-                samples: Vec::new(),
-            };
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total || stop_at.is_some_and(|t| Instant::now() >= t) {
-                    break;
-                }
-                if let Some(rate) = args.rate.filter(|r| *r > 0.0) {
-                    // Open loop: request i is due at i / rate seconds.
-                    tokio::time::sleep_until((started + Duration::from_secs_f64(i as f64 / rate)).into()).await;
-                }
-                let user = user_for(&args, i);
-                let request = match &args.get {
-                    Some(path) => Request::builder()
-                        .method(Method::GET)
-                        .uri(format!("{}{}", args.url, path))
-                        .body(Full::new(Bytes::new())),
-                    None => {
-                        let body =
-                            format!(r#"{{"activityId":{},"skuId":{},"userId":{}}}"#, args.activity, args.sku, user);
-                        Request::builder()
-                            .method(Method::POST)
-                            .uri(format!("{}/api/seckill/order", args.url))
-                            .header("content-type", "application/json")
-                            .body(Full::new(Bytes::from(body)))
-                    }
-                }
-                .expect("a valid request");
-                let sent = Instant::now();
-                let outcome = match client.request(request).await {
-                    Ok(response) => {
-                        let status = response.status().as_u16();
-                        let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                        if status == 410 && result.first_sold_out.is_none() {
-                            result.first_sold_out = Some(started.elapsed());
-                        }
-                        let code = code_of(&body);
-                        // A promise: 202 QUEUED (202 UNCONFIRMED is neither
-                        // a promise nor a refusal).
-                        if status == 202 && code == "QUEUED" {
-                            result.last_accept = Some(started.elapsed());
-                            result.last_accept_sent = Some(sent.duration_since(started));
-                            if record_accepted {
-                                result.accepted.extend(order_id_of(&body));
-                            }
-                        }
-                        if record_answers {
-                            result.answers.push((user, status));
-                        }
-                        format!("{status} {code}")
-                    }
-                    Err(_) => {
-                        if record_answers {
-                            result.answers.push((user, 0));
-                        }
-                        "000 CONNECTION_ERROR".to_owned()
-                    }
-                };
-                let micros = sent.elapsed().as_micros().clamp(1, 60_000_000) as u64;
-                let _ = result.histogram.record(micros);
-                if args.timeline_ms.is_some() {
-                    result.samples.push((
-                        sent.duration_since(started).as_millis() as u32,
-                        micros as u32,
-                        outcome.clone(),
-                    ));
-                }
-                *result.outcomes.entry(outcome).or_insert(0) += 1;
-                progress.inc(1);
-            }
-            result
-        }));
-    }
-    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    let mut outcomes = BTreeMap::new();
-    let mut last_accept = None;
-    let mut last_accept_sent = None;
-    let mut first_sold_out = None;
-    let mut accepted = Vec::new();
-    let mut answers = Vec::new();
-    let mut samples = Vec::new();
+    let workers: Vec<_> = (0..args.concurrency.max(1)).map(|_| tokio::spawn(worker::run(load.clone()))).collect();
+    let mut all = WorkerResult::new();
     for worker in workers {
-        let mut result = worker.await?;
-        accepted.append(&mut result.accepted);
-        answers.append(&mut result.answers);
-        samples.append(&mut result.samples);
-        histogram.add(&result.histogram)?;
-        for (k, v) in result.outcomes {
-            *outcomes.entry(k).or_insert(0) += v;
-        }
-        last_accept = last_accept.max(result.last_accept);
-        last_accept_sent = last_accept_sent.max(result.last_accept_sent);
-        first_sold_out = first_sold_out.into_iter().chain(result.first_sold_out).min();
+        all.merge(worker.await?)?;
     }
     progress.finish_and_clear();
-    let seconds = started.elapsed().as_secs_f64();
+    let seconds = load.started.elapsed().as_secs_f64();
     if let Some(path) = &args.accepted_out {
-        let mut text = accepted.join("\n");
+        let mut text = all.accepted.join("\n");
         text.push('\n');
         std::fs::write(path, text)?;
     }
     if let Some(path) = &args.answers_out {
-        let text: String = answers.iter().map(|(user, status)| format!("{user} {status}\n")).collect();
+        let text: String = all.answers.iter().map(|(user, status)| format!("{user} {status}\n")).collect();
         std::fs::write(path, text)?;
     }
     let cpu = cpu_seconds() - cpu_before;
+    let histogram = &all.histogram;
     let requests = histogram.len();
     let ms = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
     let latency_ms = BTreeMap::from([
@@ -334,15 +190,16 @@ pub async fn load(args: &Args) -> anyhow::Result<BenchResult> {
     ]);
     Ok(BenchResult {
         requests,
-        outcomes,
+        outcomes: all.outcomes,
         seconds,
         requests_per_second: requests as f64 / seconds,
         latency_ms,
         generator_cpu_seconds: cpu,
         generator_cpu_percent: cpu / seconds * 100.0,
-        last_accept_seconds: last_accept.map(|d| d.as_secs_f64()),
-        sold_out_while_a_unit_remained_seconds: sold_out_too_early(first_sold_out, last_accept_sent).as_secs_f64(),
-        timeline: args.timeline_ms.map(|slot_ms| timeline(samples, slot_ms.max(1))),
+        last_accept_seconds: all.last_accept.map(|d| d.as_secs_f64()),
+        sold_out_while_a_unit_remained_seconds: sold_out_too_early(all.first_sold_out, all.last_accept_sent)
+            .as_secs_f64(),
+        timeline: args.timeline_ms.map(|slot_ms| timeline(all.samples, slot_ms.max(1))),
     })
 }
 
