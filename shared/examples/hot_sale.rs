@@ -53,6 +53,57 @@ async fn borrow_micros(
     Ok(Some(started.elapsed().as_secs_f64() * 1e6 / f64::from(BORROWINGS)))
 }
 
+/// Each server's CPU over the run, and per order.
+fn servers_cpu(pids: &[(String, String)], before: &[f64], orders: u64) -> Vec<serde_json::Value> {
+    pids.iter()
+        .zip(before)
+        .map(|((file, pid), before)| {
+            let used = cpu_seconds(pid) - before;
+            serde_json::json!({
+                "server": file,
+                "cpuSeconds": used,
+                "cpuMicrosPerOrder": used * 1e6 / orders.max(1) as f64,
+            })
+        })
+        .collect()
+}
+
+/// What each task of the load shares.
+struct Load {
+    stock: Stock,
+    sale: SaleKey,
+    next_user: Arc<AtomicI64>,
+    orders: Arc<AtomicU64>,
+    calls: Arc<AtomicU64>,
+    until: Instant,
+    batch: usize,
+}
+
+impl Load {
+    /// Calls of `batch` buyers, all at home in `bucket` (the `home`-th of
+    /// `count`), until the load's time is up.
+    async fn run(self, bucket: seckill_shared::stock::Bucket, home: i64, count: i64) {
+        while Instant::now() < self.until {
+            let requests = (0..self.batch)
+                .map(|_| {
+                    let user = self.next_user.fetch_add(1, Ordering::Relaxed) * count + home;
+                    DeductRequest {
+                        user: UserId::new(user).expect("positive"),
+                        nonce: format!("{:016x}", rand::random::<u64>()),
+                        request_id: String::new(),
+                        traceparent: String::new(),
+                    }
+                })
+                .collect();
+            let call = DeductCall::new(requests, Duration::from_secs(60)).in_bucket(bucket);
+            let answers = self.stock.deduct_batch(self.sale, &call).await.expect("a deduction");
+            let accepted = answers.iter().filter(|a| matches!(a, Deduction::Accepted { .. })).count();
+            self.orders.fetch_add(accepted as u64, Ordering::Relaxed);
+            self.calls.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -83,31 +134,19 @@ async fn main() -> anyhow::Result<()> {
     let until = started + Duration::from_secs(seconds);
     let tasks: Vec<_> = (0..concurrency)
         .map(|task| {
-            let (stock, next_user, orders, calls) = (stock.clone(), next_user.clone(), orders.clone(), calls.clone());
+            let load = Load {
+                stock: stock.clone(),
+                sale,
+                next_user: next_user.clone(),
+                orders: orders.clone(),
+                calls: calls.clone(),
+                until,
+                batch,
+            };
             // A task's buyers share a home bucket (user mod buckets): one
             // call per bucket, as the edge batches per bucket.
             let (home, count) = (task % buckets.len(), buckets.len() as i64);
-            let bucket = buckets[home];
-            tokio::spawn(async move {
-                while Instant::now() < until {
-                    let requests = (0..batch)
-                        .map(|_| {
-                            let user = next_user.fetch_add(1, Ordering::Relaxed) * count + home as i64;
-                            DeductRequest {
-                                user: UserId::new(user).expect("positive"),
-                                nonce: format!("{:016x}", rand::random::<u64>()),
-                                request_id: String::new(),
-                                traceparent: String::new(),
-                            }
-                        })
-                        .collect();
-                    let call = DeductCall::new(requests, Duration::from_secs(60)).in_bucket(bucket);
-                    let answers = stock.deduct_batch(sale, &call).await.expect("a deduction");
-                    let accepted = answers.iter().filter(|a| matches!(a, Deduction::Accepted { .. })).count();
-                    orders.fetch_add(accepted as u64, Ordering::Relaxed);
-                    calls.fetch_add(1, Ordering::Relaxed);
-                }
-            })
+            tokio::spawn(load.run(buckets[home], home as i64, count))
         })
         .collect();
     for task in tasks {
@@ -115,18 +154,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let orders = orders.load(Ordering::Relaxed);
-    let cpu: Vec<serde_json::Value> = pids
-        .iter()
-        .zip(&cpu_before)
-        .map(|((file, pid), before)| {
-            let used = cpu_seconds(pid) - before;
-            serde_json::json!({
-                "server": file,
-                "cpuSeconds": used,
-                "cpuMicrosPerOrder": used * 1e6 / orders.max(1) as f64,
-            })
-        })
-        .collect();
+    let cpu = servers_cpu(&pids, &cpu_before, orders);
     println!(
         "{}",
         serde_json::json!({

@@ -1,0 +1,172 @@
+//! A test's topics: producing records and dead letters as the services
+//! would, reading a topic as a consumer would, the consumer groups' lag.
+
+use crate::{eventually, TestEnv};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
+use std::time::{Duration, Instant};
+
+impl TestEnv {
+    /// Waits (a minute at most) until `group` committed every record of its
+    /// topic.
+    pub async fn wait_drained(&self, group: Group) {
+        eventually(&format!("the {group:?} group to commit every record"), Duration::from_secs(60), || async {
+            let lag = match group {
+                Group::Order => self.order_lag().await,
+                Group::Compensator => self.compensator_lag().await,
+            };
+            if lag == 0 {
+                Ok(())
+            } else {
+                Err(format!("lag {lag}"))
+            }
+        })
+        .await;
+    }
+
+    /// Produces a dead letter for `record` as the order service would, with
+    /// `reason`.
+    pub async fn dead_letter(&self, record: &OrderRecord, reason: &str) {
+        use seckill_shared::kafka::dlq_header;
+        let payload = serde_json::to_vec(record).expect("json");
+        let topics = self.topics();
+        let headers = [
+            (dlq_header::REASON, reason),
+            (dlq_header::ERROR, "test"),
+            (dlq_header::ORIGINAL_TOPIC, topics.orders.as_str()),
+            (dlq_header::ATTEMPTS, "1"),
+            (dlq_header::FAILED_AT, "2026-11-29T00:00:00+00:00"),
+        ];
+        self.produce(&topics.dlq, &record.user_id.to_string(), &payload, &headers).await;
+    }
+
+    /// Produces one raw record to `topic`.
+    pub async fn produce(&self, topic: &str, key: &str, payload: &[u8], headers: &[(&str, &str)]) {
+        let producer: FutureProducer = seckill_shared::kafka::producer(&self.kafka).expect("producer");
+        let mut owned = OwnedHeaders::new();
+        for (k, v) in headers {
+            owned = owned.insert(Header { key: k, value: Some(v.as_bytes()) });
+        }
+        let record = FutureRecord::to(topic).key(key).payload(payload).headers(owned);
+        producer.send(record, Duration::from_secs(10)).await.expect("producing a test record");
+    }
+
+    /// Order records for `users` of `sale`, not sent anywhere.
+    pub fn order_records(&self, sale: SaleKey, users: std::ops::Range<i64>) -> Vec<OrderRecord> {
+        users
+            .map(|user| {
+                let order_id =
+                    OrderId::parse(&format!("{}-{}-{user}-{:08x}", sale.activity, sale.sku, rand::random::<u32>()))
+                        .expect("valid id");
+                OrderRecord::new(order_id, sale, UserId::new(user).expect("positive user"), seckill_shared::now_ms())
+            })
+            .collect()
+    }
+
+    /// Produces order records for `users` of `sale` straight to the orders
+    /// topic (as if the edge had accepted them) and returns them.
+    pub async fn produce_orders(&self, sale: SaleKey, users: std::ops::Range<i64>) -> Vec<OrderRecord> {
+        let records = self.order_records(sale, users);
+        self.produce_records(&records).await;
+        records
+    }
+
+    /// Produces the given order records to the orders topic.
+    pub async fn produce_records(&self, records: &[OrderRecord]) {
+        let producer: FutureProducer = seckill_shared::kafka::producer(&self.kafka).expect("producer");
+        let topic = self.topics().orders;
+        let payloads: Vec<(String, Vec<u8>)> =
+            records.iter().map(|r| (r.user_id.to_string(), serde_json::to_vec(r).expect("json"))).collect();
+        let sends = payloads.iter().map(|(key, payload)| {
+            producer.send(FutureRecord::to(&topic).key(key).payload(payload), Duration::from_secs(30))
+        });
+        for result in futures::future::join_all(sends).await {
+            result.expect("producing an order record");
+        }
+    }
+
+    /// Produces dead letters for `records` with `reason`, as the order
+    /// service would.
+    pub async fn produce_dead_letters(&self, records: &[OrderRecord], reason: &str) {
+        let producer: FutureProducer = seckill_shared::kafka::producer(&self.kafka).expect("producer");
+        let topic = self.topics().dlq;
+        let payloads: Vec<(String, Vec<u8>)> =
+            records.iter().map(|r| (r.user_id.to_string(), serde_json::to_vec(r).expect("json"))).collect();
+        let sends = payloads.iter().map(|(key, payload)| {
+            let headers = OwnedHeaders::new()
+                .insert(Header { key: "dlq.reason", value: Some(reason) })
+                .insert(Header { key: "dlq.attempts", value: Some("1") });
+            producer.send(FutureRecord::to(&topic).key(key).payload(payload).headers(headers), Duration::from_secs(30))
+        });
+        for result in futures::future::join_all(sends).await {
+            result.expect("producing a dead letter");
+        }
+    }
+
+    /// Reads every record of `topic` from the start (own throwaway group),
+    /// until `expected` arrived or `timeout` passed.
+    pub async fn read_topic(&self, topic: &str, expected: usize, timeout: Duration) -> Vec<OwnedMessage> {
+        let brokers = self.kafka.brokers.clone();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &brokers)
+                .set("group.id", format!("reader-{}", rand::random::<u64>()))
+                .set("enable.auto.commit", "false")
+                .set("auto.offset.reset", "earliest")
+                .create()
+                .expect("reader");
+            consumer.subscribe(&[&topic]).expect("subscribing");
+            let deadline = Instant::now() + timeout;
+            let mut records = Vec::new();
+            while records.len() < expected && Instant::now() < deadline {
+                if let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
+                    records.push(message.detach());
+                }
+            }
+            records
+        })
+        .await
+        .expect("reader thread")
+    }
+
+    /// The lag of the order service's group (`i64::MAX` when unreadable).
+    pub async fn order_lag(&self) -> i64 {
+        self.pipeline_lag().await.map(|lag| lag.order.total).unwrap_or(i64::MAX)
+    }
+
+    /// The lag of the compensator's group (`i64::MAX` when unreadable).
+    pub async fn compensator_lag(&self) -> i64 {
+        self.pipeline_lag().await.map(|lag| lag.compensator.total).unwrap_or(i64::MAX)
+    }
+
+    async fn pipeline_lag(&self) -> anyhow::Result<seckill_shared::kafka::PipelineLag> {
+        seckill_shared::kafka::pipeline_lag(&self.kafka).await
+    }
+
+    /// The broker (node id) leading partition 0 of the orders topic.
+    pub async fn orders_leader(&self) -> i32 {
+        let (settings, topic) = (self.kafka.clone(), self.topics().orders);
+        tokio::task::spawn_blocking(move || {
+            use rdkafka::consumer::Consumer;
+            let consumer: BaseConsumer =
+                seckill_shared::kafka::consumer_config(&settings, "leader-lookup").create().expect("client");
+            let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).expect("metadata");
+            let leader = metadata.topics()[0].partitions().iter().find(|p| p.id() == 0).expect("partition 0").leader();
+            leader
+        })
+        .await
+        .expect("metadata thread")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// The order service's, on the orders topic.
+    Order,
+    /// The compensator's, on the dead-letter topic.
+    Compensator,
+}
