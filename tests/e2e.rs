@@ -10,6 +10,8 @@ mod architecture;
 mod batching;
 #[path = "e2e/browser.rs"]
 mod browser;
+#[path = "e2e/bucket_sales.rs"]
+mod bucket_sales;
 #[path = "e2e/buckets.rs"]
 mod buckets;
 #[path = "e2e/chaos_short.rs"]
@@ -22,10 +24,14 @@ mod cli;
 mod compensator;
 #[path = "e2e/contract.rs"]
 mod contract;
+#[path = "e2e/contract_auth.rs"]
+mod contract_auth;
 #[path = "e2e/ctl.rs"]
 mod ctl;
 #[path = "e2e/dashboard.rs"]
 mod dashboard;
+#[path = "e2e/deadlines.rs"]
+mod deadlines;
 #[path = "e2e/dlq_tools.rs"]
 mod dlq_tools;
 #[path = "e2e/downstream.rs"]
@@ -48,10 +54,14 @@ mod observability;
 mod one_bad_sale;
 #[path = "e2e/order.rs"]
 mod order;
+#[path = "e2e/payments.rs"]
+mod payments;
 #[path = "e2e/poison.rs"]
 mod poison;
 #[path = "e2e/promise.rs"]
 mod promise;
+#[path = "e2e/promise_publish.rs"]
+mod promise_publish;
 #[path = "e2e/redis_cluster.rs"]
 mod redis_cluster;
 #[path = "e2e/relay.rs"]
@@ -62,6 +72,8 @@ mod sale_in_buckets;
 mod slow_clients;
 #[path = "e2e/smoke.rs"]
 mod smoke;
+#[path = "e2e/status_reads.rs"]
+mod status_reads;
 #[path = "e2e/upgrade.rs"]
 mod upgrade;
 #[path = "e2e/warmup_job.rs"]

@@ -95,11 +95,24 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
         "and a traceparent"
     );
 
-    let dead = env.read_topic(&topics.dlq, 2, Duration::from_secs(10)).await;
+    dead_letters_match_their_schemas(&env.read_topic(&topics.dlq, 2, Duration::from_secs(10)).await);
+    events_match_their_schema(&env.read_topic(&topics.events, 3, Duration::from_secs(10)).await);
+    let tail = env.ctl(&["events", "tail", "--limit", "3", "--idle", "20", "--json"]).await;
+    assert_eq!(tail.code, 0, "{tail:?}");
+    assert_eq!(tail.stdout.lines().count(), 3, "seckillctl events tail prints each event once: {}", tail.stdout);
+    env.verify_events(sale).await;
+    compensator.stop().await;
+    order.stop().await;
+    edge.stop().await;
+}
+
+/// The dead letters: their headers and values as the schemas say, and
+/// Spring's headers as a Java DLT tool reads them.
+fn dead_letters_match_their_schemas(dead: &[OwnedMessage]) {
     assert_eq!(dead.len(), 2);
     let mut dead_headers = Vec::new();
     let mut dead_values = Vec::new();
-    for message in &dead {
+    for message in dead {
         let headers = serde_json::to_value(message.headers().map(headers_map).unwrap_or_default()).unwrap();
         if headers["dlq.reason"] != "MALFORMED" {
             dead_values.push((json(message), "a dead letter's value".to_owned()));
@@ -109,7 +122,7 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
     schemas::assert_valid("orders-dlq-headers.v1.json", &dead_headers);
     // Spring's headers as a Java DLT tool reads them: the partition a 4-byte
     // and the offset an 8-byte big-endian number, equal to ours.
-    for message in &dead {
+    for message in dead {
         use rdkafka::message::Headers as _;
         let h = message.headers().expect("headers");
         let raw = |key: &str| h.iter().find(|x| x.key == key).and_then(|x| x.value).expect(key).to_vec();
@@ -120,13 +133,16 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
         assert_eq!(raw("kafka_dlt-original-timestamp").len(), 8);
     }
     schemas::assert_valid("orders-dlq.v1.json", &dead_values);
+}
 
-    let events = env.read_topic(&topics.events, 3, Duration::from_secs(10)).await;
+/// The events: one per order (two CREATED with their trace, one FAILED
+/// NO_DB_STOCK), each valid and keyed by its user.
+fn events_match_their_schema(events: &[OwnedMessage]) {
     assert_eq!(events.len(), 3, "one event per order: two CREATED, one FAILED");
     let values: Vec<_> = events.iter().map(|m| (json(m), "an order event".to_owned())).collect();
     schemas::assert_valid("order-events.v1.json", &values);
     let mut kinds = BTreeMap::new();
-    for message in &events {
+    for message in events {
         let value = json(message);
         let event: OrderEvent = serde_json::from_value(value).expect("an OrderEvent");
         assert_eq!(message.key(), Some(event.user_id.to_string().as_bytes()), "keyed by user id");
@@ -142,13 +158,6 @@ async fn what_the_pipeline_writes_matches_its_schemas() {
         }
     }
     assert_eq!(kinds, BTreeMap::from([("CREATED".to_owned(), 2), ("FAILED".to_owned(), 1)]));
-    let tail = env.ctl(&["events", "tail", "--limit", "3", "--idle", "20", "--json"]).await;
-    assert_eq!(tail.code, 0, "{tail:?}");
-    assert_eq!(tail.stdout.lines().count(), 3, "seckillctl events tail prints each event once: {}", tail.stdout);
-    env.verify_events(sale).await;
-    compensator.stop().await;
-    order.stop().await;
-    edge.stop().await;
 }
 
 /// The relay killed mid-way: no event is lost, and an event sent again
