@@ -6,7 +6,7 @@
 use hyper::Method;
 use rdkafka::message::{Headers, Message};
 use seckill_e2e::{eventually, Child, TestEnv};
-use seckill_shared::domain::OrderEvent;
+use seckill_shared::domain::{OrderEvent, OrderRecord, SaleKey};
 use seckill_shared::kafka::{dlq_header, header_str};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -23,31 +23,7 @@ async fn a_wave_of_failures_is_redriven_once_per_buyer_and_never_beyond_the_stoc
     env.warmup(sale, 30).await;
     let _order = env.spawn_order(env.order_settings()).await;
     let _compensator = env.spawn_compensator(env.compensator_settings()).await;
-
-    // The cause: a constraint that refuses the new orders of users 1001 and up.
-    sqlx::query(
-        "ALTER TABLE orders ADD CONSTRAINT bad_release CHECK (status <> 'CREATED' OR user_id < 1000) NOT VALID",
-    )
-    .execute(&env.db)
-    .await
-    .unwrap();
-    let mut wave = Vec::new();
-    for user in (1..=10).chain(1001..=1020) {
-        wave.push(env.deduct(sale, user).await);
-    }
-    env.produce_records(&wave).await;
-    env.wait_orders(sale, "CREATED", 10).await;
-    env.wait_orders(sale, "FAILED", 20).await;
-    wait_stock(&env, sale, 20).await;
-    // Fixed; meanwhile the sale went on: buyer 1001 ordered again, and ten
-    // newcomers bought. Nine units are left for nineteen buyers.
-    sqlx::query("ALTER TABLE orders DROP CONSTRAINT bad_release").execute(&env.db).await.unwrap();
-    let mut later = vec![env.deduct(sale, 1001).await];
-    for user in 2001..=2010 {
-        later.push(env.deduct(sale, user).await);
-    }
-    env.produce_records(&later).await;
-    env.wait_orders(sale, "CREATED", 21).await;
+    let wave = a_bad_release_refuses(&env, sale).await;
     let originals: HashSet<String> = wave[10..].iter().map(|r| r.order_id.to_string()).collect();
 
     let dry = env.ctl(&["dlq", "redrive", "--sale", &sale_arg, "--dry-run"]).await;
@@ -75,33 +51,7 @@ async fn a_wave_of_failures_is_redriven_once_per_buyer_and_never_beyond_the_stoc
     let resumed = env.ctl(&["dlq", "redrive", "--sale", &sale_arg, "--note", "resumed"]).await;
     assert_eq!(resumed.code, 0, "{resumed:?}");
 
-    // Nobody beyond the stock; each buyer one live order at most.
-    env.wait_orders(sale, "CREATED", 30).await;
-    assert_eq!(env.redis_stock(sale).await, 0);
-    let per_user: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT user_id, count(*) FROM orders WHERE activity_id = $1 AND sku_id = $2 AND status = 'CREATED'
-          GROUP BY user_id HAVING count(*) > 1",
-    )
-    .bind(sale.activity.get())
-    .bind(sale.sku.get())
-    .fetch_all(&env.db)
-    .await
-    .unwrap();
-    assert!(per_user.is_empty(), "buyers with two live orders: {per_user:?}");
-    let links: Vec<(String, String, i64)> = sqlx::query_as(
-        "SELECT r.original_order_id, o.order_id, o.user_id FROM dlq_redrives r JOIN orders o ON o.order_id = r.new_order_id",
-    )
-    .fetch_all(&env.db)
-    .await
-    .unwrap();
-    assert_eq!(links.len(), 9, "nine units, nine buyers given their order back: {links:?}");
-    for (original, new, user) in &links {
-        assert!(originals.contains(original), "{original} was not dead-lettered");
-        assert!(original.split('-').nth(2) != new.split('-').nth(2), "a new order id");
-        let was = wave.iter().find(|r| r.order_id.as_str() == original).unwrap();
-        assert_eq!(was.user_id.get(), *user, "the same buyer");
-        assert_ne!(*user, 1001, "1001 holds an order of their own");
-    }
+    let links = one_new_order_per_buyer(&env, sale, &wave, &originals).await;
 
     // Again, and under another filter (its own position: every record read
     // again): nothing more is placed.
@@ -195,23 +145,9 @@ async fn dlq_stats_count_a_known_set_and_metrics_agree() {
         env.dead_letter(&record, "PUBLISH_LOST").await;
     }
     env.produce(&env.topics().dlq, "k", b"garbage", &[(dlq_header::REASON, "MALFORMED")]).await;
-    // The compensator indexes them, as a child process (its own /metrics).
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child_env = env.child_env();
-    child_env.push(("SECKILL__METRICS_ADDR".into(), format!("127.0.0.1:{port}")));
-    child_env.push(("SECKILL__AUDIT__INTERVAL_MS".into(), "500".into()));
-    let _compensator = Child::start("seckill-compensator", &child_env);
-    let stats = eventually("18 dead letters indexed", Duration::from_secs(60), || async {
-        let out = env.ctl(&["dlq", "stats", "--json"]).await;
-        let stats: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {out:?}"))?;
-        // Indexed before it is settled and committed: the lag reaches 0 after.
-        if stats["records"] == 18 && stats["notIndexedYet"] == 0 {
-            Ok(stats)
-        } else {
-            Err(stats.to_string())
-        }
-    })
-    .await;
+    let _compensator = Child::start("seckill-compensator", &indexing_env(&env, port));
+    let stats = indexed(&env, 18).await;
     assert_eq!(
         stats["byReason"],
         serde_json::json!({"DB_REJECTED": 8, "NO_DB_STOCK": 4, "PUBLISH_LOST": 5, "MALFORMED": 1})
@@ -250,6 +186,123 @@ async fn dlq_stats_count_a_known_set_and_metrics_agree() {
     assert_eq!(shown["byReason"], stats["byReason"]);
     edge.stop().await;
 
+    compensator_metrics_agree(port, one).await;
+}
+
+async fn wait_stock(env: &TestEnv, sale: SaleKey, want: i64) {
+    eventually(&format!("{want} units in Redis"), Duration::from_secs(60), || async {
+        let stock = env.redis_stock(sale).await;
+        if stock == want {
+            Ok(())
+        } else {
+            Err(stock.to_string())
+        }
+    })
+    .await;
+}
+
+/// Originals with a new order placed.
+async fn placed(env: &TestEnv) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM dlq_redrives WHERE new_order_id IS NOT NULL")
+        .fetch_one(&env.db)
+        .await
+        .unwrap()
+}
+
+/// A bad release (a constraint added by mistake) refuses the orders of
+/// users 1001–1020, then is fixed; meanwhile buyer 1001 orders again and
+/// ten newcomers buy, leaving nine units. Returns the first wave's records.
+async fn a_bad_release_refuses(env: &TestEnv, sale: SaleKey) -> Vec<OrderRecord> {
+    // The cause: a constraint that refuses the new orders of users 1001 and up.
+    sqlx::query(
+        "ALTER TABLE orders ADD CONSTRAINT bad_release CHECK (status <> 'CREATED' OR user_id < 1000) NOT VALID",
+    )
+    .execute(&env.db)
+    .await
+    .unwrap();
+    let mut wave = Vec::new();
+    for user in (1..=10).chain(1001..=1020) {
+        wave.push(env.deduct(sale, user).await);
+    }
+    env.produce_records(&wave).await;
+    env.wait_orders(sale, "CREATED", 10).await;
+    env.wait_orders(sale, "FAILED", 20).await;
+    wait_stock(&env, sale, 20).await;
+    // Fixed; meanwhile the sale went on: buyer 1001 ordered again, and ten
+    // newcomers bought. Nine units are left for nineteen buyers.
+    sqlx::query("ALTER TABLE orders DROP CONSTRAINT bad_release").execute(&env.db).await.unwrap();
+    let mut later = vec![env.deduct(sale, 1001).await];
+    for user in 2001..=2010 {
+        later.push(env.deduct(sale, user).await);
+    }
+    env.produce_records(&later).await;
+    env.wait_orders(sale, "CREATED", 21).await;
+    wave
+}
+
+/// Nobody beyond the stock, each buyer one live order at most, and each
+/// new order linked to a dead-lettered original of the same buyer.
+async fn one_new_order_per_buyer(
+    env: &TestEnv,
+    sale: SaleKey,
+    wave: &[OrderRecord],
+    originals: &HashSet<String>,
+) -> Vec<(String, String, i64)> {
+    // Nobody beyond the stock; each buyer one live order at most.
+    env.wait_orders(sale, "CREATED", 30).await;
+    assert_eq!(env.redis_stock(sale).await, 0);
+    let per_user: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT user_id, count(*) FROM orders WHERE activity_id = $1 AND sku_id = $2 AND status = 'CREATED'
+          GROUP BY user_id HAVING count(*) > 1",
+    )
+    .bind(sale.activity.get())
+    .bind(sale.sku.get())
+    .fetch_all(&env.db)
+    .await
+    .unwrap();
+    assert!(per_user.is_empty(), "buyers with two live orders: {per_user:?}");
+    let links: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT r.original_order_id, o.order_id, o.user_id FROM dlq_redrives r JOIN orders o ON o.order_id = r.new_order_id",
+    )
+    .fetch_all(&env.db)
+    .await
+    .unwrap();
+    assert_eq!(links.len(), 9, "nine units, nine buyers given their order back: {links:?}");
+    for (original, new, user) in &links {
+        assert!(originals.contains(original), "{original} was not dead-lettered");
+        assert!(original.split('-').nth(2) != new.split('-').nth(2), "a new order id");
+        let was = wave.iter().find(|r| r.order_id.as_str() == original).unwrap();
+        assert_eq!(was.user_id.get(), *user, "the same buyer");
+        assert_ne!(*user, 1001, "1001 holds an order of their own");
+    }
+    links
+}
+
+/// The compensator's settings to index dead letters, its `/metrics` on `port`.
+fn indexing_env(env: &TestEnv, port: u16) -> Vec<(String, String)> {
+    let mut child_env = env.child_env();
+    child_env.push(("SECKILL__METRICS_ADDR".into(), format!("127.0.0.1:{port}")));
+    child_env.push(("SECKILL__AUDIT__INTERVAL_MS".into(), "500".into()));
+    child_env
+}
+
+/// `dlq stats --json` once `records` dead letters are indexed and none lags.
+async fn indexed(env: &TestEnv, records: i64) -> serde_json::Value {
+    eventually(&format!("{records} dead letters indexed"), Duration::from_secs(60), || async {
+        let out = env.ctl(&["dlq", "stats", "--json"]).await;
+        let stats: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {out:?}"))?;
+        // Indexed before it is settled and committed: the lag reaches 0 after.
+        if stats["records"] == records && stats["notIndexedYet"] == 0 {
+            Ok(stats)
+        } else {
+            Err(stats.to_string())
+        }
+    })
+    .await
+}
+
+/// The compensator's dead-letter gauges give the counts `dlq stats` gave.
+async fn compensator_metrics_agree(port: u16, one: SaleKey) {
     let metrics = eventually("the compensator's dead-letter gauges", Duration::from_secs(30), || async {
         let body = seckill_e2e::http::Client::new(format!("http://127.0.0.1:{port}")).get("/metrics").await.text;
         if body.contains("seckill_dlq_replayed_records 5") {
@@ -268,24 +321,4 @@ async fn dlq_stats_count_a_known_set_and_metrics_agree() {
     ] {
         assert!(metrics.contains(line), "/metrics lacks {line}");
     }
-}
-
-async fn wait_stock(env: &TestEnv, sale: seckill_shared::domain::SaleKey, want: i64) {
-    eventually(&format!("{want} units in Redis"), Duration::from_secs(60), || async {
-        let stock = env.redis_stock(sale).await;
-        if stock == want {
-            Ok(())
-        } else {
-            Err(stock.to_string())
-        }
-    })
-    .await;
-}
-
-/// Originals with a new order placed.
-async fn placed(env: &TestEnv) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM dlq_redrives WHERE new_order_id IS NOT NULL")
-        .fetch_one(&env.db)
-        .await
-        .unwrap()
 }

@@ -105,18 +105,7 @@ async fn a_kafka_outage_is_answered_at_once_and_never_sold_out() {
     let snapshot = env.stock.snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations), (20, 0, 0), "no unit held");
 
-    // A broker at that address again (a proxy to the real one: the client
-    // then learns the broker's own address).
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("the broker port");
-    tokio::spawn(async move {
-        while let Ok((mut client, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                if let Ok(mut broker) = tokio::net::TcpStream::connect("127.0.0.1:9092").await {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut broker).await;
-                }
-            });
-        }
-    });
+    broker_back_at(port).await;
     // The first request let through after the broker is back is the
     // circuit's probe; here it meets a sale with nothing left and publishes
     // nothing. (Before: that probe kept the circuit open for good, and the
@@ -200,4 +189,19 @@ async fn a_promised_order_that_fails_is_counted() {
     compensator.stop().await;
     order.stop().await;
     edge.stop().await;
+}
+
+/// A broker at `port` again: a proxy to the real one (the client then
+/// learns the broker's own address).
+async fn broker_back_at(port: u16) {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("the broker port");
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut broker) = tokio::net::TcpStream::connect("127.0.0.1:9092").await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut broker).await;
+                }
+            });
+        }
+    });
 }
