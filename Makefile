@@ -7,12 +7,12 @@ CARGO ?= cargo
 PROFILE ?= dev
 TEST_THREADS ?= 4
 
-.PHONY: lint sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short bench-redis-cluster
+.PHONY: lint sqlx-check sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short bench-redis-cluster
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
 	@echo "make test    bring infra up and run every test against the real Redis, Kafka and PostgreSQL"
-	@echo "make lint    cargo fmt --check, clippy -D warnings, .sqlx/ up to date (also part of make test)"
+	@echo "make lint    rustfmt, gofmt + go vet, ruff, clippy -D warnings, rustdoc links; installs no server (also part of make test)"
 	@echo "make bench   benchmarks against ceilings measured in the same run (writes BENCHMARKS.md)"
 	@echo "make upgrade-test  a rolling upgrade from the previous landed version under a sale (UPGRADE_FROM)"
 	@echo "make soak    the pipeline under steady load, every service's memory over time (SOAK_SECONDS, SOAK_RATE)"
@@ -63,7 +63,7 @@ servers-and-tools: infra-up
 # run side by side once the build's own packages are in.
 test: build-deps
 	$(MAKE) -j2 --output-sync=target servers-and-tools compile-tests
-	$(MAKE) lint
+	$(MAKE) lint sqlx-check
 	infra/local/clean-test-data.sh
 	$(CARGO) test --workspace -- --test-threads=$(TEST_THREADS)
 	$(MAKE) test-redis-cluster
@@ -73,11 +73,24 @@ test: build-deps
 	$(MAKE) deploy-check
 	$(MAKE) chaos-cluster-short
 
-# Formatting, clippy with every warning an error, and the SQL descriptions
-# the build checks queries against (.sqlx/) up to date.
-lint: infra-up build-deps
+# The lint, before anything is installed or started (.ci/run runs it
+# first): the quick checks before the compiling ones, so a complaint comes
+# in seconds — rustfmt, gofmt and go vet (deploy/check), ruff (infra/'s
+# Python, ruff.toml), then clippy with every warning an error and rustdoc's
+# links (intra-doc links that resolve to nothing fail). Only the build's
+# own system package (build-deps) and ruff are installed for it.
+lint: build-deps
+	infra/local/lint-tools.sh
 	$(CARGO) fmt --all --check
+	@test -z "$$(gofmt -l deploy/check)" || { gofmt -l deploy/check; echo "gofmt: the files above are not formatted"; exit 1; }
+	cd deploy/check && go vet ./...
+	.data/venv/bin/ruff check .
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" $(CARGO) doc --workspace --no-deps --document-private-items
+
+# The SQL descriptions the build checks queries against (.sqlx/) up to date
+# with the migrations (needs PostgreSQL; part of make test).
+sqlx-check: infra-up
 	infra/local/sqlx.sh check
 
 # After changing a query or a migration: rewrite .sqlx/ (commit it).

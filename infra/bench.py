@@ -121,8 +121,8 @@ def pg_ceiling(seconds):
         "  FROM unnest(ARRAY(SELECT generate_series(1, 100))) AS g;\n")
     pg = subprocess.run(["pgbench", "-n", "-c", "8", "-j", "2", "-T", str(seconds), "-f", str(script), url],
                         capture_output=True, text=True)
-    tps = next((float(l.split("=")[1].split()[0]) for l in pg.stdout.splitlines() if l.startswith("tps =")), 0.0)
-    failed = next((l for l in pg.stdout.splitlines() if "failed" in l), "")
+    tps = next((float(line.split("=")[1].split()[0]) for line in pg.stdout.splitlines() if line.startswith("tps =")), 0.0)
+    failed = next((line for line in pg.stdout.splitlines() if "failed" in line), "")
     if "failed: 0 " not in failed and failed:
         log(f"pgbench reported failures: {failed}")
     drop_ceiling_database()
@@ -717,7 +717,7 @@ def delete_topics(names):
     """Kafka DeleteTopics v1 by hand (no Kafka tool is installed): how many
     of `names` the broker deleted."""
     sys.path.insert(0, str(ROOT / "infra" / "local"))
-    from kafka_ready import request, read_exact  # noqa: F401  (the wire helpers)
+    from kafka_ready import read_exact, request  # noqa: F401  (the wire helpers)
     body = struct.pack(">i", len(names))
     for name in names:
         body += struct.pack(">h", len(name)) + name.encode()
@@ -758,6 +758,6 @@ if __name__ == "__main__":
     try:
         main()
     finally:
-        for proc in list(PROCS):
+        for proc in PROCS.copy():  # stop() removes it from PROCS
             stop(proc)
         clean_up()

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench  # noqa: E402
+import bench
 
 PRIMARIES = (7000, 7001, 7002)
 bench.ENV["SECKILL_REDIS_URL"] = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in PRIMARIES)

@@ -127,7 +127,7 @@ def main():
         "SELECT 'pgb-' || txid_current() || '-' || g, 900001, 1, 1, txid_current() * 1000 + g, 'CREATED', now()\n"
         "  FROM unnest(ARRAY(SELECT generate_series(1, 100))) AS g;\n")
     pg = subprocess.run(["pgbench", "-n", "-c", "8", "-j", "2", "-T", "15", "-f", str(script), b.DB_URL], capture_output=True, text=True)
-    tps = next((float(l.split("=")[1].split()[0]) for l in pg.stdout.splitlines() if l.startswith("tps =")), 0.0)
+    tps = next((float(line.split("=")[1].split()[0]) for line in pg.stdout.splitlines() if line.startswith("tps =")), 0.0)
     b.psql("DELETE FROM orders WHERE activity_id = 900001")
     RESULTS["ceiling_postgres"] = {"rowsPerSecond": tps * 100}
     write_report(time.time() - started)

@@ -34,7 +34,8 @@ def order(edge, body, tries=6):
 
 def wave(edge, activity, sku, users):
     """Orders one unit for each user; returns {user: order id} of the accepted."""
-    body = lambda user: {"activityId": activity, "skuId": sku, "userId": user}
+    def body(user):
+        return {"activityId": activity, "skuId": sku, "userId": user}
     with ThreadPoolExecutor(32) as pool:
         answers = list(pool.map(lambda u: (u, order(edge, body(u))), users))
     return {user: reply["orderId"] for user, (status, reply) in answers if status == 202}

@@ -14,7 +14,6 @@ soak-results.json; cleans up what it created (bench.py's clean-up).
 """
 import json
 import os
-import subprocess
 import threading
 import time
 from pathlib import Path

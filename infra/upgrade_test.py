@@ -304,7 +304,7 @@ if __name__ == "__main__":
     try:
         code = main()
     finally:
-        for proc in list(PROCS):
+        for proc in PROCS.copy():  # stop() removes it from PROCS
             b.stop(proc) if proc.poll() is None else None
         clean_up()
     sys.exit(code)

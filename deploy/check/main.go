@@ -166,7 +166,6 @@ func checkCompose(file string) ([]string, []started) {
 // 16` would make one (the README's instruction).
 const composeAdminToken = "0123456789abcdef0123456789abcdef"
 
-
 // lower-case, for the secret-looking name rule.
 func looksSecret(name string) bool {
 	name = strings.ToLower(name)

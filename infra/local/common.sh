@@ -50,6 +50,21 @@ apt_install() {
     || die "apt-get install $* failed; see $LOGS/apt.log"
 }
 
+# venv_install NAME==VERSION...: each into the project's virtualenv
+# (.data/venv) when missing or at another version.
+VENV="$DATA/venv"
+venv_install() {
+  local package missing=()
+  for package in "$@"; do
+    [[ "$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('${package%%==*}'))" 2>/dev/null)" == "${package##*==}" ]] \
+      || missing+=("$package")
+  done
+  (( ${#missing[@]} == 0 )) && return 0
+  [[ -x "$VENV/bin/pip" ]] || python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }
+  log "installing ${missing[*]} into $VENV"
+  "$VENV/bin/pip" install -q "${missing[@]}" >"$LOGS/pip.log" 2>&1 || die "pip install ${missing[*]} failed; see $LOGS/pip.log"
+}
+
 pid_alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 # stop_pidfile NAME PIDFILE SECONDS: SIGTERM, then SIGKILL after SECONDS.

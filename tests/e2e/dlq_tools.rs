@@ -227,7 +227,7 @@ async fn a_bad_release_refuses(env: &TestEnv, sale: SaleKey) -> Vec<OrderRecord>
     env.produce_records(&wave).await;
     env.wait_orders(sale, "CREATED", 10).await;
     env.wait_orders(sale, "FAILED", 20).await;
-    wait_stock(&env, sale, 20).await;
+    wait_stock(env, sale, 20).await;
     // Fixed; meanwhile the sale went on: buyer 1001 ordered again, and ten
     // newcomers bought. Nine units are left for nineteen buyers.
     sqlx::query("ALTER TABLE orders DROP CONSTRAINT bad_release").execute(&env.db).await.unwrap();

@@ -1,7 +1,7 @@
 //! The dead-letter consumer: one record at a time, settle, then commit.
 //!
 //! For each record, the dead-letter index gets its row
-//! ([`dead_letters`](seckill_shared::db::dead_letters)), then
+//! ([`dead_letters`]), then
 //! [`settle`](crate::settle::settle) decides the order's fate in PostgreSQL
 //! and brings Redis in line; then the offset is committed. A crash anywhere before the commit replays the record, and the
 //! replay restores nothing twice. A dependency that is down is retried

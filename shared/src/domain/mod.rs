@@ -1,6 +1,7 @@
-//! Domain types: validated ids and the sale key ([`ids`]), the Kafka order
-//! record ([`record`]) and order event ([`event`]), and order status with
-//! the reason codes of failures ([`status`]).
+//! Domain types: validated ids and the sale key ([`SaleKey`], [`OrderId`]),
+//! the Kafka order record ([`OrderRecord`]) and order event
+//! ([`OrderEvent`]), and order status with the reason codes of failures
+//! ([`OrderStatus`], [`FailReason`]).
 
 mod event;
 mod ids;

@@ -1,4 +1,4 @@
-//! A sale's setup across PostgreSQL and Redis. Warm-up ([`warmup`]) is the
+//! A sale's setup across PostgreSQL and Redis. Warm-up ([`mod@warmup`]) is the
 //! one operation behind `PUT /admin/sales/{a}/{s}` and `seckillctl warmup`:
 //! a job with an id, its progress recorded ([`record`]), that holds the
 //! sale's buckets still, commits the new round in PostgreSQL, loads it into

@@ -1,6 +1,6 @@
 //! The edge's HTTP surface: shared state and the router. Each submodule
 //! owns its routes; [`observe`] wraps every request (ids, span, metrics,
-//! the one log line of a failure); [`body`] is the one way a JSON body is
+//! the one log line of a failure); [`extract`] is the one way a JSON body is
 //! read.
 
 mod admin;

@@ -66,7 +66,7 @@ pub(super) fn tcp_settings() -> redis::io::tcp::TcpSettings {
     )
 }
 
-/// Whether `url` is one [`RedisConn::connect`] takes (connecting to
+/// Whether `url` is one [`RedisConn::connect`](super::RedisConn::connect) takes (connecting to
 /// nothing): `redis://`, `rediss://`, `unix://`, `redis+sentinel://` or
 /// `redis+cluster://`.
 pub fn check_url(url: &str) -> Result<(), String> {
