@@ -20,6 +20,10 @@ mod chaos_short;
 mod cheating_clients;
 #[path = "e2e/cli.rs"]
 mod cli;
+#[path = "e2e/code_map.rs"]
+mod code_map;
+#[path = "e2e/code_rules.rs"]
+mod code_rules;
 #[path = "e2e/compensator.rs"]
 mod compensator;
 #[path = "e2e/contract.rs"]

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 /// The `path` or `path:name` references in backticks of a Markdown text.
-fn references(text: &str) -> Vec<(String, Option<String>)> {
+pub(crate) fn references(text: &str) -> Vec<(String, Option<String>)> {
     let mut found = Vec::new();
     for (i, quoted) in text.split('`').enumerate() {
         // Odd pieces are inside backticks.
@@ -33,7 +33,9 @@ fn references(text: &str) -> Vec<(String, Option<String>)> {
 /// Whether `file` defines or holds `name`.
 fn defines(file: &str, path: &str, name: &str) -> bool {
     if path.ends_with(".rs") {
-        file.contains(&format!("fn {name}(")) || file.contains(&format!("fn {name}<"))
+        file.contains(&format!("fn {name}("))
+            || file.contains(&format!("fn {name}<"))
+            || file.contains(&format!("macro_rules! {name} "))
     } else {
         file.contains(name)
     }

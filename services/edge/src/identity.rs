@@ -127,9 +127,8 @@ impl KeySet {
                 unloaded = !self.refresh().await;
             }
             let wait = if unloaded { FIRST_FETCH_RETRY.min(every) } else { every };
-            tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                _ = tokio::time::sleep(wait) => {}
+            if !seckill_shared::ops::shutdown::pause(&shutdown, wait).await {
+                return Ok(());
             }
             if !unloaded {
                 self.refresh().await;

@@ -330,25 +330,8 @@ impl Relay {
         let retention_secs = self.settings.events.retention_ms as f64 / 1000.0;
         let mut tx = self.deps.db.begin().await?;
         term.check(&mut tx).await?;
-        let pruned = sqlx::query_scalar!(
-            "WITH gone AS (
-                DELETE FROM order_events
-                 WHERE occurred_at < now() - make_interval(secs => $1)
-                   AND (xid, id) <= (SELECT xid, id FROM order_events_relayed)
-             RETURNING activity_id, sku_id, round, type
-             ), counted AS (
-                INSERT INTO order_events_pruned (activity_id, sku_id, round, type, count)
-                SELECT activity_id, sku_id, round, type, count(*) FROM gone GROUP BY 1, 2, 3, 4
-                ON CONFLICT (activity_id, sku_id, round, type)
-                  DO UPDATE SET count = order_events_pruned.count + EXCLUDED.count
-                RETURNING count
-             )
-             SELECT count(*) FROM gone",
-            retention_secs
-        )
-        .fetch_one(&mut *tx)
-        .await?;
+        let pruned = outbox::prune(&mut tx, retention_secs).await?;
         tx.commit().await?;
-        Ok(pruned.unwrap_or(0) as u64)
+        Ok(pruned)
     }
 }

@@ -102,6 +102,31 @@ pub async fn move_cursor(tx: &mut PgConnection, xid: Xid8, id: i64) -> sqlx::Res
     Ok(())
 }
 
+/// Deletes relayed events older than `retention_secs`, inside the caller's
+/// transaction, keeping their counts per sale round and type
+/// (`order_events_pruned`, which the books read); how many went.
+pub async fn prune(tx: &mut PgConnection, retention_secs: f64) -> sqlx::Result<u64> {
+    let pruned = sqlx::query_scalar!(
+        "WITH gone AS (
+            DELETE FROM order_events
+             WHERE occurred_at < now() - make_interval(secs => $1)
+               AND (xid, id) <= (SELECT xid, id FROM order_events_relayed)
+         RETURNING activity_id, sku_id, round, type
+         ), counted AS (
+            INSERT INTO order_events_pruned (activity_id, sku_id, round, type, count)
+            SELECT activity_id, sku_id, round, type, count(*) FROM gone GROUP BY 1, 2, 3, 4
+            ON CONFLICT (activity_id, sku_id, round, type)
+              DO UPDATE SET count = order_events_pruned.count + EXCLUDED.count
+            RETURNING count
+         )
+         SELECT count(*) FROM gone",
+        retention_secs
+    )
+    .fetch_one(tx)
+    .await?;
+    Ok(pruned.unwrap_or(0) as u64)
+}
+
 /// One outbox row: an event and where the relay's cursor orders it.
 #[derive(Debug, Clone)]
 pub struct OutboxRow {

@@ -100,11 +100,9 @@ async fn watchdog(
 ) -> Result<(), LeaseError> {
     let mut renewed = Instant::now();
     loop {
-        tokio::select! {
-            // The term ended.
-            _ = stop.cancelled() => return Ok(()),
-            // Time to renew.
-            _ = tokio::time::sleep(lease.length / 3) => {}
+        // Until the term ends, renew every third of the length.
+        if !crate::ops::shutdown::pause(&stop, lease.length / 3).await {
+            return Ok(());
         }
         let renewal = sqlx::query_scalar!(
             "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000.0)
