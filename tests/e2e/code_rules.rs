@@ -296,3 +296,32 @@ fn a_broken_invariant_is_noticed() {
         offenders(&sources, &BTreeSet::new(), |c| c.contains("fn f")).contains(&"services/edge/src/a.rs".to_owned())
     );
 }
+
+/// Each `--skip module::test` in the Makefile, as (module, test).
+fn skipped_tests(makefile: &str) -> Vec<(String, String)> {
+    let words: Vec<&str> = makefile.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| w[0] == "--skip")
+        .filter_map(|w| w[1].split_once("::"))
+        .map(|(m, t)| (m.to_owned(), t.to_owned()))
+        .collect()
+}
+
+/// A test skipped by a name that no longer exists runs where it cannot
+/// pass: the Makefile's skip lists name real tests of `tests/e2e`.
+#[test]
+fn every_skipped_test_exists() {
+    let skipped = skipped_tests(&read("Makefile"));
+    assert!(!skipped.is_empty(), "the Makefile skips nothing: the reader is wrong");
+    let missing: Vec<String> = skipped
+        .iter()
+        .filter(|(module, test)| {
+            let path = seckill_e2e::repo_root().join(format!("tests/e2e/{module}.rs"));
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            !text.contains(&format!("async fn {test}(")) && !text.contains(&format!("fn {test}("))
+        })
+        .map(|(m, t)| format!("{m}::{t}"))
+        .collect();
+    assert!(missing.is_empty(), "the Makefile skips tests that are not there: {missing:?}");
+}
