@@ -26,8 +26,9 @@
 -- ARGV[4] call id (unused here but in KEYS[7]'s name), ARGV[5] how long the
 --         outcome is kept (ms)
 -- ARGV[6], ARGV[7], ...: user id, nonce (hex, 64 random bits, from the
---         edge), request id, traceparent: four per request, decided in the
---         order given
+--         edge), request id, traceparent, admitted ("1": the edge checked
+--         the buyer's admission token and claimed it): five per request,
+--         decided in the order given
 --
 -- Returns one {code, round, order_id?, stock_left?, accepted_ms?} per
 -- request, in order:
@@ -36,7 +37,8 @@
 --   an edge that gave up hearing its outcome: nothing was kept), -6 the
 --   user's home is another bucket of the sale (user id mod 'of' is not
 --   'home': the edge read another round's buckets), -7 a warm-up is
---   replacing the round (nothing kept; ask again).
+--   replacing the round (nothing kept; ask again), -8 the round sells only
+--   with an admission from its waiting room and this request has none.
 --
 -- Invariant: stock never goes below zero and a user holds at most one order
 -- per round (a user twice in one batch: the second is ALREADY_PURCHASED);
@@ -48,13 +50,14 @@
 -- even if Redis restarts with a counter that went back (AOF may lose the
 -- last writes). A user is served by one bucket only (their home), so one
 -- order per user holds across a sale's buckets as within one.
-local n = (#ARGV - 5) / 4
+local n = (#ARGV - 5) / 5
 local answers = {}
 local users = {}
-for i = 1, n do users[i] = ARGV[2 + 4 * i] end
-local meta = redis.call('HMGET', KEYS[1], 'starts', 'ends', 'round', 'expires', 'warming', 'of', 'home')
+for i = 1, n do users[i] = ARGV[1 + 5 * i] end
+local meta = redis.call('HMGET', KEYS[1], 'starts', 'ends', 'round', 'expires', 'warming', 'of', 'home', 'admission')
 local round = tonumber(meta[3]) or 0
 local of, home = tonumber(meta[6]) or 1, tonumber(meta[7]) or 0
+local gated = meta[8] == '1'
 
 -- user id mod `of`, digit by digit: exact for any id (Lua's numbers are
 -- doubles).
@@ -77,7 +80,7 @@ if prior then
   for code in string.gmatch(prior, '[^,]+') do
     i = i + 1
     local c = tonumber(code)
-    local nonce = ARGV[3 + 4 * i]
+    local nonce = ARGV[2 + 5 * i]
     -- The order this call accepted is the one whose id ends in its nonce:
     -- the user may hold another since (this one given back, then bought
     -- again by another call), and that one is not this call's.
@@ -125,9 +128,12 @@ local seq = tonumber(redis.call('GET', KEYS[6]) or '0')
 local bought, buyers, orders, reserved, traces, codes = {}, {}, {}, {}, {}, {}
 local accepted = 0
 for i = 1, n do
-  local user, nonce = users[i], ARGV[3 + 4 * i]
+  local user, nonce = users[i], ARGV[2 + 5 * i]
   local existing = held[i] or bought[user]
-  if of > 1 and home_of(user) ~= home then
+  if gated and ARGV[5 + 5 * i] ~= '1' then
+    answers[i] = {-8, round}
+    codes[i] = -8
+  elseif of > 1 and home_of(user) ~= home then
     answers[i] = {-6, round}
     codes[i] = -6
   elseif existing then
@@ -146,7 +152,7 @@ for i = 1, n do
     buyers[at - 1], buyers[at] = user, order_id
     orders[at - 1], orders[at] = order_id, 'QUEUED|' .. user .. '||' .. now
     reserved[at - 1], reserved[at] = deadline, order_id
-    traces[at - 1], traces[at] = order_id, round .. '|' .. ARGV[4 + 4 * i] .. '|' .. ARGV[5 + 4 * i]
+    traces[at - 1], traces[at] = order_id, round .. '|' .. ARGV[3 + 5 * i] .. '|' .. ARGV[4 + 5 * i]
     answers[i] = {1, round, order_id, stock, now}
     codes[i] = 1
   end

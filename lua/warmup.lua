@@ -13,7 +13,10 @@
 -- ARGV[7] the round's buckets ("0,5,17"; "0" for a sale of one), ARGV[8]
 --         how many, ARGV[9] this bucket's place among them (the users it
 --         serves: user id mod ARGV[8]; -1 for none, a bucket retired),
--- ARGV[10] the warm-up's id (kept in meta as 'warmup')
+-- ARGV[10] the warm-up's id (kept in meta as 'warmup'), ARGV[11] "1" when
+--         the round is sold only with an admission from its waiting room
+--         (kept in meta as 'admission'; deduct.lua refuses a request
+--         without one)
 --
 -- Returns 1 loaded, 2 loaded before by this warm-up (left as it is: it may
 -- be selling — a warm-up run again finishes what it began, never resets
@@ -39,7 +42,8 @@ end
 redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[10], KEYS[11], KEYS[12])
 redis.call('HSET', KEYS[1], 'total', ARGV[1], 'starts', ARGV[2], 'ends', ARGV[3], 'round', ARGV[4],
   'queued', 0, 'created', 0, 'failed', 0, 'cancelled', 0, 'expires', ARGV[5],
-  'buckets', ARGV[7], 'of', ARGV[8], 'home', ARGV[9], 'warmup', ARGV[10])
+  'buckets', ARGV[7], 'of', ARGV[8], 'home', ARGV[9], 'warmup', ARGV[10],
+  'admission', ARGV[11])
 redis.call('SET', KEYS[2], ARGV[1])
 -- The keys that exist now; the others get their expiry when created.
 for _, i in ipairs({ 1, 2, 8 }) do

@@ -130,6 +130,7 @@ async fn short_a_deduction_the_promoted_replica_never_had_is_not_confirmed() {
         nonce: "00000000000000a7".into(),
         request_id: String::new(),
         traceparent: String::new(),
+        admitted: false,
     };
     let call = DeductCall::new(vec![request], Duration::from_secs(60));
     let confirmed_before = env.stock.confirmed(sale, &call).await;

@@ -80,5 +80,7 @@ mod smoke;
 mod status_reads;
 #[path = "e2e/upgrade.rs"]
 mod upgrade;
+#[path = "e2e/waiting_room.rs"]
+mod waiting_room;
 #[path = "e2e/warmup_job.rs"]
 mod warmup_job;

@@ -62,6 +62,7 @@ fn call_of(requests: &[(UserId, &str)]) -> DeductCall {
             nonce: (*nonce).to_owned(),
             request_id: "batch-test".into(),
             traceparent: String::new(),
+            admitted: false,
         })
         .collect();
     DeductCall::new(requests, Duration::from_secs(5))

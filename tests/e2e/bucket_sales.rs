@@ -16,6 +16,7 @@ fn call_for(user: i64, bucket: Bucket) -> DeductCall {
         nonce: format!("{:016x}", rand::random::<u64>()),
         request_id: String::new(),
         traceparent: String::new(),
+        admitted: false,
     };
     DeductCall::new(vec![request], Duration::from_secs(60)).in_bucket(bucket)
 }

@@ -38,6 +38,7 @@ async fn warm(env: &TestEnv, stock: &Stock, sale: SaleKey, units: i64, ends_at: 
         force: true,
         payment_window_seconds: window,
         buckets: 1,
+        admission: None,
     };
     let locks = LockClient::new(stock.connection(), Default::default());
     warmup(stock, &env.db, &locks, &LockSettings::warmup(), &request).await.expect("warming up");

@@ -38,6 +38,7 @@ impl TestEnv {
             force,
             payment_window_seconds: window,
             buckets,
+            admission: None,
         };
         let locks = LockClient::new(self.stock.connection(), Background::default());
         seckill_shared::sales::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request).await

@@ -36,6 +36,10 @@ pub struct Args {
     /// in slots of their own (on a Redis Cluster, on different primaries).
     #[arg(long, default_value_t = 1)]
     buckets: u32,
+    /// A waiting room in front of the round, as the admin API's
+    /// `admission` (JSON: `{"activeBuyers":100,"admitPerMinute":600}`).
+    #[arg(long, value_parser = parse_admission)]
+    admission: Option<seckill_shared::sales::Admission>,
     /// The warm-up's id: the same id run again finishes (or answers) the
     /// same warm-up, never a second round; a new one when absent (printed
     /// when it stops short).
@@ -61,6 +65,7 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         force: args.force,
         payment_window_seconds: args.payment_window,
         buckets: args.buckets,
+        admission: args.admission,
     };
     let locks = seckill_shared::ops::lock::LockClient::new(stock.connection(), Default::default());
     let row = warmup(&stock, &db, &locks, &settings.warmup_lock, &request).await.map_err(|error| {
@@ -71,6 +76,10 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         failure(error)
     })?;
     print(&row, args.json, &format!("sale {sale} warmed up"))
+}
+
+fn parse_admission(raw: &str) -> Result<seckill_shared::sales::Admission, String> {
+    serde_json::from_str(raw).map_err(|e| format!("not an admission: {e}"))
 }
 
 /// Arguments of `sale close`.

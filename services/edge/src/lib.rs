@@ -10,6 +10,7 @@
 /// What `--help` says the service does.
 pub const ABOUT: &str = "The flash-sale edge: the buyer's HTTP API (place an order, read its status), the admin API (warm a sale up, reconcile it), health and Prometheus metrics. Each order: rate limits, one atomic Redis deduction, a publish to Kafka acknowledged by every in-sync replica, a rollback when the publish definitely failed.";
 
+pub mod admission;
 pub mod batch;
 pub mod client_addr;
 pub mod dashboard;

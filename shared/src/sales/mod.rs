@@ -7,9 +7,11 @@
 //! sale close`) ends the round now, in both, under the same lock, and
 //! schedules the expiry of every key of the sale.
 
+mod admission;
 pub mod record;
 mod warmup;
 
+pub use admission::{Admission, Challenge};
 pub use warmup::warmup;
 
 use crate::config::LockSettings;
@@ -44,6 +46,9 @@ pub struct WarmupRequest {
     /// Stock buckets the round's units are spread over (1: none), each in a
     /// slot of its own, on a Redis Cluster spread over the primaries.
     pub buckets: u32,
+    /// The round's waiting room (`None`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Admission>,
 }
 
 /// The payment window when a warm-up names none: 15 minutes.
@@ -99,7 +104,9 @@ pub async fn close(
     };
     let result = async {
         let row = db::close_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale))?;
-        stock.close(sale, i64::from(row.payment_window_seconds)).await?;
+        let window = i64::from(row.payment_window_seconds);
+        stock.close(sale, window).await?;
+        stock.close_room(sale, stock.sale_keys_expire_at(crate::now_ms(), window)).await?;
         // A 200 is never lost in a failover: the replicas have the end.
         for bucket in stock.directory(sale).await?.buckets {
             if !stock.round_confirmed(sale, bucket).await? {

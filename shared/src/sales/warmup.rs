@@ -10,7 +10,8 @@
 //!    accepted until the bucket is loaded);
 //! 3. the new round is committed in PostgreSQL — with nothing selling,
 //!    no order of it is answered before PostgreSQL has its round;
-//! 4. the buckets are loaded (bucket 0, whose list the edges read, last),
+//! 4. the round's waiting room is opened (or taken away: a round without
+//!    one), then the buckets are loaded (bucket 0, whose list the edges read, last),
 //!    each once for this warm-up (`lua/warmup.lua` answers a bucket loaded
 //!    by it before without touching it: it may be selling);
 //! 5. the replicas confirm every bucket (`redis.min_replica_acks`): a
@@ -22,10 +23,11 @@
 //! reached; the reconciliation names it until then.
 
 use super::record::{self, Step};
-use super::{WarmupError, WarmupRequest, MAX_PAYMENT_WINDOW_SECONDS};
+use super::{Admission, WarmupError, WarmupRequest, MAX_PAYMENT_WINDOW_SECONDS};
 use crate::config::LockSettings;
 use crate::db::{self, SaleRow};
 use crate::ops::lock::LockClient;
+use crate::stock::queue::RoomRound;
 use crate::stock::{warmup::Round, Bucket, SaleLock, Stock, MAX_BUCKETS};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -83,6 +85,9 @@ fn validate(request: &WarmupRequest) -> Result<(), WarmupError> {
             return Err(WarmupError::Invalid("startsAt must be before endsAt".into()));
         }
     }
+    if let Some(wrong) = request.admission.as_ref().and_then(Admission::invalid) {
+        return Err(WarmupError::Invalid(wrong));
+    }
     if let Some(id) = &request.id {
         let plain = id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if id.is_empty() || id.len() > 64 || !plain {
@@ -136,7 +141,22 @@ async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) ->
             .map(|end| stock.sale_keys_expire_at(end.timestamp_millis(), request.payment_window_seconds))
             .unwrap_or(0),
         force: true,
+        admission: request.admission.is_some(),
     };
+    // The room before the stock: no unit of a round with a room is sold
+    // without an admission.
+    match &request.admission {
+        Some(admission) => {
+            let room = RoomRound {
+                round: round.round,
+                starts_ms: round.starts_ms,
+                ends_ms: round.ends_ms,
+                expire_at_ms: round.expire_at_ms,
+            };
+            stock.open_room(sale, room, &admission.room()).await?;
+        }
+        None => stock.room_off(sale).await?,
+    }
     stock.load_round(sale, &buckets, &retired, round, id).await?;
     for bucket in &buckets {
         if !stock.round_confirmed(sale, *bucket).await? {

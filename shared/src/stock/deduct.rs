@@ -40,6 +40,9 @@ pub enum Deduction {
     OtherBucket,
     /// A warm-up is replacing the round: nothing is kept; ask again.
     Warming,
+    /// The round sells only with an admission from its waiting room, and
+    /// the request has none: nothing is kept.
+    AdmissionRequired,
 }
 
 /// One request of a deduction call.
@@ -52,6 +55,9 @@ pub struct DeductRequest {
     /// reservation so a record published again carries them.
     pub request_id: String,
     pub traceparent: String,
+    /// The edge checked the buyer's admission token and claimed it (a
+    /// round with a waiting room sells to no request without).
+    pub admitted: bool,
 }
 
 /// Most requests one deduction call decides. `lua/deduct.lua` passes two
@@ -105,8 +111,13 @@ impl Stock {
         nonce: &str,
         publish_deadline: Duration,
     ) -> Result<Deduction, RedisCallError> {
-        let request =
-            DeductRequest { user, nonce: nonce.to_owned(), request_id: String::new(), traceparent: String::new() };
+        let request = DeductRequest {
+            user,
+            nonce: nonce.to_owned(),
+            request_id: String::new(),
+            traceparent: String::new(),
+            admitted: false,
+        };
         let home = self.directory(sale).await?.home(user);
         let call = DeductCall::new(vec![request], publish_deadline).in_bucket(home);
         let mut answers = self.deduct_batch(sale, &call).await?;
@@ -134,7 +145,8 @@ impl Stock {
                 .arg(request.user.get())
                 .arg(call.nonce(request))
                 .arg(&request.request_id)
-                .arg(&request.traceparent);
+                .arg(&request.traceparent)
+                .arg(if request.admitted { "1" } else { "0" });
         }
         let answers: Vec<Vec<redis::Value>> = self.conn.invoke(&invocation).await?;
         if answers.len() != call.requests.len() {
@@ -195,6 +207,7 @@ fn parse_deduction(answer: &[redis::Value]) -> Result<Deduction, RedisCallError>
         -5 => Ok(Deduction::Voided),
         -6 => Ok(Deduction::OtherBucket),
         -7 => Ok(Deduction::Warming),
+        -8 => Ok(Deduction::AdmissionRequired),
         _ => Err(unexpected()),
     }
 }

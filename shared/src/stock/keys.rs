@@ -18,8 +18,10 @@
 //! | `…:received` | set | transfer ids whose units this bucket took in (`lua/receive.lua`) |
 //! | `…:call:<id>` | string | a deduction call's outcome (or `V`, voided), kept a short while |
 //! | `…:lock`, `…:warmup` | string | the sale's locks (lock deduction, warm-up) |
+//! | `…:q:meta`, `…:q:line`, `…:q:tickets`, `…:q:users`, `…:q:active`, `…:q:seen`, `…:q:log`, `…:q:challenges` | | the sale's waiting room (`lua/queue_setup.lua` says what each holds), in bucket 0's slot |
 //! | `P seckill:{sweeper}:lock` | string | the reservation sweeper's lock |
 //! | `P seckill:sales` | set | every warmed sale (`A:S`), for the sweeper |
+//! | `P seckill:rooms` | set | every sale with a waiting room (`A:S`), for the edges' admission passes |
 //!
 //! `P` is the deployment's key prefix (`SECKILL_KEY_PREFIX`).
 //!
@@ -117,6 +119,25 @@ impl SaleKeys {
     }
 }
 
+/// The keys of a sale's waiting room, in the order `lua/queue_setup.lua`
+/// takes them; all in the sale's own slot (its bucket 0's).
+#[derive(Debug, Clone)]
+pub struct QueueKeys {
+    pub(super) keys: [String; 8],
+}
+
+impl QueueKeys {
+    /// All of them, for the scripts that take all.
+    pub(super) fn all(&self) -> [&String; 8] {
+        self.keys.each_ref()
+    }
+
+    /// The three `lua/queue_claim.lua` takes: meta, tickets, active.
+    pub(super) fn claim(&self) -> [&String; 3] {
+        [&self.keys[0], &self.keys[2], &self.keys[4]]
+    }
+}
+
 /// What a per-sale lock guards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaleLock {
@@ -177,6 +198,14 @@ impl KeyLayout {
         }
     }
 
+    /// The keys of `sale`'s waiting room.
+    pub fn queue(&self, sale: SaleKey) -> QueueKeys {
+        let base = self.sale_base(sale);
+        let keys = ["meta", "line", "tickets", "users", "active", "seen", "log", "challenges"]
+            .map(|name| format!("{base}:q:{name}"));
+        QueueKeys { keys }
+    }
+
     /// A per-sale lock, under the sale's hash tag.
     pub fn sale_lock(&self, sale: SaleKey, lock: SaleLock) -> String {
         let purpose = match lock {
@@ -199,6 +228,12 @@ impl KeyLayout {
     /// The set of every warmed sale.
     pub(super) fn registry(&self) -> String {
         format!("{}seckill:sales", self.prefix)
+    }
+
+    /// The set of every sale with a waiting room, for the edges' admission
+    /// passes.
+    pub(super) fn rooms(&self) -> String {
+        format!("{}seckill:rooms", self.prefix)
     }
 }
 
@@ -229,6 +264,7 @@ mod tests {
             let k = layout.sale(sale);
             let slot = Slot::for_key(&k.meta);
             let mut keys: Vec<String> = k.every_key().into_iter().cloned().collect();
+            keys.extend(layout.queue(sale).all().into_iter().cloned());
             keys.extend([
                 k.call("00ff"),
                 layout.sale_lock(sale, SaleLock::Deduction),

@@ -151,13 +151,7 @@ impl Stock {
     pub async fn sales(&self) -> Result<Vec<SaleKey>, RedisCallError> {
         let mut conn = self.conn.clone();
         let members: Vec<String> = self.conn.bounded(conn.smembers(self.keys.registry())).await?;
-        let sales: Vec<(&String, SaleKey)> = members
-            .iter()
-            .filter_map(|m| {
-                let (a, s) = m.split_once(':')?;
-                Some((m, SaleKey::from_raw(a.parse().ok()?, s.parse().ok()?).ok()?))
-            })
-            .collect();
+        let sales: Vec<(&String, SaleKey)> = members.iter().filter_map(|m| Some((m, sale_of_member(m)?))).collect();
         // One EXISTS per sale, all at once: on a cluster each sale's meta may
         // live on another primary, and a pipeline must keep to one slot. A
         // sale whose primary does not answer is kept (and fails on its own
@@ -276,4 +270,10 @@ impl Stock {
         let value: Option<String> = self.conn.bounded(conn.get(self.keys.sweeper_last())).await?;
         Ok(value.and_then(|v| serde_json::from_str(&v).ok()))
     }
+}
+
+/// The sale a registry's member (`A:S`) names.
+pub(super) fn sale_of_member(member: &str) -> Option<SaleKey> {
+    let (a, s) = member.split_once(':')?;
+    SaleKey::from_raw(a.parse().ok()?, s.parse().ok()?).ok()
 }

@@ -28,6 +28,8 @@ pub struct Round {
     pub expire_at_ms: i64,
     /// Replace the previous round even if it has orders in flight.
     pub force: bool,
+    /// Sold only with an admission from the sale's waiting room.
+    pub admission: bool,
 }
 
 /// Where one bucket stands in its round's list of buckets.
@@ -179,7 +181,8 @@ impl Stock {
             .arg(place.list)
             .arg(place.of)
             .arg(place.home)
-            .arg(warmup_id);
+            .arg(warmup_id)
+            .arg(if round.admission { "1" } else { "0" });
         let loaded: i64 = self.conn.invoke(&invocation).await?;
         Ok(loaded >= 1)
     }

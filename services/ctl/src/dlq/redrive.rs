@@ -174,6 +174,9 @@ impl Redrive {
             nonce: nonce.clone(),
             request_id: header(REQUEST_ID_HEADER),
             traceparent: header(TRACEPARENT_HEADER),
+            // The operator places again an order the edge took: its
+            // admission (if the round has a room) was checked then.
+            admitted: true,
         };
         // Room for the publish below before the sweeper may take the
         // reservation for a lost record (it republishes it then).
@@ -229,6 +232,9 @@ impl Redrive {
             }
             Some(Deduction::Voided) | None => return Ok(Verdict::refused("the deduction call was voided")),
             Some(Deduction::Warming) => return Ok(Verdict::refused("a warm-up is replacing the sale's round")),
+            Some(Deduction::AdmissionRequired) => {
+                return Ok(Verdict::refused("the round admits through its waiting room"))
+            }
             Some(Deduction::OtherBucket) => return Ok(Verdict::refused("the sale's buckets changed; run again")),
         };
         // A unit taken in another round than the record's is given back.

@@ -70,6 +70,7 @@ pub(super) async fn warm_up(
         force: body.force,
         payment_window_seconds: body.payment_window_seconds,
         buckets: body.buckets,
+        admission: body.admission,
     };
     let header_value = HeaderValue::from_str(&id).map_err(ApiError::invalid)?;
     // A task of its own: a client that hangs up does not cut the warm-up

@@ -58,6 +58,12 @@ error_codes! {
     AlreadyPurchased = "ALREADY_PURCHASED",
     /// No unit left.
     SoldOut = "SOLD_OUT",
+    /// The sale admits through its waiting room, and the order carries no
+    /// valid admission token for this user, sale and round (or a used one).
+    AdmissionRequired = "ADMISSION_REQUIRED",
+    /// A join without the proof of work the room asks, or with a wrong,
+    /// expired or replayed one.
+    ChallengeFailed = "CHALLENGE_FAILED",
     /// Unknown order.
     OrderNotFound = "ORDER_NOT_FOUND",
     /// Accepted, not written yet (`Retry-After`).
@@ -97,6 +103,10 @@ pub struct ErrorBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub order_id: Option<String>,
+    /// `SALE_NOT_ACTIVE` of a join before the pre-queue opens: when it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub opens_at: Option<DateTime<Utc>>,
 }
 
 /// A buyer's request for one unit. Read without building a JSON tree (the
@@ -283,6 +293,12 @@ pub struct WarmupBody {
     #[serde(default)]
     #[schema(nullable = false)]
     pub warmup_id: Option<String>,
+    /// A waiting room in front of the round: buyers join it and order with
+    /// the admission token it hands out, admitted by the units left
+    /// (README "Waiting room"). Absent: none.
+    #[serde(default)]
+    #[schema(nullable = false)]
+    pub admission: Option<seckill_shared::sales::Admission>,
 }
 
 fn default_payment_window() -> i64 {

@@ -40,6 +40,15 @@ pub enum ApiError {
     /// Before the start or after the end.
     #[error("the sale is not active now")]
     SaleNotActive,
+    /// A join before the waiting room's pre-queue opens (when it does).
+    #[error("the sale's waiting room opens at {0}")]
+    NotOpenYet(chrono::DateTime<chrono::Utc>),
+    /// No valid admission token for a sale that admits through its room.
+    #[error("{0}")]
+    AdmissionRequired(String),
+    /// A join's proof of work is missing or wrong.
+    #[error("{0}")]
+    ChallengeFailed(String),
     /// One order per user per sale.
     #[error("this user already has an order in this sale")]
     AlreadyPurchased(Option<String>),
@@ -111,7 +120,9 @@ impl ApiError {
             Self::Forbidden(_) => ErrorCode::Forbidden,
             Self::RateLimited(_) => ErrorCode::RateLimited,
             Self::SaleNotFound => ErrorCode::SaleNotFound,
-            Self::SaleNotActive => ErrorCode::SaleNotActive,
+            Self::SaleNotActive | Self::NotOpenYet(_) => ErrorCode::SaleNotActive,
+            Self::AdmissionRequired(_) => ErrorCode::AdmissionRequired,
+            Self::ChallengeFailed(_) => ErrorCode::ChallengeFailed,
             Self::AlreadyPurchased(_) => ErrorCode::AlreadyPurchased,
             Self::SoldOut => ErrorCode::SoldOut,
             Self::OrderNotFound => ErrorCode::OrderNotFound,
@@ -136,7 +147,11 @@ impl ApiError {
             Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::Forbidden(_) | Self::SaleNotActive => StatusCode::FORBIDDEN,
+            Self::Forbidden(_)
+            | Self::SaleNotActive
+            | Self::NotOpenYet(_)
+            | Self::AdmissionRequired(_)
+            | Self::ChallengeFailed(_) => StatusCode::FORBIDDEN,
             Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::SaleNotFound | Self::OrderNotFound | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -169,7 +184,11 @@ impl ApiError {
             Self::AlreadyPurchased(order_id) | Self::Unconfirmed(order_id) => order_id.clone(),
             _ => None,
         };
-        ErrorBody { code: self.code(), message, order_id }
+        let opens_at = match self {
+            Self::NotOpenYet(at) => Some(*at),
+            _ => None,
+        };
+        ErrorBody { code: self.code(), message, order_id, opens_at }
     }
 }
 

@@ -16,9 +16,12 @@ mod health;
 mod observe;
 pub mod openapi;
 mod order;
+mod order_admission;
 mod order_outcome;
 mod order_request;
 mod payments;
+mod queue;
+mod queue_bodies;
 mod session;
 
 pub use error::ApiError;
@@ -84,6 +87,8 @@ pub struct Shared {
     pub batcher: Arc<crate::batch::Batcher>,
     /// The sales' buckets, and units borrowed between them.
     pub homes: crate::home::Homes,
+    /// Signs and checks admission tokens and join challenges.
+    pub signer: crate::admission::Signer,
 }
 
 impl AppState {
@@ -130,6 +135,7 @@ impl AppState {
                 background.clone(),
             ),
             homes: crate::home::Homes::new(stock.clone()),
+            signer: crate::admission::Signer::new(settings.admission.signing_key.as_ref().map(|k| k.expose())),
             sessions: session::Sessions::new(settings.behind_tls),
             status_reads: status_reads.clone(),
             status_db,
@@ -147,6 +153,9 @@ impl AppState {
             publisher,
         }));
         background.spawn("readiness", health::watch_readiness(state.clone(), background.shutdown().clone()));
+        let tick = Duration::from_millis(state.settings.admission.tick_ms);
+        let passes = crate::admission::ticker::admit_every(state.stock.clone(), tick, background.shutdown().clone());
+        background.spawn("admission passes", passes);
         Ok(state)
     }
 }
@@ -175,7 +184,10 @@ pub fn router(state: AppState) -> Router {
     // Each group answers a wrong method itself, inside its layers: a CORS
     // preflight to the buyer's API is answered by its CORS layer first.
     let method_not_allowed = || async { ApiError::MethodNotAllowed };
-    let api = order::router().merge(checkout::router()).method_not_allowed_fallback(method_not_allowed);
+    let api = order::router()
+        .merge(checkout::router())
+        .merge(queue::router())
+        .method_not_allowed_fallback(method_not_allowed);
     // Gateway mode only: the hot path pays for no layer it does not need.
     let api = match state.identity.as_deref() {
         Some(crate::identity::Identity::Gateway { .. }) => {

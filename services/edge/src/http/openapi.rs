@@ -50,6 +50,9 @@ impl Modify for Security {
         super::order::get_order,
         super::order::get_result,
         super::checkout::cancel,
+        super::queue::join,
+        super::queue::poll,
+        super::queue::challenge,
         super::payments::notify,
         super::admin::warm_up,
         super::admin::report,
@@ -61,7 +64,9 @@ impl Modify for Security {
     ),
     components(schemas(
         ErrorBody, ErrorCode, OrderRequestBody, QueuedBody, QueuedCode, OrderStatusBody, OrderStatus, OrderOwnerBody, WarmupBody, SaleRow,
-        Report, SaleSnapshot, PaymentNotificationBody, PaymentRecordedBody, PaymentOutcomeCode
+        Report, SaleSnapshot, PaymentNotificationBody, PaymentRecordedBody, PaymentOutcomeCode,
+        super::queue_bodies::JoinBody, super::queue_bodies::TicketBody, super::queue_bodies::ChallengeBody,
+        seckill_shared::sales::Admission, seckill_shared::sales::Challenge
     )),
     modifiers(&Security),
     tags((name = "buyer", description = "Orders and their status"), (name = "payments", description = "The payment provider's signed notifications: the only way an order becomes PAID"), (name = "admin", description = "Warm-up and reconciliation"), (name = "operations", description = "Health, readiness, metrics, this document"))
@@ -115,6 +120,8 @@ mod tests {
             "RATE_LIMITED",
             "SALE_NOT_FOUND",
             "SALE_NOT_ACTIVE",
+            "ADMISSION_REQUIRED",
+            "CHALLENGE_FAILED",
             "ALREADY_PURCHASED",
             "SOLD_OUT",
             "ORDER_NOT_FOUND",

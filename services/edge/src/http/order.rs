@@ -2,6 +2,7 @@
 
 use super::bodies::{ErrorBody, OrderRequestBody, OrderStatusBody, QueuedBody};
 use super::extract::JsonBody;
+use super::order_admission;
 use super::order_outcome as outcome;
 use super::order_request::OrderRequest;
 use super::{auth, ApiError, AppState};
@@ -34,12 +35,15 @@ pub fn router() -> Router<AppState> {
     tag = "buyer",
     request_body(content = OrderRequestBody, content_type = "application/json"),
     security((), ("user" = [])),
-    params(("x-request-id" = Option<String>, Header, description = "At most 128 visible ASCII characters; else one is made")),
+    params(
+        ("x-request-id" = Option<String>, Header, description = "At most 128 visible ASCII characters; else one is made"),
+        ("seckill-admission" = Option<String>, Header, description = "The admission token of the sale's waiting room (a join's or poll's `admission`), for a sale that has one"),
+    ),
     responses(
         (status = 202, description = "QUEUED: accepted; follow it with GET /api/seckill/order/{orderId}. UNCONFIRMED (an error body, Retry-After: 1): Redis did not confirm in time whether this request holds a unit; poll the order (orderId, when known) or GET /api/seckill/result", body = QueuedBody),
         (status = 400, description = "INVALID_REQUEST: not JSON, a missing, unknown or repeated field, an id not a positive 64-bit integer", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: user auth is on and the bearer JWT is missing or invalid", body = ErrorBody),
-        (status = 403, description = "SALE_NOT_ACTIVE: before the sale's start or after its end; FORBIDDEN: the JWT's subject is another user", body = ErrorBody),
+        (status = 403, description = "SALE_NOT_ACTIVE: before the sale's start or after its end; FORBIDDEN: the JWT's subject is another user; ADMISSION_REQUIRED: the sale admits through its waiting room and the Seckill-Admission header holds no valid token of this user, sale and round (or one used already)", body = ErrorBody),
         (status = 404, description = "SALE_NOT_FOUND: unknown or not warmed up", body = ErrorBody),
         (status = 405, description = "METHOD_NOT_ALLOWED (with Allow)", body = ErrorBody),
         (status = 409, description = "ALREADY_PURCHASED: one order per user per sale (orderId: theirs, when the user was identified by a token or auth.allow_anonymous is on)", body = ErrorBody),
@@ -83,22 +87,40 @@ async fn place_order_inner(
     state.limits.check(request.user).map_err(ApiError::RateLimited)?;
     // Nothing deducted that could not be published: a producer retired by a
     // fatal error, or no broker taking records (the circuit), is a 503 now.
-    let admission = state.publisher.admit().map_err(|e| ApiError::TryAgain(e.into()))?;
+    let permit = state.publisher.admit().map_err(|e| ApiError::TryAgain(e.into()))?;
     // The observe middleware gave every request both.
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
     let trace =
         crate::publish::Trace { request_id: header(REQUEST_ID_HEADER), traceparent: header(TRACEPARENT_HEADER) };
+    let admitted = order_admission::claim(state, headers, sale, request.user).await?;
+    let result = deduct_and_publish(state, sale, request.user, admitted.is_some(), trace, permit).await;
+    if let Some(token) = &admitted {
+        order_admission::settle(state, token, &result).await;
+    }
+    result
+}
+
+/// The deduction (`admitted`: the order's admission token is claimed) and,
+/// when it accepted, the publish; the answer either comes to.
+async fn deduct_and_publish(
+    state: &AppState,
+    sale: SaleKey,
+    user: UserId,
+    admitted: bool,
+    trace: crate::publish::Trace<'_>,
+    permit: crate::publish::Admission<'_>,
+) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
     let deadline = state.publisher.deadline();
     let started = Instant::now();
-    let deduction = deduct(state, sale, request.user, trace, deadline).await;
+    let deduction = deduct(state, sale, user, admitted, trace, deadline).await;
     metrics::histogram!("seckill_edge_deduct_seconds").record(started.elapsed().as_secs_f64());
     let (order_id, round, accepted_at) = outcome::accepted(state, sale, deduction?)?;
     tracing::Span::current().record("order_id", order_id.as_str());
 
-    let record = OrderRecord::new(order_id.clone(), sale, request.user, accepted_at).in_round(round);
+    let record = OrderRecord::new(order_id.clone(), sale, user, accepted_at).in_round(round);
     let started = Instant::now();
     metrics::gauge!("seckill_edge_publishes_in_flight").increment(1.0);
-    let published = state.publisher.publish(&record, trace, admission).await;
+    let published = state.publisher.publish(&record, trace, permit).await;
     metrics::gauge!("seckill_edge_publishes_in_flight").decrement(1.0);
     metrics::histogram!("seckill_edge_publish_seconds").record(started.elapsed().as_secs_f64());
     outcome::published(state, &record, published, deadline).await
@@ -112,6 +134,7 @@ async fn deduct(
     state: &AppState,
     sale: SaleKey,
     user: UserId,
+    admitted: bool,
     trace: crate::publish::Trace<'_>,
     deadline: std::time::Duration,
 ) -> Result<Option<Deduction>, ApiError> {
@@ -124,6 +147,7 @@ async fn deduct(
                 nonce,
                 request_id: trace.request_id.unwrap_or_default().to_owned(),
                 traceparent: trace.traceparent.unwrap_or_default().to_owned(),
+                admitted,
             };
             state.homes.deduct(&state.batcher, sale, deduct, deadline).await.map(Some).map_err(outcome::not_decided)
         }
@@ -224,6 +248,15 @@ pub(super) async fn get_result(
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<OrderStatusBody>, ApiError> {
+    let (sale, user) = sale_and_user(&query)?;
+    auth::require_identity(&state, &headers, user)?;
+    state.limits.check(user).map_err(ApiError::RateLimited)?;
+    let view = lookup::user_order(&state.stock, &state.status_db, sale, user).await.map_err(lookup_error)?;
+    Ok(status_body(&view))
+}
+
+/// The sale and user a query names (`activityId`, `skuId`, `userId`).
+pub(super) fn sale_and_user(query: &HashMap<String, String>) -> Result<(SaleKey, UserId), ApiError> {
     let field = |name: &str| -> Result<&str, ApiError> {
         query
             .get(name)
@@ -233,10 +266,5 @@ pub(super) async fn get_result(
     let activity: ActivityId = field("activityId")?.parse().map_err(ApiError::invalid)?;
     let sku: SkuId = field("skuId")?.parse().map_err(ApiError::invalid)?;
     let user: UserId = field("userId")?.parse().map_err(ApiError::invalid)?;
-    auth::require_identity(&state, &headers, user)?;
-    state.limits.check(user).map_err(ApiError::RateLimited)?;
-    let view = lookup::user_order(&state.stock, &state.status_db, SaleKey::new(activity, sku), user)
-        .await
-        .map_err(lookup_error)?;
-    Ok(status_body(&view))
+    Ok((SaleKey::new(activity, sku), user))
 }

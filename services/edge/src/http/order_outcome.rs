@@ -38,6 +38,9 @@ pub(super) fn accepted(
         }
         Some(Deduction::Voided) => Err(nothing_kept("the deduction was voided")),
         Some(Deduction::Warming) => Err(nothing_kept("a warm-up is replacing the sale's round")),
+        Some(Deduction::AdmissionRequired) => Err(ApiError::AdmissionRequired(
+            "the sale admits through its waiting room: join it (POST /api/seckill/queue) and order with the admission token (Seckill-Admission)".into(),
+        )),
         Some(Deduction::OtherBucket) => Err(nothing_kept(
             "the sale's buckets changed while the request was decided (or the lock deduction met a sale in buckets)",
         )),

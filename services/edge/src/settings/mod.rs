@@ -86,6 +86,8 @@ pub struct Settings {
     pub admin_auth: AdminAuthSettings,
     /// Limits and the pool of buyers' status reads.
     pub status_reads: StatusReadSettings,
+    /// The waiting rooms: the tokens' signing key, the admission passes.
+    pub admission: AdmissionSettings,
     /// The edge is reached through TLS (a terminating proxy or ingress):
     /// the dashboard's session cookie is then `Secure`.
     pub behind_tls: bool,
@@ -112,6 +114,7 @@ impl Settings {
             (&self.admin_token, "SECKILL_ADMIN_TOKEN (admin_token)"),
             (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)"),
             (&self.payment_webhook_secret, "SECKILL_PAYMENT_WEBHOOK_SECRET (payment_webhook_secret)"),
+            (&self.admission.signing_key, "SECKILL__ADMISSION__SIGNING_KEY (admission.signing_key)"),
         ] {
             if value.as_ref().is_some_and(|v| v.expose().trim().is_empty()) {
                 anyhow::bail!("{name} is set but empty; unset it, or give it a value");
@@ -125,6 +128,7 @@ impl Settings {
                 "SECKILL_PAYMENT_WEBHOOK_SECRET (payment_webhook_secret)",
                 MIN_WEBHOOK_SECRET_LEN,
             ),
+            (&self.admission.signing_key, "SECKILL__ADMISSION__SIGNING_KEY (admission.signing_key)", 32),
         ] {
             if let Some(length) = value.as_ref().map(|v| v.expose().trim().len()).filter(|length| *length < shortest) {
                 anyhow::bail!("{name} has {length} characters; at least {shortest} are needed (openssl rand -hex 16)");
@@ -161,6 +165,8 @@ impl Settings {
             (connections.max_connections as u64, "connections.max_connections"),
             (connections.max_in_flight as u64, "connections.max_in_flight"),
             (u64::from(self.status_reads.pool_connections), "status_reads.pool_connections"),
+            (self.admission.tick_ms, "admission.tick_ms"),
+            (self.admission.challenge_ttl_secs, "admission.challenge_ttl_secs"),
         ] {
             if value == 0 {
                 anyhow::bail!("{name} must be above 0");
@@ -186,8 +192,14 @@ impl Settings {
     /// made from a file keeps the file's last newline, and a token compared
     /// with it would never match.
     pub fn trim_secrets(&mut self) {
-        for secret in
-            [&mut self.admin_token, &mut self.user_jwt_secret, &mut self.payment_webhook_secret].into_iter().flatten()
+        for secret in [
+            &mut self.admin_token,
+            &mut self.user_jwt_secret,
+            &mut self.payment_webhook_secret,
+            &mut self.admission.signing_key,
+        ]
+        .into_iter()
+        .flatten()
         {
             let trimmed = secret.expose().trim();
             if trimmed.len() != secret.expose().len() {
@@ -224,6 +236,7 @@ impl Default for Settings {
             connections: ConnectionSettings::default(),
             admin_auth: AdminAuthSettings::default(),
             status_reads: StatusReadSettings::default(),
+            admission: AdmissionSettings::default(),
             behind_tls: false,
             sold_out_flag_ms: 1_000,
             ensure_topics: true,

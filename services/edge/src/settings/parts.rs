@@ -1,6 +1,7 @@
 //! The edge's settings by concern: rate limits, CORS, connections, status
 //! reads, the admin throttle, and buyers' identity beyond the JWT.
 
+use seckill_shared::config::Secret;
 use serde::{Deserialize, Serialize};
 
 /// Rate limits (GCRA, in process).
@@ -167,4 +168,25 @@ pub struct AuthSettings {
     /// The header the trusted proxies name the client in: `x-forwarded-for`
     /// (the default) or `forwarded` (RFC 7239). Only that one is read.
     pub client_address_header: crate::client_addr::ForwardedHeader,
+}
+
+/// The waiting rooms, as this edge serves them ([`crate::admission`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdmissionSettings {
+    /// The key admission tokens and join challenges are signed with (32+
+    /// bytes), the same at every edge so any edge verifies what another
+    /// handed out (unset: a random key of this edge alone, with a warning).
+    pub signing_key: Option<Secret>,
+    /// How often this edge runs an admission pass of every room (ms): how
+    /// soon a unit left or a sell-out is seen by the rooms.
+    pub tick_ms: u64,
+    /// How long a join's proof-of-work challenge may be used (seconds).
+    pub challenge_ttl_secs: u64,
+}
+
+impl Default for AdmissionSettings {
+    fn default() -> Self {
+        Self { signing_key: None, tick_ms: 200, challenge_ttl_secs: 120 }
+    }
 }

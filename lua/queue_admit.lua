@@ -1,0 +1,118 @@
+-- queue_admit.lua: one admission pass of a sale's waiting room (keys as in
+-- queue_setup.lua: KEYS[1] meta, KEYS[2] line, KEYS[3] tickets, KEYS[4]
+-- users, KEYS[5] active, KEYS[6] seen, KEYS[7] log, KEYS[8] challenges).
+-- Every edge runs it every `admission.tick_ms`; a pass run twice at once
+-- admits no more than one would (Redis runs them one after the other, and
+-- each reads what the other wrote).
+--
+-- ARGV[1] the units still on sale (every bucket's stock and the units in
+-- transit between buckets, read just before), ARGV[2] the most tickets
+-- this pass admits, ARGV[3] the rate's tolerance (ms).
+--
+-- Returns {admitted now, waiting, active}. Sets meta 'sold_out_at' (ms)
+-- when it marks the room sold out.
+--
+-- In order: tokens unused past their expiry leave `active` (their place
+-- goes to the next ticket); no units left marks the room sold out (every
+-- waiting ticket reads SOLD_OUT; joining answers it) and units back clear
+-- the mark; before the start nobody is admitted. Then tickets are admitted
+-- in line order while
+--   - fewer than `active_buyers` are admitted and unused,
+--   - fewer than `overbook` × the units left are admitted and unused, and
+--   - the rate allows: a generic cell rate (GCRA) with emission interval
+--     T = (60000 + tolerance) / (per_minute - 1) ms, so that no window of a
+--     minute holds more than `per_minute` admissions, and none of a second
+--     more than about per_minute / 60 + 1 (no burst of a minute's worth).
+-- A waiting ticket not polled for `abandon` ms (counted from the start for
+-- the pre-queue) is abandoned instead: it neither takes a place nor a share
+-- of the rate, and comes back at the end of the line if its holder polls.
+local m = redis.call('HMGET', KEYS[1], 'round', 'active_buyers', 'per_minute', 'ttl', 'overbook', 'starts',
+  'ends', 'closed', 'tat', 'abandon', 'admitted', 'expires')
+if not m[1] then
+  return {0, 0, 0}
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local starts, ends = tonumber(m[6]), tonumber(m[7])
+if m[8] == '1' or (ends > 0 and now >= ends) then
+  redis.call('HSET', KEYS[1], 'closed', 1)
+  return {0, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[5])}
+end
+
+-- Tokens past their expiry leave, but one claimed by an order in flight
+-- stays until that order is decided (queue_claim.lua).
+local expired = 0
+for _, ticket in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)) do
+  local value = redis.call('HGET', KEYS[3], ticket) or ''
+  local user, state, admitted_at = string.match(value, '^([^|]*)|([^|]*)|[^|]*|([^|]*)')
+  if state ~= 'C' then
+    redis.call('HSET', KEYS[3], ticket, (user or '') .. '|E|0|' .. (admitted_at or 0) .. '|' .. now)
+    redis.call('ZREM', KEYS[5], ticket)
+    expired = expired + 1
+  end
+end
+if expired > 0 then
+  redis.call('HINCRBY', KEYS[1], 'expired', expired)
+end
+
+local units = tonumber(ARGV[1])
+local active = redis.call('ZCARD', KEYS[5])
+if units <= 0 then
+  if redis.call('HGET', KEYS[1], 'sold_out') ~= '1' then
+    redis.call('HSET', KEYS[1], 'sold_out', 1, 'sold_out_at', now)
+  end
+  return {0, redis.call('ZCARD', KEYS[2]), active}
+end
+redis.call('HSET', KEYS[1], 'sold_out', 0)
+if starts > 0 and now < starts then
+  return {0, redis.call('ZCARD', KEYS[2]), active}
+end
+
+local per_minute, tolerance = tonumber(m[3]), tonumber(ARGV[3])
+local interval = 0
+if per_minute == 1 then
+  interval = 60000 + tolerance + 1
+elseif per_minute > 1 then
+  interval = (60000 + tolerance) / (per_minute - 1)
+end
+local cap = math.min(tonumber(m[2]), math.floor(tonumber(m[5]) * units))
+local ttl, abandon = tonumber(m[4]), tonumber(m[10])
+local seen_since = now - abandon
+local tat, total = tonumber(m[9]), tonumber(m[11])
+local admitted, abandoned, most = 0, 0, tonumber(ARGV[2])
+while admitted < most and abandoned < 1000 and active < cap and (interval == 0 or tat - now <= tolerance) do
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0)
+  if #first == 0 then
+    break
+  end
+  local ticket = first[1]
+  redis.call('ZREM', KEYS[2], ticket)
+  local seen = tonumber(redis.call('ZSCORE', KEYS[6], ticket) or '0')
+  redis.call('ZREM', KEYS[6], ticket)
+  local user = string.match(redis.call('HGET', KEYS[3], ticket) or '', '^([^|]*)') or ''
+  if math.max(seen, starts) < seen_since then
+    redis.call('HSET', KEYS[3], ticket, user .. '|X|0|0|' .. now)
+    abandoned = abandoned + 1
+  else
+    redis.call('HSET', KEYS[3], ticket, user .. '|A|' .. (now + ttl) .. '|' .. now .. '|0')
+    redis.call('ZADD', KEYS[5], now + ttl, ticket)
+    -- Scored in microseconds-ish, now * 1000 + the admission's number mod
+    -- 1000: ordered by admission within one millisecond too.
+    redis.call('ZADD', KEYS[7], now * 1000 + total % 1000, ticket .. ':' .. total)
+    admitted, active, total = admitted + 1, active + 1, total + 1
+    if interval > 0 then
+      tat = math.max(tat, now) + interval
+    end
+  end
+end
+redis.call('HSET', KEYS[1], 'tat', tat, 'admitted', total)
+if abandoned > 0 then
+  redis.call('HINCRBY', KEYS[1], 'abandoned', abandoned)
+end
+local expires = tonumber(m[12])
+if admitted > 0 and expires > 0 then
+  for _, i in ipairs({ 5, 7 }) do
+    redis.call('PEXPIREAT', KEYS[i], expires)
+  end
+end
+return {admitted, redis.call('ZCARD', KEYS[2]), active}

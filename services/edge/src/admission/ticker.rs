@@ -1,0 +1,62 @@
+//! The admission passes: every `admission.tick_ms`, each edge runs one pass
+//! of every sale's waiting room (`lua/queue_admit.lua`, by the units left
+//! in every bucket), and publishes the room's figures on `/metrics`. Two
+//! edges passing at once admit no more than one would: Redis runs the
+//! passes one after the other, each reading what the other wrote.
+
+use seckill_shared::domain::SaleKey;
+use seckill_shared::stock::queue::RoomState;
+use seckill_shared::stock::Stock;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Runs the passes until `shutdown`.
+pub async fn admit_every(
+    stock: Stock,
+    tick: Duration,
+    shutdown: CancellationToken,
+) -> Result<(), seckill_shared::stock::conn::RedisCallError> {
+    let tolerance = tick.as_millis() as i64;
+    seckill_shared::ops::shutdown::every("admission passes", tick, shutdown, || async {
+        for sale in stock.rooms().await? {
+            if let Err(error) = pass(&stock, sale, tolerance).await {
+                // One room that fails stops no other.
+                tracing::warn!(%sale, %error, "an admission pass failed");
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
+async fn pass(stock: &Stock, sale: SaleKey, tolerance_ms: i64) -> anyhow::Result<()> {
+    let Some(before) = stock.room(sale).await? else {
+        stock.room_off(sale).await?;
+        return Ok(());
+    };
+    if !before.closed {
+        let admitted = stock.admit_pass(sale, tolerance_ms).await?;
+        metrics::counter!("seckill_queue_admitted_total", "sale" => sale.to_string()).increment(admitted.now as u64);
+    }
+    if let Some(room) = stock.room(sale).await? {
+        gauges(sale, &room);
+    }
+    Ok(())
+}
+
+/// The room's figures, per sale.
+fn gauges(sale: SaleKey, room: &RoomState) {
+    let label = sale.to_string();
+    for (name, value) in [
+        ("seckill_queue_waiting", room.waiting),
+        ("seckill_queue_active", room.active),
+        ("seckill_queue_admitted_last_minute", room.admitted_last_minute),
+        ("seckill_queue_expired", room.expired),
+        ("seckill_queue_abandoned", room.abandoned),
+        ("seckill_queue_sold_out", i64::from(room.sold_out)),
+    ] {
+        metrics::gauge!(name, "sale" => label.clone()).set(value as f64);
+    }
+    let wait = room.wait_seconds(room.waiting.max(0) as u64).map_or(-1.0, |w| w as f64);
+    metrics::gauge!("seckill_queue_wait_seconds", "sale" => label).set(wait);
+}

@@ -1,0 +1,210 @@
+//! The waiting room's routes: join, poll a ticket, take a proof-of-work
+//! challenge. The room is Redis's (`seckill_shared::stock::queue`); this
+//! edge signs the admission tokens and checks the challenges.
+
+use super::bodies::ErrorBody;
+use super::extract::JsonBody;
+use super::queue_bodies::{ChallengeBody, JoinBody, TicketBody};
+use super::{auth, ApiError, AppState};
+use crate::admission::challenge::Challenge;
+use crate::admission::token::Token;
+use crate::client_addr::ClientAddr;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use seckill_shared::domain::{SaleKey, UserId};
+use seckill_shared::stock::queue::{TicketAnswer, TicketStatus, TicketView};
+use std::collections::HashMap;
+
+/// The waiting room's routes (buyer's API: CORS as the rest of it).
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/seckill/queue", post(join))
+        .route("/api/seckill/queue/challenge", get(challenge))
+        .route("/api/seckill/queue/{ticket}", get(poll))
+}
+
+fn time(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+/// What a ticket answers: its status, place and wait, and once admitted
+/// the signed token.
+fn ticket_body(state: &AppState, sale: SaleKey, view: TicketView) -> TicketBody {
+    let admitted = view.status == TicketStatus::Admitted;
+    let admission = admitted.then(|| {
+        let token = Token {
+            sale,
+            round: view.round,
+            user: view.user,
+            ticket: view.ticket.clone(),
+            expires_ms: view.expires_ms,
+        };
+        token.sign(&state.signer)
+    });
+    let poll_after_ms = match view.status {
+        TicketStatus::Waiting => 1_000,
+        TicketStatus::SoldOut => 5_000,
+        TicketStatus::Admitted | TicketStatus::Closed => 0,
+    };
+    TicketBody {
+        position: view.place,
+        wait_seconds: view.wait_seconds(),
+        admission,
+        admission_expires_at: admitted.then(|| time(view.expires_ms)),
+        poll_after_ms,
+        ticket: view.ticket,
+        status: view.status,
+    }
+}
+
+/// A join or a read's answer as the contract says it.
+fn answer(state: &AppState, sale: SaleKey, answer: TicketAnswer) -> Result<Json<TicketBody>, ApiError> {
+    let closed = |status| TicketBody {
+        ticket: String::new(),
+        status,
+        position: None,
+        wait_seconds: None,
+        admission: None,
+        admission_expires_at: None,
+        poll_after_ms: 0,
+    };
+    match answer {
+        TicketAnswer::Ticket(view) => Ok(Json(ticket_body(state, sale, view))),
+        TicketAnswer::NotOpen { opens_ms } => Err(ApiError::NotOpenYet(time(opens_ms))),
+        TicketAnswer::NoRoom => Err(ApiError::SaleNotFound),
+        TicketAnswer::Unknown => Err(ApiError::NotFound),
+        TicketAnswer::Replayed => Err(ApiError::ChallengeFailed("the challenge was used before".into())),
+        TicketAnswer::Closed => Ok(Json(closed(TicketStatus::Closed))),
+        TicketAnswer::SoldOut => Ok(Json(closed(TicketStatus::SoldOut))),
+    }
+}
+
+fn redis(error: impl Into<anyhow::Error>) -> ApiError {
+    ApiError::TryAgain(error.into())
+}
+
+/// Joins a sale's waiting room: the ticket, and where it stands.
+#[utoipa::path(
+    post,
+    path = "/api/seckill/queue",
+    tag = "buyer",
+    request_body(content = JoinBody, content_type = "application/json"),
+    security((), ("user" = [])),
+    responses(
+        (status = 200, description = "The user's ticket (the same one for a join again in the round): WAITING (position once the sale starts, waitSeconds), ADMITTED (admission: the token for one order), SOLD_OUT (no unit left now; admission resumes if one comes back), CLOSED", body = TicketBody),
+        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
+        (status = 403, description = "SALE_NOT_ACTIVE with opensAt: before the pre-queue opens; CHALLENGE_FAILED: the room asks a proof of work and it is missing, wrong, expired or used before; FORBIDDEN: the token is another user's", body = ErrorBody),
+        (status = 404, description = "SALE_NOT_FOUND: the sale has no waiting room", body = ErrorBody),
+        (status = 408, description = "REQUEST_TIMEOUT: the body did not arrive within connections.body_timeout_ms", body = ErrorBody),
+        (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
+        (status = 415, description = "UNSUPPORTED_MEDIA_TYPE: not declared application/json", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED", body = ErrorBody),
+        (status = 503, description = "TRY_AGAIN: Redis unavailable", body = ErrorBody),
+    )
+)]
+pub(super) async fn join(
+    State(state): State<AppState>,
+    Extension(client): Extension<ClientAddr>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<JoinBody>,
+) -> Result<Json<TicketBody>, ApiError> {
+    let user = UserId::new(body.user_id).map_err(ApiError::invalid)?;
+    let sale = SaleKey::from_raw(body.activity_id, body.sku_id).map_err(ApiError::invalid)?;
+    auth::require_user(&state, &headers, user)?;
+    state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
+    state.limits.check(user).map_err(ApiError::RateLimited)?;
+    let room = state.stock.room(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
+    let solved = match room.challenge_bits {
+        0 => None,
+        bits => {
+            let (asked, solution) = (body.challenge.as_deref(), body.solution.as_deref());
+            let checked =
+                Challenge::check(&state.signer, asked, solution, (sale, user, bits), seckill_shared::now_ms())
+                    .map_err(|refused| ApiError::ChallengeFailed(refused.to_string()))?;
+            Some(checked)
+        }
+    };
+    let proof = solved.as_ref().map(|c| (c.nonce.as_str(), c.expires_ms));
+    let joined = state.stock.join_room(sale, user, proof).await.map_err(redis)?;
+    answer(&state, sale, joined)
+}
+
+/// A ticket, polled at its `pollAfterMs`.
+#[utoipa::path(
+    get,
+    path = "/api/seckill/queue/{ticket}",
+    tag = "buyer",
+    security((), ("user" = [])),
+    params(("ticket" = String, Path, description = "As a join answered it")),
+    responses(
+        (status = 200, description = "As a join answers", body = TicketBody),
+        (status = 403, description = "FORBIDDEN: the token is another user's", body = ErrorBody),
+        (status = 404, description = "NOT_FOUND: no such ticket", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED", body = ErrorBody),
+        (status = 503, description = "TRY_AGAIN: Redis unavailable", body = ErrorBody),
+    )
+)]
+pub(super) async fn poll(
+    State(state): State<AppState>,
+    Extension(client): Extension<ClientAddr>,
+    headers: HeaderMap,
+    Path(ticket): Path<String>,
+) -> Result<Json<TicketBody>, ApiError> {
+    let caller = auth::caller(&state, &headers)?;
+    state.status_reads.check_client(client.0).map_err(ApiError::RateLimited)?;
+    let Some(sale) = seckill_shared::stock::queue::ticket_sale(&ticket) else {
+        return Err(ApiError::NotFound);
+    };
+    let read = state.stock.read_ticket(&ticket).await.map_err(redis)?;
+    if let (Some(caller), TicketAnswer::Ticket(view)) = (caller, &read) {
+        if view.user != caller {
+            return Err(ApiError::Forbidden("the ticket is another user's".into()));
+        }
+    }
+    answer(&state, sale, read)
+}
+
+/// A proof-of-work challenge for `userId`'s join, signed and expiring.
+#[utoipa::path(
+    get,
+    path = "/api/seckill/queue/challenge",
+    tag = "buyer",
+    security((), ("user" = [])),
+    params(
+        ("activityId" = i64, Query, minimum = 1),
+        ("skuId" = i64, Query, minimum = 1),
+        ("userId" = i64, Query, minimum = 1),
+    ),
+    responses(
+        (status = 200, description = "The challenge, its bits and expiry", body = ChallengeBody),
+        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 404, description = "SALE_NOT_FOUND: no waiting room, or one that asks no proof of work", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED", body = ErrorBody),
+        (status = 503, description = "TRY_AGAIN: Redis unavailable", body = ErrorBody),
+    )
+)]
+pub(super) async fn challenge(
+    State(state): State<AppState>,
+    Extension(client): Extension<ClientAddr>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<ChallengeBody>, ApiError> {
+    let (sale, user) = super::order::sale_and_user(&query)?;
+    auth::require_user(&state, &headers, user)?;
+    state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
+    let room = state.stock.room(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
+    if room.challenge_bits == 0 {
+        return Err(ApiError::SaleNotFound);
+    }
+    let ttl_ms = state.settings.admission.challenge_ttl_secs as i64 * 1000;
+    let issued = Challenge::new(sale, user, room.challenge_bits, seckill_shared::now_ms(), ttl_ms);
+    Ok(Json(ChallengeBody {
+        challenge: issued.sign(&state.signer),
+        bits: issued.bits,
+        expires_at: time(issued.expires_ms),
+    }))
+}

@@ -1,0 +1,78 @@
+//! The waiting room's bodies: a join, a challenge, and what a ticket reads.
+
+use super::extract::{from_serde, FromJsonBody};
+use super::ApiError;
+use seckill_shared::stock::queue::TicketStatus;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A buyer joins a sale's waiting room.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = QueueJoin)]
+pub struct JoinBody {
+    #[schema(minimum = 1, format = Int64)]
+    pub activity_id: i64,
+    #[schema(minimum = 1, format = Int64)]
+    pub sku_id: i64,
+    #[schema(minimum = 1, format = Int64)]
+    pub user_id: i64,
+    /// The challenge of `GET /api/seckill/queue/challenge`, where the room
+    /// asks a proof of work.
+    #[serde(default)]
+    #[schema(nullable = false)]
+    pub challenge: Option<String>,
+    /// Its solution: SHA-256 of `challenge:solution` starts with the
+    /// challenge's bits of zeros (at most 64 characters).
+    #[serde(default)]
+    #[schema(nullable = false)]
+    pub solution: Option<String>,
+}
+
+impl FromJsonBody for JoinBody {
+    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+        from_serde(bytes)
+    }
+}
+
+/// A ticket, as its holder polls it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = QueueTicket)]
+pub struct TicketBody {
+    pub ticket: String,
+    #[schema(value_type = String, example = "WAITING")]
+    pub status: TicketStatus,
+    /// Place in line from 1 (absent before the start: the line is shuffled
+    /// then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub position: Option<u64>,
+    /// The estimated wait, by the admissions of the last minute (or the
+    /// room's rate before any).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub wait_seconds: Option<u64>,
+    /// `ADMITTED` only: the admission token; the order carries it in the
+    /// `Seckill-Admission` header.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub admission: Option<String>,
+    /// `ADMITTED` only: when the token expires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub admission_expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When to poll again (ms).
+    pub poll_after_ms: u64,
+}
+
+/// A proof-of-work challenge for a join.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = QueueChallenge)]
+pub struct ChallengeBody {
+    pub challenge: String,
+    /// Zero bits SHA-256(`challenge:solution`) must start with.
+    pub bits: u32,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+}

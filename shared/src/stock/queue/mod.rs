@@ -1,0 +1,191 @@
+//! A sale's waiting room in Redis: the line, the tickets and the admissions
+//! (`lua/queue_*.lua`, all in the sale's own slot, so it works on a Redis
+//! Cluster and beside the sale's buckets). Every edge serves the same room
+//! and runs its admission passes; an edge restart loses nothing.
+//!
+//! [`setup`] opens a round's room (at warm-up), closes it or takes it away;
+//! [`ticket`] joins and reads tickets; [`admit`] is one admission pass;
+//! [`claim`] uses an admission token for one order, once. [`RoomState`] is
+//! the room as the edge's gate, the dashboard and `seckillctl queue stats`
+//! read it.
+
+mod admit;
+mod claim;
+mod setup;
+mod ticket;
+
+pub use admit::{Admitted, MOST_PER_PASS};
+pub use claim::Claim;
+pub use setup::RoomSettings;
+pub use setup::{RoomRound, ABANDON_MS};
+pub use ticket::{TicketAnswer, TicketStatus, TicketView};
+
+use super::conn::RedisCallError;
+use super::Stock;
+use crate::domain::SaleKey;
+use std::collections::HashMap;
+
+/// A new ticket id for `sale`: `A-S-` and 128 random bits, so a ticket
+/// names its sale.
+pub fn new_ticket(sale: SaleKey) -> String {
+    format!("{}-{}-{:032x}", sale.activity, sale.sku, rand::random::<u128>())
+}
+
+/// The sale a ticket id names (`None`: not a ticket id).
+pub fn ticket_sale(ticket: &str) -> Option<SaleKey> {
+    let mut parts = ticket.splitn(3, '-');
+    let (activity, sku, random) = (parts.next()?, parts.next()?, parts.next()?);
+    let hex = random.len() == 32 && random.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+    if !hex {
+        return None;
+    }
+    SaleKey::from_raw(activity.parse().ok()?, sku.parse().ok()?).ok()
+}
+
+/// A sale's waiting room: its settings and where it stands.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoomState {
+    pub round: i64,
+    pub active_buyers: i64,
+    /// 0: unlimited.
+    pub admit_per_minute: i64,
+    pub prequeue_ms: i64,
+    pub token_ttl_ms: i64,
+    pub overbook: f64,
+    /// Proof-of-work bits a join must show (0: none).
+    pub challenge_bits: u32,
+    pub starts_ms: i64,
+    pub ends_ms: i64,
+    /// The shuffle's seed (hex).
+    pub seed: String,
+    pub abandon_ms: i64,
+    /// Tickets taken, admissions, tokens used, expired, tickets abandoned.
+    pub joined: i64,
+    pub admitted: i64,
+    pub used: i64,
+    pub expired: i64,
+    pub abandoned: i64,
+    pub sold_out: bool,
+    /// When the last pass marked it sold out (ms, 0: never).
+    pub sold_out_at_ms: i64,
+    pub closed: bool,
+    /// Tickets in line now; admitted and unused now; admitted in the last
+    /// minute.
+    pub waiting: i64,
+    pub active: i64,
+    pub admitted_last_minute: i64,
+}
+
+impl RoomState {
+    /// The estimated wait of the ticket at `place` (seconds): by the
+    /// admissions of the last minute, or the configured rate before any;
+    /// `None` when neither says (an unlimited room that admitted nobody yet).
+    pub fn wait_seconds(&self, place: u64) -> Option<u64> {
+        wait_seconds(place, self.admitted_last_minute, self.admit_per_minute)
+    }
+}
+
+/// The wait of the ticket at `place` at `recent` admissions a minute (or
+/// `per_minute` configured, while `recent` is 0).
+pub fn wait_seconds(place: u64, recent: i64, per_minute: i64) -> Option<u64> {
+    let rate = if recent > 0 { recent } else { per_minute };
+    (rate > 0).then(|| (place as f64 * 60.0 / rate as f64).ceil() as u64)
+}
+
+impl Stock {
+    /// `sale`'s waiting room (`None`: the sale has none).
+    pub async fn room(&self, sale: SaleKey) -> Result<Option<RoomState>, RedisCallError> {
+        let k = self.keys.queue(sale);
+        let [meta, line, _, _, active, _, log, _] = k.all();
+        let mut pipe = redis::pipe();
+        pipe.hgetall(meta).zcard(line).zcard(active).zcount(log, (crate::now_ms() - 60_000) * 1000, "+inf");
+        let (fields, waiting, active, recent): (HashMap<String, String>, i64, i64, i64) =
+            self.conn.pipe(&pipe).await?.unwrap_or_default();
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let int = |name: &str| fields.get(name).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) as i64;
+        Ok(Some(RoomState {
+            round: int("round"),
+            active_buyers: int("active_buyers"),
+            admit_per_minute: int("per_minute"),
+            prequeue_ms: int("prequeue"),
+            token_ttl_ms: int("ttl"),
+            overbook: fields.get("overbook").and_then(|v| v.parse().ok()).unwrap_or(1.0),
+            challenge_bits: int("bits") as u32,
+            starts_ms: int("starts"),
+            ends_ms: int("ends"),
+            seed: fields.get("seed").cloned().unwrap_or_default(),
+            abandon_ms: int("abandon"),
+            joined: int("joined"),
+            admitted: int("admitted"),
+            used: int("used"),
+            expired: int("expired"),
+            abandoned: int("abandoned"),
+            sold_out: int("sold_out") == 1,
+            sold_out_at_ms: int("sold_out_at"),
+            closed: int("closed") == 1,
+            waiting,
+            active,
+            admitted_last_minute: recent,
+        }))
+    }
+
+    /// Every admission of `sale`'s room so far, in order: (ticket, when in
+    /// ms, to the microsecond's order).
+    pub async fn admissions(&self, sale: SaleKey) -> Result<Vec<(String, f64)>, RedisCallError> {
+        let log = self.keys.queue(sale).all()[6].clone();
+        let mut conn = self.conn.clone();
+        let entries: Vec<(String, f64)> = self
+            .conn
+            .bounded(redis::cmd("ZRANGE").arg(&log).arg(0).arg(-1).arg("WITHSCORES").query_async(&mut conn))
+            .await?;
+        Ok(entries
+            .into_iter()
+            .map(|(member, at)| (member.rsplit_once(':').map_or(member.clone(), |(t, _)| t.to_owned()), at / 1000.0))
+            .collect())
+    }
+}
+
+impl Stock {
+    /// Every ticket of `sale`'s room as the room keeps it: (ticket, user,
+    /// state letter, admitted at, ended at (ms; 0: not yet)) — for the
+    /// checks that read an admission's whole life.
+    pub async fn tickets(&self, sale: SaleKey) -> Result<Vec<(String, i64, String, i64, i64)>, RedisCallError> {
+        let tickets = self.keys.queue(sale).all()[2].clone();
+        let mut conn = self.conn.clone();
+        let all: HashMap<String, String> = self.conn.bounded(redis::AsyncCommands::hgetall(&mut conn, tickets)).await?;
+        Ok(all
+            .into_iter()
+            .map(|(ticket, value)| {
+                let parts: Vec<&str> = value.split('|').collect();
+                let at = |i: usize| parts.get(i).and_then(|p| p.parse().ok()).unwrap_or(0);
+                let state = parts.get(1).copied().unwrap_or("").to_owned();
+                (ticket, at(0), state, at(3), at(4))
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ticket_names_its_sale() {
+        let sale = SaleKey::from_raw(7, 9).unwrap();
+        let ticket = new_ticket(sale);
+        assert_eq!(ticket_sale(&ticket), Some(sale));
+        for bad in ["7-9-xyz", "7-9", "0-9-00000000000000000000000000000000", "7-9-0000000000000000000000000000000G"] {
+            assert_eq!(ticket_sale(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_wait_is_told_by_the_rate_seen_or_the_rate_set() {
+        assert_eq!(wait_seconds(10, 60, 0), Some(10));
+        assert_eq!(wait_seconds(10, 0, 120), Some(5));
+        assert_eq!(wait_seconds(10, 0, 0), None);
+    }
+}
