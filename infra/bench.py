@@ -283,7 +283,11 @@ def machine():
 
 
 def edge(extra=None):
-    proc = start([str(BIN / "seckill-edge")], "edge", dict({"SECKILL_HTTP_ADDR": EDGE}, **(extra or {})))
+    # Status reads (and queue polls) unlimited per client: the load comes
+    # from one address.
+    base = {"SECKILL_HTTP_ADDR": EDGE, "SECKILL__STATUS_READS__PER_CLIENT_PER_SECOND": "1000000000",
+            "SECKILL__STATUS_READS__PER_CLIENT_BURST": "1000000000"}
+    proc = start([str(BIN / "seckill-edge")], "edge", dict(base, **(extra or {})))
     wait_http(f"http://{EDGE}/readyz")
     return proc
 
@@ -323,10 +327,10 @@ def main():
     base = f"{RUN}:seckill:{{{sale(1)}:1}}"
     keys = [f"{base}:{k}" for k in ("meta", "stock", "buyers", "orders", "reserved", "seq")] + [f"{base}:call:__rand_int__", f"{base}:trace"]
     # ARGV: activity, sku, publish deadline (ms), call id, outcome kept (ms),
-    # then one request (user, nonce, request id, traceparent): as a lone call.
+    # then one request (user, nonce, request id, traceparent, admitted): as a lone call.
     rb = subprocess.run(["redis-benchmark", "-c", str(CONNS), "-n", "200000", "-r", "1000000000", "--csv",
                          "EVALSHA", sha, "8", *keys, str(sale(1)), "1", "7000", "bench", "60000",
-                         "__rand_int__", "00000000bench000", "bench-request", ""],
+                         "__rand_int__", "00000000bench000", "bench-request", "", "0"],
                         capture_output=True, text=True)
     rows = [line for line in rb.stdout.splitlines() if line.startswith('"EVALSHA')]
     redis_rps = float(rows[-1].split(",")[1].strip('"')) if rows else 0.0
@@ -441,6 +445,23 @@ def main():
     sold_out = load(EDGE, sale(4), 1, 100_000, 100_000, offset=10_000)
     RESULTS["sold_out_path"] = sold_out
     log(f"sold-out path: {sold_out['requestsPerSecond']:.0f} req/s")
+
+    # 3b. the waiting room: one waiting ticket polled (GET /api/seckill/queue/{ticket},
+    # one Lua call) under the same tool and connections, against the sold-out
+    # path just measured; and what a join's proof of work costs per bit.
+    starts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+    ctl("warmup", "--activity", sale(17), "--sku", 1, "--stock", 1000, "--force", "--starts-at", starts,
+        "--admission", '{"activeBuyers":10,"prequeueSeconds":7200}')
+    join = urllib.request.Request(f"http://{EDGE}/api/seckill/queue", method="POST", headers={"content-type": "application/json"},
+                                  data=json.dumps({"activityId": sale(17), "skuId": 1, "userId": 1}).encode())
+    with urllib.request.urlopen(join, timeout=10) as response:
+        ticket = json.loads(response.read())["ticket"]
+    poll = load(EDGE, 1, 1, 100_000, 100_000, get=f"/api/seckill/queue/{ticket}")
+    RESULTS["queue_poll"] = dict(poll, ratioToSoldOut=ratio(poll["requestsPerSecond"], sold_out["requestsPerSecond"]),
+                                 ratioToHttp=ratio(poll["requestsPerSecond"], RESULTS["ceiling_http_paired"]["requestsPerSecond"]))
+    log(f"queue poll: {poll['requestsPerSecond']:.0f} req/s ({RESULTS['queue_poll']['ratioToSoldOut']:.2f} x the sold-out path)")
+    pow_cost = subprocess.run([str(BIN / "examples" / "pow_cost"), "20"], capture_output=True, text=True, check=True)
+    RESULTS["pow_cost"] = [json.loads(line) for line in pow_cost.stdout.splitlines() if line.startswith("{")]
 
     # 4. hot-SKU burst: 100 units, 50,000 users, 256 connections.
     warm(sale(5), 1, 100)
@@ -577,6 +598,12 @@ def write_report(total_seconds):
         ("(a) again, right before the sold-out path", f"{http_paired:,.0f} req/s", "", f"{ratio(http_paired, http):.2f} x (a)"),
         ("edge, sold-out path (64 conns)", f"{so['requestsPerSecond']:,.0f} req/s", f"p99 {so['latencyMs']['p99']:.2f} ms",
          f"{ratio(so['requestsPerSecond'], http_paired):.2f} x (a) measured right before (target 0.8); {ratio(so['requestsPerSecond'], http):.2f} x (a) at the start"),
+        ("waiting room: one ticket polled (GET /api/seckill/queue/{ticket}, 64 conns)", f"{r['queue_poll']['requestsPerSecond']:,.0f} req/s",
+         f"p99 {r['queue_poll']['latencyMs']['p99']:.2f} ms",
+         f"{r['queue_poll']['ratioToSoldOut']:.2f} x the sold-out path; {r['queue_poll']['ratioToHttp']:.2f} x (a) measured before it"),
+        ("waiting room: a join's proof of work, solved natively (counting up)",
+         ", ".join(f"{p['bits']} bits {p['solveMsMean']:.2f} ms" for p in r["pow_cost"] if p["bits"] in (8, 12, 16, 20)),
+         f"checking one: {r['pow_cost'][0]['checkMicros']:.2f} us", "each bit doubles the work"),
         ("hot-SKU burst: 100 units, 50,000 users, 256 conns", f"{burst['accepted']} sold (exact: {burst['accepted'] == 100})",
          f"sold out after {burst.get('lastAcceptSeconds') or 0:.3f} s; p99 {burst['latencyMs']['p99']:.2f} ms", f"{burst['requestsPerSecond']:,.0f} req/s"),
         ("deduction = lua vs lock, one hot sale (64 conns)", f"lua {lua_acc:,.0f} vs lock {lock_acc:,.0f} accepted/s",

@@ -56,6 +56,14 @@ for addr in "${EDGE_ADDRS[@]}" "${HEALTH_ADDRS[@]}"; do
   fi
 done
 
+# Every edge signs the waiting room's tokens with one key (any edge checks
+# what another handed out); the demo's buyers all come from 127.0.0.1, so
+# a client's status reads (and queue polls) may come a thousand a second.
+EDGE_ENV=(
+  "SECKILL__ADMISSION__SIGNING_KEY=${SECKILL__ADMISSION__SIGNING_KEY:-demo-admission-signing-key-0123456789abcdef}"
+  SECKILL__STATUS_READS__PER_CLIENT_PER_SECOND=5000 SECKILL__STATUS_READS__PER_CLIENT_BURST=5000
+)
+
 # start NAME LOG-SUFFIX [VAR=VALUE]...: a service, with its own settings.
 start() {
   local name="$1" suffix="$2"; shift 2
@@ -80,12 +88,12 @@ if (( CLUSTER )); then
   start seckill-compensator -1 SECKILL__METRICS_ADDR=127.0.0.1:9102
   start seckill-compensator -2 SECKILL__METRICS_ADDR=127.0.0.1:9104
   # Each edge takes its share of the global rate limit.
-  start seckill-edge -1 SECKILL_HTTP_ADDR=127.0.0.1:8081 SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND=100000
-  start seckill-edge -2 SECKILL_HTTP_ADDR=127.0.0.1:8082 SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND=100000
+  start seckill-edge -1 SECKILL_HTTP_ADDR=127.0.0.1:8081 SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND=100000 "${EDGE_ENV[@]}"
+  start seckill-edge -2 SECKILL_HTTP_ADDR=127.0.0.1:8082 SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND=100000 "${EDGE_ENV[@]}"
 else
   start seckill-order ""
   start seckill-compensator ""
-  start seckill-edge ""
+  start seckill-edge "" "${EDGE_ENV[@]}"
 fi
 for addr in "${EDGE_ADDRS[@]}"; do wait_ready seckill-edge "http://$addr/readyz"; done
 for addr in "${HEALTH_ADDRS[@]}"; do wait_ready "service on $addr" "http://$addr/readyz"; done
@@ -152,6 +160,15 @@ echo "== a redrive: a bad release refuses every fifth buyer's order; once rolled
 python3 "$ROOT/infra/demo_redrive.py" "$EDGE" 1001 2004 50 "$CTL"
 "$CTL" reconcile --activity 1001 --sku 2004 --wait-drain 60 >"$LOGS/demo-redrive-reconcile.txt" || { cat "$LOGS/demo-redrive-reconcile.txt"; exit 1; }
 grep -E '^(orders created|orders failed|202s that ended FAILED|  placed again|verdict)' "$LOGS/demo-redrive-reconcile.txt"
+
+echo
+echo "== the waiting room: 100 units, 1,000 buyers in the pre-queue, 40 in at a time, 3,000 a minute"
+starts="$(date -u -d '+8 seconds' +%Y-%m-%dT%H:%M:%SZ)"
+"$CTL" warmup --activity 1001 --sku 2005 --stock 100 --starts-at "$starts" --force \
+  --admission '{"activeBuyers":40,"admitPerMinute":3000,"prequeueSeconds":600}'
+python3 "$ROOT/infra/demo_queue.py" "$EDGE" 1001 2005 100 1000 40 3000 8 "$CTL"
+"$CTL" reconcile --activity 1001 --sku 2005 --wait-drain 60 >"$LOGS/demo-queue-reconcile.txt" || { cat "$LOGS/demo-queue-reconcile.txt"; exit 1; }
+grep -E '^(orders created|waiting room|verdict)' "$LOGS/demo-queue-reconcile.txt"
 
 echo
 echo "== stopping the services"

@@ -25,7 +25,7 @@ async fn scripts_keep_to_one_slot_and_the_cluster_refuses_one_that_does_not() {
             invocation.key(if key.is_empty() { stock_key.to_owned() } else { format!("{a}:{key}") });
         }
         invocation.arg(one.activity.get()).arg(one.sku.get()).arg(10_000).arg("c1").arg(60_000);
-        invocation.arg(7).arg("00000000000000aa").arg("r").arg("");
+        invocation.arg(7).arg("00000000000000aa").arg("r").arg("").arg("0");
         invocation
     };
     let refused = call(&format!("{b}:stock")).invoke_async::<redis::Value>(&mut conn).await;

@@ -116,15 +116,17 @@ async fn the_pre_queue_is_shuffled_at_the_start_whoever_came_first() {
     assert!(rho.abs() < 0.1, "rho = {rho}");
     let late_ticket = late.json["ticket"].as_str().unwrap();
     assert!(!rank.contains_key(late_ticket) || rank[late_ticket] >= 2_000, "the late join queues behind");
-    // The seed, shown after the start, reproduces the order.
-    let room = env.stock.room(sale).await.unwrap().unwrap();
+    // The seed the reconciliation shows after the start reproduces the order.
+    let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let seed = report.waiting_room.expect("the reconciliation shows the room").seed;
+    assert!(!seed.is_empty(), "the seed is shown after the start");
     let mut conn = env.stock.connection();
     let mut by_seed = Vec::new();
     for ticket in &tickets {
         let hash: String = redis::cmd("EVAL")
             .arg("return redis.sha1hex(ARGV[1])")
             .arg(0)
-            .arg(format!("{}:{ticket}", room.seed))
+            .arg(format!("{seed}:{ticket}"))
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -379,5 +381,114 @@ async fn the_proof_of_work_refuses_missing_wrong_expired_and_replayed() {
     assert_eq!((joined.status.as_u16(), joined.json["status"].as_str().is_some()), (200, true), "{}", joined.text);
     let replayed = join(&client, sale, 1, Some((&challenge, &solution))).await;
     assert_error(&replayed, 403, "CHALLENGE_FAILED", "replayed");
+    edge.stop().await;
+}
+
+/// The queue page in headless Chromium: a buyer's page joins (solving the
+/// proof of work), is admitted, orders with the token and reads the order
+/// CREATED; the next buyer's page reads sold out; once the sale is closed,
+/// a page reads closed. A screenshot of each in the test's output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_page_joins_buys_and_says_sold_out_and_closed_in_a_real_browser() {
+    let repo = seckill_e2e::repo_root();
+    let python = repo.join(".data/venv/bin/python");
+    assert!(python.exists(), "{} is missing: `make test` installs it (make test-tools)", python.display());
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let edge = env.spawn_edge(settings(&env)).await;
+    let order_service = env.spawn_order(env.order_settings()).await;
+    let client = Client::new(edge.url());
+    warm_with_room(&client, sale, 1, r#"{"activeBuyers":1,"challenge":{"kind":"pow","bits":8}}"#, "").await;
+    let logs = seckill_e2e::binary("seckillctl").parent().expect("target dir").join("e2e-logs");
+    std::fs::create_dir_all(&logs).expect("the log folder");
+    let prefix = logs.join("queue-page");
+    let browse = |cases: &'static [&'static str]| {
+        let (python, page, prefix, url) =
+            (python.clone(), repo.join("tests/browser/queue_page.py"), prefix.clone(), edge.url());
+        async move {
+            let run = tokio::process::Command::new(&python)
+                .arg(page)
+                .args([url.as_str(), &sale.activity.to_string(), &sale.sku.to_string()])
+                .arg(&prefix)
+                .args(cases)
+                .kill_on_drop(true)
+                .output();
+            let output = tokio::time::timeout(Duration::from_secs(180), run).await.expect("in time").expect("runs");
+            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            assert!(output.status.success(), "the browser saw:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+            eprintln!("the queue page, as the browser saw it: {}", stdout.trim());
+            stdout
+        }
+    };
+    let bought = browse(&["1:You bought it", "2:Sold out"]).await;
+    assert!(bought.contains("CREATED"), "{bought}");
+    let path = format!("/admin/sales/{}/{}/close", sale.activity, sale.sku);
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    assert_eq!(client.send(Method::POST, &path, None, &[("authorization", &auth)]).await.status, 200);
+    browse(&["3:The sale is closed"]).await;
+    let png = std::fs::read(logs.join("queue-page-1.png")).expect("the screenshot");
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 5_000, "a real screenshot");
+    eprintln!("screenshots: {}-{{1,2,3}}.png", prefix.display());
+    order_service.stop().await;
+    edge.stop().await;
+}
+
+/// The operator's side: `seckillctl warmup --admission` opens a room,
+/// `seckillctl queue stats` shows its figures (text and JSON, the seed kept
+/// secret before the start), `/metrics` has them per sale, and a bad
+/// admission is refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_see_the_room_in_seckillctl_and_metrics() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let (a, s) = (sale.activity.to_string(), sale.sku.to_string());
+    let starts = (chrono::Utc::now() + chrono::Duration::seconds(3600)).to_rfc3339();
+    let bad = env
+        .ctl(&["warmup", "--activity", &a, "--sku", &s, "--stock", "5", "--admission", r#"{"activeBuyers":0}"#])
+        .await;
+    assert_ne!(bad.code, 0);
+    assert!(bad.stderr.contains("activeBuyers"), "{}", bad.stderr);
+    let admission = r#"{"activeBuyers":3,"admitPerMinute":60,"prequeueSeconds":7200}"#;
+    let warm =
+        ["warmup", "--activity", &a, "--sku", &s, "--stock", "5", "--starts-at", &starts, "--admission", admission];
+    let warmed = env.ctl(&warm).await;
+    assert_eq!(warmed.code, 0, "{}", warmed.stderr);
+    let edge = env.spawn_edge(settings(&env)).await;
+    let client = Client::new(edge.url());
+    for user in 1..=4 {
+        assert_eq!(join(&client, sale, user, None).await.json["status"], "WAITING");
+    }
+    let sale_arg = format!("{a}:{s}");
+    let stats = env.ctl(&["queue", "stats", "--sale", &sale_arg, "--json"]).await;
+    assert_eq!(stats.code, 0, "{}", stats.stderr);
+    let json: serde_json::Value = serde_json::from_str(&stats.stdout).unwrap();
+    assert_eq!(
+        (json["waiting"].as_i64(), json["activeBuyers"].as_i64(), json["admitPerMinute"].as_i64()),
+        (Some(4), Some(3), Some(60))
+    );
+    assert_eq!(json["seed"], "", "the seed is secret before the start");
+    let text = env.ctl(&["queue", "stats", "--sale", &sale_arg]).await;
+    assert!(text.stdout.contains("waiting") && text.stdout.contains("secret until the start"), "{}", text.stdout);
+    let metrics = eventually("the room's figures on /metrics", Duration::from_secs(10), || async {
+        let body = client.get("/metrics").await.text;
+        let line = format!("seckill_queue_waiting{{sale=\"{sale_arg}\"}} 4");
+        if body.contains(&line) {
+            Ok(body)
+        } else {
+            Err(body.lines().filter(|l| l.starts_with("seckill_queue")).collect::<Vec<_>>().join("\n"))
+        }
+    })
+    .await;
+    assert!(metrics.contains("seckill_queue_wait_seconds"), "the estimated wait is shown");
+    // The dashboard's figures carry the room in the sale's card.
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let snapshot = client.send(Method::GET, "/admin/dashboard/snapshot", None, &[("authorization", &auth)]).await;
+    let card = snapshot.json["sales"]
+        .as_array()
+        .and_then(|sales| sales.iter().find(|c| c["activityId"].as_i64() == Some(sale.activity.get())).cloned());
+    let room = card.map(|c| c["waitingRoom"].clone()).unwrap_or_default();
+    assert_eq!((room["waiting"].as_i64(), room["activeBuyers"].as_i64()), (Some(4), Some(3)), "{}", snapshot.text);
+    let none = env.ctl(&["queue", "stats", "--sale", &format!("{}:{s}", sale.activity.get() + 1)]).await;
+    assert_eq!(none.code, 1, "{}", none.stderr);
     edge.stop().await;
 }

@@ -10,6 +10,7 @@ mod dlq;
 mod events;
 mod payments;
 mod probe;
+mod queue;
 mod reconcile;
 mod topic;
 mod warmup;
@@ -65,6 +66,9 @@ enum Command {
     /// The payments ledger: refunds due.
     #[command(subcommand)]
     Payments(payments::Command),
+    /// A sale's waiting room.
+    #[command(subcommand)]
+    Queue(queue::Command),
     /// Load-test the edge.
     Bench(bench::Args),
     /// Consumer-group lag of the order service and the compensator.
@@ -150,6 +154,7 @@ async fn main() -> ExitCode {
         Command::Dlq(command) => dlq::run(&settings, command).await,
         Command::Events(command) => events::run(&settings, command).await,
         Command::Payments(command) => payments::run(&settings, command).await,
+        Command::Queue(command) => queue::run(&settings, command).await,
         Command::Bench(args) => bench::run(&settings, args).await,
         Command::Lag { json } => lag(&settings, json).await,
         Command::Config { .. } | Command::Probe(_) => unreachable!("answered before the settings are loaded"),

@@ -118,6 +118,7 @@ pub fn print(report: &Report, json: bool) {
         ("order events (pending)", format!("{} ({})", report.events, report.events_pending)),
         ("order service lag", lag(report.order_lag)),
         ("compensator lag", lag(report.compensator_lag)),
+        ("waiting room (waiting/active/admitted)", room(report)),
     ];
     for (term, value) in rows {
         println!("{term:<32} {value}");
@@ -149,6 +150,17 @@ pub fn print(report: &Report, json: bool) {
         println!("{:<32} NOT consistent", "verdict");
         for violation in &report.violations {
             println!("  - {violation}");
+        }
+    }
+}
+
+/// The waiting room's line of the report.
+fn room(report: &Report) -> String {
+    match &report.waiting_room {
+        None => "-".into(),
+        Some(room) => {
+            let seed = if room.seed.is_empty() { "secret until the start" } else { &room.seed };
+            format!("{} / {} / {}, seed {seed}", room.waiting, room.active, room.admitted)
         }
     }
 }

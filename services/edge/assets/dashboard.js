@@ -126,6 +126,18 @@ function saleCard(sale) {
     const each = buckets.map((b) => `#${b.bucket}: ${number(b.remaining)} left, ${number(b.buyers)} buyers`).join(" · ");
     rows.push(["buckets", `${each}; ${number(sale.redis.inTransit)} in transit`, "buckets"]);
   }
+  // A sale behind a waiting room: the line, who is in, the rate, the wait.
+  const room = sale.waitingRoom;
+  if (room) {
+    rows.push(["waiting room: waiting", room.waiting, "room-waiting"]);
+    rows.push(["admitted last minute / active", `${number(room.admittedLastMinute)} / ${number(room.active)} of ${number(room.activeBuyers)}`, "room-active"]);
+    rows.push(["expired / abandoned", `${number(room.expired)} / ${number(room.abandoned)}`, "room-expired"]);
+    const rate = room.admittedLastMinute || room.admitPerMinute;
+    const open = !room.soldOut && !room.closed;
+    rows.push(["estimated wait at the back", open && rate ? `${Math.ceil((room.waiting * 60) / rate)} s` : "–", "room-wait"]);
+    rows.push(["room", room.closed ? "closed" : room.soldOut ? "sold out" : "admitting", "room-state"]);
+    rows.push(["shuffle seed", room.seed || "secret until the start", "room-seed"]);
+  }
   const table = card.querySelector("table");
   table.replaceChildren(...rows.map(([label, value, key]) => {
     const row = document.createElement("tr");

@@ -12,6 +12,7 @@
 
 use crate::config::KafkaSettings;
 use crate::domain::SaleKey;
+use crate::stock::queue::RoomState;
 use crate::stock::{SaleSnapshot, Stock};
 use sqlx::PgPool;
 use std::collections::BTreeMap;
@@ -113,6 +114,11 @@ pub struct Report {
     /// process stopped short, or the replicas did not confirm it): repeat
     /// it — the same `warmupId` (`seckillctl warmup --id`) — to finish it.
     pub unfinished_warmup: Option<UnfinishedWarmup>,
+    /// The sale's waiting room (README "Waiting room"), `None` without
+    /// one; its `seed` (SHA-1 of `seed:ticket` orders the pre-queue's
+    /// tickets as they were admitted) is shown once the sale has started,
+    /// empty before (secret until the shuffle).
+    pub waiting_room: Option<RoomState>,
     /// Whether every check holds.
     pub consistent: bool,
     /// Each failed check, in words, naming the terms that disagree.
@@ -200,6 +206,7 @@ pub async fn reconcile(
             error: w.error,
             started_at: w.started_at,
         });
+    let waiting_room = stock.room(sale).await.map_err(&redis)?.map(|r| r.shown_at(crate::now_ms()));
     let mut report = Report {
         activity_id: sale.activity.get(),
         sku_id: sale.sku.get(),
@@ -237,6 +244,7 @@ pub async fn reconcile(
         compensator_lag,
         redis: snapshot,
         unfinished_warmup,
+        waiting_room,
         consistent: false,
         violations: Vec::new(),
     };

@@ -8,7 +8,7 @@ use seckill_shared::domain::{OrderRecord, SaleKey};
 use seckill_shared::kafka::{dlq_header, header_str, headers_map};
 use std::collections::BTreeMap;
 
-pub(super) fn parse_sale(text: &str) -> Result<SaleKey, String> {
+pub(crate) fn parse_sale(text: &str) -> Result<SaleKey, String> {
     let (activity, sku) = text.split_once(':').ok_or_else(|| format!("expected ACTIVITY:SKU, got '{text}'"))?;
     let number = |part: &str| part.parse::<i64>().map_err(|_| format!("expected ACTIVITY:SKU, got '{text}'"));
     SaleKey::from_raw(number(activity)?, number(sku)?).map_err(|e| e.to_string())

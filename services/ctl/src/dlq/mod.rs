@@ -7,7 +7,7 @@
 //! stopped ([`resume`]) and record every run in the audit trail ([`runs`]),
 //! which `runs` lists.
 
-mod filter;
+pub(crate) mod filter;
 mod redrive;
 mod replay;
 mod resume;

@@ -40,7 +40,7 @@ pub fn router() -> Router<AppState> {
 /// The page's own origin only; no framing.
 const POLICY: &str = "default-src 'self'; frame-ancestors 'none'; form-action 'self'";
 
-fn html(status: StatusCode, body: String) -> Response {
+pub(super) fn html(status: StatusCode, body: String) -> Response {
     let headers = [
         (CONTENT_TYPE, "text/html; charset=utf-8"),
         (CONTENT_SECURITY_POLICY, POLICY),
@@ -50,7 +50,7 @@ fn html(status: StatusCode, body: String) -> Response {
     (status, headers, body).into_response()
 }
 
-fn asset(kind: &'static str, body: &'static str) -> Response {
+pub(super) fn asset(kind: &'static str, body: &'static str) -> Response {
     ([(CONTENT_TYPE, kind), (X_CONTENT_TYPE_OPTIONS, "nosniff"), (CACHE_CONTROL, "no-cache")], body).into_response()
 }
 

@@ -22,6 +22,7 @@ mod order_request;
 mod payments;
 mod queue;
 mod queue_bodies;
+mod queue_page;
 mod session;
 
 pub use error::ApiError;
@@ -210,7 +211,9 @@ pub fn router(state: AppState) -> Router {
     // Requests beyond connections.max_in_flight are answered 503 at once;
     // the probes and metrics stay outside the limit, so an edge at its
     // limit is still seen alive and ready.
-    let limited = Router::new().merge(api).merge(notifications).merge(admin).layer(
+    // The waiting room's page: a browser's, outside CORS (same origin).
+    let queue_page = queue_page::router().method_not_allowed_fallback(method_not_allowed);
+    let limited = Router::new().merge(api).merge(notifications).merge(admin).merge(queue_page).layer(
         ServiceBuilder::new()
             .layer(HandleErrorLayer::new(|_: BoxError| async {
                 ApiError::TryAgain(anyhow::anyhow!("the edge is at connections.max_in_flight"))

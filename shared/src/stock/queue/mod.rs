@@ -43,7 +43,7 @@ pub fn ticket_sale(ticket: &str) -> Option<SaleKey> {
 }
 
 /// A sale's waiting room: its settings and where it stands.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoomState {
     pub round: i64,
@@ -78,10 +78,23 @@ pub struct RoomState {
 }
 
 impl RoomState {
+    /// The room as it may be shown at `now_ms`: the seed orders the
+    /// pre-queue, so it is secret (empty) until the start.
+    pub fn shown_at(mut self, now_ms: i64) -> Self {
+        if self.starts_ms > now_ms {
+            self.seed.clear();
+        }
+        self
+    }
+
     /// The estimated wait of the ticket at `place` (seconds): by the
     /// admissions of the last minute, or the configured rate before any;
-    /// `None` when neither says (an unlimited room that admitted nobody yet).
+    /// `None` when neither says (an unlimited room that admitted nobody yet),
+    /// or when nobody waits for a place (sold out, closed).
     pub fn wait_seconds(&self, place: u64) -> Option<u64> {
+        if self.sold_out || self.closed {
+            return None;
+        }
         wait_seconds(place, self.admitted_last_minute, self.admit_per_minute)
     }
 }
