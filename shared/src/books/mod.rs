@@ -140,6 +140,18 @@ pub struct UnfinishedWarmup {
     pub started_at: chrono::DateTime<chrono::Utc>,
 }
 
+impl UnfinishedWarmup {
+    fn of(w: crate::sales::record::Warmup) -> Self {
+        Self {
+            warmup_id: w.id,
+            step: w.step.as_str().to_owned(),
+            round: w.round,
+            error: w.error,
+            started_at: w.started_at,
+        }
+    }
+}
+
 impl Report {
     /// Whether nothing is in flight anywhere (events relayed too).
     pub fn drained(&self) -> bool {
@@ -198,14 +210,7 @@ pub async fn reconcile(
         }
         None => (None, None),
     };
-    let unfinished_warmup =
-        crate::sales::record::unfinished(pool, sale).await.map_err(&pg)?.map(|w| UnfinishedWarmup {
-            warmup_id: w.id,
-            step: w.step.as_str().to_owned(),
-            round: w.round,
-            error: w.error,
-            started_at: w.started_at,
-        });
+    let unfinished_warmup = crate::sales::record::unfinished(pool, sale).await.map_err(&pg)?.map(UnfinishedWarmup::of);
     let waiting_room = stock.room(sale).await.map_err(&redis)?.map(|r| r.shown_at(crate::now_ms()));
     let mut report = Report {
         activity_id: sale.activity.get(),
