@@ -20,6 +20,8 @@ mod chaos_short;
 mod cheating_clients;
 #[path = "e2e/cli.rs"]
 mod cli;
+#[path = "e2e/cloud_events.rs"]
+mod cloud_events;
 #[path = "e2e/code_map.rs"]
 mod code_map;
 #[path = "e2e/code_rules.rs"]

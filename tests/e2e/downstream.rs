@@ -43,7 +43,9 @@ fn fixtures_match_their_schemas() {
 async fn what_the_pipeline_writes_matches_its_schemas() {
     let env = TestEnv::new().await;
     let edge = env.spawn_edge(env.edge_settings()).await;
-    let order = env.spawn_order(env.order_settings()).await;
+    let mut order_settings = env.order_settings();
+    order_settings.servers.kafka.cloudevents_source = super::cloud_events::SOURCE.into();
+    let order = env.spawn_order(order_settings).await;
     let compensator = env.spawn_compensator(env.compensator_settings()).await;
     let client = Client::new(edge.url());
     let sale = env.sale();
@@ -158,6 +160,8 @@ fn events_match_their_schema(events: &[OwnedMessage]) {
         }
     }
     assert_eq!(kinds, BTreeMap::from([("CREATED".to_owned(), 2), ("FAILED".to_owned(), 1)]));
+    let read = super::cloud_events::read_with_the_sdk(events);
+    eprintln!("the events, as the CloudEvents SDK read them: {}", read.trim());
 }
 
 /// The relay killed mid-way: no event is lost, and an event sent again

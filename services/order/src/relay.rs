@@ -279,7 +279,7 @@ impl Relay {
             let mut refused = Vec::new();
             for &i in &wave {
                 let ((key, payload), row) = &outgoing[i];
-                let headers = row.event.trace().headers();
+                let headers = row.event.headers(&self.settings.servers.kafka.cloudevents_source);
                 let mut record =
                     BaseRecord::with_opaque_to(topic, sent.opaque(i)).key(key).payload(payload).headers(headers);
                 loop {

@@ -99,6 +99,9 @@ pub struct KafkaSettings {
     pub fetch_min_bytes: u32,
     /// Bound on metadata, watermark, offset and topic-creation calls.
     pub admin_timeout_ms: u64,
+    /// `ce_source` of every order event (its CloudEvents headers): a URI
+    /// naming the shop's pipeline.
+    pub cloudevents_source: String,
 }
 
 impl Default for KafkaSettings {
@@ -115,6 +118,7 @@ impl Default for KafkaSettings {
             session_timeout_ms: 10_000,
             fetch_min_bytes: 65_536,
             admin_timeout_ms: 10_000,
+            cloudevents_source: crate::kafka::cloud_event::DEFAULT_SOURCE.into(),
         }
     }
 }

@@ -192,9 +192,22 @@ impl EventRow {
         })
     }
 
-    /// The record's headers: the order's request id and trace context.
+    /// The record's trace: the order's request id and trace context.
     pub fn trace(&self) -> Trace<'_> {
         Trace { request_id: self.request_id.as_deref(), traceparent: self.traceparent.as_deref() }
+    }
+
+    /// The record's headers: its trace, and the CloudEvents attributes with
+    /// `source` as `ce_source`.
+    pub fn headers(&self, source: &str) -> rdkafka::message::OwnedHeaders {
+        let attributes = crate::kafka::cloud_event::Attributes {
+            id: &self.event_id,
+            kind: &self.kind,
+            subject: &self.order_id,
+            time: self.occurred_at,
+            source,
+        };
+        crate::kafka::cloud_event::headers(self.trace(), attributes)
     }
 }
 

@@ -2,6 +2,7 @@
 //! configuration and topic creation; record headers ([`headers`]) and
 //! consumer lag ([`lag`]).
 
+pub mod cloud_event;
 pub mod context;
 pub mod headers;
 pub mod lag;

@@ -265,6 +265,13 @@ pub fn check_servers(servers: &Servers) -> anyhow::Result<()> {
     }) {
         anyhow::bail!("kafka.brokers (SECKILL_KAFKA_BROKERS) '{brokers}' is not a list of host:port");
     }
+    let source = &servers.kafka.cloudevents_source;
+    let absolute = source.split_once(':').is_some_and(|(scheme, rest)| {
+        !scheme.is_empty() && !rest.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    });
+    if !(absolute || source.starts_with('/')) || !source.bytes().all(|b| b.is_ascii_graphic()) {
+        anyhow::bail!("kafka.cloudevents_source '{source}' is not a URI (https://shop.example/seckill, urn:shop:seckill or /seckill)");
+    }
     Ok(())
 }
 
@@ -289,4 +296,23 @@ async fn connect(
         return Ok(None);
     };
     Ok(Some(Connections { stock, db, topics }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cloudevents_source_is_a_uri() {
+        for good in ["urn:seckill:order-events", "https://shop.example/seckill", "/seckill"] {
+            let mut servers = Servers::default();
+            servers.kafka.cloudevents_source = good.into();
+            check_servers(&servers).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        for bad in ["", "shop", "https://shop example", ":x"] {
+            let mut servers = Servers::default();
+            servers.kafka.cloudevents_source = bad.into();
+            assert!(check_servers(&servers).is_err(), "{bad}");
+        }
+    }
 }

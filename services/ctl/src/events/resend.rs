@@ -60,7 +60,10 @@ pub async fn run(settings: &Settings, since: DateTime<Utc>, dry_run: bool, json:
         for want in &lacking {
             let event = want.event.event().map_err(Failure::failed)?;
             let (key, payload) = outbox::keyed(&event);
-            let record = FutureRecord::to(&topic).key(&key).payload(&payload).headers(want.event.trace().headers());
+            let record = FutureRecord::to(&topic)
+                .key(&key)
+                .payload(&payload)
+                .headers(want.event.headers(&settings.servers.kafka.cloudevents_source));
             producer
                 .send(record, Duration::from_secs(30))
                 .await
