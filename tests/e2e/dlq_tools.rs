@@ -322,3 +322,42 @@ async fn compensator_metrics_agree(port: u16, one: SaleKey) {
         assert!(metrics.contains(line), "/metrics lacks {line}");
     }
 }
+
+/// Who ran it: `--operator`, else `SECKILL_OPERATOR`, `$USER`, `$LOGNAME`,
+/// else the name of the process's user (as `id -un` says it) — never
+/// `unknown` when any is known. And `replay --to` a topic that does not
+/// exist is refused before anything is sent (naming the topic and how to
+/// create it), or creates it with `--create-topic`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_names_who_ran_it_and_a_missing_target_topic_is_refused_first() {
+    let env = TestEnv::with_partitions(1).await;
+    let topics = env.topics();
+    env.produce(&topics.dlq, "k", b"not an order", &[(dlq_header::REASON, "MALFORMED"), (dlq_header::ATTEMPTS, "1")])
+        .await;
+    let nobody = [("SECKILL_OPERATOR", ""), ("USER", ""), ("LOGNAME", "")];
+    let dry = ["dlq", "replay", "--dry-run"];
+    let by_uid = env.ctl_with_env(&[&dry[..], &["--note", "by uid"]].concat(), &nobody).await;
+    assert_eq!(by_uid.code, 0, "{by_uid:?}");
+    assert_eq!(
+        env.ctl_with_env(&[&dry[..], &["--note", "by flag", "--operator", "ops-ben"]].concat(), &nobody).await.code,
+        0
+    );
+    let missing = format!("{}nowhere", topics.dlq);
+    let refused = env.ctl(&["dlq", "replay", "--to", &missing, "--note", "to nowhere"]).await;
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stderr.contains(&missing) && refused.stderr.contains("--create-topic"), "{}", refused.stderr);
+    let created = env.ctl(&["dlq", "replay", "--to", &missing, "--create-topic", "--note", "created"]).await;
+    assert_eq!(created.code, 0, "{created:?}");
+    assert!(created.stdout.contains("1 record(s) replayed"), "{}", created.stdout);
+    assert_eq!(env.read_topic(&missing, 1, Duration::from_secs(30)).await.len(), 1, "the record on the new topic");
+
+    let id = std::process::Command::new("id").arg("-un").output().expect("id -un");
+    let me = String::from_utf8_lossy(&id.stdout).trim().to_owned();
+    let runs = env.ctl(&["dlq", "runs", "--json"]).await;
+    let runs: Vec<serde_json::Value> = serde_json::from_str(&runs.stdout).unwrap();
+    let operator = |note: &str| runs.iter().find(|r| r["note"] == note).map(|r| r["operator"].clone());
+    assert_eq!(operator("by uid"), Some(serde_json::json!(me)), "{runs:?}");
+    assert_eq!(operator("by flag"), Some(serde_json::json!("ops-ben")));
+    assert_eq!(operator("to nowhere"), None, "a refused target starts no run");
+    assert!(runs.iter().all(|r| r["operator"] != "unknown"), "{runs:?}");
+}

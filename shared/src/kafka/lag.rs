@@ -38,7 +38,7 @@ pub fn committed_positions<'a>(
     for p in partitions {
         list.add_partition(topic, *p);
     }
-    let committed = consumer.committed_offsets(list, timeout)?;
+    let committed = committed_offsets(consumer, list, timeout)?;
     let mut positions = BTreeMap::new();
     for entry in committed.elements_for_topic(topic) {
         let position = match entry.offset() {
@@ -48,6 +48,29 @@ pub fn committed_positions<'a>(
         positions.insert(entry.partition(), position);
     }
     Ok(positions)
+}
+
+/// The group's committed offsets, asked again while its coordinator is
+/// still being chosen or loaded (a fresh cluster's first group: Kafka
+/// creates `__consumer_offsets` on that first ask), within `timeout`.
+fn committed_offsets(
+    consumer: &BaseConsumer,
+    list: TopicPartitionList,
+    timeout: Duration,
+) -> anyhow::Result<TopicPartitionList> {
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode::{CoordinatorLoadInProgress, CoordinatorNotAvailable, NotCoordinator};
+    let give_up = std::time::Instant::now() + timeout;
+    loop {
+        match consumer.committed_offsets(list.clone(), timeout) {
+            Err(KafkaError::MetadataFetch(NotCoordinator | CoordinatorLoadInProgress | CoordinatorNotAvailable))
+                if std::time::Instant::now() < give_up =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return Ok(other?),
+        }
+    }
 }
 
 /// Records not yet committed by a group on a topic, per partition and summed.

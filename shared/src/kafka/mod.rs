@@ -132,6 +132,42 @@ pub async fn ensure_topics(settings: &KafkaSettings) -> anyhow::Result<Topics> {
     Ok(topics)
 }
 
+/// How many partitions `topic` has (`None`: it does not exist). Asked as
+/// a consumer asks, which never creates it.
+pub async fn topic_partitions(settings: &KafkaSettings, topic: &str) -> anyhow::Result<Option<usize>> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &settings.brokers).set("allow.auto.create.topics", "false");
+    let (timeout, topic) = (settings.admin_timeout(), topic.to_owned());
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Option<usize>> {
+        let consumer: rdkafka::consumer::BaseConsumer = config.create()?;
+        let metadata = rdkafka::consumer::Consumer::fetch_metadata(&consumer, Some(&topic), timeout)?;
+        let found = metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none());
+        Ok(found.map(|t| t.partitions().len()).filter(|n| *n > 0))
+    })
+    .await?
+}
+
+/// Creates `topic` with `partitions`, replicated as [`ensure_topics`]
+/// replicates the pipeline's (an existing one is left as it is).
+pub async fn create_topic(settings: &KafkaSettings, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", &settings.brokers).create()?;
+    let timeout = settings.admin_timeout();
+    let (replication, min_insync) = replication(settings, timeout).await?;
+    let min_insync = min_insync.to_string();
+    let wanted =
+        [NewTopic::new(topic, partitions, TopicReplication::Fixed(replication))
+            .set("min.insync.replicas", &min_insync)];
+    let options = AdminOptions::new().operation_timeout(Some(timeout));
+    for result in admin.create_topics(&wanted, &options).await? {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => anyhow::bail!("creating topic {topic}: {code}"),
+        }
+    }
+    Ok(())
+}
+
 /// The replication factor and `min.insync.replicas` for new topics: the
 /// settings' when given, else from the cluster's broker count (at most 3
 /// copies; 2 in sync when there are 3).

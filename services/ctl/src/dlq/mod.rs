@@ -83,6 +83,11 @@ pub enum Command {
         /// its own resume position, apart from a replay to the original.
         #[arg(long)]
         to: Option<String>,
+        /// Create `--to`'s topic when it does not exist (with the
+        /// dead-letter topic's partition count); without it, a missing
+        /// topic is refused before anything is sent.
+        #[arg(long, requires = "to")]
+        create_topic: bool,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -126,6 +131,10 @@ pub struct RunArgs {
     /// Why (kept in the audit trail).
     #[arg(long, default_value = "")]
     note: String,
+    /// Who runs it (kept in the audit trail); else `SECKILL_OPERATOR`,
+    /// `$USER`, `$LOGNAME`, the name of this process's user.
+    #[arg(long)]
+    operator: Option<String>,
     /// Records per second at most.
     #[arg(long)]
     rate: Option<f64>,
@@ -245,7 +254,12 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Parked { limit, json } => parked(&settings, limit, json).await,
-        Command::Replay { filter, to, run } => replay::replay(settings, filter, to, run).await,
+        Command::Replay { filter, to, create_topic, run } => {
+            if let Some(topic) = &to {
+                replay::target_exists(&settings, topic, create_topic).await?;
+            }
+            replay::replay(settings, filter, to, run).await
+        }
         Command::Redrive { filter, run } => redrive::redrive(settings, filter, run).await,
         Command::Runs { limit, json } => runs::list(&crate::database(&settings).await?, limit, json).await,
         Command::Stats { since, sale, json } => stats::run(&settings, since, sale, json).await,

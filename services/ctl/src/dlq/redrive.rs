@@ -64,7 +64,14 @@ pub async fn redrive(settings: Settings, filter: Filter, run: RunArgs) -> Result
     let producer: FutureProducer = kafka::producer(&settings.servers.kafka).map_err(Failure::unreadable)?;
     let topics = Topics::new(&settings.servers.kafka);
     let group = format!("{}seckillctl-redrive-{}", settings.servers.kafka.topic_prefix, filter.group_suffix());
-    let spec = RunSpec { kind: "redrive", note: &run.note, filter: &filter, target: None, dry_run: run.dry_run };
+    let spec = RunSpec {
+        kind: "redrive",
+        operator: run.operator.as_deref(),
+        note: &run.note,
+        filter: &filter,
+        target: None,
+        dry_run: run.dry_run,
+    };
     let audit = Run::start(&db, &spec).await?;
     let mut records = Resumable::start(&settings, group, filter.clone(), !run.dry_run);
     let redrive = Redrive { settings, stock, db, producer, topics, audit, dry_run: run.dry_run };

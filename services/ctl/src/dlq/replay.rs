@@ -16,6 +16,24 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::kafka::{self, dlq_header, header_str, Topics, REQUEST_ID_HEADER};
 use std::time::Duration;
 
+/// Makes sure `--to`'s `topic` exists before anything is sent: created
+/// when `create` (with the dead-letter topic's partitions), else refused
+/// with how to create it.
+pub async fn target_exists(settings: &Settings, topic: &str, create: bool) -> Result<(), Failure> {
+    let kafka_settings = &settings.servers.kafka;
+    if kafka::topic_partitions(kafka_settings, topic).await.map_err(Failure::unreadable)?.is_some() {
+        return Ok(());
+    }
+    if !create {
+        return Err(Failure::failed(anyhow::anyhow!(
+            "topic {topic} does not exist: nothing was sent; create it (kafka-topics.sh --create --topic {topic}) or run again with --create-topic"
+        )));
+    }
+    kafka::create_topic(kafka_settings, topic, kafka_settings.dlq_partitions).await.map_err(Failure::unreadable)?;
+    println!("created topic {topic} ({} partitions)", kafka_settings.dlq_partitions);
+    Ok(())
+}
+
 /// Runs a replay.
 pub async fn replay(settings: Settings, filter: Filter, to: Option<String>, run: RunArgs) -> Result<(), Failure> {
     let producer: FutureProducer = kafka::producer(&settings.servers.kafka).map_err(Failure::unreadable)?;
@@ -23,8 +41,14 @@ pub async fn replay(settings: Settings, filter: Filter, to: Option<String>, run:
     let topics = Topics::new(&settings.servers.kafka);
     let target = to.as_deref().map(|topic| format!("-to-{topic}")).unwrap_or_default();
     let group = format!("{}seckillctl-replay-{}{target}", settings.servers.kafka.topic_prefix, filter.group_suffix());
-    let spec =
-        RunSpec { kind: "replay", note: &run.note, filter: &filter, target: to.as_deref(), dry_run: run.dry_run };
+    let spec = RunSpec {
+        kind: "replay",
+        operator: run.operator.as_deref(),
+        note: &run.note,
+        filter: &filter,
+        target: to.as_deref(),
+        dry_run: run.dry_run,
+    };
     let audit = Run::start(&db, &spec).await?;
     let mut records = Resumable::start(&settings, group, filter.clone(), !run.dry_run);
     let mut sent = 0u64;

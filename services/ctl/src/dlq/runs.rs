@@ -38,6 +38,8 @@ impl Outcome {
 pub struct RunSpec<'a> {
     /// `replay` or `redrive`.
     pub kind: &'static str,
+    /// `--operator`, when given.
+    pub operator: Option<&'a str>,
     pub note: &'a str,
     pub filter: &'a Filter,
     /// The topic records go to, when not their original one.
@@ -52,12 +54,37 @@ pub struct Run {
     pub id: i64,
 }
 
-/// Who runs the tool: `SECKILL_OPERATOR`, else the login name.
-fn operator() -> String {
-    ["SECKILL_OPERATOR", "USER", "LOGNAME"]
-        .iter()
-        .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
-        .unwrap_or_else(|| "unknown".into())
+/// Who runs the tool: `asked` (`--operator`), else `SECKILL_OPERATOR`,
+/// `$USER`, `$LOGNAME`, else the name of this process's user (its uid in
+/// `/etc/passwd`, as `id -un` says it), else `uid <n>`; `unknown` only when
+/// not even the uid can be read.
+fn operator(asked: Option<&str>) -> String {
+    let named = |v: &str| !v.trim().is_empty();
+    if let Some(asked) = asked.filter(|v| named(v)) {
+        return asked.to_owned();
+    }
+    if let Some(set) =
+        ["SECKILL_OPERATOR", "USER", "LOGNAME"].iter().find_map(|n| std::env::var(n).ok().filter(|v| named(v)))
+    {
+        return set;
+    }
+    let Some(uid) = own_uid() else { return "unknown".into() };
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    user_of(&passwd, uid).unwrap_or_else(|| format!("uid {uid}"))
+}
+
+/// This process's real uid (`/proc/self/status`).
+fn own_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+}
+
+/// The name `passwd` gives `uid`.
+fn user_of(passwd: &str, uid: u32) -> Option<String> {
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.len() > 2 && fields[2].parse() == Ok(uid)).then(|| fields[0].to_owned())
+    })
 }
 
 impl Run {
@@ -68,7 +95,7 @@ impl Run {
             "INSERT INTO dlq_runs (kind, operator, note, filter, target, dry_run)
              VALUES ($1, $2, $3, $4::text::jsonb, $5, $6) RETURNING run_id",
             spec.kind,
-            operator(),
+            operator(spec.operator),
             spec.note,
             filter,
             spec.target,
@@ -184,4 +211,20 @@ pub async fn list(db: &PgPool, limit: i64, json: bool) -> Result<(), Failure> {
     }
     println!("{} run(s)", rows.len());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_operator_is_named_by_the_uid_when_nothing_else_names_them() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nshop:x:1000:1000::/home/shop:/bin/sh\n";
+        assert_eq!(user_of(passwd, 1000).as_deref(), Some("shop"));
+        assert_eq!(user_of(passwd, 0).as_deref(), Some("root"));
+        assert_eq!(user_of(passwd, 7), None);
+        assert_eq!(operator(Some("ana")), "ana");
+        assert!(own_uid().is_some(), "this process's uid is readable");
+        assert_ne!(operator(None), "unknown");
+    }
 }
