@@ -71,11 +71,15 @@ async fn short_a_sale_in_buckets_keeps_every_promise_when_a_primary_dies_with_th
 }
 
 /// `WAIT` goes to the primary the deduction wrote: with the replica of the
-/// sale's slot frozen, every order is answered 503 and keeps nothing (the
-/// other primaries' replicas confirm promptly: a `WAIT` sent to any of them
-/// would have let a 202 through); thawed, the sale sells again.
+/// sale's slot frozen, no order is answered 202 `QUEUED` (the other
+/// primaries' replicas confirm promptly: a `WAIT` sent to any of them
+/// would have let a 202 through). Nor 503: the deduction is voided, but the
+/// void cannot be confirmed either, so nothing says the unit was not kept —
+/// each buyer hears 202 `UNCONFIRMED`, and no order is published. Thawed,
+/// the voids land (nothing kept, every buyer's result says so) and the sale
+/// sells again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn short_a_deduction_the_slots_replica_did_not_confirm_is_answered_503_and_keeps_nothing() {
+async fn short_a_deduction_the_slots_replica_did_not_confirm_is_not_promised_and_keeps_nothing() {
     use seckill_e2e::redis_cluster::{sale_slot, signal_node, wait_slot_replicated};
     let env = seckill_e2e::TestEnv::on(Topology::RedisCluster).await;
     let sale = env.sale();
@@ -89,13 +93,24 @@ async fn short_a_deduction_the_slots_replica_did_not_confirm_is_answered_503_and
     signal_node(replica, "-STOP");
     let mut frozen = Vec::new();
     for user in 1..=5 {
-        frozen.push(client.order(sale.activity.get(), sale.sku.get(), user).await.status.as_u16());
+        let reply = client.order(sale.activity.get(), sale.sku.get(), user).await;
+        frozen.push((reply.status.as_u16(), reply.code().to_owned()));
     }
     signal_node(replica, "-CONT");
-    assert_eq!(frozen, [503; 5], "unconfirmed deductions are refused");
-    let snapshot = env.stock.snapshot(sale).await.expect("a snapshot");
-    assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations), (10, 0, 0), "the 503s kept nothing");
+    assert_eq!(frozen, vec![(202, "UNCONFIRMED".to_owned()); 5], "unconfirmed deductions are not promised");
     wait_slot_replicated(sale_slot(&env, sale)).await;
+    seckill_e2e::eventually("the voids to land", Duration::from_secs(60), || async {
+        match env.stock.snapshot(sale).await {
+            Ok(s) if (s.remaining, s.buyers, s.reservations) == (10, 0, 0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    for user in 1..=5 {
+        let path = format!("/api/seckill/result?activityId={}&skuId={}&userId={user}", sale.activity, sale.sku);
+        let result = client.get(&path).await;
+        assert_ne!(result.json["status"], "CREATED", "buyer {user} holds nothing: {}", result.text);
+    }
     // A confirmation slower than the 200 ms allowed is a 503 that kept
     // nothing: the buyer asks again until the replica confirms in time.
     seckill_e2e::eventually("the thawed replica to confirm an order", Duration::from_secs(60), || async {
