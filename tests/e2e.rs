@@ -26,6 +26,8 @@ mod cloud_events;
 mod code_map;
 #[path = "e2e/code_rules.rs"]
 mod code_rules;
+#[path = "e2e/code_size.rs"]
+mod code_size;
 #[path = "e2e/compensator.rs"]
 mod compensator;
 #[path = "e2e/contract.rs"]
@@ -84,5 +86,7 @@ mod status_reads;
 mod upgrade;
 #[path = "e2e/waiting_room.rs"]
 mod waiting_room;
+#[path = "e2e/waiting_room_entry.rs"]
+mod waiting_room_entry;
 #[path = "e2e/warmup_job.rs"]
 mod warmup_job;

@@ -44,9 +44,9 @@ pub(crate) fn code_only(source: &str) -> String {
             };
             out.extend(std::iter::repeat_n(b' ', end - i));
             i = end;
-        } else if let Some(hashes) = raw_string_start(rest) {
+        } else if let Some((prefix, hashes)) = raw_string_start(rest) {
             let close = format!("\"{}", "#".repeat(hashes));
-            let open = 2 + hashes;
+            let open = prefix + hashes + 1;
             let end = rest[open..].find(&close).map_or(bytes.len(), |n| i + open + n + close.len());
             out.extend_from_slice(&bytes[i..i + open]);
             out.extend(std::iter::repeat_n(b' ', end - i - open));
@@ -76,10 +76,13 @@ pub(crate) fn code_only(source: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn raw_string_start(rest: &str) -> Option<usize> {
+/// The prefix (`r` or `br`) and the hashes of a raw string opening at the
+/// start of `rest`.
+fn raw_string_start(rest: &str) -> Option<(usize, usize)> {
+    let prefix = if rest.starts_with("br") { 2 } else { 1 };
     let after = rest.strip_prefix('r').or_else(|| rest.strip_prefix("br"))?;
     let hashes = after.chars().take_while(|c| *c == '#').count();
-    after[hashes..].starts_with('"').then_some(hashes + usize::from(rest.starts_with("br")))
+    after[hashes..].starts_with('"').then_some((prefix, hashes))
 }
 
 /// The length of a char literal at the start of `rest` (`'a'`, `'\n'`,
@@ -330,4 +333,7 @@ fn a_false_map_is_noticed() {
     // Strings and comments are not code.
     let code = code_only("fn f() { let s = \"}\"; let c = '{'; // }\n g(); }");
     assert!(names(body(&code, "f").unwrap(), "g"));
+    // A raw byte string ends at its own closing quote and hashes.
+    let code = code_only("fn f() { s(br#\"{\"#); s(br\"}\"); } fn h() { g(); }");
+    assert!(names(body(&code, "h").unwrap(), "g"), "{code}");
 }

@@ -6,7 +6,7 @@ use crate::code_map::{code_only, names, read, section};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Every `.rs` file under `services/` and `shared/src`, with its text.
-fn rust_sources() -> Vec<(String, String)> {
+pub(crate) fn rust_sources() -> Vec<(String, String)> {
     let root = seckill_e2e::repo_root();
     let mut found = Vec::new();
     let mut pending = vec!["services".to_owned(), "shared/src".to_owned()];
@@ -30,7 +30,7 @@ fn shipped(text: &str) -> &str {
 }
 
 /// The invariant's bullet in ARCHITECTURE.md, by the start of its bold title.
-fn invariant(title: &str) -> String {
+pub(crate) fn invariant(title: &str) -> String {
     let map = read("ARCHITECTURE.md");
     let invariants = section(&map, "## Invariants");
     let start =

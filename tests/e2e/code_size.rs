@@ -1,0 +1,88 @@
+//! The map's invariant that files and functions stay short, checked on
+//! every Rust source of the project, tests included.
+
+use crate::code_map::{code_only, read};
+use crate::code_rules::{invariant, rust_sources};
+
+/// Each function of a Rust source with a body, and its length in lines
+/// (from `fn` to its closing brace).
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let code = code_only(text);
+    let bytes = code.as_bytes();
+    let word = |i: usize| bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_';
+    let mut found = Vec::new();
+    for (start, _) in code.match_indices("fn ") {
+        let name: String = code[start + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if (start > 0 && word(start - 1)) || name.is_empty() {
+            continue;
+        }
+        // The body opens at the first `{` outside the signature's brackets;
+        // a `;` there first is a declaration without one.
+        let (mut depth, mut at) = (0i32, start);
+        while at < bytes.len() && !(depth == 0 && matches!(bytes[at], b'{' | b';')) {
+            depth += match bytes[at] {
+                b'(' | b'[' => 1,
+                b')' | b']' => -1,
+                _ => 0,
+            };
+            at += 1;
+        }
+        if at == bytes.len() || bytes[at] == b';' {
+            continue;
+        }
+        let mut open = 0;
+        let close = (at..bytes.len()).find(|&i| {
+            open += match bytes[i] {
+                b'{' => 1,
+                b'}' => -1,
+                _ => 0,
+            };
+            open == 0
+        });
+        found.push((name, text[start..=close.unwrap_or(bytes.len() - 1)].lines().count()));
+    }
+    found
+}
+
+/// Each file over 400 lines and each function over 80 in `sources`.
+fn too_long(sources: &[(String, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (path, text) in sources {
+        let lines = text.lines().count();
+        if lines > 400 {
+            found.push(format!("{path}: {lines} lines"));
+        }
+        for (name, lines) in function_lengths(text).into_iter().filter(|(_, n)| *n > 80) {
+            found.push(format!("{path}:{name}: {lines} lines"));
+        }
+    }
+    found
+}
+
+#[test]
+fn files_and_functions_fit_on_a_screen_or_two() {
+    invariant("Files and functions fit on a screen or two");
+    let mut sources = rust_sources();
+    let mut pending = vec!["tests".to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(seckill_e2e::repo_root().join(&dir)).unwrap().filter_map(Result::ok) {
+            let path = format!("{dir}/{}", entry.file_name().to_string_lossy());
+            if entry.file_type().unwrap().is_dir() {
+                pending.push(path);
+            } else if path.ends_with(".rs") {
+                sources.push((path.clone(), read(&path)));
+            }
+        }
+    }
+    assert!(sources.len() > 150, "{} sources: the walk missed some", sources.len());
+    let found = too_long(&sources);
+    assert!(found.is_empty(), "too long: {found:#?}");
+}
+
+#[test]
+fn a_long_file_or_function_is_noticed() {
+    let long_fn = format!("fn g(x: [u8; 2]) {{\n{}}}\nfn h();\n", "    let s = \"}\";\n".repeat(80));
+    assert_eq!(function_lengths(&long_fn), [("g".to_owned(), 82)]);
+    let long_file = ("tests/x.rs".to_owned(), "// a line\n".repeat(401));
+    assert_eq!(too_long(&[long_file]), ["tests/x.rs: 401 lines"]);
+}
