@@ -56,6 +56,8 @@ mod identity;
 mod lifecycle;
 #[path = "e2e/lock.rs"]
 mod lock;
+#[path = "e2e/metrics_at_start.rs"]
+mod metrics_at_start;
 #[path = "e2e/observability.rs"]
 mod observability;
 #[path = "e2e/one_bad_sale.rs"]

@@ -27,32 +27,82 @@ fn rust_sources(dir: &Path, found: &mut Vec<PathBuf>) {
     }
 }
 
-/// The names the services record: `counter!("…"`, `gauge!("…"`,
-/// `histogram!("…"` in their sources (a histogram also as its `_bucket`,
-/// `_sum` and `_count` series).
-fn exported() -> BTreeSet<String> {
+/// The services' and the shared library's Rust sources, each with its text
+/// up to its test module (`#[cfg(test)]`: what tests record is not
+/// exported).
+fn service_sources() -> Vec<(PathBuf, String)> {
     let mut files = Vec::new();
     for dir in ["shared/src", "services"] {
         rust_sources(&seckill_e2e::repo_root().join(dir), &mut files);
     }
+    files
+        .into_iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(&file).expect("a source file");
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default().to_owned();
+            (file, code)
+        })
+        .collect()
+}
+
+/// The names the services record, with the macro that records each:
+/// `counter!("…"`, `gauge!("…"`, `histogram!("…"`.
+fn recorded() -> BTreeSet<(String, &'static str)> {
     let mut names = BTreeSet::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).expect("a source file");
+    for (_, text) in service_sources() {
         for macro_name in ["counter!(", "gauge!(", "histogram!("] {
             for (at, _) in text.match_indices(macro_name) {
                 let rest = text[at + macro_name.len()..].trim_start();
                 let Some(rest) = rest.strip_prefix('"') else { continue };
-                let name: String = rest.chars().take_while(|c| *c != '"').collect();
-                if macro_name == "histogram!(" {
-                    for suffix in ["_bucket", "_sum", "_count"] {
-                        names.insert(format!("{name}{suffix}"));
-                    }
-                }
-                names.insert(name);
+                names.insert((rest.chars().take_while(|c| *c != '"').collect(), macro_name));
             }
         }
     }
     names
+}
+
+/// The names the services record (see [`recorded`]).
+pub(crate) fn recorded_names() -> BTreeSet<String> {
+    recorded().into_iter().map(|(name, _)| name).collect()
+}
+
+/// The series names the services export: what they record, a histogram
+/// also as its `_bucket`, `_sum` and `_count` series.
+fn exported() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (name, macro_name) in recorded() {
+        if macro_name == "histogram!(" {
+            for suffix in ["_bucket", "_sum", "_count"] {
+                names.insert(format!("{name}{suffix}"));
+            }
+        }
+        names.insert(name);
+    }
+    names
+}
+
+/// The text of every source but the metrics catalogues (each service's
+/// `metrics.rs`, `shared/src/ops/catalogue.rs`): where a metric is
+/// recorded.
+pub(crate) fn sources_outside_the_catalogues() -> String {
+    service_sources()
+        .into_iter()
+        .filter(|(file, _)| !file.ends_with("metrics.rs") && !file.ends_with("ops/catalogue.rs"))
+        .map(|(_, text)| text)
+        .collect()
+}
+
+const OBSERVABILITY_FILES: [&str; 2] =
+    ["infra/observability/grafana-dashboard.json", "infra/observability/alerts.yaml"];
+
+/// Every metric the Grafana dashboard and the alert rules query.
+pub(crate) fn queried_metrics() -> BTreeSet<String> {
+    OBSERVABILITY_FILES
+        .iter()
+        .flat_map(|file| {
+            names_in(&std::fs::read_to_string(seckill_e2e::repo_root().join(file)).expect("an observability file"))
+        })
+        .collect()
 }
 
 #[test]
@@ -62,7 +112,7 @@ fn the_dashboard_and_the_alerts_name_only_exported_metrics() {
         exported.contains("seckill_edge_orders_total") && exported.contains("seckill_sale_consistent"),
         "{exported:?}"
     );
-    for file in ["infra/observability/grafana-dashboard.json", "infra/observability/alerts.yaml"] {
+    for file in OBSERVABILITY_FILES {
         let text = std::fs::read_to_string(seckill_e2e::repo_root().join(file)).expect("an observability file");
         let used = names_in(&text);
         assert!(used.len() >= 5, "{file} names the metrics it reads: {used:?}");

@@ -10,6 +10,7 @@
 //! - [`audit`] reconciles every live sale for Prometheus's gauges.
 //! - [`deadlines`] cancels CREATED orders not paid by their deadline and
 //!   gives their units back (every instance, rows shared by SKIP LOCKED).
+//! - [`metrics`] lists what the service exports.
 
 /// What `--help` says the service does.
 pub const ABOUT: &str = "The compensator: consumes seckill.orders.dlq in the seckill-compensator group and settles each dead-lettered order (FAILED in PostgreSQL, its unit restored in Redis at most once), runs the reservation sweeper (one across all instances) for orders whose record never reached the order service, and cancels orders not paid by their deadline, giving their units back. Health and metrics on metrics_addr.";
@@ -17,10 +18,12 @@ pub const ABOUT: &str = "The compensator: consumes seckill.orders.dlq in the sec
 pub mod audit;
 pub mod deadlines;
 pub mod job;
+pub mod metrics;
 pub mod settle;
 pub mod sweeper;
 
 use seckill_shared::config::Servers;
+use seckill_shared::ops::catalogue::Metric;
 use seckill_shared::ops::host::{Connections, Hosted, ServiceSettings};
 use seckill_shared::ops::shutdown::Background;
 use serde::{Deserialize, Serialize};
@@ -86,6 +89,7 @@ impl Hosted for Settings {
     const NAME: &'static str = "compensator";
     const BINARY: &'static str = "seckill-compensator";
     const ABOUT: &'static str = ABOUT;
+    const METRICS: &'static [&'static [Metric]] = metrics::ALL;
 
     fn hosting(&self) -> (&ServiceSettings, &Servers) {
         (&self.service, &self.servers)

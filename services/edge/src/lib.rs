@@ -21,6 +21,7 @@ pub mod jwks_fetch;
 pub mod ledger;
 pub mod limit;
 pub mod lookup;
+pub mod metrics;
 pub mod publish;
 pub mod serve;
 pub mod settings;
@@ -54,8 +55,9 @@ impl Application {
     pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
         settings.validate()?;
         settings.trim_secrets();
-        // Install the metrics recorder before anything records.
-        seckill_shared::ops::telemetry::metrics_handle();
+        // Install the metrics recorder and describe every metric before
+        // anything records.
+        seckill_shared::ops::catalogue::publish(metrics::ALL);
         let stock =
             seckill_shared::stock::Stock::connect(&settings.servers.redis).await.context("connecting to redis")?;
         let db =

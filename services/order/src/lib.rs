@@ -6,17 +6,20 @@
 //! A batch's offsets are committed only after its transaction committed,
 //! its statuses reached Redis and its rejects reached the dead-letter topic:
 //! a crash anywhere replays the batch, and replays are idempotent. The
-//! [`relay`] publishes the order events the transactions wrote.
+//! [`relay`] publishes the order events the transactions wrote; [`metrics`]
+//! lists what the service exports.
 
 /// What `--help` says the service does.
 pub const ABOUT: &str = "The order service: consumes seckill.orders in the seckill-order group, writes each batch of orders to PostgreSQL in one idempotent transaction with the database's stock guard, marks them CREATED in Redis, dead-letters what can never be written, and commits offsets only after all of that. Health and metrics on metrics_addr.";
 
 pub mod consumer;
 pub mod dead_letters;
+pub mod metrics;
 pub mod relay;
 pub mod store;
 
 use seckill_shared::config::Servers;
+use seckill_shared::ops::catalogue::Metric;
 use seckill_shared::ops::host::{Connections, Hosted, ServiceSettings};
 use seckill_shared::ops::shutdown::Background;
 use serde::{Deserialize, Serialize};
@@ -66,6 +69,7 @@ impl Hosted for Settings {
     const NAME: &'static str = "order service";
     const BINARY: &'static str = "seckill-order";
     const ABOUT: &'static str = ABOUT;
+    const METRICS: &'static [&'static [Metric]] = metrics::ALL;
 
     fn hosting(&self) -> (&ServiceSettings, &Servers) {
         (&self.service, &self.servers)

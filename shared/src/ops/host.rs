@@ -159,6 +159,9 @@ pub trait Hosted: DeserializeOwned + Serialize + Default + Send + Sync + Sized +
     const BINARY: &'static str;
     /// What its `--help` says it does.
     const ABOUT: &'static str;
+    /// The metrics it exports, by group, described and exposed from the
+    /// start ([`crate::ops::catalogue`]).
+    const METRICS: &'static [&'static [crate::ops::catalogue::Metric]];
     /// Its listener, retries and shutdown bound, and the servers it
     /// connects to.
     fn hosting(&self) -> (&ServiceSettings, &Servers);
@@ -179,9 +182,10 @@ pub struct Service<S> {
 
 impl<S: Hosted> Service<S> {
     /// Binds the health port (port 0 picks a free one, for tests) and
-    /// installs the metrics recorder before anything records.
+    /// installs the metrics recorder, its metrics described, before
+    /// anything records.
     pub async fn build(settings: S) -> anyhow::Result<Self> {
-        crate::ops::telemetry::metrics_handle();
+        crate::ops::catalogue::publish(S::METRICS);
         let addr = &settings.hosting().0.metrics_addr;
         let health = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
         Ok(Self { settings: Arc::new(settings), health })

@@ -1,10 +1,12 @@
 //! How a service runs: its command line ([`cli`]), the skeleton every
-//! binary runs in ([`host`]), logging and metrics ([`telemetry`]), stopping
+//! binary runs in ([`host`]), logging and metrics ([`telemetry`]), the
+//! metrics each exports, described at start ([`catalogue`]), stopping
 //! cleanly ([`shutdown`]), and the seats of the singletons: the Redis lock
 //! ([`lock`]) with its fencing tokens in PostgreSQL ([`fence`]), the
 //! PostgreSQL lease ([`lease`]), the one loop every singleton leads
 //! through ([`leader`]), and the one retry policy ([`retry`]).
 
+pub mod catalogue;
 pub mod cli;
 pub mod fence;
 pub mod host;
