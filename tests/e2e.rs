@@ -40,6 +40,8 @@ mod ctl;
 mod dashboard;
 #[path = "e2e/deadlines.rs"]
 mod deadlines;
+#[path = "e2e/dlq_index.rs"]
+mod dlq_index;
 #[path = "e2e/dlq_tools.rs"]
 mod dlq_tools;
 #[path = "e2e/downstream.rs"]

@@ -30,9 +30,14 @@ impl TestEnv {
     /// Produces a dead letter for `record` as the order service would, with
     /// `reason`.
     pub async fn dead_letter(&self, record: &OrderRecord, reason: &str) {
+        self.dead_letter_on(&self.topics(), record, reason).await;
+    }
+
+    /// [`TestEnv::dead_letter`] to the dead-letter topic of `topics` (another
+    /// deployment's).
+    pub async fn dead_letter_on(&self, topics: &seckill_shared::kafka::Topics, record: &OrderRecord, reason: &str) {
         use seckill_shared::kafka::dlq_header;
         let payload = serde_json::to_vec(record).expect("json");
-        let topics = self.topics();
         let headers = [
             (dlq_header::REASON, reason),
             (dlq_header::ERROR, "test"),
@@ -41,6 +46,23 @@ impl TestEnv {
             (dlq_header::FAILED_AT, "2026-11-29T00:00:00+00:00"),
         ];
         self.produce(&topics.dlq, &record.user_id.to_string(), &payload, &headers).await;
+    }
+
+    /// Deletes `topic` and waits (bounded) until the brokers no longer
+    /// list it.
+    pub async fn delete_topic(&self, topic: &str) {
+        use rdkafka::admin::{AdminClient, AdminOptions};
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", &self.kafka.brokers).create().expect("an admin client");
+        let deleted = admin.delete_topics(&[topic], &AdminOptions::new()).await.expect("deleting a topic");
+        assert!(deleted.iter().all(|r| r.is_ok()), "deleting {topic}: {deleted:?}");
+        eventually(&format!("{topic} gone"), Duration::from_secs(30), || async {
+            match seckill_shared::kafka::topic_partitions(&self.kafka, topic).await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
     }
 
     /// Produces one raw record to `topic`.

@@ -58,7 +58,8 @@ pub async fn audit_once(deps: &Connections) -> anyhow::Result<()> {
     }
     let parked = seckill_shared::db::parked::count(&deps.db).await?;
     metrics::gauge!("seckill_parked_records").set(parked as f64);
-    export_dead_letters(&seckill_shared::db::dead_letters::stats(&deps.db, Default::default()).await?);
+    let stats = seckill_shared::db::dead_letters::stats(&deps.db, &deps.topics.dlq, Default::default()).await?;
+    export_dead_letters(&stats);
     Ok(())
 }
 

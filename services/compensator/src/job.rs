@@ -40,8 +40,22 @@ impl DlqJob {
         Ok(Self { settings, deps, consumer })
     }
 
-    /// Consumes until `shutdown`.
+    /// Consumes until `shutdown`, once the index's rows from before it knew
+    /// topics are this topic's.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let adopt = retry_until(
+            self.settings.service.retry,
+            "adopting dead letters indexed without a topic",
+            &shutdown,
+            || dead_letters::adopt(&self.deps.db, &self.deps.topics.dlq),
+        );
+        match adopt.await {
+            Some(0) => {}
+            Some(adopted) => {
+                tracing::info!(adopted, topic = %self.deps.topics.dlq, "dead letters indexed without a topic adopted")
+            }
+            None => return Ok(()),
+        }
         loop {
             let message = tokio::select! {
                 // Safe point: the previous record is committed.

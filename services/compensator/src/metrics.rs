@@ -13,6 +13,10 @@ const COMPENSATOR: &[Metric] = &[
         "Orders answered 202 that ended FAILED, by reason",
     ),
     Metric::counter("seckill_compensator_malformed_total", "Dead letters skipped because they could not be read"),
+    Metric::counter(
+        "seckill_dead_letters_index_conflicts_total",
+        "Dead letters indexed at a position the index held with another record (a recreated topic)",
+    ),
     Metric::counter("seckill_orders_expired_total", "Orders cancelled because their payment deadline passed"),
     Metric::counter("seckill_sweeper_republished_total", "Reservations whose record was lost, published again"),
     Metric::counter("seckill_sweeper_sale_failures_total", "Sweeps of one sale that failed (tried again next sweep)"),

@@ -13,17 +13,37 @@ use std::time::Duration;
 /// The high watermark of every partition of `topic`: the offset the next
 /// record appended to it will get.
 pub fn high_watermarks(consumer: &BaseConsumer, topic: &str, timeout: Duration) -> anyhow::Result<BTreeMap<i32, i64>> {
+    Ok(watermarks(consumer, topic, timeout)?.into_iter().map(|(p, (_, high))| (p, high)).collect())
+}
+
+/// The low and high watermarks of every partition of `topic`: the records
+/// it holds are the offsets from low up to (not including) high.
+pub fn watermarks(
+    consumer: &BaseConsumer,
+    topic: &str,
+    timeout: Duration,
+) -> anyhow::Result<BTreeMap<i32, (i64, i64)>> {
     let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
     let mut marks = BTreeMap::new();
     for t in metadata.topics().iter().filter(|t| t.name() == topic) {
         for p in t.partitions() {
-            marks.insert(p.id(), consumer.fetch_watermarks(topic, p.id(), timeout)?.1);
+            marks.insert(p.id(), consumer.fetch_watermarks(topic, p.id(), timeout)?);
         }
     }
     if marks.is_empty() {
         anyhow::bail!("topic {topic} has no partitions (does it exist?)");
     }
     Ok(marks)
+}
+
+/// [`watermarks`], off the async runtime (the Kafka calls block).
+pub async fn topic_watermarks(settings: &KafkaSettings, topic: &str) -> anyhow::Result<BTreeMap<i32, (i64, i64)>> {
+    let (settings, topic) = (settings.clone(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = consumer_config(&settings, &compensator_group(&settings)).create()?;
+        watermarks(&consumer, &topic, settings.admin_timeout())
+    })
+    .await?
 }
 
 /// Where the consumer's group stands on each of `partitions`: its committed

@@ -118,8 +118,9 @@ impl Run {
     ) -> Result<(), Failure> {
         sqlx::query!(
             "WITH r AS (
-                INSERT INTO dlq_run_records (run_id, dlq_partition, dlq_offset, order_id, outcome, detail, new_order_id)
-                VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING outcome
+                INSERT INTO dlq_run_records
+                       (run_id, dlq_topic, dlq_partition, dlq_offset, order_id, outcome, detail, new_order_id)
+                VALUES ($1, $8, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING outcome
              )
              UPDATE dlq_runs
                 SET sent = sent + (SELECT count(*) FROM r WHERE outcome IN ('SENT', 'PLACED')),
@@ -132,7 +133,8 @@ impl Run {
             order_id,
             outcome.code(),
             detail,
-            new_order_id
+            new_order_id,
+            message.topic()
         )
         .execute(&self.db)
         .await

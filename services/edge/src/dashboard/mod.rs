@@ -15,6 +15,7 @@ use metrics_text::Reading;
 use parking_lot::Mutex;
 use seckill_shared::books::Report;
 use seckill_shared::config::KafkaSettings;
+use seckill_shared::kafka::Topics;
 use seckill_shared::stock::{Stock, SweepMark};
 use serde::Serialize;
 use sqlx::PgPool;
@@ -169,7 +170,8 @@ impl Dashboard {
             pipeline: Readout::of(pipeline, "kafka"),
             parked: Readout::of(seckill_shared::db::parked::count(&self.db).await, "postgresql"),
             dead_letters: Readout::of(
-                seckill_shared::db::dead_letters::stats(&self.db, Default::default()).await,
+                seckill_shared::db::dead_letters::stats(&self.db, &Topics::new(&self.kafka).dlq, Default::default())
+                    .await,
                 "postgresql",
             ),
             sweeper: Readout::of(self.stock.last_sweep().await, "redis"),
