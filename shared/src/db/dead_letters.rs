@@ -53,7 +53,7 @@ pub async fn index<M: Message>(db: &PgPool, message: &M) -> sqlx::Result<()> {
         failed_at,
         replay_count: header(dlq_header::REPLAY_COUNT).and_then(|c| c.parse::<i32>().ok()).unwrap_or(0),
     };
-    if insert(db, &row).await? {
+    if write(db, &row, false).await? {
         return Ok(());
     }
     let held = sqlx::query!(
@@ -79,42 +79,22 @@ pub async fn index<M: Message>(db: &PgPool, message: &M) -> sqlx::Result<()> {
                 "a dead letter at a position the index held with another record (the topic was recreated): indexed in its place"
             );
             metrics::counter!("seckill_dead_letters_index_conflicts_total").increment(1);
-            replace(db, &row).await
+            write(db, &row, true).await.map(drop)
         }
     }
 }
 
-/// Inserts `row` unless its position is held; whether it was inserted.
-async fn insert(db: &PgPool, row: &Indexed<'_>) -> sqlx::Result<bool> {
-    let inserted = sqlx::query!(
-        "INSERT INTO dead_letters
-                (dlq_topic, dlq_partition, dlq_offset, reason, order_id, activity_id, sku_id, failed_at, replay_count)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-         ON CONFLICT (dlq_topic, dlq_partition, dlq_offset) DO NOTHING",
-        row.topic,
-        row.partition,
-        row.offset,
-        row.reason,
-        row.order_id,
-        row.sale.map(|s| s.activity.get()),
-        row.sale.map(|s| s.sku.get()),
-        row.failed_at,
-        row.replay_count
-    )
-    .execute(db)
-    .await?;
-    Ok(inserted.rows_affected() == 1)
-}
-
-/// Writes `row` over what its position held.
-async fn replace(db: &PgPool, row: &Indexed<'_>) -> sqlx::Result<()> {
-    sqlx::query!(
+/// Writes `row`: where its position is held, over what it held when
+/// `replace`, else not at all. Whether it was written.
+async fn write(db: &PgPool, row: &Indexed<'_>, replace: bool) -> sqlx::Result<bool> {
+    let written = sqlx::query!(
         "INSERT INTO dead_letters
                 (dlq_topic, dlq_partition, dlq_offset, reason, order_id, activity_id, sku_id, failed_at, replay_count)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          ON CONFLICT (dlq_topic, dlq_partition, dlq_offset) DO UPDATE
             SET reason = EXCLUDED.reason, order_id = EXCLUDED.order_id, activity_id = EXCLUDED.activity_id,
-                sku_id = EXCLUDED.sku_id, failed_at = EXCLUDED.failed_at, replay_count = EXCLUDED.replay_count",
+                sku_id = EXCLUDED.sku_id, failed_at = EXCLUDED.failed_at, replay_count = EXCLUDED.replay_count
+          WHERE $10",
         row.topic,
         row.partition,
         row.offset,
@@ -123,11 +103,12 @@ async fn replace(db: &PgPool, row: &Indexed<'_>) -> sqlx::Result<()> {
         row.sale.map(|s| s.activity.get()),
         row.sale.map(|s| s.sku.get()),
         row.failed_at,
-        row.replay_count
+        row.replay_count,
+        replace
     )
     .execute(db)
     .await?;
-    Ok(())
+    Ok(written.rows_affected() == 1)
 }
 
 /// Gives the rows indexed before the index knew topics (`''`, migration
