@@ -196,8 +196,8 @@ async fn one_address_with_a_thousand_user_ids_is_limited_per_client() {
 
 /// What the edge's producer has sent the brokers of `request` (librdkafka's count).
 fn requests_sent(metrics: &str, request: &str) -> f64 {
-    let prefix = format!("seckill_edge_kafka_requests_sent{{request=\"{request}\"}} ");
-    metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+    seckill_e2e::http::sample(metrics, &format!("seckill_edge_kafka_requests_sent{{request=\"{request}\"}}"))
+        .unwrap_or(0.0)
 }
 
 /// A flood of `/readyz` (wrk, 500 connections, 10 s) is answered from the

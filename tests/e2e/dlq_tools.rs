@@ -305,7 +305,7 @@ async fn indexed(env: &TestEnv, records: i64) -> serde_json::Value {
 async fn compensator_metrics_agree(port: u16, one: SaleKey) {
     let metrics = eventually("the compensator's dead-letter gauges", Duration::from_secs(30), || async {
         let body = seckill_e2e::http::Client::new(format!("http://127.0.0.1:{port}")).get("/metrics").await.text;
-        if body.contains("seckill_dlq_replayed_records 5") {
+        if seckill_e2e::http::sample(&body, "seckill_dlq_replayed_records") == Some(5.0) {
             Ok(body)
         } else {
             Err(body.lines().filter(|l| l.contains("seckill_dlq")).collect::<Vec<_>>().join("; "))

@@ -158,3 +158,27 @@ impl Client {
         self.send(Method::GET, path, None, &[]).await
     }
 }
+
+/// The value of one series in a Prometheus text page (`series` is the name
+/// with its labels, as exposed: `name{label="v"}`), read from its sample
+/// line only. A `# HELP` line can hold the same words: a help text that
+/// starts "1 while …" once made `contains("name 1")` true before the
+/// gauge was ever set.
+pub fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_help_line_is_not_a_sample() {
+        let page = "# HELP circuit_open 1 while open\n# TYPE circuit_open gauge\ncircuit_open 0\nother{a=\"b\"} 3\n";
+        assert_eq!(super::sample(page, "circuit_open"), Some(0.0), "the sample, not the help text");
+        assert_eq!(super::sample(page, "other{a=\"b\"}"), Some(3.0), "a labelled series");
+        assert_eq!(super::sample(page, "circuit"), None, "a prefix of a name is not the name");
+    }
+}
