@@ -3,8 +3,10 @@
 # the compensator against the local infra, runs the seed's curl check, a
 # 20,000-user load test, a sale with a payment window (unpaid orders
 # cancelled, their units sold again) and a redrive of a wave of failures
-# (infra/demo_redrive.py), waits for the pipeline to drain,
-# prints the reconciliations, and stops everything it started.
+# (infra/demo_redrive.py), a sale through its waiting room, one order
+# traced from its request to its event (its spans exported over OTLP),
+# waits for the pipeline to drain, prints the reconciliations, and stops
+# everything it started.
 #
 # `infra/demo.sh --cluster` (`make demo-cluster`) does the same on the
 # replicated topology (infra/local/up.sh --cluster): two edges behind HAProxy
@@ -38,17 +40,35 @@ else
   HEALTH_ADDRS=(127.0.0.1:9101 127.0.0.1:9102)
 fi
 
+# Spans: exported to SECKILL_OTLP_ENDPOINT when it names a collector of
+# yours; else to a small OTLP receiver of the demo's on :4318 that writes
+# them to $SPANS. One trace in a hundred is kept (and every trace a client's
+# traceparent marks sampled: the demo's traced order).
+SPANS=""
+RECEIVER_ADDRS=()
+if [[ -z "${SECKILL_OTLP_ENDPOINT:-}" ]]; then
+  SPANS="$LOGS/demo-spans.jsonl"
+  RECEIVER_ADDRS=(127.0.0.1:4318)
+  export SECKILL_OTLP_ENDPOINT=http://127.0.0.1:4318
+fi
+export SECKILL__TELEMETRY__OTLP_SAMPLE_RATIO="${SECKILL__TELEMETRY__OTLP_SAMPLE_RATIO:-0.01}"
+
 PIDS=()
+RECEIVER_PID=""
 stop_all() {
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do
     for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -KILL "$pid" 2>/dev/null || true
   done
+  PIDS=()
+  # Last: the services send their last spans as they stop.
+  [[ -n "$RECEIVER_PID" ]] && { kill -TERM "$RECEIVER_PID" 2>/dev/null || true; wait "$RECEIVER_PID" 2>/dev/null || true; }
+  RECEIVER_PID=""
 }
 trap stop_all EXIT
 
-for addr in "${EDGE_ADDRS[@]}" "${HEALTH_ADDRS[@]}"; do
+for addr in "${EDGE_ADDRS[@]}" "${HEALTH_ADDRS[@]}" "${RECEIVER_ADDRS[@]}"; do
   port="${addr##*:}"
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "demo: port $port is already in use (another demo or service running?)" >&2
@@ -80,6 +100,13 @@ wait_ready() {
   tail -n 20 "$LOGS"/demo-seckill-*.log >&2 || true
   exit 1
 }
+
+if [[ -n "$SPANS" ]]; then
+  : >"$SPANS"
+  "$ROOT/infra/local/otlp_receiver.sh" 4318 "$SPANS" >"$LOGS/demo-otlp-receiver.log" 2>&1 &
+  RECEIVER_PID=$!
+  for _ in $(seq 1 120); do (exec 3<>/dev/tcp/127.0.0.1/4318) 2>/dev/null && break; sleep 0.5; done
+fi
 
 echo "== starting the services ($PROFILE build$( ((CLUSTER)) && echo ', replicated topology'))"
 if (( CLUSTER )); then
@@ -169,6 +196,20 @@ starts="$(date -u -d '+8 seconds' +%Y-%m-%dT%H:%M:%SZ)"
 python3 "$ROOT/infra/demo_queue.py" "$EDGE" 1001 2005 100 1000 40 3000 8 "$CTL"
 "$CTL" reconcile --activity 1001 --sku 2005 --wait-drain 60 >"$LOGS/demo-queue-reconcile.txt" || { cat "$LOGS/demo-queue-reconcile.txt"; exit 1; }
 grep -E '^(orders created|waiting room|verdict)' "$LOGS/demo-queue-reconcile.txt"
+
+echo
+echo "== one order, traced: its spans from the request to its CREATED event (OTLP, SECKILL_OTLP_ENDPOINT)"
+"$CTL" warmup --activity 1001 --sku 2006 --stock 1 --force >/dev/null
+trace_id="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+curl -fsS -X POST "http://$EDGE/api/seckill/order" -H 'Content-Type: application/json' \
+  -H "traceparent: 00-$trace_id-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')-01" \
+  -d '{"activityId":1001,"skuId":2006,"userId":1}' && echo
+if [[ -n "$SPANS" ]]; then
+  python3 "$ROOT/infra/demo_trace.py" "$SPANS" "$trace_id" 30
+  echo "  every exported span: $SPANS (one JSON line each); point SECKILL_OTLP_ENDPOINT at a collector to see them in your tracing backend"
+else
+  echo "  trace $trace_id: in the backend behind $SECKILL_OTLP_ENDPOINT"
+fi
 
 echo
 echo "== stopping the services"

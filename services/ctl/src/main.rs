@@ -141,11 +141,14 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The operator's tool logs warnings only and exports no spans (it
+    // shares the services' environment, SECKILL_OTLP_ENDPOINT included).
     let telemetry = TelemetrySettings {
         filter: Some(settings.servers.telemetry.filter.clone().unwrap_or_else(|| "warn".into())),
+        otlp_endpoint: None,
         ..settings.servers.telemetry.clone()
     };
-    seckill_shared::ops::telemetry::init_tracing(&telemetry);
+    seckill_shared::ops::telemetry::init_tracing(&telemetry, "seckillctl");
     let result = match cli.command {
         Command::Migrate => migrate(&settings).await,
         Command::Warmup(args) => warmup::run(&settings, args).await,

@@ -4,7 +4,8 @@
 //! one turn of it, for tests that drive the worker step by step.
 
 use crate::dead_letters::{DeadLetterError, DeadLetters};
-use crate::store::{self, BatchOutcome, WriteError};
+use crate::record_spans::RecordSpans;
+use crate::store::{self, WriteError};
 use crate::Settings;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
@@ -210,18 +211,25 @@ impl Worker {
             }
         }
 
-        let traces: store::Traces<'_> =
-            records.iter().zip(&sources).map(|(r, m)| (r.order_id.as_str(), Trace::of(m.headers()))).collect();
+        let spans = RecordSpans::of(&sources, self.dead_letters.group());
+        let traces: store::Traces<'_> = records
+            .iter()
+            .zip(&sources)
+            .enumerate()
+            .map(|(i, (r, m))| (r.order_id.as_str(), spans.trace(i, m)))
+            .collect();
         let started = Instant::now();
+        let writes = spans.writes("INSERT", "orders");
         let outcome = match store::write_batch(&self.deps.db, &records, &traces).await {
             Ok(outcome) => outcome,
             // One bad row must not fail the good ones: write row by row.
             Err(WriteError::Permanent(error)) => {
                 tracing::warn!(%error, "batch refused by the database; writing row by row");
-                self.write_row_by_row(&records, &traces).await?
+                store::write_row_by_row(&self.deps.db, &records, &traces).await?
             }
             Err(transient) => return Err(transient.into()),
         };
+        drop(writes);
         metrics::histogram!("seckill_order_transaction_seconds").record(started.elapsed().as_secs_f64());
         metrics::counter!("seckill_order_orders_written_total").increment(outcome.created.len() as u64);
 
@@ -263,34 +271,14 @@ impl Worker {
         Ok(())
     }
 
-    async fn write_row_by_row(
-        &self,
-        records: &[OrderRecord],
-        traces: &store::Traces<'_>,
-    ) -> Result<BatchOutcome, WriteError> {
-        let mut total = BatchOutcome::default();
-        for record in records {
-            match store::write_batch(&self.deps.db, std::slice::from_ref(record), traces).await {
-                Ok(outcome) => {
-                    total.created.extend(outcome.created);
-                    total.already_done.extend(outcome.already_done);
-                    total.rejected.extend(outcome.rejected);
-                }
-                Err(WriteError::Permanent(error)) => {
-                    total.rejected.push((record.clone(), FailReason::DbRejected, error.to_string()))
-                }
-                Err(transient) => return Err(transient),
-            }
-        }
-        Ok(total)
-    }
-
     /// Dead-letters one record. A record the topic refuses for good (too
     /// large, invalid) is parked after bounded attempts instead, so the
     /// partition moves on; a broker that is down fails the batch, which is
     /// retried whole.
     async fn dead_letter(&self, message: &OwnedMessage, reason: FailReason, error: &str) -> Result<(), ProcessError> {
         let trace = Trace::of(message.headers());
+        // Exported, a child of the edge's publish: the dead letter carries
+        // this hop on to the compensator.
         let span = tracing::info_span!(
             "dead_letter",
             reason = reason.code(),
@@ -299,6 +287,7 @@ impl Worker {
             partition = message.partition(),
             offset = message.offset()
         );
+        seckill_shared::ops::trace_export::continue_from(&span, trace.traceparent);
         async {
             tracing::info!(%error, "dead-lettering a record");
             // Never stopped here: the batch's retry (and its shutdown) is

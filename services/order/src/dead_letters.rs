@@ -44,6 +44,11 @@ impl DeadLetters {
         Ok(Self { producer: seckill_shared::kafka::producer(settings)?, topic, queue_timeout, group })
     }
 
+    /// The order service's consumer group.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
     /// Sends `message` unchanged with headers saying why, and waits for the
     /// broker's acknowledgement.
     #[tracing::instrument(name = "dead_letter.send", skip_all, fields(reason = reason.code()))]

@@ -15,6 +15,7 @@ pub const ABOUT: &str = "The order service: consumes seckill.orders in the secki
 pub mod consumer;
 pub mod dead_letters;
 pub mod metrics;
+pub mod record_spans;
 pub mod relay;
 pub mod store;
 

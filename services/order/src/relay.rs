@@ -225,7 +225,7 @@ impl Relay {
     /// delivery, moves the cursor past them under `term` (a row that is no
     /// event is parked and passed with them). Returns how many rows it
     /// dealt with.
-    #[tracing::instrument(name = "relay.send", skip_all)]
+    #[tracing::instrument(name = "relay.send", level = "debug", skip_all)]
     pub async fn relay_once(&self, term: &LeaseTerm) -> Result<usize, RelayError> {
         let rows = outbox::next_after_cursor(&self.deps.db, self.settings.events.batch).await?;
         let Some(last) = rows.last() else { return Ok(0) };
@@ -277,9 +277,13 @@ impl Relay {
         for wave in waves {
             let sent = self.producer.context().next_wave();
             let mut refused = Vec::new();
+            // Exported, one span per event, ended once the wave is delivered.
+            let mut spans = Vec::new();
             for &i in &wave {
                 let ((key, payload), row) = &outgoing[i];
-                let headers = row.event.headers(&self.settings.servers.kafka.cloudevents_source);
+                let span = seckill_shared::kafka::spans::send(topic, key, row.event.traceparent.as_deref());
+                let headers = row.event.headers(&self.settings.servers.kafka.cloudevents_source, &span);
+                spans.push(span);
                 let mut record =
                     BaseRecord::with_opaque_to(topic, sent.opaque(i)).key(key).payload(payload).headers(headers);
                 loop {
@@ -312,6 +316,7 @@ impl Relay {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             refused.extend(self.producer.context().failures(&sent));
+            drop(spans);
             for (i, error) in refused {
                 if !seckill_shared::kafka::refused_for_good(&error) {
                     return Err(RelayError::Kafka(error));

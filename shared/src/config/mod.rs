@@ -3,7 +3,8 @@
 //!
 //! The contract's variables (`SECKILL_REDIS_URL`, `SECKILL_DATABASE_URL`,
 //! `SECKILL_KAFKA_BROKERS`, `SECKILL_HTTP_ADDR`, `SECKILL_ADMIN_TOKEN`,
-//! `SECKILL_TOPIC_PREFIX`, `SECKILL_KEY_PREFIX`, `SECKILL_USER_JWT_SECRET`)
+//! `SECKILL_TOPIC_PREFIX`, `SECKILL_KEY_PREFIX`, `SECKILL_USER_JWT_SECRET`,
+//! `SECKILL_OTLP_ENDPOINT`, …)
 //! map to their keys; any other key is reachable as
 //! `SECKILL__SECTION__KEY=value` (e.g. `SECKILL__ORDER__BATCH_SIZE=1000`).
 //! Only `main` calls [`load`]; tests build settings in code.
@@ -49,6 +50,7 @@ const CONTRACT_VARS: &[(&str, &[&str])] = &[
     ("SECKILL_USER_JWKS", &["user_jwks"]),
     ("SECKILL_USER_JWT_AUDIENCE", &["user_jwt_audience"]),
     ("SECKILL_USER_JWT_ISSUER", &["user_jwt_issuer"]),
+    ("SECKILL_OTLP_ENDPOINT", &["telemetry", "otlp_endpoint"]),
 ];
 
 /// Whether a key the settings do not have is an error.

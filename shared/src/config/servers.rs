@@ -151,8 +151,8 @@ impl Default for DbSettings {
     }
 }
 
-/// Logging.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// Logging, and the spans exported over OTLP.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TelemetrySettings {
     /// JSON log lines instead of text.
@@ -160,6 +160,32 @@ pub struct TelemetrySettings {
     /// Log filter: a level, then `target=level` pairs, comma-separated
     /// (`info,seckill_order=debug`); `RUST_LOG` wins when set; default `info`.
     pub filter: Option<String>,
+    /// Where spans are exported, OTLP over HTTP/protobuf (the collector's
+    /// base URL, `http://127.0.0.1:4318`; `/v1/traces` is added); unset,
+    /// nothing is exported (`SECKILL_OTLP_ENDPOINT`).
+    pub otlp_endpoint: Option<String>,
+    /// The share of traces started here that are exported (0 to 1); a
+    /// trace the buyer's `traceparent` marks sampled, or not, keeps that.
+    pub otlp_sample_ratio: f64,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        Self { json: false, filter: None, otlp_endpoint: None, otlp_sample_ratio: 1.0 }
+    }
+}
+
+impl TelemetrySettings {
+    /// Refuses an endpoint the exporter cannot use and a ratio outside 0–1.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if let Some(endpoint) = &self.otlp_endpoint {
+            crate::ops::trace_export::check_endpoint(endpoint)?;
+        }
+        if !(0.0..=1.0).contains(&self.otlp_sample_ratio) {
+            anyhow::bail!("telemetry.otlp_sample_ratio {} is not between 0 and 1", self.otlp_sample_ratio);
+        }
+        Ok(())
+    }
 }
 
 /// The servers a service talks to, and its logging. Flattened into each

@@ -152,3 +152,19 @@ pub fn is_data_error(error: &sqlx::Error) -> bool {
         _ => false,
     }
 }
+
+/// The span of one write of `table` (a PostgreSQL client span), a child of
+/// `parent`: made only when spans are exported (else none, at no cost).
+pub fn write_span(parent: &tracing::Span, operation: &'static str, table: &'static str) -> tracing::Span {
+    crate::ops::trace_export::span(|| {
+        tracing::info_span!(
+            parent: parent,
+            "write",
+            otel.name = format!("{operation} {table}"),
+            otel.kind = "client",
+            db.system.name = "postgresql",
+            db.operation.name = operation,
+            db.collection.name = table,
+        )
+    })
+}

@@ -199,7 +199,9 @@ impl EventRow {
 
     /// The record's headers: its trace, and the CloudEvents attributes with
     /// `source` as `ce_source`.
-    pub fn headers(&self, source: &str) -> rdkafka::message::OwnedHeaders {
+    /// With spans exported, the trace context is `sending`'s (the span of
+    /// this send, a child of the order's), else the order's own.
+    pub fn headers(&self, source: &str, sending: &tracing::Span) -> rdkafka::message::OwnedHeaders {
         let attributes = crate::kafka::cloud_event::Attributes {
             id: &self.event_id,
             kind: &self.kind,
@@ -207,7 +209,10 @@ impl EventRow {
             time: self.occurred_at,
             source,
         };
-        crate::kafka::cloud_event::headers(self.trace(), attributes)
+        let carried = crate::ops::trace_export::traceparent_of(sending);
+        let mut trace = self.trace();
+        trace.traceparent = carried.as_deref().or(trace.traceparent);
+        crate::kafka::cloud_event::headers(trace, attributes)
     }
 }
 

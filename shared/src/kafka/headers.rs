@@ -100,11 +100,15 @@ pub struct Origin<'a> {
 }
 
 /// Dead-letter headers for a record from `origin` that failed for `reason`;
-/// the request id and trace context stay, the attempt count goes up.
+/// the request id and trace context stay (exported spans: the context of
+/// the span sending it, a child of the record's), the attempt count goes up.
 pub fn dlq_headers<H: Headers>(original: Option<&H>, reason: &str, error: &str, origin: Origin<'_>) -> OwnedHeaders {
     let attempts =
         original.and_then(|h| header_str(h, dlq_header::ATTEMPTS)).and_then(|a| a.parse::<u32>().ok()).unwrap_or(0) + 1;
-    let mut headers = Trace::of(original).headers();
+    let sending = crate::ops::trace_export::traceparent_of(&tracing::Span::current());
+    let mut trace = Trace::of(original);
+    trace.traceparent = sending.as_deref().or(trace.traceparent);
+    let mut headers = trace.headers();
     for (key, value) in [
         (dlq_header::REASON, reason.to_owned()),
         (dlq_header::ERROR, error.to_owned()),

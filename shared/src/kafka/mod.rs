@@ -1,11 +1,12 @@
 //! Kafka client setup: topic and group names, producer and consumer
-//! configuration and topic creation; record headers ([`headers`]) and
-//! consumer lag ([`lag`]).
+//! configuration and topic creation; record headers ([`headers`]), the
+//! spans of a record's hops ([`spans`]) and consumer lag ([`lag`]).
 
 pub mod cloud_event;
 pub mod context;
 pub mod headers;
 pub mod lag;
+pub mod spans;
 
 pub use context::Observed;
 pub use headers::{

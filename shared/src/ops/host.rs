@@ -138,7 +138,7 @@ pub fn run<B: Binary>() -> anyhow::Result<()> {
     B::check(&settings)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     let result = runtime.block_on(async move {
-        crate::ops::telemetry::init_tracing(B::telemetry(&settings));
+        crate::ops::telemetry::init_tracing(B::telemetry(&settings), B::BINARY);
         let shutdown = crate::ops::shutdown::shutdown_signal();
         let service = B::build(settings).await.with_context(|| format!("starting {}", B::BINARY))?;
         tracing::info!(service = B::BINARY, addr = %service.listening(), "listening");
@@ -147,6 +147,7 @@ pub fn run<B: Binary>() -> anyhow::Result<()> {
     // The service waited for its tasks (bounded); a call still blocking a
     // thread (a client library waiting on a server) must not hold the exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    crate::ops::trace_export::flush();
     result
 }
 
@@ -269,6 +270,7 @@ pub fn check_servers(servers: &Servers) -> anyhow::Result<()> {
     }) {
         anyhow::bail!("kafka.brokers (SECKILL_KAFKA_BROKERS) '{brokers}' is not a list of host:port");
     }
+    servers.telemetry.check()?;
     let source = &servers.kafka.cloudevents_source;
     let absolute = source.split_once(':').is_some_and(|(scheme, rest)| {
         !scheme.is_empty() && !rest.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))

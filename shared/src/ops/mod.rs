@@ -1,5 +1,6 @@
 //! How a service runs: its command line ([`cli`]), the skeleton every
-//! binary runs in ([`host`]), logging and metrics ([`telemetry`]), the
+//! binary runs in ([`host`]), logging and metrics ([`telemetry`]), spans
+//! exported over OTLP ([`trace_export`]), the
 //! metrics each exports, described at start ([`catalogue`]), stopping
 //! cleanly ([`shutdown`]), and the seats of the singletons: the Redis lock
 //! ([`lock`]) with its fencing tokens in PostgreSQL ([`fence`]), the
@@ -16,3 +17,4 @@ pub mod lock;
 pub mod retry;
 pub mod shutdown;
 pub mod telemetry;
+pub mod trace_export;

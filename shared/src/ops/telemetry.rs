@@ -14,8 +14,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::filter::Targets;
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::layer::{Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Registry;
 
 /// The log filter: `RUST_LOG` when set, else the settings', else `info`;
 /// a level, then `target=level` pairs (`info,seckill_order=debug`). A filter
@@ -30,15 +31,34 @@ fn filter(settings: &TelemetrySettings) -> Targets {
     })
 }
 
-/// Installs the tracing subscriber. Call once, from `main`.
-pub fn init_tracing(settings: &TelemetrySettings) {
-    let registry = tracing_subscriber::registry().with(filter(settings));
-    // A second init (tests starting several services) keeps the first one.
+/// Installs the tracing subscriber: the log, and the spans' export when
+/// `telemetry.otlp_endpoint` is set (`service` names them). Call once, from
+/// `main`.
+pub fn init_tracing(settings: &TelemetrySettings, service: &'static str) {
+    let export = match crate::ops::trace_export::layer(settings, service) {
+        Ok(export) => export,
+        // Checked at start: only a client that cannot be built is left.
+        Err(error) => {
+            eprintln!("spans are not exported: {error:#}");
+            None
+        }
+    };
+    // Each its own filter: the log's level does not decide what is traced
+    // (an operator quietening the log to warnings keeps the traces), and
+    // only the project's spans are exported.
+    let exported = Targets::new().with_target("seckill", tracing::Level::INFO);
+    let log = tracing_subscriber::fmt::layer().with_target(true);
+    let mut layers: Vec<Box<dyn Layer<Registry> + Send + Sync>> = Vec::new();
     if settings.json {
-        let _ = registry.with(tracing_subscriber::fmt::layer().json().with_target(true)).try_init();
+        layers.push(log.json().with_filter(filter(settings)).boxed());
     } else {
-        let _ = registry.with(tracing_subscriber::fmt::layer().with_target(true)).try_init();
+        layers.push(log.with_filter(filter(settings)).boxed());
     }
+    if let Some(export) = export {
+        layers.push(export.with_filter(exported).boxed());
+    }
+    // A second init (tests starting several services) keeps the first one.
+    let _ = tracing_subscriber::registry().with(layers).try_init();
 }
 
 /// The process-wide Prometheus recorder, installed on first use so that

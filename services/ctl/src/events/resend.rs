@@ -63,7 +63,7 @@ pub async fn run(settings: &Settings, since: DateTime<Utc>, dry_run: bool, json:
             let record = FutureRecord::to(&topic)
                 .key(&key)
                 .payload(&payload)
-                .headers(want.event.headers(&settings.servers.kafka.cloudevents_source));
+                .headers(want.event.headers(&settings.servers.kafka.cloudevents_source, &tracing::Span::none()));
             producer
                 .send(record, Duration::from_secs(30))
                 .await

@@ -64,6 +64,16 @@ fn valid_traceparent(value: &HeaderValue) -> bool {
         && hex(53..55)
 }
 
+/// A span's name of low cardinality (OpenTelemetry's HTTP conventions: the
+/// method and the route): a path segment with a digit in it is an id.
+fn span_name(method: &axum::http::Method, path: &str) -> String {
+    let route: Vec<&str> = path
+        .split('/')
+        .map(|segment| if segment.bytes().any(|b| b.is_ascii_digit()) { "{id}" } else { segment })
+        .collect();
+    format!("{method} {}", route.join("/"))
+}
+
 /// Gives every request its ids, runs it in its span, records its latency
 /// and logs a 5xx once, with its detail.
 pub async fn observe(mut request: Request, next: Next) -> Response {
@@ -77,19 +87,35 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
             id
         }
     };
-    if !headers.get(TRACEPARENT_HEADER).is_some_and(valid_traceparent) {
-        headers.insert(HeaderName::from_static(TRACEPARENT_HEADER), new_traceparent());
-    }
+    let client_trace = headers.get(TRACEPARENT_HEADER).filter(|t| valid_traceparent(t)).cloned();
     let span = tracing::info_span!(
         "request",
-        method = %request.method(),
-        path = request.uri().path(),
+        otel.name = span_name(request.method(), request.uri().path()),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %request.method(),
+        url.path = request.uri().path(),
+        http.response.status_code = tracing::field::Empty,
         request_id = request_id.to_str().unwrap_or(""),
         order_id = tracing::field::Empty,
     );
+    // The trace the request carries on: exported, this span's context (a
+    // child of the buyer's); else the buyer's, or a new trace.
+    let carried = if seckill_shared::ops::trace_export::exporting() {
+        seckill_shared::ops::trace_export::continue_from(&span, client_trace.as_ref().and_then(|t| t.to_str().ok()));
+        seckill_shared::ops::trace_export::traceparent_of(&span).and_then(|t| HeaderValue::from_str(&t).ok())
+    } else {
+        client_trace
+    };
+    request.headers_mut().insert(HeaderName::from_static(TRACEPARENT_HEADER), carried.unwrap_or_else(new_traceparent));
     let mut response = next.run(request).instrument(span.clone()).await;
+    let status = response.status();
+    span.record("http.response.status_code", i64::from(status.as_u16()));
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
     if let Some(detail) = response.extensions().get::<ErrorDetail>() {
-        span.in_scope(|| tracing::error!(status = response.status().as_u16(), error = %detail.0, "request failed"));
+        span.in_scope(|| tracing::error!(status = status.as_u16(), error = %detail.0, "request failed"));
     }
     response.headers_mut().insert(HeaderName::from_static(REQUEST_ID_HEADER), request_id);
     metrics::histogram!("seckill_edge_request_seconds").record(started.elapsed().as_secs_f64());
@@ -110,6 +136,17 @@ mod tests {
             assert_eq!(valid_request_id(&value), ok, "{id:?}");
         }
         assert!(valid_request_id(&HeaderValue::from_str(&"y".repeat(128)).unwrap()));
+    }
+
+    #[test]
+    fn span_names_leave_the_ids_out() {
+        for (path, name) in [
+            ("/api/seckill/order", "POST /api/seckill/order"),
+            ("/api/seckill/order/1001-2001-3-k7", "POST /api/seckill/order/{id}"),
+            ("/admin/sales/1001/2001", "POST /admin/sales/{id}/{id}"),
+        ] {
+            assert_eq!(span_name(&axum::http::Method::POST, path), name, "{path}");
+        }
     }
 
     #[test]

@@ -15,9 +15,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use seckill_shared::domain::{ActivityId, OrderId, OrderRecord, SaleKey, SkuId, UserId};
 use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use seckill_shared::ops::trace_export;
 use seckill_shared::stock::{DeductRequest, Deduction};
 use std::collections::HashMap;
 use std::time::Instant;
+use tracing::Instrument;
 
 /// Buyer routes.
 pub fn router() -> Router<AppState> {
@@ -112,7 +114,17 @@ async fn deduct_and_publish(
 ) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
     let deadline = state.publisher.deadline();
     let started = Instant::now();
-    let deduction = deduct(state, sale, user, admitted, trace, deadline).await;
+    let span = trace_export::span(|| {
+        tracing::info_span!(
+            "deduct",
+            otel.name = "EVALSHA deduct",
+            otel.kind = "client",
+            db.system.name = "redis",
+            db.operation.name = "EVALSHA",
+            sale = %sale,
+        )
+    });
+    let deduction = deduct(state, sale, user, admitted, trace, deadline).instrument(span).await;
     metrics::histogram!("seckill_edge_deduct_seconds").record(started.elapsed().as_secs_f64());
     let (order_id, round, accepted_at) = outcome::accepted(state, sale, deduction?)?;
     tracing::Span::current().record("order_id", order_id.as_str());

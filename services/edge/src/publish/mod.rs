@@ -22,10 +22,12 @@ use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use seckill_shared::config::KafkaSettings;
 use seckill_shared::domain::OrderRecord;
 pub use seckill_shared::kafka::Trace;
+use seckill_shared::ops::trace_export;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 /// How a publish ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,9 +209,16 @@ impl Publisher {
 
     /// Publishes one order (key = user id), awaits its delivery report, and
     /// tells the circuit how it went.
-    #[tracing::instrument(name = "publish", level = "debug", skip_all, fields(order_id = %record.order_id))]
     pub async fn publish(&self, record: &OrderRecord, trace: Trace<'_>, admission: Admission<'_>) -> PublishOutcome {
-        let outcome = self.send(record, trace).await;
+        // Exported, the record carries this span's context: the order
+        // service's consume span is its child.
+        let span = seckill_shared::kafka::spans::send(&self.topic, &record.user_id, trace.traceparent);
+        let traceparent = trace_export::traceparent_of(&span);
+        let trace = Trace { traceparent: traceparent.as_deref().or(trace.traceparent), ..trace };
+        let outcome = self.send(record, trace).instrument(span.clone()).await;
+        if outcome != PublishOutcome::Delivered {
+            span.record("otel.status_code", "ERROR");
+        }
         match (&outcome, admission) {
             (PublishOutcome::Delivered, Admission::Probe(probe)) => probe.delivered(),
             (PublishOutcome::Delivered, Admission::Through) => self.circuit.delivered(),

@@ -103,6 +103,31 @@ impl SaleState {
 /// its row and carried by its events; orders absent have none.
 pub type Traces<'a> = HashMap<&'a str, Trace<'a>>;
 
+/// Writes `records` one transaction each, after a batch of them was
+/// refused: one bad row must not fail the good ones. A row refused for good
+/// is rejected (`DB_REJECTED`, dead-lettered); a transient fault fails all.
+pub async fn write_row_by_row(
+    db: &PgPool,
+    records: &[OrderRecord],
+    traces: &Traces<'_>,
+) -> Result<BatchOutcome, WriteError> {
+    let mut total = BatchOutcome::default();
+    for record in records {
+        match write_batch(db, std::slice::from_ref(record), traces).await {
+            Ok(outcome) => {
+                total.created.extend(outcome.created);
+                total.already_done.extend(outcome.already_done);
+                total.rejected.extend(outcome.rejected);
+            }
+            Err(WriteError::Permanent(error)) => {
+                total.rejected.push((record.clone(), FailReason::DbRejected, error.to_string()))
+            }
+            Err(transient) => return Err(transient),
+        }
+    }
+    Ok(total)
+}
+
 /// Writes `records` in one transaction. Records with the same order id as
 /// an earlier one in the batch are dropped (the first decides).
 #[tracing::instrument(name = "write_batch", skip_all, fields(records = records.len()))]

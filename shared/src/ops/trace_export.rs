@@ -1,0 +1,178 @@
+//! Spans exported over OTLP (HTTP/protobuf) when `telemetry.otlp_endpoint`
+//! (`SECKILL_OTLP_ENDPOINT`) is set, and the W3C trace context that makes
+//! each hop of an order a child of the one before it.
+//!
+//! Unset, no exporter is built, no layer is installed and [`exporting`] is
+//! false: a record carries the `traceparent` it came with, unchanged, and no
+//! span is made for the sake of a trace (nothing costs anything). Set, every
+//! service's spans go to the endpoint through the SDK's batch processor (a
+//! thread of its own: a collector that is down costs dropped spans, never a
+//! request's time), and the hops pass on the *new* span's context: the
+//! edge's request span continues the buyer's `traceparent` (or starts the
+//! trace), its publish span is what the order record carries, the order
+//! service's consume span is what the order's row (and so its events)
+//! carries, the relay's send span is what an event carries.
+
+use crate::config::TelemetrySettings;
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::Resource;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// Whether spans are exported (set once, at start).
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// The provider, kept to flush what is buffered when the service stops.
+static PROVIDER: Mutex<Option<SdkTracerProvider>> = Mutex::new(None);
+
+/// The header a W3C trace context travels in.
+const TRACEPARENT: &str = "traceparent";
+
+/// How long one export may take before the batch is dropped.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether this process exports spans: callers make the spans a trace needs
+/// (one per record, per event) only then.
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
+}
+
+/// The span `make` builds when exporting; else one that records nothing
+/// (a span made only for the trace costs nothing then).
+pub fn span(make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    if exporting() {
+        make()
+    } else {
+        tracing::Span::none()
+    }
+}
+
+/// The OTLP/HTTP traces URL of an endpoint: the base URL the OpenTelemetry
+/// specification's `OTEL_EXPORTER_OTLP_ENDPOINT` names (`http://host:4318`),
+/// with `/v1/traces` after it; a URL that already ends so is taken as it is.
+pub fn traces_url(endpoint: &str) -> String {
+    let endpoint = endpoint.trim_end_matches('/');
+    if endpoint.ends_with("/v1/traces") {
+        endpoint.to_owned()
+    } else {
+        format!("{endpoint}/v1/traces")
+    }
+}
+
+/// Refuses an endpoint that is no `http://` URL with a host (what
+/// `--check-config` runs): the exporter speaks plain HTTP only.
+pub fn check_endpoint(endpoint: &str) -> anyhow::Result<()> {
+    let rest = endpoint.strip_prefix("http://").ok_or_else(|| {
+        anyhow::anyhow!("telemetry.otlp_endpoint (SECKILL_OTLP_ENDPOINT) {endpoint:?}: an http:// URL (OTLP over HTTP/protobuf, no TLS), e.g. http://127.0.0.1:4318")
+    })?;
+    let host = rest.split('/').next().unwrap_or("");
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        anyhow::bail!("telemetry.otlp_endpoint (SECKILL_OTLP_ENDPOINT) {endpoint:?}: no host");
+    }
+    Ok(())
+}
+
+/// The layer that exports `service`'s spans, when the settings name an
+/// endpoint (else `None`, and nothing is exported). Call once, from
+/// telemetry's start.
+pub fn layer<S>(
+    settings: &TelemetrySettings,
+    service: &'static str,
+) -> anyhow::Result<Option<impl tracing_subscriber::Layer<S>>>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    let Some(endpoint) = settings.otlp_endpoint.as_deref() else { return Ok(None) };
+    check_endpoint(endpoint)?;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(traces_url(endpoint))
+        .with_timeout(EXPORT_TIMEOUT)
+        .build()?;
+    // A buyer's sampled-or-not decision is kept (parent based); a trace
+    // this service starts is kept at the settings' ratio.
+    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.otlp_sample_ratio)));
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_sampler(sampler)
+        .with_resource(Resource::builder().with_service_name(service).build())
+        .build();
+    let tracer = provider.tracer(service);
+    *PROVIDER.lock() = Some(provider);
+    EXPORTING.store(true, Ordering::Relaxed);
+    // What a span says is its fields and where it was made: not the
+    // thread, nor the time it spent idle (recorded on every poll).
+    Ok(Some(tracing_opentelemetry::layer().with_tracer(tracer).with_threads(false).with_tracked_inactivity(false)))
+}
+
+/// Sends what is buffered and stops the exporter (at the end of `main`).
+pub fn flush() {
+    if let Some(provider) = PROVIDER.lock().take() {
+        if let Err(error) = provider.shutdown() {
+            eprintln!("exporting the last spans: {error}");
+        }
+    }
+}
+
+/// Makes `span` a child of a W3C `traceparent` (a record's header, a row's
+/// column); nothing when not exporting or when it does not parse.
+pub fn continue_from(span: &tracing::Span, traceparent: Option<&str>) {
+    if !exporting() {
+        return;
+    }
+    let Some(traceparent) = traceparent.filter(|t| !t.is_empty()) else { return };
+    let carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
+    let parent = TraceContextPropagator::new().extract(&carrier);
+    // Fails only for a span already started with its own context, which
+    // the callers never pass: the span keeps the parent it has.
+    let _ = span.set_parent(parent);
+}
+
+/// The W3C `traceparent` of `span`, to carry to the next hop (`None` when
+/// not exporting: the hop carries what it received).
+pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
+    if !exporting() {
+        return None;
+    }
+    let mut carrier = HashMap::new();
+    TraceContextPropagator::new().inject_context(&span.context(), &mut carrier);
+    carrier.remove(TRACEPARENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_traces_url_follows_the_specification() {
+        for (endpoint, url) in [
+            ("http://127.0.0.1:4318", "http://127.0.0.1:4318/v1/traces"),
+            ("http://collector:4318/", "http://collector:4318/v1/traces"),
+            ("http://collector:4318/v1/traces", "http://collector:4318/v1/traces"),
+        ] {
+            assert_eq!(traces_url(endpoint), url, "{endpoint}");
+        }
+    }
+
+    #[test]
+    fn only_a_plain_http_url_with_a_host_is_an_endpoint() {
+        for (endpoint, ok) in [
+            ("http://127.0.0.1:4318", true),
+            ("http://otel-collector.observability:4318/", true),
+            ("https://collector:4318", false),
+            ("collector:4318", false),
+            ("http://", false),
+            ("http:///v1/traces", false),
+        ] {
+            assert_eq!(check_endpoint(endpoint).is_ok(), ok, "{endpoint}");
+        }
+    }
+}
