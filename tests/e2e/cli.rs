@@ -114,6 +114,20 @@ fn check_config_says_whether_the_settings_would_start() {
         assert!(!bad_url.stderr.contains("s3cret"), "{name} showed a password: {}", bad_url.stderr);
         let no_broker = run(name, &["--check-config"], &[("SECKILL_KAFKA_BROKERS", "kafka")]);
         assert_eq!(no_broker.code, 1, "{name}: {}", no_broker.stdout);
+        // The span export, as docs/configuration.md gives it, and refused
+        // where the exporter could not send (TLS, no scheme) or sample.
+        let tracing =
+            [("SECKILL_OTLP_ENDPOINT", "http://127.0.0.1:4318"), ("SECKILL__TELEMETRY__OTLP_SAMPLE_RATIO", "0.01")];
+        assert_eq!(run(name, &["--check-config"], &tracing).code, 0, "{name}: the export as documented");
+        for (setting, value, named) in [
+            ("SECKILL_OTLP_ENDPOINT", "https://collector:4318", "SECKILL_OTLP_ENDPOINT"),
+            ("SECKILL_OTLP_ENDPOINT", "collector:4318", "SECKILL_OTLP_ENDPOINT"),
+            ("SECKILL__TELEMETRY__OTLP_SAMPLE_RATIO", "2", "otlp_sample_ratio"),
+        ] {
+            let refused = run(name, &["--check-config"], &[(setting, value)]);
+            assert_eq!(refused.code, 1, "{name} {setting}={value}: {}", refused.stdout);
+            assert!(refused.stderr.contains(named), "{name} {setting}={value}: {}", refused.stderr);
+        }
     }
     for (setting, value, named) in [
         ("SECKILL_USER_JWT_SECRET", "", "SECKILL_USER_JWT_SECRET"),
