@@ -7,6 +7,8 @@
 //! - [`kafka`]: topics, producer and consumer setup, headers, lag;
 //! - [`db`]: PostgreSQL — the pool and migrations, sales, the outbox, the
 //!   dead-letter index, parked records;
+//! - [`dlq`]: the dead-letter tools — which records, the audited replay and
+//!   redrive runs, the figures — as `seckillctl` and the dashboard run them;
 //! - [`orders`]: what crosses both stores for one order: Redis following
 //!   PostgreSQL's fate, cancellations and the return of their units;
 //! - [`sales`]: a sale's warm-up (a job that is all or nothing) and close;
@@ -20,6 +22,7 @@
 pub mod books;
 pub mod config;
 pub mod db;
+pub mod dlq;
 pub mod domain;
 pub mod kafka;
 pub mod ops;

@@ -12,7 +12,6 @@ mod payments;
 mod probe;
 mod queue;
 mod reconcile;
-mod topic;
 mod warmup;
 
 use clap::{Parser, Subcommand};

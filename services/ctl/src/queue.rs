@@ -12,7 +12,7 @@ pub enum Command {
     /// The waiting room's figures.
     Stats {
         /// The sale, ACTIVITY:SKU.
-        #[arg(long, value_parser = crate::dlq::filter::parse_sale)]
+        #[arg(long, value_parser = seckill_shared::dlq::parse_sale)]
         sale: SaleKey,
         /// Print JSON.
         #[arg(long)]

@@ -1,11 +1,13 @@
 //! Kafka client setup: topic and group names, producer and consumer
 //! configuration and topic creation; record headers ([`headers`]), the
-//! spans of a record's hops ([`spans`]) and consumer lag ([`lag`]).
+//! spans of a record's hops ([`spans`]), consumer lag ([`lag`]) and a
+//! topic read once to its end ([`read`]).
 
 pub mod cloud_event;
 pub mod context;
 pub mod headers;
 pub mod lag;
+pub mod read;
 pub mod spans;
 
 pub use context::Observed;

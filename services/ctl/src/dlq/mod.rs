@@ -1,47 +1,26 @@
 //! `seckillctl dlq …`: the dead-letter topic for humans.
 //!
 //! `list` and `show` read without a consumer group commit; `stats` counts
-//! the compensator's index of the topic. `replay` ([`replay`]) re-produces
-//! records, `redrive` ([`redrive`]) places dead-lettered orders again for
-//! their buyers; both resume where a previous run with the same filter
-//! stopped ([`resume`]) and record every run in the audit trail ([`runs`]),
-//! which `runs` lists.
+//! the compensator's index of the topic. `replay` and `redrive` are the
+//! shared tools' runs (`seckill_shared::dlq`, which the dashboard's
+//! dead-letters page runs too): each resumes where a previous run with the
+//! same filter stopped and records every run in the audit trail, which
+//! `runs` lists. This module parses and prints.
 
-pub(crate) mod filter;
-mod redrive;
-mod replay;
-mod resume;
-mod runs;
 mod stats;
 
-pub use filter::Filter;
-use filter::{entry, parse_position, parse_sale, Entry};
-
-use crate::topic::{read_to_end, reader, Start};
 use crate::{Failure, Settings};
 use chrono::{DateTime, Utc};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
+use seckill_shared::dlq::{self, entry, parse_position, parse_sale, Entry, Filter, RecordDone, RunError, RunOptions};
 use seckill_shared::domain::SaleKey;
-use seckill_shared::kafka::{dlq_header, header_str, Topics};
+use seckill_shared::kafka::read::reader;
+use seckill_shared::kafka::Topics;
 use std::time::Duration;
 
-/// Settings of the dead-letter tools.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DlqToolSettings {
-    /// A record whose order was re-produced this many times (its
-    /// `dlq.replay-count`) is refused by `replay` and `redrive` without
-    /// `--force`: a loop shows up instead of spinning.
-    pub max_replays: u32,
-}
-
-impl Default for DlqToolSettings {
-    fn default() -> Self {
-        Self { max_replays: 3 }
-    }
-}
+pub use seckill_shared::dlq::DlqToolSettings;
 
 /// `dlq` subcommands.
 #[derive(clap::Subcommand)]
@@ -150,51 +129,45 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// Waits out the rate cap after a record sent.
-    async fn pace(&self) {
-        if let Some(rate) = self.rate.filter(|r| *r > 0.0) {
-            tokio::time::sleep(Duration::from_secs_f64(1.0 / rate)).await;
+    /// The shared tools' options.
+    fn options(&self) -> RunOptions {
+        RunOptions {
+            note: self.note.clone(),
+            operator: self.operator.clone(),
+            rate: self.rate,
+            limit: self.limit,
+            dry_run: self.dry_run,
+            force: self.force,
+            submission: None,
         }
     }
 }
 
-/// Refuses a record whose order was re-produced `max` times already,
-/// unless forced.
-fn loop_guard(message: &OwnedMessage, max: u32, force: bool) -> Result<(), String> {
-    let count = message
-        .headers()
-        .and_then(|h| header_str(h, dlq_header::REPLAY_COUNT))
-        .and_then(|n| n.parse::<u32>().ok())
-        .unwrap_or(0);
-    if count >= max && !force {
-        return Err(format!(
-            "re-produced {count} times already and dead-lettered again (dlq.max_replays = {max}): a loop? \
-             --force --position {}:{} sends it anyway",
-            message.partition(),
-            message.offset()
-        ));
+impl From<RunError> for Failure {
+    fn from(error: RunError) -> Self {
+        match error {
+            RunError::Unreadable(error) => Failure::unreadable(error),
+            RunError::Failed(error) => Failure::failed(error),
+        }
     }
-    Ok(())
 }
 
-/// Ends a run: the reader stopped (committing nothing past what was done),
-/// the audit row closed with why it stopped early, if it did.
-async fn finish(audit: &runs::Run, records: resume::Resumable, result: Result<(), Failure>) -> Result<(), Failure> {
-    let stopped = records.stop().await;
-    let error = match (&result, &stopped) {
-        (Err(failure), _) => Some(format!("{:#}", failure.error)),
-        (Ok(()), Err(error)) => Some(format!("reading the dead-letter topic: {error:#}")),
-        _ => None,
-    };
-    audit.finish(error.as_deref()).await?;
-    result?;
-    stopped.map_err(Failure::unreadable)
+/// What the tool prints of a record a run dealt with.
+fn print_done(kind: &'static str, dry_run: bool) -> impl FnMut(&RecordDone) + Send {
+    move |done| {
+        let how = match (done.outcome, kind) {
+            (dlq::Outcome::Sent, _) => format!(" to {}", done.detail),
+            _ => format!(": {}", done.detail),
+        };
+        println!("{} {} ({}, order {}){how}", done.verb(kind, dry_run), done.position, done.reason, done.order_id);
+    }
 }
 
-/// A stable hex name for a text (FNV-1a).
-fn stable_hash(text: &str) -> String {
-    let hash = text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
-    format!("{hash:016x}")
+/// The tools, connected.
+async fn tools(settings: &Settings) -> Result<dlq::Tools, Failure> {
+    let (stock, _) = crate::connect(settings).await?;
+    let db = crate::database(settings).await?;
+    Ok(dlq::Tools { servers: settings.servers.clone(), db, stock, settings: settings.dlq.clone() })
 }
 
 /// Runs a `dlq` subcommand.
@@ -202,33 +175,11 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
     let settings = settings.clone();
     match command {
         Command::List { filter, limit, json } => {
-            let entries = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Entry>> {
-                let mut entries = Vec::new();
-                read_dlq(&settings, None, |_, message| {
-                    if filter.matches(message) {
-                        entries.push(entry(message));
-                    }
-                    Ok(entries.len() < limit)
-                })?;
-                Ok(entries)
-            })
-            .await
-            .map_err(Failure::failed)?
-            .map_err(Failure::unreadable)?;
+            let entries = dlq::list(&settings.servers, filter, limit).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&entries).map_err(Failure::failed)?);
             } else {
-                println!(
-                    "{:<12} {:<16} {:<36} {:<8} {:<32} error",
-                    "position", "reason", "order", "attempts", "failed at"
-                );
-                for e in &entries {
-                    println!(
-                        "{:<12} {:<16} {:<36} {:<8} {:<32} {}",
-                        e.position, e.reason, e.order_id, e.attempts, e.failed_at, e.error
-                    );
-                }
-                println!("{} record(s)", entries.len());
+                print_list(&entries);
             }
             Ok(())
         }
@@ -256,14 +207,77 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
         Command::Parked { limit, json } => parked(&settings, limit, json).await,
         Command::Replay { filter, to, create_topic, run } => {
             if let Some(topic) = &to {
-                replay::target_exists(&settings, topic, create_topic).await?;
+                if dlq::replay::target_exists(&settings.servers.kafka, topic, create_topic).await? {
+                    println!("created topic {topic} ({} partitions)", settings.servers.kafka.dlq_partitions);
+                }
             }
-            replay::replay(settings, filter, to, run).await
+            let tools = tools(&settings).await?;
+            let report =
+                dlq::replay::replay(&tools, filter, to, &run.options(), &mut print_done("replay", run.dry_run)).await?;
+            let verb = if run.dry_run { "would be replayed (dry run)" } else { "replayed" };
+            println!("{} record(s) {verb}, {} refused (run {})", report.done, report.refused, report.run_id);
+            Ok(())
         }
-        Command::Redrive { filter, run } => redrive::redrive(settings, filter, run).await,
-        Command::Runs { limit, json } => runs::list(&crate::database(&settings).await?, limit, json).await,
+        Command::Redrive { filter, run } => {
+            let tools = tools(&settings).await?;
+            let report =
+                dlq::redrive::redrive(&tools, filter, &run.options(), &mut print_done("redrive", run.dry_run)).await?;
+            let verb = if run.dry_run { "would be placed again (dry run)" } else { "placed again" };
+            println!(
+                "{} order(s) {verb}, {} skipped, {} refused (run {})",
+                report.done, report.skipped, report.refused, report.run_id
+            );
+            Ok(())
+        }
+        Command::Runs { limit, json } => runs(&crate::database(&settings).await?, limit, json).await,
         Command::Stats { since, sale, json } => stats::run(&settings, since, sale, json).await,
     }
+}
+
+fn print_list(entries: &[Entry]) {
+    println!("{:<12} {:<16} {:<36} {:<8} {:<32} error", "position", "reason", "order", "attempts", "failed at");
+    for e in entries {
+        println!(
+            "{:<12} {:<16} {:<36} {:<8} {:<32} {}",
+            e.position, e.reason, e.order_id, e.attempts, e.failed_at, e.error
+        );
+    }
+    println!("{} record(s)", entries.len());
+}
+
+/// `dlq runs`: the latest runs first.
+async fn runs(db: &sqlx::PgPool, limit: i64, json: bool) -> Result<(), Failure> {
+    let rows = dlq::runs::latest(db, limit, None).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::failed)?);
+        return Ok(());
+    }
+    println!(
+        "{:<6} {:<13} {:<12} {:<26} {:>6} {:>7} {:>7}  note / filter",
+        "run", "kind", "operator", "started", "sent", "skipped", "refused"
+    );
+    for r in &rows {
+        let kind = if r.dry_run { format!("{} (dry)", r.kind) } else { r.kind.clone() };
+        let state = match (&r.finished_at, &r.error) {
+            (_, Some(error)) => format!(" [stopped: {error}]"),
+            (None, None) => " [unfinished]".into(),
+            (Some(_), None) => String::new(),
+        };
+        println!(
+            "{:<6} {:<13} {:<12} {:<26} {:>6} {:>7} {:>7}  {} {}{state}",
+            r.run_id,
+            kind,
+            r.operator,
+            r.started_at.format("%Y-%m-%d %H:%M:%S%.3fZ"),
+            r.sent,
+            r.skipped,
+            r.refused,
+            r.note,
+            r.filter
+        );
+    }
+    println!("{} run(s)", rows.len());
+    Ok(())
 }
 
 async fn parked(settings: &Settings, limit: i64, json: bool) -> Result<(), Failure> {
@@ -287,19 +301,6 @@ async fn parked(settings: &Settings, limit: i64, json: bool) -> Result<(), Failu
     }
     println!("{} parked record(s)", rows.len());
     Ok(())
-}
-
-/// Reads the DLQ from the beginning (or from `group`'s committed position)
-/// up to the high watermarks taken at the start. `visit` returns whether to
-/// go on.
-fn read_dlq(
-    settings: &Settings,
-    group: Option<&str>,
-    visit: impl FnMut(&BaseConsumer, &OwnedMessage) -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
-    let topic = Topics::new(&settings.servers.kafka).dlq;
-    let start = group.map_or(Start::Beginning, Start::Committed);
-    read_to_end(&settings.servers.kafka, &topic, start, Duration::from_secs(120), visit)
 }
 
 fn read_one(settings: &Settings, partition: i32, offset: i64) -> anyhow::Result<Option<OwnedMessage>> {

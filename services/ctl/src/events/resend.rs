@@ -11,11 +11,11 @@
 
 use super::expected::{expected, Scope};
 use super::verify::on_topic_from;
-use crate::topic::Start;
 use crate::{Failure, Settings};
 use chrono::{DateTime, Utc};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::db::outbox;
+use seckill_shared::kafka::read::Start;
 use seckill_shared::kafka::{self, Topics};
 use std::time::Duration;
 

@@ -6,11 +6,11 @@
 //! counted apart, not as missing; `--wait-drain` waits for them.
 
 use super::expected::{expected, Expected, Scope};
-use crate::topic::{read_to_end, Start};
 use crate::{Failure, Settings};
 use rdkafka::Message;
 use seckill_shared::config::KafkaSettings;
 use seckill_shared::domain::SaleKey;
+use seckill_shared::kafka::read::{read_to_end, Start};
 use seckill_shared::kafka::Topics;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};

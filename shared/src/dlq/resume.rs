@@ -5,7 +5,7 @@
 //! commit hands that one record over once more.
 
 use super::{read_dlq, Filter};
-use crate::Settings;
+use crate::config::Servers;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
@@ -20,14 +20,14 @@ pub struct Resumable {
 impl Resumable {
     /// Starts reading in `group`; with `commit` false (a dry run) the group
     /// never moves.
-    pub fn start(settings: &Settings, group: String, filter: Filter, commit: bool) -> Self {
+    pub fn start(servers: &Servers, group: String, filter: Filter, commit: bool) -> Self {
         // The reader runs on a blocking thread and hands records over one at
         // a time; each is committed only after the caller said it is done.
         let (to_send, chosen) = tokio::sync::mpsc::channel::<OwnedMessage>(1);
         let (done, done_rx) = std::sync::mpsc::channel::<bool>();
-        let settings = settings.clone();
+        let servers = servers.clone();
         let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            read_dlq(&settings, Some(&group), |consumer, message| {
+            read_dlq(&servers, Some(&group), |consumer, message| {
                 if !filter.matches(message) {
                     return Ok(true);
                 }

@@ -1,17 +1,18 @@
-//! The audit trail: every `dlq replay` and `dlq redrive` run (dry runs
-//! too) is a `dlq_runs` row — who, when, the note, the filter, the counts —
-//! and what it did with each record a `dlq_run_records` row. Counts are
-//! kept as the run goes, so an interrupted run shows what it did.
-//! `seckillctl dlq runs` lists them.
+//! The audit trail: every replay and redrive run (dry runs too), from
+//! `seckillctl dlq` or the dashboard, is a `dlq_runs` row — who, when, the
+//! note, the filter, the counts — and what it did with each record a
+//! `dlq_run_records` row. Counts are kept as the run goes, so an
+//! interrupted run shows what it did. A run from the dashboard names its
+//! submission: the same one again starts nothing ([`Started::Before`]).
 
-use super::Filter;
-use crate::Failure;
+use super::{Filter, RecordDone, RunError};
 use chrono::{DateTime, Utc};
 use rdkafka::message::{Message, OwnedMessage};
 use sqlx::PgPool;
 
 /// What a run did with one record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Outcome {
     /// Re-produced (a replay).
     Sent,
@@ -24,6 +25,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    const ALL: [Self; 4] = [Self::Sent, Self::Placed, Self::Skipped, Self::Refused];
+
     fn code(self) -> &'static str {
         match self {
             Self::Sent => "SENT",
@@ -31,6 +34,10 @@ impl Outcome {
             Self::Skipped => "SKIPPED",
             Self::Refused => "REFUSED",
         }
+    }
+
+    fn parse(code: &str) -> Self {
+        Self::ALL.into_iter().find(|o| o.code() == code).unwrap_or(Self::Refused)
     }
 }
 
@@ -45,6 +52,16 @@ pub struct RunSpec<'a> {
     /// The topic records go to, when not their original one.
     pub target: Option<&'a str>,
     pub dry_run: bool,
+    /// The caller's name for the run (a form's one-time key).
+    pub submission: Option<&'a str>,
+}
+
+/// How [`Run::start`] went.
+pub enum Started {
+    /// A new run, recorded.
+    New(Run),
+    /// A run with the same submission was started before: this one.
+    Before(i64),
 }
 
 /// One run, recorded as it goes.
@@ -54,11 +71,11 @@ pub struct Run {
     pub id: i64,
 }
 
-/// Who runs the tool: `asked` (`--operator`), else `SECKILL_OPERATOR`,
-/// `$USER`, `$LOGNAME`, else the name of this process's user (its uid in
-/// `/etc/passwd`, as `id -un` says it), else `uid <n>`; `unknown` only when
-/// not even the uid can be read.
-fn operator(asked: Option<&str>) -> String {
+/// Who runs the tool: `asked` (`--operator`, the dashboard's signed-in
+/// name), else `SECKILL_OPERATOR`, `$USER`, `$LOGNAME`, else the name of
+/// this process's user (its uid in `/etc/passwd`, as `id -un` says it),
+/// else `uid <n>`; `unknown` only when not even the uid can be read.
+pub fn operator(asked: Option<&str>) -> String {
     let named = |v: &str| !v.trim().is_empty();
     if let Some(asked) = asked.filter(|v| named(v)) {
         return asked.to_owned();
@@ -88,39 +105,43 @@ fn user_of(passwd: &str, uid: u32) -> Option<String> {
 }
 
 impl Run {
-    /// Records the start of a run.
-    pub async fn start(db: &PgPool, spec: &RunSpec<'_>) -> Result<Self, Failure> {
-        let filter = serde_json::to_string(spec.filter).map_err(Failure::failed)?;
+    /// Records the start of a run; a submission recorded before starts
+    /// nothing.
+    pub async fn start(db: &PgPool, spec: &RunSpec<'_>) -> Result<Started, RunError> {
+        let filter = serde_json::to_string(spec.filter).map_err(RunError::failed)?;
         let id = sqlx::query_scalar!(
-            "INSERT INTO dlq_runs (kind, operator, note, filter, target, dry_run)
-             VALUES ($1, $2, $3, $4::text::jsonb, $5, $6) RETURNING run_id",
+            "INSERT INTO dlq_runs (kind, operator, note, filter, target, dry_run, submission)
+             VALUES ($1, $2, $3, $4::text::jsonb, $5, $6, $7)
+             ON CONFLICT (submission) DO NOTHING RETURNING run_id",
             spec.kind,
             operator(spec.operator),
             spec.note,
             filter,
             spec.target,
-            spec.dry_run
+            spec.dry_run,
+            spec.submission
         )
-        .fetch_one(db)
+        .fetch_optional(db)
         .await
-        .map_err(Failure::unreadable)?;
-        Ok(Self { db: db.clone(), id })
+        .map_err(RunError::unreadable)?;
+        if let Some(id) = id {
+            return Ok(Started::New(Self { db: db.clone(), id }));
+        }
+        let before = sqlx::query_scalar!("SELECT run_id FROM dlq_runs WHERE submission = $1", spec.submission)
+            .fetch_one(db)
+            .await
+            .map_err(RunError::unreadable)?;
+        Ok(Started::Before(before))
     }
 
     /// Records what was done with `message` (once per record per run).
-    pub async fn record(
-        &self,
-        message: &OwnedMessage,
-        order_id: Option<&str>,
-        outcome: Outcome,
-        detail: &str,
-        new_order_id: Option<&str>,
-    ) -> Result<(), Failure> {
+    pub async fn record(&self, message: &OwnedMessage, done: &RecordDone) -> Result<(), RunError> {
+        let order_id = (done.order_id != "-").then_some(done.order_id.as_str());
         sqlx::query!(
             "WITH r AS (
                 INSERT INTO dlq_run_records
-                       (run_id, dlq_topic, dlq_partition, dlq_offset, order_id, outcome, detail, new_order_id)
-                VALUES ($1, $8, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING outcome
+                       (run_id, dlq_topic, dlq_partition, dlq_offset, order_id, outcome, detail, new_order_id, reason)
+                VALUES ($1, $8, $2, $3, $4, $5, $6, $7, $9) ON CONFLICT DO NOTHING RETURNING outcome
              )
              UPDATE dlq_runs
                 SET sent = sent + (SELECT count(*) FROM r WHERE outcome IN ('SENT', 'PLACED')),
@@ -131,23 +152,24 @@ impl Run {
             message.partition(),
             message.offset(),
             order_id,
-            outcome.code(),
-            detail,
-            new_order_id,
-            message.topic()
+            done.outcome.code(),
+            done.detail,
+            done.new_order_id,
+            message.topic(),
+            done.reason
         )
         .execute(&self.db)
         .await
-        .map_err(Failure::unreadable)?;
+        .map_err(RunError::unreadable)?;
         Ok(())
     }
 
     /// Records the end of the run (`error`: why it stopped early).
-    pub async fn finish(&self, error: Option<&str>) -> Result<(), Failure> {
+    pub async fn finish(&self, error: Option<&str>) -> Result<(), RunError> {
         sqlx::query!("UPDATE dlq_runs SET finished_at = now(), error = $2 WHERE run_id = $1", self.id, error)
             .execute(&self.db)
             .await
-            .map_err(Failure::unreadable)?;
+            .map_err(RunError::unreadable)?;
         Ok(())
     }
 }
@@ -171,48 +193,46 @@ pub struct RunRow {
     pub error: Option<String>,
 }
 
-/// `dlq runs`: the latest runs first.
-pub async fn list(db: &PgPool, limit: i64, json: bool) -> Result<(), Failure> {
-    let rows = sqlx::query_as!(
+/// The latest runs, newest first (`runs`, the dashboard's audit trail);
+/// only run `id` when given.
+pub async fn latest(db: &PgPool, limit: i64, id: Option<i64>) -> Result<Vec<RunRow>, RunError> {
+    sqlx::query_as!(
         RunRow,
         r#"SELECT run_id, kind, operator, note, filter AS "filter!", target, dry_run, started_at, finished_at,
                   sent, skipped, refused, error
-             FROM dlq_runs ORDER BY run_id DESC LIMIT $1"#,
-        limit
+             FROM dlq_runs WHERE $2::bigint IS NULL OR run_id = $2 ORDER BY run_id DESC LIMIT $1"#,
+        limit,
+        id
     )
     .fetch_all(db)
     .await
-    .map_err(Failure::unreadable)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&rows).map_err(Failure::failed)?);
-        return Ok(());
-    }
-    println!(
-        "{:<6} {:<13} {:<12} {:<26} {:>6} {:>7} {:>7}  note / filter",
-        "run", "kind", "operator", "started", "sent", "skipped", "refused"
-    );
-    for r in &rows {
-        let kind = if r.dry_run { format!("{} (dry)", r.kind) } else { r.kind.clone() };
-        let state = match (&r.finished_at, &r.error) {
-            (_, Some(error)) => format!(" [stopped: {error}]"),
-            (None, None) => " [unfinished]".into(),
-            (Some(_), None) => String::new(),
-        };
-        println!(
-            "{:<6} {:<13} {:<12} {:<26} {:>6} {:>7} {:>7}  {} {}{state}",
-            r.run_id,
-            kind,
-            r.operator,
-            r.started_at.format("%Y-%m-%d %H:%M:%S%.3fZ"),
-            r.sent,
-            r.skipped,
-            r.refused,
-            r.note,
-            r.filter
-        );
-    }
-    println!("{} run(s)", rows.len());
-    Ok(())
+    .map_err(RunError::unreadable)
+}
+
+/// What run `id` did with each record, in the order it did it.
+pub async fn records(db: &PgPool, id: i64) -> Result<Vec<RecordDone>, RunError> {
+    let rows = sqlx::query!(
+        "SELECT dlq_partition, dlq_offset, order_id, outcome, detail, new_order_id,
+                COALESCE(r.reason, (SELECT dl.reason FROM dead_letters dl
+                  WHERE (dl.dlq_topic, dl.dlq_partition, dl.dlq_offset) = (r.dlq_topic, r.dlq_partition, r.dlq_offset)))
+                  AS reason
+           FROM dlq_run_records r WHERE run_id = $1 ORDER BY at, dlq_partition, dlq_offset",
+        id
+    )
+    .fetch_all(db)
+    .await
+    .map_err(RunError::unreadable)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| RecordDone {
+            position: format!("{}:{}", r.dlq_partition, r.dlq_offset),
+            reason: r.reason.unwrap_or_default(),
+            order_id: r.order_id.unwrap_or_else(|| "-".into()),
+            outcome: Outcome::parse(&r.outcome),
+            detail: r.detail,
+            new_order_id: r.new_order_id,
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -1,14 +1,17 @@
-//! Which dead letters a command takes (`--reason`, `--order`, `--since`,
-//! `--sale`, `--position`), and one record as `list` and `show` print it.
+//! Which dead letters a run takes (`--reason`, `--order`, `--since`,
+//! `--sale`, `--position`; the same names in the dashboard's JSON), and one
+//! record as `list` and `show` print it.
 
 use super::stable_hash;
+use crate::domain::{OrderRecord, SaleKey};
+use crate::kafka::{dlq_header, header_str, headers_map};
 use chrono::{DateTime, Utc};
 use rdkafka::message::{Message, OwnedMessage};
-use seckill_shared::domain::{OrderRecord, SaleKey};
-use seckill_shared::kafka::{dlq_header, header_str, headers_map};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 
-pub(crate) fn parse_sale(text: &str) -> Result<SaleKey, String> {
+/// A sale as `ACTIVITY:SKU`.
+pub fn parse_sale(text: &str) -> Result<SaleKey, String> {
     let (activity, sku) = text.split_once(':').ok_or_else(|| format!("expected ACTIVITY:SKU, got '{text}'"))?;
     let number = |part: &str| part.parse::<i64>().map_err(|_| format!("expected ACTIVITY:SKU, got '{text}'"));
     SaleKey::from_raw(number(activity)?, number(sku)?).map_err(|e| e.to_string())
@@ -18,40 +21,68 @@ pub(super) fn as_text<S: serde::Serializer>(sale: &Option<SaleKey>, to: S) -> Re
     to.collect_str(&sale.map(|s| s.to_string()).unwrap_or_default())
 }
 
-pub(super) fn parse_position(text: &str) -> Result<(i32, i64), String> {
+/// A record's place as `PARTITION:OFFSET`.
+pub fn parse_position(text: &str) -> Result<(i32, i64), String> {
     text.split_once(':')
         .and_then(|(p, o)| Some((p.parse::<i32>().ok()?, o.parse::<i64>().ok()?)))
         .ok_or_else(|| format!("expected PARTITION:OFFSET, got '{text}'"))
 }
 
+fn sale_from_text<'de, D: serde::Deserializer<'de>>(from: D) -> Result<Option<SaleKey>, D::Error> {
+    Option::<String>::deserialize(from)?.map(|text| parse_sale(&text).map_err(serde::de::Error::custom)).transpose()
+}
+
+/// A position as the audit trail keeps it (`[partition, offset]`) or as
+/// the dashboard sends it (`"partition:offset"`).
+fn position_from_text<'de, D: serde::Deserializer<'de>>(from: D) -> Result<Option<(i32, i64)>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Pair(i32, i64),
+        Text(String),
+    }
+    Option::<Either>::deserialize(from)?
+        .map(|either| match either {
+            Either::Pair(partition, offset) => Ok((partition, offset)),
+            Either::Text(text) => parse_position(&text).map_err(serde::de::Error::custom),
+        })
+        .transpose()
+}
+
 /// Which records.
-#[derive(clap::Args, Clone, Default, Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(clap::Args, Clone, Default, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Filter {
     /// Only this `dlq.reason` (e.g. NO_DB_STOCK).
     #[arg(long)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Only this order id.
     #[arg(long)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    order: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<String>,
     /// Only records dead-lettered at or after this time (RFC 3339).
     #[arg(long)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    since: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<DateTime<Utc>>,
     /// Only this sale's records (`ACTIVITY:SKU`).
     #[arg(long, value_parser = parse_sale)]
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "as_text")]
-    sale: Option<SaleKey>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "as_text",
+        deserialize_with = "sale_from_text"
+    )]
+    pub sale: Option<SaleKey>,
     /// Only the record at `PARTITION:OFFSET` (as `list` shows it).
     #[arg(long, value_parser = parse_position)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    position: Option<(i32, i64)>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "position_from_text")]
+    pub position: Option<(i32, i64)>,
 }
 
 impl Filter {
-    pub(super) fn matches(&self, message: &OwnedMessage) -> bool {
+    /// Whether it takes `message`.
+    pub fn matches(&self, message: &OwnedMessage) -> bool {
         if self.position.is_some_and(|p| p != (message.partition(), message.offset())) {
             return false;
         }
@@ -96,20 +127,24 @@ impl Filter {
     }
 }
 
-/// One record as `list` and `show` print it.
+/// One record as `list` and `show` print it (and the dashboard lists it).
 #[derive(serde::Serialize)]
-pub(super) struct Entry {
-    pub(super) position: String,
-    pub(super) reason: String,
-    pub(super) error: String,
-    pub(super) order_id: String,
-    pub(super) failed_at: String,
-    pub(super) attempts: String,
-    pub(super) headers: BTreeMap<String, String>,
-    pub(super) value: serde_json::Value,
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// `partition:offset`.
+    pub position: String,
+    pub reason: String,
+    pub error: String,
+    /// `-` when the record names no order.
+    pub order_id: String,
+    pub failed_at: String,
+    pub attempts: String,
+    pub headers: BTreeMap<String, String>,
+    pub value: serde_json::Value,
 }
 
-pub(super) fn entry(message: &OwnedMessage) -> Entry {
+/// `message` as an [`Entry`].
+pub fn entry(message: &OwnedMessage) -> Entry {
     let headers = message.headers().map(headers_map).unwrap_or_default();
     let value = message
         .payload()
@@ -149,5 +184,14 @@ mod tests {
         let one = Filter { position: Some((0, 7)), ..filter.clone() };
         assert_ne!(one.group_suffix(), filter.group_suffix());
         assert_eq!(serde_json::to_value(&sale).unwrap(), serde_json::json!({"reason": "DB_REJECTED", "sale": "1:2"}));
+        // As the dashboard sends it, and as the audit trail keeps it.
+        let sent = serde_json::json!({"reason": "DB_REJECTED", "sale": "1:2", "position": "0:7"});
+        let read: Filter = serde_json::from_value(sent).unwrap();
+        assert_eq!((read.sale, read.position), (sale.sale, Some((0, 7))));
+        let kept = serde_json::json!({"reason": "DB_REJECTED", "sale": "1:2", "position": [0, 7]});
+        assert_eq!(serde_json::to_value(&read).unwrap(), kept);
+        assert_eq!(serde_json::from_value::<Filter>(kept).unwrap().position, Some((0, 7)));
+        assert!(serde_json::from_value::<Filter>(serde_json::json!({"sale": "1"})).is_err(), "a sale is A:S");
+        assert!(serde_json::from_value::<Filter>(serde_json::json!({"sku": 1})).is_err(), "no unknown field");
     }
 }

@@ -1,12 +1,13 @@
 //! Reading a topic once, up to where it ended when the read began: the
-//! dead-letter commands and the event checks both read this way, without
-//! joining the services' consumer groups.
+//! dead-letter tools (`seckillctl dlq`, the dashboard's dead-letters page)
+//! and the event checks read this way, without joining the services'
+//! consumer groups.
 
+use crate::config::KafkaSettings;
+use crate::kafka;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::OwnedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
-use seckill_shared::config::KafkaSettings;
-use seckill_shared::kafka;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

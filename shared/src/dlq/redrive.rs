@@ -1,4 +1,4 @@
-//! `seckillctl dlq redrive`: a replay that gives the buyer another chance.
+//! A redrive: a replay that gives the buyer another chance.
 //!
 //! A dead-lettered order was settled FAILED and its unit given back, so
 //! replaying its record creates nothing. A redrive asks, per record, whether
@@ -19,24 +19,19 @@
 //! one-order-per-buyer check is what refuses a buyer who holds an order.
 
 use super::resume::Resumable;
-use super::runs::{Outcome, Run, RunSpec};
-use super::{entry, loop_guard, Filter, RunArgs};
-use crate::{Failure, Settings};
+use super::runs::{Outcome, Run, RunSpec, Started};
+use super::{entry, loop_guard, Filter, RecordDone, RunError, RunOptions, RunReport, Tools};
+use crate::domain::{OrderId, OrderRecord};
+use crate::kafka::{self, dlq_header, header_str, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use crate::stock::{Borrowed, DeductCall, DeductRequest, Deduction};
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use seckill_shared::domain::{OrderId, OrderRecord};
-use seckill_shared::kafka::{self, dlq_header, header_str, Topics, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
-use seckill_shared::stock::{Borrowed, DeductCall, DeductRequest, Deduction, Stock};
-use sqlx::PgPool;
 use std::time::Duration;
 
 /// What a redrive needs.
-struct Redrive {
-    settings: Settings,
-    stock: Stock,
-    db: PgPool,
+struct Redrive<'a> {
+    tools: &'a Tools,
     producer: FutureProducer,
-    topics: Topics,
     audit: Run,
     dry_run: bool,
 }
@@ -57,67 +52,69 @@ impl Verdict {
     }
 }
 
-/// Runs a redrive.
-pub async fn redrive(settings: Settings, filter: Filter, run: RunArgs) -> Result<(), Failure> {
-    let (stock, _) = crate::connect(&settings).await?;
-    let db = crate::database(&settings).await?;
-    let producer: FutureProducer = kafka::producer(&settings.servers.kafka).map_err(Failure::unreadable)?;
-    let topics = Topics::new(&settings.servers.kafka);
-    let group = format!("{}seckillctl-redrive-{}", settings.servers.kafka.topic_prefix, filter.group_suffix());
+/// Runs a redrive of what `filter` takes; `report` hears of each record as
+/// it is dealt with.
+pub async fn redrive(
+    tools: &Tools,
+    filter: Filter,
+    options: &RunOptions,
+    report: &mut (dyn FnMut(&RecordDone) + Send),
+) -> Result<RunReport, RunError> {
+    let kafka_settings = &tools.servers.kafka;
+    let producer: FutureProducer = kafka::producer(kafka_settings).map_err(RunError::unreadable)?;
+    let group = format!("{}seckillctl-redrive-{}", kafka_settings.topic_prefix, filter.group_suffix());
     let spec = RunSpec {
         kind: "redrive",
-        operator: run.operator.as_deref(),
-        note: &run.note,
+        operator: options.operator.as_deref(),
+        note: &options.note,
         filter: &filter,
         target: None,
-        dry_run: run.dry_run,
+        dry_run: options.dry_run,
+        submission: options.submission.as_deref(),
     };
-    let audit = Run::start(&db, &spec).await?;
-    let mut records = Resumable::start(&settings, group, filter.clone(), !run.dry_run);
-    let redrive = Redrive { settings, stock, db, producer, topics, audit, dry_run: run.dry_run };
-    let (mut placed, mut skipped, mut refused) = (0u64, 0u64, 0u64);
+    let audit = match Run::start(&tools.db, &spec).await? {
+        Started::New(run) => run,
+        Started::Before(id) => return RunReport::of(&tools.db, id).await,
+    };
+    let mut records = Resumable::start(&tools.servers, group, filter.clone(), !options.dry_run);
+    let redrive = Redrive { tools, producer, audit, dry_run: options.dry_run };
+    let mut counts = RunReport { run_id: redrive.audit.id, done: 0, skipped: 0, refused: 0 };
     let result = async {
         while let Some(message) = records.next().await {
-            if run.limit.is_some_and(|limit| placed >= limit) {
+            if options.limit.is_some_and(|limit| counts.done >= limit) {
                 break;
             }
             let e = entry(&message);
-            let verdict = match loop_guard(&message, redrive.settings.dlq.max_replays, run.force) {
+            let verdict = match loop_guard(&message, tools.settings.max_replays, options.force) {
                 Err(why) => Verdict::refused(why),
                 Ok(()) => redrive.one(&message).await?,
             };
-            let new_order = verdict.new_order.as_ref().map(OrderId::as_str);
-            let order = (e.order_id != "-").then_some(e.order_id.as_str());
-            redrive.audit.record(&message, order, verdict.outcome, &verdict.detail, new_order).await?;
-            let what = match verdict.outcome {
-                Outcome::Placed if redrive.dry_run => "would redrive",
-                Outcome::Placed => "redrove",
-                Outcome::Skipped => "skipped",
-                _ => "refused",
+            let done = RecordDone {
+                position: e.position,
+                reason: e.reason,
+                order_id: e.order_id,
+                outcome: verdict.outcome,
+                detail: verdict.detail,
+                new_order_id: verdict.new_order.map(|o| o.as_str().to_owned()),
             };
-            println!("{what} {} ({}, order {}): {}", e.position, e.reason, e.order_id, verdict.detail);
-            match verdict.outcome {
-                Outcome::Placed | Outcome::Sent => placed += 1,
-                Outcome::Skipped => skipped += 1,
-                Outcome::Refused => refused += 1,
-            }
+            redrive.audit.record(&message, &done).await?;
+            report(&done);
+            counts.count(done.outcome);
             records.done();
-            if verdict.outcome == Outcome::Placed {
-                run.pace().await;
+            if done.outcome == Outcome::Placed {
+                options.pace().await;
             }
         }
         Ok(())
     }
     .await;
     super::finish(&redrive.audit, records, result).await?;
-    let verb = if run.dry_run { "would be placed again (dry run)" } else { "placed again" };
-    println!("{placed} order(s) {verb}, {skipped} skipped, {refused} refused (run {})", redrive.audit.id);
-    Ok(())
+    Ok(counts)
 }
 
-impl Redrive {
+impl Redrive<'_> {
     /// Decides one record and, unless a dry run, acts on it.
-    async fn one(&self, message: &OwnedMessage) -> Result<Verdict, Failure> {
+    async fn one(&self, message: &OwnedMessage) -> Result<Verdict, RunError> {
         let Some(original) = message.payload().and_then(|p| OrderRecord::decode(p).ok()) else {
             return Ok(Verdict::refused("not an order record: nothing to place again"));
         };
@@ -125,17 +122,17 @@ impl Redrive {
             "SELECT new_order_id FROM dlq_redrives WHERE original_order_id = $1 AND new_order_id IS NOT NULL",
             original.order_id.as_str()
         )
-        .fetch_optional(&self.db)
+        .fetch_optional(&self.tools.db)
         .await
-        .map_err(Failure::unreadable)?
+        .map_err(RunError::unreadable)?
         .flatten();
         if let Some(new_order) = done {
             return Ok(Verdict::skipped(format!("already redriven as {new_order}")));
         }
         let status = sqlx::query_scalar!("SELECT status FROM orders WHERE order_id = $1", original.order_id.as_str())
-            .fetch_optional(&self.db)
+            .fetch_optional(&self.tools.db)
             .await
-            .map_err(Failure::unreadable)?;
+            .map_err(RunError::unreadable)?;
         if let Some(status) = status.filter(|s| s != "FAILED") {
             return Ok(Verdict::skipped(format!("the order is {status}: nothing to place again")));
         }
@@ -146,10 +143,10 @@ impl Redrive {
     }
 
     /// A dry run's answer, from reads alone (the deduction decides for real).
-    async fn would(&self, original: &OrderRecord) -> Result<Verdict, Failure> {
+    async fn would(&self, original: &OrderRecord) -> Result<Verdict, RunError> {
         let sale = original.sale();
-        let snapshot = self.stock.snapshot(sale).await.map_err(Failure::unreadable)?;
-        let holder = self.stock.user_order(sale, original.user_id).await.map_err(Failure::unreadable)?;
+        let snapshot = self.tools.stock.snapshot(sale).await.map_err(RunError::unreadable)?;
+        let holder = self.tools.stock.user_order(sale, original.user_id).await.map_err(RunError::unreadable)?;
         Ok(if !snapshot.exists {
             Verdict::refused("the sale is not in Redis (finished or never warmed)")
         } else if let Some(why) = round_over(original, snapshot.round) {
@@ -171,7 +168,7 @@ impl Redrive {
         &self,
         message: &OwnedMessage,
         original: &OrderRecord,
-    ) -> Result<(DeductCall, Option<Deduction>), Failure> {
+    ) -> Result<(DeductCall, Option<Deduction>), RunError> {
         let call_id = self.call_for(original).await?;
         let nonce = nonce_of(&call_id);
         let headers = message.headers();
@@ -187,29 +184,29 @@ impl Redrive {
         };
         // Room for the publish below before the sweeper may take the
         // reservation for a lost record (it republishes it then).
-        let deadline = Duration::from_millis(self.settings.servers.kafka.message_timeout_ms) + Duration::from_secs(5);
+        let deadline = Duration::from_millis(self.tools.servers.kafka.message_timeout_ms) + Duration::from_secs(5);
         let sale = original.sale();
         // The buyer's home bucket keeps their order (a sale of one: bucket 0).
-        let list = self.stock.directory(sale).await.map_err(Failure::unreadable)?;
+        let list = self.tools.stock.directory(sale).await.map_err(RunError::unreadable)?;
         let home = list.home(original.user_id);
         let call = DeductCall { id: call_id, requests: vec![request], publish_deadline: deadline, bucket: home };
-        let mut answer = self.stock.deduct_batch(sale, &call).await.map_err(Failure::unreadable)?.pop();
+        let mut answer = self.tools.stock.deduct_batch(sale, &call).await.map_err(RunError::unreadable)?.pop();
         // Its bucket ran out: units from the others, and the same call again
         // (one that answered SOLD_OUT kept nothing).
         for _ in 0..3 {
             if answer != Some(Deduction::SoldOut) || list.buckets.len() == 1 {
                 break;
             }
-            let borrowed = self.stock.borrow(sale, &list.buckets, home, list.round).await;
-            if borrowed.map_err(Failure::unreadable)? == Borrowed::Nothing {
+            let borrowed = self.tools.stock.borrow(sale, &list.buckets, home, list.round).await;
+            if borrowed.map_err(RunError::unreadable)? == Borrowed::Nothing {
                 break;
             }
-            answer = self.stock.deduct_batch(sale, &call).await.map_err(Failure::unreadable)?.pop();
+            answer = self.tools.stock.deduct_batch(sale, &call).await.map_err(RunError::unreadable)?.pop();
         }
         Ok((call, answer))
     }
 
-    async fn place(&self, message: &OwnedMessage, original: &OrderRecord) -> Result<Verdict, Failure> {
+    async fn place(&self, message: &OwnedMessage, original: &OrderRecord) -> Result<Verdict, RunError> {
         let sale = original.sale();
         let (call, answer) = self.deduct(message, original).await?;
         let (nonce, home) = (nonce_of(&call.id), call.bucket);
@@ -223,10 +220,10 @@ impl Redrive {
             Some(Deduction::AlreadyPurchased { order_id: Some(held) })
                 if held.ends_with(&format!("-{nonce}{}", home.nonce_suffix())) =>
             {
-                let order_id = OrderId::parse(&held).map_err(Failure::failed)?;
-                let state = self.stock.order_state(&order_id).await.map_err(Failure::unreadable)?;
-                let round = self.stock.snapshot(sale).await.map_err(Failure::unreadable)?.round;
-                (order_id, round, state.map_or_else(seckill_shared::now_ms, |s| s.accepted_at), false)
+                let order_id = OrderId::parse(&held).map_err(RunError::failed)?;
+                let state = self.tools.stock.order_state(&order_id).await.map_err(RunError::unreadable)?;
+                let round = self.tools.stock.snapshot(sale).await.map_err(RunError::unreadable)?.round;
+                (order_id, round, state.map_or_else(crate::now_ms, |s| s.accepted_at), false)
             }
             Some(Deduction::AlreadyPurchased { order_id }) => {
                 let held = order_id.unwrap_or_else(|| "?".into());
@@ -246,11 +243,11 @@ impl Redrive {
         };
         // A unit taken in another round than the record's is given back.
         if let Some(why) = round_over(original, round) {
-            self.stock.void(sale, &call).await.map_err(Failure::unreadable)?;
+            self.tools.stock.void(sale, &call).await.map_err(RunError::unreadable)?;
             return Ok(Verdict::refused(why));
         }
-        if decided_now && !self.stock.confirmed(sale, &call).await.map_err(Failure::unreadable)? {
-            self.stock.void(sale, &call).await.map_err(Failure::unreadable)?;
+        if decided_now && !self.tools.stock.confirmed(sale, &call).await.map_err(RunError::unreadable)? {
+            self.tools.stock.void(sale, &call).await.map_err(RunError::unreadable)?;
             return Ok(Verdict::refused("the Redis replicas did not confirm the deduction; run again"));
         }
         // The link first: the order's events read it when the order
@@ -261,9 +258,9 @@ impl Redrive {
             original.order_id.as_str(),
             order_id.as_str()
         )
-        .execute(&self.db)
+        .execute(&self.tools.db)
         .await
-        .map_err(Failure::unreadable)?;
+        .map_err(RunError::unreadable)?;
         let record = OrderRecord {
             redrive_of: Some(original.order_id.clone()),
             ..OrderRecord::new(order_id.clone(), sale, original.user_id, accepted_at).in_round(round)
@@ -274,7 +271,7 @@ impl Redrive {
 
     /// The deduction call of `original`'s redrive: the one a previous run
     /// used, else a new one, recorded before it is asked.
-    async fn call_for(&self, original: &OrderRecord) -> Result<String, Failure> {
+    async fn call_for(&self, original: &OrderRecord) -> Result<String, RunError> {
         let fresh = format!("redrive{:016x}", rand::random::<u64>());
         sqlx::query_scalar!(
             "WITH new AS (
@@ -288,15 +285,15 @@ impl Redrive {
             fresh,
             self.audit.id
         )
-        .fetch_one(&self.db)
+        .fetch_one(&self.tools.db)
         .await
-        .map_err(Failure::unreadable)
+        .map_err(RunError::unreadable)
     }
 
     /// Publishes the new order's record to the orders topic (keyed by its
     /// buyer, as the edge does) and waits for the broker's acknowledgement.
-    async fn publish(&self, message: &OwnedMessage, record: &OrderRecord) -> Result<(), Failure> {
-        let payload = serde_json::to_vec(record).map_err(Failure::failed)?;
+    async fn publish(&self, message: &OwnedMessage, record: &OrderRecord) -> Result<(), RunError> {
+        let payload = serde_json::to_vec(record).map_err(RunError::failed)?;
         let key = record.user_id.get().to_string();
         let headers = message.headers();
         let count = headers
@@ -315,9 +312,10 @@ impl Redrive {
             .insert(Header { key: dlq_header::REPLAY_ID, value: Some(run_id.as_str()) })
             .insert(Header { key: dlq_header::REPLAY_COUNT, value: Some(count.as_str()) })
             .insert(Header { key: dlq_header::REDRIVE_OF, value: Some(original) });
-        let to = FutureRecord::<str, [u8]>::to(&self.topics.orders).key(&key).payload(&payload).headers(out);
+        let topics = self.tools.topics();
+        let to = FutureRecord::<str, [u8]>::to(&topics.orders).key(&key).payload(&payload).headers(out);
         self.producer.send(to, Duration::from_secs(10)).await.map_err(|(error, _)| {
-            Failure::failed(anyhow::anyhow!(
+            RunError::failed(anyhow::anyhow!(
                 "publishing {} (the sweeper publishes it again if this run does not): {error}",
                 record.order_id
             ))
@@ -343,7 +341,7 @@ fn nonce_of(call_id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use seckill_shared::domain::{SaleKey, UserId};
+    use crate::domain::{SaleKey, UserId};
 
     #[test]
     fn a_redrive_call_names_its_nonce_and_a_record_of_another_round_is_refused() {
