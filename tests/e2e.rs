@@ -42,6 +42,8 @@ mod dashboard;
 mod deadlines;
 #[path = "e2e/dlq_index.rs"]
 mod dlq_index;
+#[path = "e2e/dlq_page.rs"]
+mod dlq_page;
 #[path = "e2e/dlq_tools.rs"]
 mod dlq_tools;
 #[path = "e2e/downstream.rs"]

@@ -65,7 +65,7 @@ def spans_of(request):
 class Receiver(BaseHTTPRequestHandler):
     out = None
 
-    def do_POST(self):  # noqa: N802 (the name http.server calls)
+    def do_POST(self):  # the name http.server calls
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         if self.path.rstrip("/") != "/v1/traces":
             return self.answer(404, b"")
@@ -73,7 +73,7 @@ class Receiver(BaseHTTPRequestHandler):
             return self.answer(415, b"")
         try:
             request = ExportTraceServiceRequest.FromString(body)
-        except Exception:  # noqa: BLE001 (any undecodable body is a 400)
+        except Exception:  # any undecodable body is a 400
             return self.answer(400, b"")
         lines = [json.dumps(span) + "\n" for span in spans_of(request)]
         with LOCK, open(self.out, "a") as out:

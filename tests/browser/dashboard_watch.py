@@ -48,10 +48,12 @@ with sync_playwright() as playwright:
     page.goto(f"{url}/admin/dashboard")
     if not page.query_selector('form[action="/admin/login"] input[name="token"]'):
         fail("the dashboard did not ask to sign in", page)
+    page.fill('input[name="name"]', "ops-watch")
     page.fill('input[name="token"]', "not-the-token")
     page.click('button[type="submit"]')
     if "invalid admin token" not in page.content():
         fail("a wrong token was not refused on the form", page)
+    page.fill('input[name="name"]', "ops-watch")
     page.fill('input[name="token"]', token)
     page.click('button[type="submit"]')
     page.wait_for_selector('[data-testid="status"]:has-text("updated")', timeout=15_000)

@@ -54,8 +54,13 @@ pub(super) fn asset(kind: &'static str, body: &'static str) -> Response {
     ([(CONTENT_TYPE, kind), (X_CONTENT_TYPE_OPTIONS, "nosniff"), (CACHE_CONTROL, "no-cache")], body).into_response()
 }
 
-fn login_page(status: StatusCode, message: &str) -> Response {
-    html(status, LOGIN.replace("<!--message-->", message))
+/// The pages a sign-in may lead back to.
+const PAGES: [&str; 2] = ["/admin/dashboard", "/admin/dead-letters"];
+
+/// The sign-in form (`message` above it), leading back to `next`.
+pub(super) fn login_page(status: StatusCode, message: &str, next: &str) -> Response {
+    let next = PAGES.iter().find(|page| **page == next).unwrap_or(&PAGES[0]);
+    html(status, LOGIN.replace("<!--message-->", message).replace("<!--next-->", next))
 }
 
 /// The dashboard, or the sign-in form when the browser has no session.
@@ -63,7 +68,7 @@ async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if auth::require_admin_or_session(&state, &headers).is_ok() {
         html(StatusCode::OK, page_for(&state))
     } else {
-        login_page(StatusCode::OK, "")
+        login_page(StatusCode::OK, "", PAGES[0])
     }
 }
 
@@ -82,6 +87,24 @@ fn page_for(state: &AppState) -> String {
 #[derive(serde::Deserialize)]
 struct LoginForm {
     token: String,
+    /// Who signs in (the audit trail's operator of what they do).
+    #[serde(default)]
+    name: String,
+    /// The page to go back to.
+    #[serde(default)]
+    next: String,
+}
+
+/// The operator a sign-in names: the form's name, trimmed, at most 64
+/// visible characters; a form without one (a script posting the token
+/// alone) is the dashboard's admin.
+fn operator_of(name: &str) -> String {
+    let name: String = name.trim().chars().filter(|c| !c.is_control()).take(64).collect();
+    if name.is_empty() {
+        "admin (dashboard)".into()
+    } else {
+        name
+    }
 }
 
 /// Exchanges the admin token for a session cookie, then back to the page.
@@ -89,11 +112,11 @@ async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Re
     // Guessing tokens costs what any request costs.
     state.limits.check_global().map_err(ApiError::RateLimited)?;
     if let Err(refused) = auth::check_admin_token(&state, &form.token) {
-        return Ok(login_page(StatusCode::UNAUTHORIZED, &format!("<p class=\"error\">{refused}</p>")));
+        return Ok(login_page(StatusCode::UNAUTHORIZED, &format!("<p class=\"error\">{refused}</p>"), &form.next));
     }
-    let cookie = state.sessions.open();
-    Ok((StatusCode::SEE_OTHER, [(LOCATION, "/admin/dashboard".parse().expect("a path")), (SET_COOKIE, cookie)])
-        .into_response())
+    let cookie = state.sessions.open(&operator_of(&form.name));
+    let next = PAGES.iter().find(|page| **page == form.next).unwrap_or(&PAGES[0]);
+    Ok((StatusCode::SEE_OTHER, [(LOCATION, next.parse().expect("a path")), (SET_COOKIE, cookie)]).into_response())
 }
 
 /// Ends the session.

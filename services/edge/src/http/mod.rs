@@ -10,6 +10,7 @@ pub mod bodies;
 mod checkout;
 mod cors;
 mod dashboard;
+mod dead_letters;
 mod error;
 mod extract;
 mod health;
@@ -207,6 +208,7 @@ pub fn router(state: AppState) -> Router {
     let admin = admin::router()
         .method_not_allowed_fallback(method_not_allowed)
         .merge(dashboard::router().method_not_allowed_fallback(method_not_allowed))
+        .merge(dead_letters::router().method_not_allowed_fallback(method_not_allowed))
         .layer(middleware::from_fn_with_state(state.clone(), admin_guard::guard));
     // Requests beyond connections.max_in_flight are answered 503 at once;
     // the probes and metrics stay outside the limit, so an edge at its

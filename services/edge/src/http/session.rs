@@ -1,8 +1,9 @@
 //! Browser sessions for the dashboard: the admin token, posted once to
-//! `/admin/login`, buys a random session id kept in an HttpOnly,
-//! SameSite=Strict cookie scoped to `/admin` — the token itself never sits
-//! in the browser or in a URL. Sessions live in this edge's memory (a
-//! restart or another edge asks to sign in again), expire, and are few.
+//! `/admin/login` with the operator's name, buys a random session id kept
+//! in an HttpOnly, SameSite=Strict cookie scoped to `/admin` — the token
+//! itself never sits in the browser or in a URL. The name is who the audit
+//! trail says acted. Sessions live in this edge's memory (a restart or
+//! another edge asks to sign in again), expire, and are few.
 
 use axum::http::header::COOKIE;
 use axum::http::{HeaderMap, HeaderValue};
@@ -17,10 +18,16 @@ const LIFETIME: Duration = Duration::from_secs(12 * 3600);
 /// The most sessions kept; the oldest goes when a new one would exceed it.
 const MAX_SESSIONS: usize = 256;
 
+/// One signed-in browser: until when, and who.
+struct Session {
+    expires: Instant,
+    operator: String,
+}
+
 /// The sessions of this edge.
 #[derive(Default)]
 pub struct Sessions {
-    live: Mutex<HashMap<String, Instant>>,
+    live: Mutex<HashMap<String, Session>>,
     /// The cookie is `Secure` (the edge is reached through TLS).
     secure: bool,
 }
@@ -31,25 +38,31 @@ impl Sessions {
         Self { live: Mutex::default(), secure }
     }
 
-    /// Opens a session; returns the `Set-Cookie` value that carries it.
-    pub fn open(&self) -> HeaderValue {
+    /// Opens a session for `operator`; returns the `Set-Cookie` value that
+    /// carries it.
+    pub fn open(&self, operator: &str) -> HeaderValue {
         let id = format!("{:032x}{:032x}", rand::random::<u128>(), rand::random::<u128>());
         let mut live = self.live.lock();
         let now = Instant::now();
-        live.retain(|_, expires| *expires > now);
+        live.retain(|_, session| session.expires > now);
         if live.len() >= MAX_SESSIONS {
-            if let Some(oldest) = live.iter().min_by_key(|(_, expires)| **expires).map(|(id, _)| id.clone()) {
+            if let Some(oldest) = live.iter().min_by_key(|(_, session)| session.expires).map(|(id, _)| id.clone()) {
                 live.remove(&oldest);
             }
         }
-        live.insert(id.clone(), now + LIFETIME);
+        live.insert(id.clone(), Session { expires: now + LIFETIME, operator: operator.to_owned() });
         self.cookie(&id, LIFETIME.as_secs())
     }
 
     /// Whether the request carries a live session.
     pub fn is_signed_in(&self, headers: &HeaderMap) -> bool {
-        let Some(id) = session_id(headers) else { return false };
-        self.live.lock().get(id).is_some_and(|expires| *expires > Instant::now())
+        self.operator(headers).is_some()
+    }
+
+    /// Who signed in the request's live session.
+    pub fn operator(&self, headers: &HeaderMap) -> Option<String> {
+        let id = session_id(headers)?;
+        self.live.lock().get(id).filter(|session| session.expires > Instant::now()).map(|s| s.operator.clone())
     }
 
     /// Ends the request's session; returns the `Set-Cookie` value that
@@ -89,13 +102,14 @@ mod tests {
     #[test]
     fn a_session_opens_is_recognised_and_closes() {
         let sessions = Sessions::default();
-        let set = sessions.open();
+        let set = sessions.open("ana");
         let set = set.to_str().unwrap();
         assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && set.contains("Path=/admin"), "{set}");
         let id = set.split(';').next().unwrap();
         let mut headers = HeaderMap::new();
         headers.insert(COOKIE, HeaderValue::from_str(&format!("other=1; {id}")).unwrap());
         assert!(sessions.is_signed_in(&headers));
+        assert_eq!(sessions.operator(&headers).as_deref(), Some("ana"), "who signed in");
         let mut forged = HeaderMap::new();
         forged.insert(COOKIE, HeaderValue::from_static("seckill_admin=00"));
         assert!(!sessions.is_signed_in(&forged));

@@ -91,6 +91,8 @@ pub struct Settings {
     /// The edge is reached through TLS (a terminating proxy or ingress):
     /// the dashboard's session cookie is then `Secure`.
     pub behind_tls: bool,
+    /// The dead-letter tools the dashboard runs (as `seckillctl dlq`'s).
+    pub dlq: seckill_shared::dlq::DlqToolSettings,
     /// How long a sale's local sold-out flag is trusted before Redis is asked
     /// again, so restored units sell within about this long.
     pub sold_out_flag_ms: u64,
@@ -238,6 +240,7 @@ impl Default for Settings {
             status_reads: StatusReadSettings::default(),
             admission: AdmissionSettings::default(),
             behind_tls: false,
+            dlq: Default::default(),
             sold_out_flag_ms: 1_000,
             ensure_topics: true,
             shutdown_timeout_ms: 10_000,

@@ -1,0 +1,248 @@
+//! The dashboard's dead-letters page (`GET /admin/dead-letters`) and the
+//! JSON it works with: the figures (`/admin/dead-letters/stats`, as `dlq
+//! stats`), the records a filter takes (`/admin/dead-letters/records`, as
+//! `dlq list`), and runs — a dry run, then the run itself
+//! (`POST /admin/dead-letters/runs`), through the same audited replay and
+//! redrive as `seckillctl dlq` (`seckill_shared::dlq`). Only a signed-in
+//! admin acts: the session's name (or, with the bearer token, the body's
+//! `operator`) is the run's operator, and every run — dry or not — is in
+//! the audit trail (`/admin/dead-letters/runs`, `dlq runs`). A run names
+//! its submission: the same form sent twice runs once. The run goes on in
+//! a task of its own, so a browser that leaves does not cut it in half.
+
+use super::dashboard::{asset, html, login_page};
+use super::extract::{from_serde, FromJsonBody, JsonBody};
+use super::{auth, ApiError, AppState};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use seckill_shared::db::dead_letters::Scope;
+use seckill_shared::dlq::{self, runs::RunRow, Entry, Filter, RecordDone, RunError, RunOptions, RunReport, Tools};
+
+const PAGE: &str = include_str!("../../assets/dead_letters.html");
+const SCRIPT: &str = include_str!("../../assets/dead_letters.js");
+
+/// The most records a list answers.
+const MOST_LISTED: usize = 1_000;
+
+/// Dead-letter routes.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin/dead-letters", get(page))
+        .route("/admin/dead-letters/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .route("/admin/dead-letters/stats", get(stats))
+        .route("/admin/dead-letters/records", get(records))
+        .route("/admin/dead-letters/runs", post(start_run).get(latest_runs))
+        .route("/admin/dead-letters/runs/{run_id}", get(one_run))
+}
+
+/// The page, or the sign-in form leading back to it.
+async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match auth::require_admin_or_session(&state, &headers) {
+        Ok(()) => html(StatusCode::OK, PAGE.to_owned()),
+        Err(_) => login_page(StatusCode::OK, "", "/admin/dead-letters"),
+    }
+}
+
+impl From<RunError> for ApiError {
+    fn from(error: RunError) -> Self {
+        match error {
+            RunError::Unreadable(error) => ApiError::TryAgain(error),
+            // A run that could not do what it was asked (a topic that
+            // does not exist): the operator reads why.
+            RunError::Failed(error) => ApiError::InvalidRequest(format!("{error:#}")),
+        }
+    }
+}
+
+/// Which sale and since when the figures count.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatsQuery {
+    sale: Option<String>,
+    since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The dead letters' figures, with how many the index has not read yet.
+async fn stats(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<StatsQuery>,
+) -> Result<Json<dlq::stats::Report>, ApiError> {
+    auth::require_admin_or_session(&state, &headers)?;
+    let sale =
+        query.sale.filter(|s| !s.is_empty()).map(|s| dlq::parse_sale(&s)).transpose().map_err(ApiError::invalid)?;
+    let kafka = &state.settings.servers.kafka;
+    let topic = seckill_shared::kafka::Topics::new(kafka).dlq;
+    let report = dlq::stats::report(kafka, &state.db, &topic, Scope { since: query.since, sale })
+        .await
+        .map_err(ApiError::TryAgain)?;
+    Ok(Json(report))
+}
+
+/// A list's filter (empty fields: any) and length.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordsQuery {
+    sale: Option<String>,
+    reason: Option<String>,
+    order: Option<String>,
+    since: Option<String>,
+    limit: Option<usize>,
+}
+
+impl RecordsQuery {
+    fn filter(&self) -> Result<Filter, ApiError> {
+        let given =
+            |field: &Option<String>| field.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
+        let since = given(&self.since)
+            .map(|t| chrono::DateTime::parse_from_rfc3339(&t).map(|t| t.to_utc()))
+            .transpose()
+            .map_err(|e| ApiError::invalid(format!("since: RFC 3339 ({e})")))?;
+        let sale = given(&self.sale).map(|s| dlq::parse_sale(&s)).transpose().map_err(ApiError::invalid)?;
+        Ok(Filter { reason: given(&self.reason), order: given(&self.order), since, sale, position: None })
+    }
+}
+
+/// The dead letters a filter takes, oldest first.
+async fn records(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<RecordsQuery>,
+) -> Result<Json<Vec<Entry>>, ApiError> {
+    auth::require_admin_or_session(&state, &headers)?;
+    let limit = query.limit.unwrap_or(200).clamp(1, MOST_LISTED);
+    Ok(Json(dlq::list(&state.settings.servers, query.filter()?, limit).await?))
+}
+
+/// Which run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Kind {
+    Replay,
+    Redrive,
+}
+
+/// A run the page (or a script with the admin token) asks for.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RunRequest {
+    kind: Kind,
+    #[serde(default)]
+    filter: Filter,
+    /// Say what would be done; change nothing.
+    dry_run: bool,
+    /// Why (required for a run that acts).
+    #[serde(default)]
+    note: String,
+    /// The form's one-time key: sent twice, the run happens once.
+    submission: String,
+    /// Who, when the request carries the admin token rather than a session.
+    operator: Option<String>,
+    /// A replay to this topic instead of each record's own (it must exist).
+    to: Option<String>,
+    /// At most this many sent or placed.
+    limit: Option<u64>,
+    /// Also records re-produced `dlq.max_replays` times already.
+    #[serde(default)]
+    force: bool,
+}
+
+impl FromJsonBody for RunRequest {
+    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+        from_serde(bytes)
+    }
+}
+
+/// A run as it ended (or, for a submission sent again, the run it started).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RunBody {
+    run: RunRow,
+    /// What it did with each record.
+    records: Vec<RecordDone>,
+}
+
+/// Who acts: the session's name, else (with the admin token) the body's.
+fn operator(state: &AppState, headers: &HeaderMap, asked: Option<&str>) -> Result<String, ApiError> {
+    if let Some(signed_in) = state.sessions.operator(headers) {
+        return Ok(signed_in);
+    }
+    auth::require_admin(state, headers)?;
+    asked
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| ApiError::invalid("operator: who runs it (a script with the admin token names itself)"))
+}
+
+/// Starts a run and answers once it ended; the run goes on if the caller
+/// leaves.
+async fn start_run(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(request): JsonBody<RunRequest>,
+) -> Result<Json<RunBody>, ApiError> {
+    let operator = operator(&state, &headers, request.operator.as_deref())?;
+    if request.submission.trim().is_empty() || request.submission.len() > 128 {
+        return Err(ApiError::invalid("submission: the form's one-time key, 1 to 128 characters"));
+    }
+    if !request.dry_run && request.note.trim().is_empty() {
+        return Err(ApiError::invalid("note: say why (kept in the audit trail)"));
+    }
+    if request.kind == Kind::Redrive && request.to.is_some() {
+        return Err(ApiError::invalid("to: a redrive places orders on the orders topic; only a replay takes a topic"));
+    }
+    if let Some(topic) = &request.to {
+        dlq::replay::target_exists(&state.settings.servers.kafka, topic, false).await?;
+    }
+    let tools = Tools {
+        servers: state.settings.servers.clone(),
+        db: state.db.clone(),
+        stock: state.stock.clone(),
+        settings: state.settings.dlq.clone(),
+    };
+    let options = RunOptions {
+        note: request.note.trim().to_owned(),
+        operator: Some(operator),
+        rate: None,
+        limit: request.limit,
+        dry_run: request.dry_run,
+        force: request.force,
+        submission: Some(request.submission),
+    };
+    let (kind, filter, to) = (request.kind, request.filter, request.to);
+    let running = tokio::spawn(async move {
+        let mut ignore = |_: &RecordDone| {};
+        match kind {
+            Kind::Replay => dlq::replay::replay(&tools, filter, to, &options, &mut ignore).await,
+            Kind::Redrive => dlq::redrive::redrive(&tools, filter, &options, &mut ignore).await,
+        }
+    });
+    let report: RunReport = running.await.map_err(|e| ApiError::Internal(e.into()))??;
+    Ok(Json(run_body(&state, report.run_id).await?))
+}
+
+async fn run_body(state: &AppState, run_id: i64) -> Result<RunBody, ApiError> {
+    let run = dlq::runs::latest(&state.db, 1, Some(run_id)).await?.pop().ok_or(ApiError::NotFound)?;
+    let records = dlq::runs::records(&state.db, run_id).await?;
+    Ok(RunBody { run, records })
+}
+
+/// The latest runs, newest first: the audit trail.
+async fn latest_runs(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<RunRow>>, ApiError> {
+    auth::require_admin_or_session(&state, &headers)?;
+    Ok(Json(dlq::runs::latest(&state.db, 50, None).await?))
+}
+
+/// One run, with what it did with each record.
+async fn one_run(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(run_id): Path<i64>,
+) -> Result<Json<RunBody>, ApiError> {
+    auth::require_admin_or_session(&state, &headers)?;
+    Ok(Json(run_body(&state, run_id).await?))
+}

@@ -1,0 +1,145 @@
+//! The dashboard's dead-letters page: a wave of DB_REJECTED dead letters
+//! (a bad release's constraint), the constraint dropped, and a redrive from
+//! the page in headless Chromium — a dry run, then the run with a note,
+//! clicked twice and sent again — after which the buyers read their orders
+//! back as CREATED and the audit trail names the operator and the note,
+//! once. And the JSON behind it: who may act, and a submission sent twice
+//! runs once.
+
+use seckill_e2e::http::Client;
+use seckill_e2e::{binary, eventually, TestEnv, ADMIN_TOKEN};
+use seckill_shared::domain::SaleKey;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const WAVE: std::ops::RangeInclusive<i64> = 1001..=1010;
+
+/// A bad release refuses the orders of users 1000 and up; ten such buyers
+/// are dead-lettered DB_REJECTED and settled FAILED; the release is rolled
+/// back (the constraint dropped).
+async fn a_bad_release(env: &TestEnv, sale: SaleKey) {
+    let refuse =
+        "ALTER TABLE orders ADD CONSTRAINT bad_release CHECK (status <> 'CREATED' OR user_id < 1000) NOT VALID";
+    sqlx::query(refuse).execute(&env.db).await.unwrap();
+    let mut wave = Vec::new();
+    for user in WAVE {
+        wave.push(env.deduct(sale, user).await);
+    }
+    env.produce_records(&wave).await;
+    env.wait_orders(sale, "FAILED", 10).await;
+    sqlx::query("ALTER TABLE orders DROP CONSTRAINT bad_release").execute(&env.db).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_redrives_a_wave_from_the_page_in_a_real_browser() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let python = repo.join(".data/venv/bin/python");
+    assert!(python.exists(), "{} is missing: `make test` installs it (make test-tools)", python.display());
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 20).await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    let compensator = env.spawn_compensator(env.compensator_settings()).await;
+    a_bad_release(&env, sale).await;
+
+    let screenshot = binary("seckillctl").parent().expect("target dir").join("e2e-logs/dead-letters.png");
+    std::fs::create_dir_all(screenshot.parent().unwrap()).unwrap();
+    let note = "bad release rolled back";
+    let run = tokio::process::Command::new(&python)
+        .arg(repo.join("tests/browser/dead_letters_page.py"))
+        .args([edge.url().as_str(), ADMIN_TOKEN, "ops-lin", &sale.to_string(), "DB_REJECTED", "10", note])
+        .arg(&screenshot)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(180), run).await.expect("in time").expect("the browser");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "the browser saw:\n{stdout}\n{stderr}");
+    eprintln!("the dead-letters page, as the browser saw it: {}", stdout.trim());
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(seen["runsPosted"], 1, "the double click sent one run");
+
+    // The buyers read their orders back, as CREATED.
+    let client = Client::new(edge.url());
+    for user in WAVE {
+        let path = format!("/api/seckill/result?activityId={}&skuId={}&userId={user}", sale.activity, sale.sku);
+        eventually(&format!("buyer {user}'s order"), Duration::from_secs(60), || async {
+            let reply = client.get(&path).await;
+            match reply.json["status"].as_str() {
+                Some("CREATED") => Ok(()),
+                _ => Err(reply.text),
+            }
+        })
+        .await;
+    }
+    // The audit trail, as seckillctl shows it: a dry run and one run, by
+    // the operator, with the note; the submission sent again was that run.
+    let runs = env.ctl(&["dlq", "runs", "--json"]).await;
+    let runs: Vec<serde_json::Value> = serde_json::from_str(&runs.stdout).expect("dlq runs --json");
+    let real: Vec<&serde_json::Value> = runs.iter().filter(|r| r["dryRun"] == false).collect();
+    assert_eq!((runs.len(), real.len()), (2, 1), "{runs:#?}");
+    assert_eq!((real[0]["operator"].as_str(), real[0]["note"].as_str()), (Some("ops-lin"), Some(note)));
+    assert_eq!((real[0]["kind"].as_str(), real[0]["sent"].as_i64()), (Some("redrive"), Some(10)));
+    assert_eq!(seen["again"], real[0]["runId"], "the submission sent again answered the same run");
+    assert!(runs.iter().all(|r| r["operator"] == "ops-lin"), "{runs:#?}");
+    env.wait_orders(sale, "CREATED", 10).await;
+    compensator.stop().await;
+    order.stop().await;
+    edge.stop().await;
+}
+
+/// Who may act, and a submission sent twice: without a session or the
+/// admin token, 401 and no run; with the token, a run must name its
+/// operator and a real one its note (400, no run); the same submission
+/// twice is one run, and what it sent was sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_needs_an_admin_and_a_submission_runs_once() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let records: Vec<_> = (1..=3).map(|user| env.order_records(sale, user..user + 1).remove(0)).collect();
+    for record in &records {
+        env.dead_letter(record, "DB_REJECTED").await;
+    }
+    let client = Client::new(edge.url());
+    let post = |body: serde_json::Value, auth: bool| {
+        let client = client.clone();
+        async move {
+            let bearer = format!("Bearer {ADMIN_TOKEN}");
+            let headers: Vec<(&str, &str)> = if auth { vec![("authorization", bearer.as_str())] } else { vec![] };
+            let body = body.to_string();
+            client.send(hyper::Method::POST, "/admin/dead-letters/runs", Some(body.as_bytes()), &headers).await
+        }
+    };
+    let filter = serde_json::json!({"sale": sale.to_string()});
+    let replay = |submission: &str, note: &str, operator: Option<&str>| {
+        serde_json::json!({"kind": "replay", "filter": filter, "dryRun": false, "note": note,
+                           "submission": submission, "operator": operator})
+    };
+    let refused = [
+        (post(replay("a", "why", Some("ops")), false).await, 401, "no session, no token"),
+        (post(replay("b", "why", None), true).await, 400, "the token, no operator"),
+        (post(replay("c", " ", Some("ops")), true).await, 400, "no note"),
+    ];
+    for (reply, status, case) in refused {
+        assert_eq!(reply.status.as_u16(), status, "{case}: {}", reply.text);
+    }
+    let runs = || async { env.ctl(&["dlq", "runs", "--json"]).await.stdout };
+    assert_eq!(runs().await.trim(), "[]", "a refused request runs nothing");
+
+    let first = post(replay("once", "test", Some("ops-kim")), true).await;
+    let second = post(replay("once", "test", Some("ops-kim")), true).await;
+    assert_eq!((first.status.as_u16(), second.status.as_u16()), (200, 200), "{} {}", first.text, second.text);
+    assert_eq!(first.json["run"]["runId"], second.json["run"]["runId"], "one run");
+    assert_eq!(first.json["records"].as_array().map(Vec::len), Some(3), "{}", first.text);
+    assert_eq!(second.json["records"], first.json["records"], "answered with what the run did");
+    let all: Vec<serde_json::Value> = serde_json::from_str(&runs().await).unwrap();
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!((all[0]["operator"].as_str(), all[0]["sent"].as_i64()), (Some("ops-kim"), Some(3)));
+    // Sent once: the orders topic holds the three replayed records (a
+    // fourth is waited for, and does not come).
+    let orders = env.read_topic(&env.topics().orders, 4, Duration::from_secs(5)).await;
+    assert_eq!(orders.len(), 3);
+    edge.stop().await;
+}
