@@ -7,7 +7,7 @@ CARGO ?= cargo
 PROFILE ?= dev
 TEST_THREADS ?= 4
 
-.PHONY: lint sqlx-check sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short bench-redis-cluster
+.PHONY: lint sqlx-check sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short bench-redis-cluster postgres-ha-up chaos-pg chaos-pg-short
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
@@ -19,6 +19,7 @@ help:
 	@echo "make chaos   the fault-injection suite (stops and starts the shared servers; a few minutes)"
 	@echo "make chaos-cluster | demo-cluster | bench-cluster   the same on the replicated topology (up.sh --cluster)"
 	@echo "make test-redis-cluster | chaos-redis-cluster | bench-redis-cluster   on a Redis Cluster (up.sh --redis-cluster)"
+	@echo "make chaos-pg   PostgreSQL's primary and standby killed under load (up.sh --postgres-ha: pg_auto_failover)"
 	@echo "make deploy-render | deploy-check   the Kubernetes manifests, rendered / validated offline"
 	@echo "make image   the container image (podman; see infra/image/build.sh)"
 	@echo "make infra-up | infra-down | infra-status"
@@ -70,6 +71,8 @@ test: build-deps
 	$(MAKE) chaos-redis-cluster-short
 	infra/local/clean-test-data.sh
 	infra/local/down.sh --redis-cluster
+	$(MAKE) chaos-pg-short
+	infra/local/down.sh --postgres-ha
 	$(MAKE) deploy-check
 	$(MAKE) chaos-cluster-short
 
@@ -190,6 +193,22 @@ test-redis-cluster: redis-cluster-up build-deps
 chaos-redis-cluster: redis-cluster-up build-deps
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --features chaos-redis-cluster --test chaos_redis_cluster -- --nocapture --test-threads=1 --exact chaos_redis_cluster
+
+# PostgreSQL with failover (infra/local/postgres_ha.sh): pg_auto_failover's
+# monitor on :5440, a primary and a synchronous standby on :5441 and
+# :5442; Redis and Kafka the single-node ones. make chaos-pg kills its
+# nodes under load (four scenarios, tests/chaos_pg.rs); make test runs the
+# short one and stops the formation after.
+postgres-ha-up:
+	infra/local/up.sh --postgres-ha
+
+chaos-pg: postgres-ha-up build-deps
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --features chaos-pg --test chaos_pg -- --nocapture --test-threads=1 --exact chaos_pg
+
+chaos-pg-short: postgres-ha-up build-deps
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --features chaos-pg --test chaos_pg -- --nocapture --test-threads=1 --exact chaos_pg_short
 
 chaos-redis-cluster-short: redis-cluster-up build-deps
 	$(CARGO) build --workspace --bins

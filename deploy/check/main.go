@@ -5,8 +5,9 @@
 //	go run . check ../k8s/overlays/* -compose ../compose.yaml [-bin DIR]
 //
 // Rendering is kustomize's own library. Every object is decoded strictly
-// into the Kubernetes API types (k8s.io/api): an unknown or repeated field,
-// a wrong type or an unknown kind is an error. Then the rules this
+// into the Kubernetes API types (k8s.io/api), the database's Cluster into
+// CloudNativePG's (github.com/cloudnative-pg/api): an unknown or repeated
+// field, a wrong type or an unknown kind is an error. Then the rules this
 // deployment promises are checked (policy.go). With -bin, the project's
 // service binaries in DIR check the settings each container would start
 // with (settings.go). No cluster, no network.
@@ -18,6 +19,7 @@ import (
 	"os"
 	"strings"
 
+	cnpgv1 "github.com/cloudnative-pg/api/pkg/api/v1"
 	"github.com/compose-spec/compose-go/v2/cli"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -100,6 +102,19 @@ func report(what string, problems []string) int {
 	return len(problems)
 }
 
+// kinds: Kubernetes' own, and CloudNativePG's (the database's Cluster),
+// each decoded into its Go type.
+func kinds() *runtime.Scheme {
+	kinds := runtime.NewScheme()
+	if err := scheme.AddToScheme(kinds); err != nil {
+		fail(err)
+	}
+	if err := cnpgv1.AddToScheme(kinds); err != nil {
+		fail(err)
+	}
+	return kinds
+}
+
 func kustomize(dir string) (*krusty.Kustomizer, filesys.FileSystem) {
 	return krusty.MakeKustomizer(krusty.MakeDefaultOptions()), filesys.MakeFsOnDisk()
 }
@@ -122,7 +137,7 @@ func checkKustomization(dir string) ([]string, []started) {
 	if err != nil {
 		return []string{"rendering: " + err.Error()}, nil
 	}
-	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	decoder := serializer.NewCodecFactory(kinds(), serializer.EnableStrict).UniversalDeserializer()
 	var problems []string
 	var objects []runtime.Object
 	for _, resource := range resources.Resources() {

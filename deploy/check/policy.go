@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	cnpgv1 "github.com/cloudnative-pg/api/pkg/api/v1"
 	"github.com/compose-spec/compose-go/v2/types"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -42,6 +43,7 @@ type world struct {
 	services    []*corev1.Service
 	budgets     []*policyv1.PodDisruptionBudget
 	autoscalers []*autoscalingv2.HorizontalPodAutoscaler
+	databases   []*cnpgv1.Cluster
 }
 
 func index(objects []runtime.Object) (*world, []string) {
@@ -63,6 +65,8 @@ func index(objects []runtime.Object) (*world, []string) {
 			w.budgets = append(w.budgets, o)
 		case *autoscalingv2.HorizontalPodAutoscaler:
 			w.autoscalers = append(w.autoscalers, o)
+		case *cnpgv1.Cluster:
+			w.databases = append(w.databases, o)
 		case *corev1.Namespace:
 		default:
 			problems = append(problems, fmt.Sprintf("%T: a kind this deployment does not use", object))
@@ -127,6 +131,40 @@ func policy(objects []runtime.Object) []string {
 	}
 	if edge := w.deployment("seckill-edge"); edge != nil && !w.autoscaled(edge.Name) {
 		problems = append(problems, "the edge has no HorizontalPodAutoscaler")
+	}
+	return append(problems, w.database()...)
+}
+
+// database: one CloudNativePG Cluster of at least three instances with a
+// synchronous replica (a failover loses no acknowledged commit), its
+// application role from a basic-auth Secret that exists, and every service
+// connecting to its read-write Service (the primary, wherever it moved).
+func (w *world) database() []string {
+	if len(w.databases) != 1 {
+		return []string{fmt.Sprintf("%d CloudNativePG Clusters (want the database's one)", len(w.databases))}
+	}
+	var problems []string
+	db := w.databases[0]
+	where := "Cluster " + db.Name
+	if db.Spec.Instances < 3 {
+		problems = append(problems, fmt.Sprintf("%s: %d instances (want 3: a primary and two replicas)", where, db.Spec.Instances))
+	}
+	if db.Spec.MinSyncReplicas < 1 {
+		problems = append(problems, where+": no synchronous replica (minSyncReplicas: 1): a failover could lose acknowledged commits")
+	}
+	if init := db.Spec.Bootstrap; init == nil || init.InitDB == nil || init.InitDB.Secret == nil {
+		problems = append(problems, where+": the application's role has no Secret (bootstrap.initdb.secret)")
+	} else if secret, ok := w.secrets[init.InitDB.Secret.Name]; !ok {
+		problems = append(problems, fmt.Sprintf("%s: Secret %s does not exist", where, init.InitDB.Secret.Name))
+	} else if secret.Type != corev1.SecretTypeBasicAuth {
+		problems = append(problems, fmt.Sprintf("%s: Secret %s is %q, not kubernetes.io/basic-auth", where, secret.Name, secret.Type))
+	}
+	for _, d := range w.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if host := w.settingsOf(&c)["DATABASE_HOST"]; host != db.Name+"-rw" {
+				problems = append(problems, fmt.Sprintf("Deployment %s: DATABASE_HOST %q, not %s-rw (the primary)", d.Name, host, db.Name))
+			}
+		}
 	}
 	return problems
 }

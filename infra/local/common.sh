@@ -92,17 +92,29 @@ redis_ping() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -
 pg_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; }
 kafka_ready() { python3 "$ROOT/infra/local/kafka_ready.py" 127.0.0.1 "$KAFKA_PORT"; }
 
+pg_data_dir() {
+  # PostgreSQL runs as the postgres user, which must reach its data folder.
+  if runuser -u postgres -- test -x "$DATA" 2>/dev/null || chmod o+x "$DATA" 2>/dev/null && runuser -u postgres -- test -x "$DATA"; then
+    echo "$DATA/postgres"
+  else
+    echo "/var/tmp/seckill-postgres"
+  fi
+}
+
 # The servers named on the command line, or all of them.
 selected() {
   if (( $# == 0 )); then echo "redis postgres kafka"; else echo "$@"; fi
 }
 
 # `--cluster` as the first argument selects the replicated topology,
-# `--redis-cluster` the Redis Cluster one.
+# `--redis-cluster` the Redis Cluster one, `--postgres-ha` PostgreSQL with
+# failover.
 TOPOLOGY=single
 case "${1:-}" in
   --cluster) TOPOLOGY=cluster; shift ;;
   --redis-cluster) TOPOLOGY=redis-cluster; shift ;;
+  --postgres-ha) TOPOLOGY=postgres-ha; shift ;;
 esac
 source "$ROOT/infra/local/cluster.sh"
 source "$ROOT/infra/local/redis_cluster.sh"
+source "$ROOT/infra/local/postgres_ha.sh"

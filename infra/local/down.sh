@@ -2,8 +2,9 @@
 # Stops the local servers: infra/local/down.sh [redis|postgres|kafka]... (all
 # when none is named), or `--cluster`: the replicated topology's Kafka nodes,
 # Redis, Sentinels and HAProxy, or `--redis-cluster`: the Redis Cluster's six
-# nodes (Kafka and PostgreSQL are the single-node ones). Data stays, so
-# up.sh brings each back.
+# nodes (Kafka and PostgreSQL are the single-node ones), or `--postgres-ha`:
+# the pg_auto_failover monitor and nodes. Data stays, so up.sh brings each
+# back.
 source "$(dirname "$0")/common.sh"
 
 if [[ $TOPOLOGY == cluster ]]; then
@@ -12,6 +13,10 @@ if [[ $TOPOLOGY == cluster ]]; then
 fi
 if [[ $TOPOLOGY == redis-cluster ]]; then
   stop_redis_cluster
+  exit 0
+fi
+if [[ $TOPOLOGY == postgres-ha ]]; then
+  stop_postgres_ha
   exit 0
 fi
 

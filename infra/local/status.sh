@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Says which local servers run and answer (`--cluster`: the replicated
-# topology, `--redis-cluster`: the Redis Cluster one). Exit 0 when all named (or all) do.
+# topology, `--redis-cluster`: the Redis Cluster one, `--postgres-ha`: the
+# pg_auto_failover formation). Exit 0 when all named (or all) do.
 source "$(dirname "$0")/common.sh"
 set +e
 if [[ $TOPOLOGY == cluster ]]; then
@@ -9,6 +10,10 @@ if [[ $TOPOLOGY == cluster ]]; then
 fi
 if [[ $TOPOLOGY == redis-cluster ]]; then
   redis_cluster_status
+  exit $?
+fi
+if [[ $TOPOLOGY == postgres-ha ]]; then
+  postgres_ha_status
   exit $?
 fi
 status=0

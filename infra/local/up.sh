@@ -7,6 +7,9 @@
 #                                                  here, a Redis Cluster in
 #                                                  place of the single Redis:
 #                                                  see redis_cluster.sh)
+#   infra/local/up.sh --postgres-ha               (Redis and Kafka as here,
+#                                                  PostgreSQL with failover:
+#                                                  see postgres_ha.sh)
 # Installs what is missing (Debian packages; Kafka's jars from Maven Central),
 # is safe to run any number of times, and returns only when every named
 # server answers (Redis PING, pg_isready, a Kafka metadata request).
@@ -29,15 +32,6 @@ start_redis() {
     --daemonize yes --pidfile "$pidfile" --logfile "$LOGS/redis.log" \
     --maxclients 10000 --protected-mode yes
   wait_for redis "$LOGS/redis.log" 30 redis_ping
-}
-
-pg_data_dir() {
-  # PostgreSQL runs as the postgres user, which must reach its data folder.
-  if runuser -u postgres -- test -x "$DATA" 2>/dev/null || chmod o+x "$DATA" 2>/dev/null && runuser -u postgres -- test -x "$DATA"; then
-    echo "$DATA/postgres"
-  else
-    echo "/var/tmp/seckill-postgres"
-  fi
 }
 
 start_postgres() {
@@ -146,6 +140,12 @@ fi
 if cluster_running; then
   log "the replicated topology runs on the same ports: stopping it"
   stop_cluster
+fi
+if [[ $TOPOLOGY == postgres-ha ]]; then
+  start_redis
+  start_kafka
+  start_postgres_ha
+  exit 0
 fi
 if [[ $TOPOLOGY == redis-cluster ]]; then
   start_postgres

@@ -8,6 +8,7 @@
 pub mod chaos;
 mod database;
 pub mod http;
+pub mod pg_ha;
 pub mod private_postgres;
 pub mod proxy;
 pub mod redis_cluster;

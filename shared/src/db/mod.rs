@@ -3,15 +3,15 @@
 //! unwell. SQL that only one service runs lives in that service.
 
 pub mod dead_letters;
+pub mod hosts;
 pub mod outbox;
 pub mod parked;
 
 use crate::config::DbSettings;
 use crate::domain::SaleKey;
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
-use std::str::FromStr;
 use std::time::Duration;
 
 /// The project's migrations, embedded. A database migrated by a newer
@@ -25,22 +25,31 @@ pub static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::L
 });
 
 /// Opens a pool. Connections are made lazily, so a service starts even while
-/// PostgreSQL is down and catches up when it returns.
+/// PostgreSQL is down and catches up when it returns. A URL of several
+/// hosts follows the primary ([`hosts`]).
 pub fn connect_lazy(settings: &DbSettings) -> anyhow::Result<PgPool> {
     // sqlx leaves its sockets' options alone: the keepalives are asked of
     // the server, per session (PostgreSQL's tcp_keepalives_*), so a client
     // that vanished — a frozen or cut-off leader — loses its session, its
     // locks and its transaction in about 25 s.
     let keepalive = crate::config::TCP_KEEPALIVE;
-    let options = PgConnectOptions::from_str(&settings.url)?.application_name("seckill").options([
-        ("tcp_keepalives_idle", keepalive.idle.as_secs().to_string()),
-        ("tcp_keepalives_interval", keepalive.interval.as_secs().to_string()),
-        ("tcp_keepalives_count", keepalive.probes.to_string()),
-    ]);
-    Ok(PgPoolOptions::new()
+    let mut parsed =
+        hosts::parse(&settings.url).map_err(|error| anyhow::anyhow!("database.url (SECKILL_DATABASE_URL): {error}"))?;
+    parsed.options = parsed
+        .options
+        .into_iter()
+        .map(|options| {
+            options.application_name("seckill").options([
+                ("tcp_keepalives_idle", keepalive.idle.as_secs().to_string()),
+                ("tcp_keepalives_interval", keepalive.interval.as_secs().to_string()),
+                ("tcp_keepalives_count", keepalive.probes.to_string()),
+            ])
+        })
+        .collect();
+    let options = PgPoolOptions::new()
         .max_connections(settings.max_connections)
-        .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms))
-        .connect_lazy_with(options))
+        .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms));
+    Ok(hosts::pool(parsed, options))
 }
 
 /// Applies the migrations (idempotent; concurrent callers are serialised by

@@ -255,15 +255,10 @@ impl<S: Hosted> Binary for Service<S> {
 /// Refuses server settings no connection could be made with: a Redis or
 /// PostgreSQL URL of no known form, no Kafka broker (connecting to nothing).
 pub fn check_servers(servers: &Servers) -> anyhow::Result<()> {
-    use std::str::FromStr;
     crate::stock::conn::check_url(&servers.redis.url)
         .map_err(|why| anyhow::anyhow!("redis.url (SECKILL_REDIS_URL): {why}"))?;
-    sqlx::postgres::PgConnectOptions::from_str(&servers.database.url).map_err(|error| {
-        anyhow::anyhow!(
-            "database.url (SECKILL_DATABASE_URL) '{}': {error}",
-            crate::config::masked_url(&servers.database.url)
-        )
-    })?;
+    crate::db::hosts::parse(&servers.database.url)
+        .map_err(|error| anyhow::anyhow!("database.url (SECKILL_DATABASE_URL): {error}"))?;
     let brokers = &servers.kafka.brokers;
     if brokers.split(',').map(str::trim).any(|broker| {
         broker.rsplit_once(':').is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())

@@ -5,13 +5,16 @@
 //! replicated one behind HAProxy (`make chaos-cluster`).
 
 mod faults;
+pub mod pg;
+mod pg_payments;
 mod pipeline;
 mod run;
 
+pub use pg_payments::payments_through_a_kill;
 pub use run::run;
 
 pub use faults::{sentinel_primary, wait_redis_replicated, Fault};
-pub use pipeline::Pipeline;
+pub use pipeline::{Kind, Pipeline};
 
 use crate::Topology;
 use std::collections::BTreeMap;

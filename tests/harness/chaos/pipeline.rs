@@ -28,6 +28,8 @@ pub struct Pipeline {
     pub url: String,
     edge_addrs: Vec<String>,
     env: Vec<(String, String)>,
+    /// What a kind's environment adds.
+    extra: Vec<(Kind, String, String)>,
     running: Vec<(Kind, usize, Option<Child>)>,
 }
 
@@ -38,6 +40,12 @@ fn free_port() -> u16 {
 impl Pipeline {
     /// Starts the services for `test`'s topology.
     pub fn start(test: &TestEnv) -> Self {
+        Self::start_with(test, &[])
+    }
+
+    /// [`Pipeline::start`], each service of `extra`'s kinds with its
+    /// variable in its environment.
+    pub fn start_with(test: &TestEnv, extra: &[(Kind, &str, &str)]) -> Self {
         let mut env = test.child_env();
         // Every service agrees on the delivery timeout.
         env.push(("SECKILL__KAFKA__MESSAGE_TIMEOUT_MS".into(), "3000".into()));
@@ -51,7 +59,8 @@ impl Pipeline {
                 ("http://127.0.0.1:8080".into(), vec!["127.0.0.1:8081".into(), "127.0.0.1:8082".into()], 2)
             }
         };
-        let mut pipeline = Self { url, edge_addrs, env, running: Vec::new() };
+        let extra = extra.iter().map(|(kind, k, v)| (*kind, k.to_string(), v.to_string())).collect();
+        let mut pipeline = Self { url, edge_addrs, env, extra, running: Vec::new() };
         for kind in [Kind::Edge, Kind::Order, Kind::Compensator] {
             for index in 0..instances {
                 let child = pipeline.spawn(kind, index);
@@ -79,6 +88,7 @@ impl Pipeline {
             ],
         };
         env.extend(own.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        env.extend(self.extra.iter().filter(|(k, _, _)| *k == kind).map(|(_, k, v)| (k.clone(), v.clone())));
         Child::start(kind.binary(), &env)
     }
 
@@ -110,6 +120,23 @@ impl Pipeline {
             child.kill9().await;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+        let child = self.spawn(kind, index);
+        let slot = self.running.iter_mut().find(|(k, i, _)| *k == kind && *i == index).expect("the slot");
+        slot.2 = Some(child);
+    }
+
+    /// SIGTERM to the first instance of `kind` (it must stop cleanly); it
+    /// stays stopped until [`Pipeline::resume`].
+    pub async fn pause(&mut self, kind: Kind) {
+        let slot = self.running.iter_mut().find(|(k, _, _)| *k == kind).expect("an instance of that kind");
+        if let Some(child) = slot.2.take() {
+            assert!(child.terminate().await, "{kind:?} did not stop cleanly on SIGTERM");
+        }
+    }
+
+    /// Starts the first instance of `kind` again.
+    pub fn resume(&mut self, kind: Kind) {
+        let index = self.running.iter().find(|(k, _, _)| *k == kind).expect("an instance of that kind").1;
         let child = self.spawn(kind, index);
         let slot = self.running.iter_mut().find(|(k, i, _)| *k == kind && *i == index).expect("the slot");
         slot.2 = Some(child);
