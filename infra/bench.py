@@ -557,7 +557,53 @@ def main():
     RESULTS["accepted_path_2_partitions"] = profiled_load(e, EDGE, sale(12), 200_000)
     stop(e)
 
+    tracing_cost()
     write_report(time.time() - started)
+
+
+TRACING_RECEIVER = "127.0.0.1:4319"
+
+
+def drained_cpu(extra, target):
+    """The order service (with `extra`) started on a backlog: its CPU per
+    order (microseconds) until its counter of orders written reaches
+    `target`."""
+    o = start([str(BIN / "seckill-order")], "order-tracing", dict({"SECKILL__METRICS_ADDR": ORDER_METRICS}, **extra))
+    wait_http(f"http://{ORDER_METRICS}/readyz")
+    before, deadline = cpu_seconds(o.pid), time.time() + 300
+    while orders_written() < target and time.time() < deadline:
+        time.sleep(0.05)
+    spent = cpu_seconds(o.pid) - before
+    stop(o)
+    return round(spent / target * 1e6, 1)
+
+
+def tracing_cost():
+    """What exporting spans costs: the accepted path (edge) and the drain of
+    what it accepted (order service with its relay), each with spans off,
+    exported every one (a local OTLP receiver, infra/local/otlp_receiver.py,
+    decoding them), and exported one trace in a hundred; CPU per order of
+    the edge and of the order service."""
+    receiver = start([str(ROOT / ".data" / "venv" / "bin" / "python"), str(ROOT / "infra" / "local" / "otlp_receiver.py"),
+                      TRACING_RECEIVER.split(":")[1], str(LOGS / "bench-spans.jsonl")], "otlp-receiver")
+    wait_port(TRACING_RECEIVER)
+    endpoint = {"SECKILL_OTLP_ENDPOINT": f"http://{TRACING_RECEIVER}"}
+    runs = (("off", {}), ("every trace", endpoint), ("1 in 100", dict(endpoint, SECKILL__TELEMETRY__OTLP_SAMPLE_RATIO="0.01")))
+    result = {}
+    for n, (label, extra) in enumerate(runs):
+        e = edge(extra)
+        warm(sale(30 + n), 1, 50_000_000)
+        load(EDGE, sale(30 + n), 1, 20_000, 20_000)
+        accepted = profiled_load(e, EDGE, sale(30 + n), 100_000)
+        stop(e)
+        drained = drained_cpu(extra, 120_000)
+        result[label] = {"requestsPerSecond": accepted["requestsPerSecond"], "p99Ms": accepted["latencyMs"]["p99"],
+                         "edgeMicrosPerOrder": accepted["cpuMicrosPerRequest"]["service"], "orderServiceMicrosPerOrder": drained}
+        log(f"tracing {label}: edge {result[label]['edgeMicrosPerOrder']} us/order, "
+            f"order service {drained} us/order, {accepted['requestsPerSecond']:.0f} req/s")
+    stop(receiver)
+    (LOGS / "bench-spans.jsonl").unlink(missing_ok=True)
+    RESULTS["tracing"] = result
 
 
 def ratio(a, b):
@@ -631,6 +677,14 @@ def write_report(total_seconds):
          else f"{e2e['secondsToLastEvent']:.1f} s to the last CREATED event on the topic",
          f"{e2e['seconds_to_last_order']:.1f} s to the last order row; max consumer lag {e2e['max_lag']:,}; edge {e2e['bench']['requestsPerSecond']:,.0f} req/s",
          f"consistent: {e2e['consistent']}"),
+        *[(f"spans exported: {label} (accepted path, then its drain)",
+           f"edge {t['edgeMicrosPerOrder']} us/order, order service {t['orderServiceMicrosPerOrder']} us/order",
+           f"{t['requestsPerSecond']:,.0f} req/s, p99 {t['p99Ms']:.2f} ms",
+           "the measure without spans" if label == "off" else
+           f"+{t['edgeMicrosPerOrder'] - r['tracing']['off']['edgeMicrosPerOrder']:.1f} us at the edge, "
+           f"+{t['orderServiceMicrosPerOrder'] - r['tracing']['off']['orderServiceMicrosPerOrder']:.1f} us at the order service; "
+           f"{ratio(t['requestsPerSecond'], r['tracing']['off']['requestsPerSecond']):.2f} x the rate without")
+          for label, t in r.get("tracing", {}).items()],
         ("the cost of one order, its HTTP request to its CREATED event on the topic (end-to-end sale)",
          f"{e2e['cpuMicrosPerOrder']['total']} us of CPU",
          ", ".join(f"{k} {v} us" for k, v in e2e['cpuMicrosPerOrder'].items() if k != "total"),
@@ -682,6 +736,11 @@ def write_report(total_seconds):
         "  trigger) and dropped after it: its rows never pass through the pipeline's database or relay.",
         "- Events are counted by a consumer of the events topic (`seckillctl events tail`, its own group, reading from the",
         "  start of the run), not by the relay: *the last event* is when that consumer read it.",
+        "- *Spans exported* runs the accepted path (100,000 orders) and the order service's drain of them (with its relay)",
+        "  three times: without `SECKILL_OTLP_ENDPOINT`, exporting every trace to a local OTLP receiver",
+        "  (`infra/local/otlp_receiver.py`, which decodes every span), and exporting one trace in a hundred",
+        "  (`otlp_sample_ratio` 0.01). The edge's and the order service's own CPU per order are compared; the receiver's",
+        "  CPU is not counted (a collector runs elsewhere), but it shares the machine.",
         "- *The cost of one order* adds up the CPU of every process an order passes through (edge, Redis, broker, order",
         "  service with its relay, every PostgreSQL process) from the end-to-end sale's first request to its 100,000th CREATED",
         "  event read from the topic, divided by 100,000; the 20,000 sold-out answers are in it, the load generator and the",
