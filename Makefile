@@ -126,6 +126,7 @@ demo: build-deps
 
 # Benchmarks with their ceilings measured in the same run: BENCHMARKS.md.
 bench: infra-up build-deps test-tools
+	infra/local/bench-tools.sh
 	command -v redis-benchmark >/dev/null && command -v pgbench >/dev/null
 	$(CARGO) build --release --workspace --bins --examples
 	.data/venv/bin/python infra/bench.py

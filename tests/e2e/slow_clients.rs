@@ -221,6 +221,13 @@ async fn three_thousand_clients_that_never_read_are_cut_off_and_a_buyer_is_answe
         stream.write_all(&requests).await.expect("sending the pipelined requests");
         readers.push(stream);
     }
+    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":1}}"#, sale.activity, sale.sku);
+    let order = format!(
+        "POST /api/seckill/order HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    // They hold every connection: a buyer now is refused at once.
+    assert_eq!(once(edge.addr, &order).await, 0, "the readers hold every connection (else this shows nothing)");
     // The edge has begun answering each (its write deadline starts once the
     // socket takes no more): the first byte of every reader's answer.
     for (i, reader) in readers.iter_mut().enumerate() {
@@ -230,13 +237,10 @@ async fn three_thousand_clients_that_never_read_are_cut_off_and_a_buyer_is_answe
         assert!(read.is_ok(), "reader {i} got no answer within 60 s");
     }
     let all_sent = tokio::time::Instant::now();
-    let bound = all_sent + Duration::from_millis(10_000) + Duration::from_secs(5);
+    // Generous: only an edge that does not cut them off misses it (the
+    // machine is shared; what it took is printed, not asserted).
+    let patience = all_sent + Duration::from_millis(10_000) + Duration::from_secs(60);
 
-    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":1}}"#, sale.activity, sale.sku);
-    let order = format!(
-        "POST /api/seckill/order HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
     let mut refused = 0;
     loop {
         match once(edge.addr, &order).await {
@@ -244,20 +248,31 @@ async fn three_thousand_clients_that_never_read_are_cut_off_and_a_buyer_is_answe
             0 => refused += 1,
             status => panic!("the buyer was answered {status}"),
         }
-        assert!(tokio::time::Instant::now() < bound, "no buyer answered within the write timeout + 5 s");
+        assert!(tokio::time::Instant::now() < patience, "no buyer answered within the write timeout + 60 s");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    println!("3,000 readers that never read: the buyer answered after {:?} ({refused} refused)", all_sent.elapsed());
-    assert!(refused > 0, "the readers held every connection (else this shows nothing)");
-    tokio::time::sleep_until(bound).await;
+    let answered = all_sent.elapsed();
+    // The edge cut every reader off (its own count), then each reader finds
+    // its connection closed. (Reading a reader before its cut would take
+    // what the edge waits to write and lift the deadline.)
+    let client = Client::new(edge.url());
+    let cut = seckill_e2e::eventually("every reader cut off", patience - tokio::time::Instant::now(), || async {
+        let metrics = client.get("/metrics").await.text;
+        match seckill_e2e::http::sample(&metrics, "seckill_edge_connections_write_timeouts_total") {
+            Some(n) if n >= 3_000.0 => Ok(all_sent.elapsed()),
+            other => Err(format!("{other:?} write timeouts counted")),
+        }
+    })
+    .await;
     for (i, reader) in readers.iter_mut().enumerate() {
-        let cut = closed_within(reader, Duration::from_secs(2)).await;
-        assert!(cut.is_some(), "reader {i} still connected after the write timeout + 5 s");
+        assert!(
+            closed_within(reader, Duration::from_secs(10)).await.is_some(),
+            "reader {i} still connected after its cut"
+        );
     }
-    let metrics = Client::new(edge.url()).get("/metrics").await.text;
-    let timeouts = metrics.lines().find(|l| l.starts_with("seckill_edge_connections_write_timeouts_total"));
-    let timeouts: f64 = timeouts.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0);
-    assert!(timeouts >= 3_000.0, "{timeouts} write timeouts counted");
+    println!(
+        "3,000 readers that never read: the buyer answered after {answered:?} ({refused} refused meanwhile); all cut off by {cut:?}"
+    );
     assert_eq!(env.redis_stock(sale).await, 9, "the buyer's order, nothing else");
     edge.stop().await;
 }

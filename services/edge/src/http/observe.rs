@@ -90,7 +90,7 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
     let client_trace = headers.get(TRACEPARENT_HEADER).filter(|t| valid_traceparent(t)).cloned();
     let span = tracing::info_span!(
         "request",
-        otel.name = span_name(request.method(), request.uri().path()),
+        otel.name = tracing::field::Empty,
         otel.kind = "server",
         otel.status_code = tracing::field::Empty,
         http.request.method = %request.method(),
@@ -102,6 +102,7 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
     // The trace the request carries on: exported, this span's context (a
     // child of the buyer's); else the buyer's, or a new trace.
     let carried = if seckill_shared::ops::trace_export::exporting() {
+        span.record("otel.name", span_name(request.method(), request.uri().path()));
         seckill_shared::ops::trace_export::continue_from(&span, client_trace.as_ref().and_then(|t| t.to_str().ok()));
         seckill_shared::ops::trace_export::traceparent_of(&span).and_then(|t| HeaderValue::from_str(&t).ok())
     } else {
