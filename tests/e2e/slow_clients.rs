@@ -173,6 +173,21 @@ fn pipelined_requests() -> Vec<u8> {
     b"GET /openapi.json HTTP/1.1\r\nHost: edge\r\n\r\n".repeat(100)
 }
 
+/// `n` clients with a 1 KiB receive buffer that pipeline requests for a
+/// large answer and never read it.
+async fn readers_that_never_read(addr: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {
+    let requests = pipelined_requests();
+    let mut readers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(1024).unwrap();
+        let mut stream = socket.connect(addr).await.expect("connecting");
+        stream.write_all(&requests).await.expect("sending the pipelined requests");
+        readers.push(stream);
+    }
+    readers
+}
+
 /// `request` over a connection of its own (`Connection: close`): the
 /// answer's status, 0 when none came (the connection was refused or cut).
 async fn once(addr: std::net::SocketAddr, request: &str) -> u16 {
@@ -212,15 +227,7 @@ async fn three_thousand_clients_that_never_read_are_cut_off_and_a_buyer_is_answe
     })
     .await;
 
-    let requests = pipelined_requests();
-    let mut readers = Vec::with_capacity(3_000);
-    for _ in 0..3_000 {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(1024).unwrap();
-        let mut stream = socket.connect(edge.addr).await.expect("connecting");
-        stream.write_all(&requests).await.expect("sending the pipelined requests");
-        readers.push(stream);
-    }
+    let mut readers = readers_that_never_read(edge.addr, 3_000).await;
     let body = format!(r#"{{"activityId":{},"skuId":{},"userId":1}}"#, sale.activity, sale.sku);
     let order = format!(
         "POST /api/seckill/order HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
