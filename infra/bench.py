@@ -330,16 +330,28 @@ def flame_start(proc, name, seconds):
 
 
 def flame_finish(recording, name, title):
-    """The recording folded and drawn by inferno: bench-charts/flame-NAME.svg."""
+    """The recording folded and drawn by inferno: bench-charts/flame-NAME.svg;
+    the frames the most samples ended in (self time) go to the results."""
     data, proc = recording
     proc.wait()
     out = ROOT / "bench-charts" / f"flame-{name}.svg"
     out.parent.mkdir(exist_ok=True)
-    drawn = subprocess.run(f"perf script -i {data} 2>/dev/null | {TOOLS}/inferno-collapse-perf | "
-                           f"{TOOLS}/inferno-flamegraph --title '{title}' > {out}", shell=True)
+    folded = LOGS / f"bench-{name}.folded"
+    drawn = subprocess.run(f"perf script -i {data} 2>/dev/null | {TOOLS}/inferno-collapse-perf > {folded} && "
+                           f"{TOOLS}/inferno-flamegraph --title '{title}' < {folded} > {out}", shell=True)
     data.unlink(missing_ok=True)
     if drawn.returncode != 0 or out.stat().st_size < 1000:
         log(f"flame graph {name} not drawn")
+        return
+    own, total = {}, 0
+    for line in folded.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frame = stack.rsplit(";", 1)[-1]
+        own[frame] = own.get(frame, 0) + int(count)
+        total += int(count)
+    RESULTS.setdefault("flames", {})[name] = [(frame[:120], round(100 * n / total, 1))
+                                              for frame, n in sorted(own.items(), key=lambda x: -x[1])[:15]]
+    folded.unlink(missing_ok=True)
 
 
 def flames():
@@ -656,18 +668,21 @@ def main():
 TRACING_RECEIVER = "127.0.0.1:4319"
 
 
-def drained_cpu(extra, target):
-    """The order service (with `extra`) started on a backlog: its CPU per
-    order (microseconds) until its counter of orders written reaches
-    `target`."""
+def drained_cpu(extra):
+    """The order service (with `extra`) started on the backlog its group
+    lags by: its CPU per order (microseconds) until its counter of orders
+    written reaches that backlog."""
+    target = lag()
     o = start([str(BIN / "seckill-order")], "order-tracing", dict({"SECKILL__METRICS_ADDR": ORDER_METRICS}, **extra))
     wait_http(f"http://{ORDER_METRICS}/readyz")
     before, deadline = cpu_seconds(o.pid), time.time() + 300
     while orders_written() < target and time.time() < deadline:
         time.sleep(0.05)
+    if orders_written() < target:
+        log(f"the order service wrote {orders_written()} of {target} in 300 s")
     spent = cpu_seconds(o.pid) - before
     stop(o)
-    return round(spent / target * 1e6, 1)
+    return round(spent / max(target, 1) * 1e6, 1)
 
 
 def tracing_cost():
@@ -685,10 +700,10 @@ def tracing_cost():
     for n, (label, extra) in enumerate(runs):
         e = edge(extra)
         warm(sale(30 + n), 1, 50_000_000)
-        load(EDGE, sale(30 + n), 1, 20_000, 20_000)
+        load(EDGE, sale(30 + n), 1, 20_000, 20_000, offset=1_000_000)
         accepted = profiled_load(e, EDGE, sale(30 + n), 100_000)
         stop(e)
-        drained = drained_cpu(extra, 120_000)
+        drained = drained_cpu(extra)
         result[label] = {"requestsPerSecond": accepted["requestsPerSecond"], "p99Ms": accepted["latencyMs"]["p99"],
                          "edgeMicrosPerOrder": accepted["cpuMicrosPerRequest"]["service"], "orderServiceMicrosPerOrder": drained}
         log(f"tracing {label}: edge {result[label]['edgeMicrosPerOrder']} us/order, "
@@ -868,6 +883,11 @@ def write_report(total_seconds):
         "",
         "![the edge, accepted path](bench-charts/flame-edge.svg)",
         "![the order service, draining a backlog](bench-charts/flame-order.svg)",
+        "",
+        "The frames the most samples ended in (self time, % of the process's samples):",
+        "",
+        *[f"- {name}: " + "; ".join(f"`{frame}` {pct}%" for frame, pct in frames)
+          for name, frames in r.get("flames", {}).items()],
         "",
         "Machine-readable results: `bench-results.json`.",
         "",

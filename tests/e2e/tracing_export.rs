@@ -62,12 +62,9 @@ fn assert_child(child: &Value, parent: &Value) {
     assert_eq!(child["parentSpanId"], parent["spanId"], "{} is a child of {}", child["name"], parent["name"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_orders_trace_goes_from_the_request_to_its_created_event() {
-    let env = TestEnv::new().await;
-    let sale = env.sale();
-    env.warmup(sale, 5).await;
-    let receiver = Receiver::start().await;
+/// The edge and the order service as processes exporting to `receiver`;
+/// a client of the edge, once it answers.
+async fn exporting_pipeline(env: &TestEnv, receiver: &Receiver) -> (Child, Child, Client) {
     let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut child_env = env.child_env();
     child_env.push(("SECKILL_OTLP_ENDPOINT".into(), format!("http://127.0.0.1:{}", receiver.port)));
@@ -83,21 +80,61 @@ async fn one_orders_trace_goes_from_the_request_to_its_created_event() {
         }
     })
     .await;
-    let reply = client.order(sale.activity.get(), sale.sku.get(), 7).await;
+    (edge, order, client)
+}
+
+/// An order's id, placed with `headers`.
+async fn place(client: &Client, sale: seckill_shared::domain::SaleKey, user: i64, headers: &[(&str, &str)]) -> String {
+    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{user}}}"#, sale.activity, sale.sku);
+    let reply = client.send(hyper::Method::POST, "/api/seckill/order", Some(body.as_bytes()), headers).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
-    let order_id = reply.json["orderId"].as_str().expect("an order id").to_owned();
-    let events = env.read_topic(&env.topics().events, 1, Duration::from_secs(60)).await;
+    reply.json["orderId"].as_str().expect("an order id").to_owned()
+}
+
+/// One order's trace (the buyer sent no `traceparent`), and one whose
+/// buyer's `traceparent` says its trace is not sampled: nothing of it is
+/// exported, no hop past the edge makes a span for it, and its event
+/// carries the buyer's trace on, still unsampled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_orders_trace_goes_from_the_request_to_its_created_event() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let receiver = Receiver::start().await;
+    let (edge, order, client) = exporting_pipeline(&env, &receiver).await;
+    let order_id = place(&client, sale, 7, &[]).await;
+    let unsampled_trace = format!("{:032x}", rand::random::<u128>() | 1);
+    let unsampled = format!("00-{unsampled_trace}-{:016x}-00", rand::random::<u64>() | 1);
+    let quiet = place(&client, sale, 8, &[("traceparent", &unsampled)]).await;
+    let events = env.read_topic(&env.topics().events, 2, Duration::from_secs(60)).await;
     // Stopped, each service sends what it still buffers.
     assert!(edge.terminate().await && order.terminate().await, "both stop cleanly");
 
     let spans = receiver.spans();
-    let request = spans
-        .iter()
-        .find(|s| s["service"] == "seckill-edge" && s["attributes"]["order_id"] == order_id.as_str())
-        .unwrap_or_else(|| panic!("the edge's request span of {order_id} among {} spans", spans.len()));
-    let trace: Vec<Value> = spans.iter().filter(|s| s["traceId"] == request["traceId"]).cloned().collect();
     let services: std::collections::BTreeSet<&str> = spans.iter().filter_map(|s| s["service"].as_str()).collect();
     println!("{} spans received from {services:?}", spans.len());
+    let carried = |order: &str| {
+        let event = events.iter().find(|m| super::downstream::json(m)["orderId"] == order).expect("its event");
+        event.headers().and_then(|h| header_str(h, TRACEPARENT_HEADER)).expect("a traceparent").to_owned()
+    };
+    assert!(!spans.iter().any(|s| s["traceId"] == unsampled_trace.as_str()), "an unsampled trace exported nothing");
+    let quiet_carried = carried(&quiet);
+    assert!(
+        quiet_carried.starts_with(&format!("00-{unsampled_trace}-")) && quiet_carried.ends_with("-00"),
+        "the buyer's trace carried on, unsampled: {quiet_carried}"
+    );
+    sampled_trace_is_whole(&env, &spans, &order_id, &carried(&order_id));
+}
+
+/// The order's trace: request → deduction, publish → consume → insert,
+/// relay; every parent link intact, every span naming its service, the
+/// event carrying the relay's span.
+fn sampled_trace_is_whole(env: &TestEnv, spans: &[Value], order_id: &str, carried: &str) {
+    let request = spans
+        .iter()
+        .find(|s| s["service"] == "seckill-edge" && s["attributes"]["order_id"] == order_id)
+        .unwrap_or_else(|| panic!("the edge's request span of {order_id} among {} spans", spans.len()));
+    let trace: Vec<Value> = spans.iter().filter(|s| s["traceId"] == request["traceId"]).cloned().collect();
     let topics = env.topics();
     let (deduct, publish) = (one(&trace, "EVALSHA deduct"), one(&trace, &format!("send {}", topics.orders)));
     let process = one(&trace, &format!("process {}", topics.orders));
@@ -132,7 +169,6 @@ async fn one_orders_trace_goes_from_the_request_to_its_created_event() {
         assert!(span["service"].as_str().is_some_and(|s| !s.is_empty()), "a span without a service: {span}");
     }
     // The event, as a consumer reads it, carries the relay's span.
-    let carried = events[0].headers().and_then(|h| header_str(h, TRACEPARENT_HEADER)).expect("a traceparent");
     assert_eq!(carried, format!("00-{}-{}-01", relay["traceId"].as_str().unwrap(), relay["spanId"].as_str().unwrap()));
     println!("trace {}: {} spans, {} services", request["traceId"], trace.len(), {
         let mut services: Vec<&str> = trace.iter().filter_map(|s| s["service"].as_str()).collect();

@@ -165,6 +165,10 @@ pub fn is_data_error(error: &sqlx::Error) -> bool {
 /// The span of one write of `table` (a PostgreSQL client span), a child of
 /// `parent`: made only when spans are exported (else none, at no cost).
 pub fn write_span(parent: &tracing::Span, operation: &'static str, table: &'static str) -> tracing::Span {
+    if parent.is_none() {
+        // An unsampled trace: nothing to be a child of.
+        return tracing::Span::none();
+    }
     crate::ops::trace_export::span(|| {
         tracing::info_span!(
             parent: parent,

@@ -2,7 +2,8 @@
 //! messaging conventions say (`messaging.system` kafka, the destination,
 //! partition, offset and consumer group), each a child of the span the
 //! record's `traceparent` names. Made only when spans are exported
-//! ([`trace_export::exporting`]); else [`tracing::Span::none`], at no cost.
+//! ([`trace_export::exporting`]) and that trace is sampled; else
+//! [`tracing::Span::none`], at no cost.
 
 use crate::kafka::Trace;
 use crate::ops::trace_export;
@@ -12,7 +13,7 @@ use rdkafka::message::Message;
 /// `parent` (the trace the record comes from). The record carries its
 /// context ([`trace_export::traceparent_of`]).
 pub fn send(topic: &str, key: &dyn std::fmt::Display, parent: Option<&str>) -> tracing::Span {
-    let span = trace_export::span(|| {
+    let span = trace_export::span_in(parent, || {
         tracing::info_span!(
             "send",
             otel.name = format!("send {topic}"),
@@ -32,7 +33,8 @@ pub fn send(topic: &str, key: &dyn std::fmt::Display, parent: Option<&str>) -> t
 /// The span of one consumed record's processing by `group` (a consumer
 /// span), a child of the span its `traceparent` header names.
 pub fn process<M: Message>(message: &M, group: &str) -> tracing::Span {
-    let span = trace_export::span(|| {
+    let parent = Trace::of(message.headers()).traceparent;
+    let span = trace_export::span_in(parent, || {
         tracing::info_span!(
             "process",
             otel.name = format!("process {}", message.topic()),
@@ -47,6 +49,6 @@ pub fn process<M: Message>(message: &M, group: &str) -> tracing::Span {
             messaging.consumer.group.name = group,
         )
     });
-    trace_export::continue_from(&span, Trace::of(message.headers()).traceparent);
+    trace_export::continue_from(&span, parent);
     span
 }

@@ -54,6 +54,25 @@ pub fn span(make: impl FnOnce() -> tracing::Span) -> tracing::Span {
     }
 }
 
+/// Whether a W3C `traceparent` says its trace is sampled (its flags' last
+/// bit). An unsampled trace is exported by nobody: a hop past the edge
+/// makes no span for it (the record carries the trace as it came).
+pub fn sampled(traceparent: Option<&str>) -> bool {
+    traceparent
+        .and_then(|t| t.rsplit('-').next())
+        .and_then(|flags| u8::from_str_radix(flags, 16).ok())
+        .is_some_and(|flags| flags & 1 == 1)
+}
+
+/// [`span`], made only when the trace `parent` names is sampled.
+pub fn span_in(parent: Option<&str>, make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    if exporting() && sampled(parent) {
+        make()
+    } else {
+        tracing::Span::none()
+    }
+}
+
 /// The OTLP/HTTP traces URL of an endpoint: the base URL the OpenTelemetry
 /// specification's `OTEL_EXPORTER_OTLP_ENDPOINT` names (`http://host:4318`),
 /// with `/v1/traces` after it; a URL that already ends so is taken as it is.
@@ -150,6 +169,15 @@ pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trace_is_sampled_when_its_flags_say_so() {
+        let id = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331";
+        assert!(sampled(Some(&format!("{id}-01"))));
+        assert!(sampled(Some(&format!("{id}-03"))), "other flags beside");
+        assert!(!sampled(Some(&format!("{id}-00"))));
+        assert!(!sampled(Some("garbage")) && !sampled(None));
+    }
 
     #[test]
     fn the_traces_url_follows_the_specification() {

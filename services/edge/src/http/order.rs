@@ -114,7 +114,7 @@ async fn deduct_and_publish(
 ) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
     let deadline = state.publisher.deadline();
     let started = Instant::now();
-    let span = trace_export::span(|| {
+    let span = trace_export::span_in(trace.traceparent, || {
         tracing::info_span!(
             "deduct",
             otel.name = "EVALSHA deduct",
