@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{filter_fn, FilterExt, Targets};
 use tracing_subscriber::layer::{Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Registry;
@@ -44,9 +44,12 @@ pub fn init_tracing(settings: &TelemetrySettings, service: &'static str) {
         }
     };
     // Each its own filter: the log's level does not decide what is traced
-    // (an operator quietening the log to warnings keeps the traces), and
-    // only the project's spans are exported.
-    let exported = Targets::new().with_target("seckill", tracing::Level::INFO);
+    // (an operator quietening the log to warnings keeps the traces); only
+    // the project's spans are exported, with its warnings and errors as
+    // their events (an info line a batch would be a cost on every span).
+    let exported = Targets::new()
+        .with_target("seckill", tracing::Level::INFO)
+        .and(filter_fn(|meta| meta.is_span() || *meta.level() <= tracing::Level::WARN));
     let log = tracing_subscriber::fmt::layer().with_target(true);
     let mut layers: Vec<Box<dyn Layer<Registry> + Send + Sync>> = Vec::new();
     if settings.json {

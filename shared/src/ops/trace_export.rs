@@ -22,12 +22,15 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// Whether spans are exported (set once, at start).
 static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// The share of the traces started here that are kept (an f64's bits).
+static SAMPLE_RATIO: AtomicU64 = AtomicU64::new(0);
 
 /// The provider, kept to flush what is buffered when the service stops.
 static PROVIDER: Mutex<Option<SdkTracerProvider>> = Mutex::new(None);
@@ -62,6 +65,17 @@ pub fn sampled(traceparent: Option<&str>) -> bool {
         .and_then(|t| t.rsplit('-').next())
         .and_then(|flags| u8::from_str_radix(flags, 16).ok())
         .is_some_and(|flags| flags & 1 == 1)
+}
+
+/// Whether a request's trace is kept: what the buyer's `traceparent` says
+/// when it has one, else a draw at `telemetry.otlp_sample_ratio`; never
+/// when spans are not exported.
+pub fn sample(parent: Option<&str>) -> bool {
+    exporting()
+        && match parent {
+            Some(parent) => sampled(Some(parent)),
+            None => rand::random::<f64>() < f64::from_bits(SAMPLE_RATIO.load(Ordering::Relaxed)),
+        }
 }
 
 /// [`span`], made only when the trace `parent` names is sampled.
@@ -116,9 +130,12 @@ where
         .with_endpoint(traces_url(endpoint))
         .with_timeout(EXPORT_TIMEOUT)
         .build()?;
-    // A buyer's sampled-or-not decision is kept (parent based); a trace
-    // this service starts is kept at the settings' ratio.
-    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.otlp_sample_ratio)));
+    // A trace's sampled-or-not decision is its first hop's: the edge makes
+    // it for a request ([`sample`], at the settings' ratio, or the buyer's
+    // own flag), and gives an unsampled request no exported span at all;
+    // every span the SDK then sees belongs to a kept trace.
+    let sampler = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
+    SAMPLE_RATIO.store(settings.otlp_sample_ratio.to_bits(), Ordering::Relaxed);
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_sampler(sampler)

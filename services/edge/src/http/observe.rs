@@ -11,6 +11,7 @@ use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use seckill_shared::ops::trace_export;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Instant;
@@ -42,9 +43,10 @@ fn valid_request_id(value: &HeaderValue) -> bool {
     (1..=128).contains(&bytes.len()) && bytes.iter().all(|b| (0x21..=0x7e).contains(b))
 }
 
-/// A `traceparent` of a new trace (version 00, sampled).
-fn new_traceparent() -> HeaderValue {
-    let value = format!("00-{:032x}-{:016x}-01", rand::random::<u128>() | 1, rand::random::<u64>() | 1);
+/// A `traceparent` of a new trace (version 00), `sampled` or not.
+fn new_traceparent(sampled: bool) -> HeaderValue {
+    let flags = if sampled { "01" } else { "00" };
+    let value = format!("00-{:032x}-{:016x}-{flags}", rand::random::<u128>() | 1, rand::random::<u64>() | 1);
     HeaderValue::from_str(&value).expect("hex and dashes are a valid header")
 }
 
@@ -88,27 +90,44 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         }
     };
     let client_trace = headers.get(TRACEPARENT_HEADER).filter(|t| valid_traceparent(t)).cloned();
-    let span = tracing::info_span!(
-        "request",
-        otel.name = tracing::field::Empty,
-        otel.kind = "server",
-        otel.status_code = tracing::field::Empty,
-        http.request.method = %request.method(),
-        url.path = request.uri().path(),
-        http.response.status_code = tracing::field::Empty,
-        request_id = request_id.to_str().unwrap_or(""),
-        order_id = tracing::field::Empty,
-    );
-    // The trace the request carries on: exported, this span's context (a
-    // child of the buyer's); else the buyer's, or a new trace.
-    let carried = if seckill_shared::ops::trace_export::exporting() {
+    let client = client_trace.as_ref().and_then(|t| t.to_str().ok());
+    // A kept trace's request span is exported; any other's has a target the
+    // export's filter leaves out (the log still has it), so an unsampled
+    // request costs the exporter nothing.
+    let traced = trace_export::sample(client);
+    macro_rules! request_span {
+        ($target:literal) => {
+            tracing::info_span!(
+                target: $target,
+                "request",
+                otel.name = tracing::field::Empty,
+                otel.kind = "server",
+                otel.status_code = tracing::field::Empty,
+                http.request.method = %request.method(),
+                url.path = request.uri().path(),
+                http.response.status_code = tracing::field::Empty,
+                request_id = request_id.to_str().unwrap_or(""),
+                order_id = tracing::field::Empty,
+            )
+        };
+    }
+    let span = if traced || !trace_export::exporting() {
+        request_span!("seckill_edge::http::observe")
+    } else {
+        request_span!("untraced")
+    };
+    // The trace the request carries on: kept, this span's context (a child
+    // of the buyer's); else the buyer's, or a new trace (unsampled when
+    // spans are exported: nobody keeps it).
+    let carried = if traced {
         span.record("otel.name", span_name(request.method(), request.uri().path()));
-        seckill_shared::ops::trace_export::continue_from(&span, client_trace.as_ref().and_then(|t| t.to_str().ok()));
-        seckill_shared::ops::trace_export::traceparent_of(&span).and_then(|t| HeaderValue::from_str(&t).ok())
+        trace_export::continue_from(&span, client);
+        trace_export::traceparent_of(&span).and_then(|t| HeaderValue::from_str(&t).ok())
     } else {
         client_trace
     };
-    request.headers_mut().insert(HeaderName::from_static(TRACEPARENT_HEADER), carried.unwrap_or_else(new_traceparent));
+    let fresh = || new_traceparent(!trace_export::exporting());
+    request.headers_mut().insert(HeaderName::from_static(TRACEPARENT_HEADER), carried.unwrap_or_else(fresh));
     let mut response = next.run(request).instrument(span.clone()).await;
     let status = response.status();
     span.record("http.response.status_code", i64::from(status.as_u16()));
@@ -154,7 +173,7 @@ mod tests {
     fn traceparents_are_checked_for_shape() {
         let good = HeaderValue::from_static("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
         assert!(valid_traceparent(&good));
-        assert!(valid_traceparent(&new_traceparent()));
+        assert!(valid_traceparent(&new_traceparent(true)) && valid_traceparent(&new_traceparent(false)));
         for bad in [
             "",
             "00-xyz",
