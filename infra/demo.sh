@@ -66,7 +66,21 @@ stop_all() {
   [[ -n "$RECEIVER_PID" ]] && { kill -TERM "$RECEIVER_PID" 2>/dev/null || true; wait "$RECEIVER_PID" 2>/dev/null || true; }
   RECEIVER_PID=""
 }
-trap stop_all EXIT
+# A demo that failed says what was running and what the services logged,
+# so a failure on a machine gone since (CI) can still be explained.
+explain_failure() {
+  local status=$?
+  if (( status != 0 )); then
+    for log in "$LOGS"/demo-seckill-*.log; do
+      echo "--- the last warnings of $log" >&2
+      sed -E 's/\x1b\[[0-9;]*m//g' "$log" | grep -E 'WARN|ERROR|panicked' | tail -n 8 | cut -c1-240 >&2 || true
+    done
+    echo "demo: failed (exit $status); the pipeline's processes on this machine:" >&2
+    ps -eo pid,ppid,stat,etime,args | grep -E '[s]eckill-(edge|order|compensator)' | cut -c1-160 >&2 || true
+  fi
+  stop_all
+}
+trap explain_failure EXIT
 
 for addr in "${EDGE_ADDRS[@]}" "${HEALTH_ADDRS[@]}" "${RECEIVER_ADDRS[@]}"; do
   port="${addr##*:}"
