@@ -159,9 +159,11 @@ pub fn flush() {
 }
 
 /// Makes `span` a child of a W3C `traceparent` (a record's header, a row's
-/// column); nothing when not exporting or when it does not parse.
+/// column); nothing when not exporting, for a span that records nothing
+/// (an unsampled trace's hop: no parsing per record) or when it does not
+/// parse.
 pub fn continue_from(span: &tracing::Span, traceparent: Option<&str>) {
-    if !exporting() {
+    if !exporting() || span.is_none() {
         return;
     }
     let Some(traceparent) = traceparent.filter(|t| !t.is_empty()) else { return };
@@ -173,9 +175,10 @@ pub fn continue_from(span: &tracing::Span, traceparent: Option<&str>) {
 }
 
 /// The W3C `traceparent` of `span`, to carry to the next hop (`None` when
-/// not exporting: the hop carries what it received).
+/// not exporting, or for a span that records nothing — an unsampled
+/// trace's hop: the hop carries what it received).
 pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
-    if !exporting() {
+    if !exporting() || span.is_none() {
         return None;
     }
     let mut carrier = HashMap::new();
