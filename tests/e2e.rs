@@ -38,6 +38,10 @@ mod contract_auth;
 mod ctl;
 #[path = "e2e/dashboard.rs"]
 mod dashboard;
+#[path = "e2e/db_bounds.rs"]
+mod db_bounds;
+#[path = "e2e/db_primary.rs"]
+mod db_primary;
 #[path = "e2e/deadlines.rs"]
 mod deadlines;
 #[path = "e2e/dlq_index.rs"]

@@ -92,8 +92,8 @@ async fn a_crash_between_the_cancel_and_the_return_is_finished_once() {
     assert_eq!((cancelled.len(), env.redis_stock(sale).await), (20, 0));
     // The next poll cancels the rest and finishes those 20, once.
     let deps = env.connections();
-    assert_eq!(seckill_compensator::deadlines::poll_once(&deps, 1_000).await.unwrap(), 30);
-    assert_eq!(seckill_compensator::deadlines::poll_once(&deps, 1_000).await.unwrap(), 0);
+    assert_eq!(seckill_compensator::deadlines::poll_once(&deps, 1_000, Duration::from_secs(15)).await.unwrap(), 30);
+    assert_eq!(seckill_compensator::deadlines::poll_once(&deps, 1_000, Duration::from_secs(15)).await.unwrap(), 0);
     assert_eq!((env.redis_stock(sale).await, db_remaining(&env, sale).await), (50, 50));
     let report = all_cancelled(&env, sale, 50).await;
     assert_eq!(report.returned, 50);

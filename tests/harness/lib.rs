@@ -146,7 +146,7 @@ impl TestEnv {
             .execute(&mut admin)
             .await
             .expect("creating the test database");
-        let database = DbSettings { url: database_url(&database_name), max_connections: 8, acquire_timeout_ms: 3_000 };
+        let database = DbSettings { url: database_url(&database_name), max_connections: 8, ..DbSettings::default() };
         let db = seckill_shared::db::connect_lazy(&database).expect("database settings");
         seckill_shared::db::migrate(&db).await.expect("migrating the test database");
         let stock = Stock::connect(&redis).await.unwrap_or_else(|e| {

@@ -45,12 +45,59 @@ pub async fn delaying(target: SocketAddr, delay: Duration) -> SocketAddr {
 /// server that stopped answering; resumed, the held bytes go on in order.
 /// Its answers can be held too ([`Pausable::hold_answers`]): the server
 /// runs what it is sent and the client hears nothing, as a network that
-/// failed on the way back.
+/// failed on the way back. And the connections open now can be cut off for
+/// good ([`Pausable::cut_open_connections`]): they stay open and silent both
+/// ways, as a path to a host that vanished without a reset, while new ones
+/// are served.
 pub struct Pausable {
     /// Where clients connect.
     pub addr: SocketAddr,
     paused: tokio::sync::watch::Sender<bool>,
     answers_held: tokio::sync::watch::Sender<bool>,
+    /// Connections accepted before this number are cut off.
+    cut_below: tokio::sync::watch::Sender<u64>,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Waits until a connection's bytes may go on: never, once it is cut off.
+async fn until_open(
+    flag: &mut tokio::sync::watch::Receiver<bool>,
+    cut_below: &mut tokio::sync::watch::Receiver<u64>,
+    number: u64,
+) -> bool {
+    loop {
+        if *cut_below.borrow_and_update() > number {
+            // Cut off: silent until the test ends.
+            return std::future::pending().await;
+        }
+        if !*flag.borrow_and_update() {
+            return true;
+        }
+        tokio::select! {
+            changed = flag.changed() => if changed.is_err() { return false },
+            changed = cut_below.changed() => if changed.is_err() { return false },
+        }
+    }
+}
+
+/// Copies `from` to `to`, each chunk once `flag` is down and the
+/// connection not cut off.
+async fn pass_on(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut flag: tokio::sync::watch::Receiver<bool>,
+    mut cut_below: tokio::sync::watch::Receiver<u64>,
+    number: u64,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 || !until_open(&mut flag, &mut cut_below, number).await {
+            break;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
 }
 
 impl Pausable {
@@ -60,49 +107,26 @@ impl Pausable {
         let addr = listener.local_addr().expect("bound");
         let (paused, watching) = tokio::sync::watch::channel(false);
         let (answers_held, watching_answers) = tokio::sync::watch::channel(false);
+        let (cut_below, watching_cut) = tokio::sync::watch::channel(0u64);
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = accepted.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let mut watching = watching.clone();
-                let mut watching_answers = watching_answers.clone();
+                let number = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let (watching, watching_answers, watching_cut) =
+                    (watching.clone(), watching_answers.clone(), watching_cut.clone());
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(target).await else { return };
-                    let (mut client_read, mut client_write) = client.into_split();
-                    let (mut server_read, mut server_write) = server.into_split();
-                    let upstream = async move {
-                        let mut buf = vec![0u8; 64 * 1024];
-                        while let Ok(n) = client_read.read(&mut buf).await {
-                            if n == 0 {
-                                break;
-                            }
-                            // Held while paused.
-                            if watching.wait_for(|paused| !paused).await.is_err() {
-                                break;
-                            }
-                            if server_write.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                    };
-                    let downstream = async move {
-                        let mut buf = vec![0u8; 64 * 1024];
-                        while let Ok(n) = server_read.read(&mut buf).await {
-                            if n == 0 {
-                                break;
-                            }
-                            // Held while answers are held.
-                            if watching_answers.wait_for(|held| !held).await.is_err() {
-                                break;
-                            }
-                            if client_write.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                    };
-                    tokio::join!(upstream, downstream);
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    tokio::join!(
+                        pass_on(client_read, server_write, watching, watching_cut.clone(), number),
+                        pass_on(server_read, client_write, watching_answers, watching_cut, number),
+                    );
                 });
             }
         });
-        Self { addr, paused, answers_held }
+        Self { addr, paused, answers_held, cut_below, accepted }
     }
 
     /// Holds every answer from now on (what clients send still goes on).
@@ -119,6 +143,14 @@ impl Pausable {
     pub fn resume(&self) {
         self.paused.send_replace(false);
         self.answers_held.send_replace(false);
+    }
+
+    /// Cuts off every connection open now, for good (silent both ways,
+    /// never closed), and serves the connections made from now on, nothing
+    /// held.
+    pub fn cut_open_connections(&self) {
+        self.cut_below.send_replace(self.accepted.load(std::sync::atomic::Ordering::SeqCst));
+        self.resume();
     }
 }
 

@@ -12,6 +12,7 @@
 
 use crate::Settings;
 use seckill_shared::books;
+use seckill_shared::db::within;
 use seckill_shared::ops::host::Connections;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,12 +37,15 @@ impl Default for AuditSettings {
 /// Runs until `shutdown`.
 pub async fn run(settings: Arc<Settings>, deps: Connections, shutdown: CancellationToken) -> anyhow::Result<()> {
     let interval = Duration::from_millis(settings.audit.interval_ms);
-    seckill_shared::ops::shutdown::every("audit", interval, shutdown, || audit_once(&deps)).await
+    let deadline = settings.servers.database.call_deadline();
+    seckill_shared::ops::shutdown::every("audit", interval, shutdown, || audit_once(&deps, deadline)).await
 }
 
 /// One audit: the gauges of every live sale, and the parked records.
-pub async fn audit_once(deps: &Connections) -> anyhow::Result<()> {
-    for report in books::reconcile_live(&deps.stock, &deps.db).await? {
+pub async fn audit_once(deps: &Connections, deadline: Duration) -> anyhow::Result<()> {
+    // Each read within the call deadline: a server that never answers
+    // fails this audit; the next one comes at its time.
+    for report in within(deadline, books::reconcile_live(&deps.stock, &deps.db)).await? {
         let sale = format!("{}:{}", report.activity_id, report.sku_id);
         metrics::gauge!("seckill_sale_consistent", "sale" => sale.clone()).set(if report.consistent {
             1.0
@@ -56,9 +60,10 @@ pub async fn audit_once(deps: &Connections) -> anyhow::Result<()> {
         metrics::gauge!("seckill_sale_remaining", "sale" => sale, "store" => "postgresql")
             .set(report.db_remaining as f64);
     }
-    let parked = seckill_shared::db::parked::count(&deps.db).await?;
+    let parked = within(deadline, seckill_shared::db::parked::count(&deps.db)).await?;
     metrics::gauge!("seckill_parked_records").set(parked as f64);
-    let stats = seckill_shared::db::dead_letters::stats(&deps.db, &deps.topics.dlq, Default::default()).await?;
+    let stats =
+        within(deadline, seckill_shared::db::dead_letters::stats(&deps.db, &deps.topics.dlq, Default::default())).await?;
     export_dead_letters(&stats);
     Ok(())
 }

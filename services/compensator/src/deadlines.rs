@@ -18,6 +18,7 @@
 //! order id: a missed deadline fires after a restart, never twice.
 
 use crate::Settings;
+use seckill_shared::db::within;
 use seckill_shared::ops::host::Connections;
 use seckill_shared::orders::cancellation::{self, Cancel};
 use std::sync::Arc;
@@ -47,7 +48,8 @@ impl Default for DeadlineSettings {
 pub async fn run(settings: Arc<Settings>, deps: Connections, shutdown: CancellationToken) -> anyhow::Result<()> {
     let poll = Duration::from_millis(settings.deadlines.poll_ms);
     loop {
-        let pause = match poll_once(&deps, settings.deadlines.batch).await {
+        let deadline = settings.servers.database.call_deadline();
+        let pause = match poll_once(&deps, settings.deadlines.batch, deadline).await {
             Ok(_) => poll,
             Err(error) => {
                 tracing::warn!(error = %format!("{error:#}"), "payment deadlines: will try again");
@@ -65,18 +67,24 @@ pub async fn run(settings: Arc<Settings>, deps: Connections, shutdown: Cancellat
 /// script call per sale and batch); then gives back any cancelled unit
 /// Redis has still not taken (a failed return, a crash). Returns how many
 /// orders it cancelled.
-pub async fn poll_once(deps: &Connections, batch: i64) -> anyhow::Result<i64> {
+pub async fn poll_once(deps: &Connections, batch: i64, deadline: Duration) -> anyhow::Result<i64> {
     let mut cancelled = 0;
     let mut returns = tokio::task::JoinSet::new();
     loop {
-        let mut tx = deps.db.begin().await?;
-        let now = cancellation::cancel(&mut tx, Cancel::Due { limit: batch }).await?;
-        tx.commit().await?;
+        // Each transaction, and each return, within the call deadline: a
+        // server that never answers fails the poll, which comes again.
+        let now = within(deadline, async {
+            let mut tx = deps.db.begin().await?;
+            let now = cancellation::cancel(&mut tx, Cancel::Due { limit: batch }).await?;
+            tx.commit().await?;
+            Ok::<_, anyhow::Error>(now)
+        })
+        .await?;
         cancelled += now.len() as i64;
         let full = now.len() as i64 >= batch;
         if !now.is_empty() {
             let deps = deps.clone();
-            returns.spawn(async move { cancellation::return_units(&deps.stock, &deps.db, &now).await });
+            returns.spawn(async move { within(deadline, cancellation::return_units(&deps.stock, &deps.db, &now)).await });
         }
         if !full {
             break;
@@ -95,8 +103,8 @@ pub async fn poll_once(deps: &Connections, batch: i64) -> anyhow::Result<i64> {
         }
     }
     loop {
-        let unreturned = cancellation::unreturned(&deps.db, batch, &failing).await?;
-        failing.extend(cancellation::return_units(&deps.stock, &deps.db, &unreturned).await?.failed);
+        let unreturned = within(deadline, cancellation::unreturned(&deps.db, batch, &failing)).await?;
+        failing.extend(within(deadline, cancellation::return_units(&deps.stock, &deps.db, &unreturned)).await?.failed);
         if (unreturned.len() as i64) < batch {
             return Ok(cancelled);
         }

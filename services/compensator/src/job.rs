@@ -12,7 +12,7 @@ use crate::settle::{self, SettleError};
 use crate::Settings;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Message};
-use seckill_shared::db::dead_letters;
+use seckill_shared::db::{dead_letters, within};
 use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::domain::{FailReason, OrderRecord};
 use seckill_shared::kafka::{self, dlq_header, header_str, Trace};
@@ -45,11 +45,12 @@ impl DlqJob {
     /// Consumes until `shutdown`, once the index's rows from before it knew
     /// topics are this topic's.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let deadline = self.settings.servers.database.call_deadline();
         let adopt = retry_until(
             self.settings.service.retry,
             "adopting dead letters indexed without a topic",
             &shutdown,
-            || dead_letters::adopt(&self.deps.db, &self.deps.topics.dlq),
+            || within(deadline, dead_letters::adopt(&self.deps.db, &self.deps.topics.dlq)),
         );
         match adopt.await {
             Some(0) => {}
@@ -93,8 +94,11 @@ impl DlqJob {
     /// shutdown came first (nothing is committed, the record is replayed).
     async fn handle(&self, message: &BorrowedMessage<'_>, shutdown: &CancellationToken) -> bool {
         // Counted first (`seckillctl dlq stats`), whatever becomes of it.
+        // Every wait on PostgreSQL within the call deadline: a server that
+        // never answers is a failed attempt, retried like one that refused.
+        let deadline = self.settings.servers.database.call_deadline();
         let indexed = retry_until(self.settings.service.retry, "indexing a dead letter", shutdown, || {
-            dead_letters::index(&self.deps.db, message)
+            within(deadline, dead_letters::index(&self.deps.db, message))
         });
         if indexed.await.is_none() {
             return false;
@@ -122,7 +126,7 @@ impl DlqJob {
             "settling a dead letter",
             shutdown,
             || async {
-                match settle::settle(&self.deps, &record, reason, Trace::of(message.headers())).await {
+                match within(deadline, settle::settle(&self.deps, &record, reason, Trace::of(message.headers()))).await {
                     Ok(settled) => Attempt::Done(settled),
                     // The database refused the data: trying again cannot
                     // cure it, so after a bounded number of attempts the
@@ -156,8 +160,9 @@ impl DlqJob {
     ) -> bool {
         let error = error.to_string();
         let parking = Parking { message, reason, error: &error, attempts, parked_by: "compensator" };
+        let deadline = self.settings.servers.database.call_deadline();
         retry_until(self.settings.service.retry, "parking a dead letter", shutdown, || {
-            parked::park(&self.deps.db, &parking)
+            within(deadline, parked::park(&self.deps.db, &parking))
         })
         .await
         .is_some()

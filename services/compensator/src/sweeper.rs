@@ -37,6 +37,7 @@ use crate::settle::SettleError;
 use crate::Settings;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use seckill_shared::db::within;
 use seckill_shared::domain::{Fate, OrderId, OrderRecord, OrderStatus, SaleKey, UserId};
 use seckill_shared::kafka;
 use seckill_shared::ops::fence::{self, Fence, FencedLock};
@@ -170,9 +171,13 @@ impl Sweeper {
         drop(checkpoint);
         let cutoff = checkpoint_at - self.settings.sweeper.grace_ms as i64;
         // Under the fence: a sweeper that lost its lock stops here.
-        let mut tx = self.deps.db.begin().await?;
-        fence::check(&mut tx, fence).await.map_err(SettleError::from)?;
-        tx.commit().await?;
+        within(self.settings.servers.database.call_deadline(), async {
+            let mut tx = self.deps.db.begin().await?;
+            fence::check(&mut tx, fence).await.map_err(SettleError::from)?;
+            tx.commit().await?;
+            Ok::<_, anyhow::Error>(())
+        })
+        .await?;
         let mut report = SweepReport::default();
         for sale in self.deps.stock.sales().await? {
             // Each sale on its own: one whose Redis (or record) fails is
@@ -235,13 +240,12 @@ impl Sweeper {
             None => stock.snapshot(sale).await?.round,
         };
         let record = OrderRecord::new(order_id.clone(), sale, user, state.accepted_at).in_round(round);
+        let deadline = self.settings.servers.database.call_deadline();
         let row = sqlx::query!("SELECT status, reason FROM orders WHERE order_id = $1", order_id.as_str())
-            .fetch_optional(&self.deps.db)
-            .await?;
-        if let Some(row) = row {
-            match fate::follow(stock, &self.deps.db, &record, Fate::from_row(&row.status, row.reason.as_deref()))
-                .await?
-            {
+            .fetch_optional(&self.deps.db);
+        if let Some(row) = within(deadline, row).await? {
+            let fate = Fate::from_row(&row.status, row.reason.as_deref());
+            match within(deadline, fate::follow(stock, &self.deps.db, &record, fate)).await? {
                 Followed::Created => report.created += 1,
                 Followed::Failed(_) => report.failed += 1,
             }

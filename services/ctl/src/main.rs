@@ -148,6 +148,7 @@ async fn main() -> ExitCode {
         ..settings.servers.telemetry.clone()
     };
     seckill_shared::ops::telemetry::init_tracing(&telemetry, "seckillctl");
+    seckill_shared::db::name_sessions("seckillctl");
     let result = match cli.command {
         Command::Migrate => migrate(&settings).await,
         Command::Warmup(args) => warmup::run(&settings, args).await,

@@ -11,6 +11,7 @@ use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use seckill_shared::db::parked::{self, Parking};
+use seckill_shared::db::within;
 use seckill_shared::domain::{FailReason, Fate, OrderId, OrderRecord, RecordError, UserId};
 use seckill_shared::kafka::{self, Topics, Trace};
 use seckill_shared::ops::host::Connections;
@@ -220,12 +221,15 @@ impl Worker {
             .collect();
         let started = Instant::now();
         let writes = spans.writes("INSERT", "orders");
-        let outcome = match store::write_batch(&self.deps.db, &records, &traces).await {
+        // A server that never answers (frozen, cut off) ends the write at
+        // the deadline, as a transient fault: the batch is tried again.
+        let deadline = self.settings.servers.database.call_deadline();
+        let outcome = match within(deadline, store::write_batch(&self.deps.db, &records, &traces)).await {
             Ok(outcome) => outcome,
             // One bad row must not fail the good ones: write row by row.
             Err(WriteError::Permanent(error)) => {
                 tracing::warn!(%error, "batch refused by the database; writing row by row");
-                store::write_row_by_row(&self.deps.db, &records, &traces).await?
+                store::write_row_by_row(&self.deps.db, &records, &traces, deadline).await?
             }
             Err(transient) => return Err(transient.into()),
         };
@@ -247,7 +251,7 @@ impl Worker {
         // perhaps without settling Redis before it stopped: settle it now,
         // at most once per order, whoever else does too.
         for (record, fate) in failed_earlier {
-            fate::follow(&self.deps.stock, &self.deps.db, record, fate).await?;
+            within(deadline, fate::follow(&self.deps.stock, &self.deps.db, record, fate)).await?;
         }
 
         // Only rejects need their message back (rarely any): the first one
@@ -311,7 +315,8 @@ impl Worker {
                 Ended::Park { error: refused, attempts } => {
                     let why = refused.to_string();
                     let parking = Parking { message, reason: reason.code(), error: &why, attempts, parked_by: "order" };
-                    parked::park(&self.deps.db, &parking).await.map_err(ProcessError::Park)
+                    let deadline = self.settings.servers.database.call_deadline();
+                    within(deadline, parked::park(&self.deps.db, &parking)).await.map_err(ProcessError::Park)
                 }
                 Ended::GaveUp(transient) => Err(transient.into()),
                 Ended::Stopped => unreachable!("a token never cancelled"),

@@ -23,7 +23,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
-use seckill_shared::db::outbox;
+use seckill_shared::db::{outbox, within};
 use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::leader::{self, Turn};
 use seckill_shared::ops::lease::{Lease, LeaseError, LeaseTerm};
@@ -227,7 +227,11 @@ impl Relay {
     /// dealt with.
     #[tracing::instrument(name = "relay.send", level = "debug", skip_all)]
     pub async fn relay_once(&self, term: &LeaseTerm) -> Result<usize, RelayError> {
-        let rows = outbox::next_after_cursor(&self.deps.db, self.settings.events.batch).await?;
+        // Each wait on PostgreSQL within the deadline: a server that never
+        // answers ends the turn as a failure (the cursor stays; the turn is
+        // done again), not the relay.
+        let deadline = self.settings.servers.database.call_deadline();
+        let rows = within(deadline, outbox::next_after_cursor(&self.deps.db, self.settings.events.batch)).await?;
         let Some(last) = rows.last() else { return Ok(0) };
         let mut outgoing: Vec<Outgoing> = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -236,8 +240,13 @@ impl Relay {
                 // One bad row must not stop every event behind it: it is
                 // parked for an operator and passed with the rest.
                 Err(error) => {
-                    seckill_shared::db::parked::park_outbox_row(&self.deps.db, &self.deps.topics.events, row, &error)
-                        .await?
+                    let park = seckill_shared::db::parked::park_outbox_row(
+                        &self.deps.db,
+                        &self.deps.topics.events,
+                        row,
+                        &error,
+                    );
+                    within(deadline, park).await?
                 }
             }
         }
@@ -245,10 +254,14 @@ impl Relay {
         // Only now: a relay killed before this line sends them again. The
         // position itself, not a lookup of the last row: that row may be
         // gone by now (deleted by hand), and the cursor must move anyway.
-        let mut tx = self.deps.db.begin().await?;
-        term.check(&mut tx).await?;
-        outbox::move_cursor(&mut tx, last.xid, last.id).await?;
-        tx.commit().await?;
+        within(deadline, async {
+            let mut tx = self.deps.db.begin().await?;
+            term.check(&mut tx).await?;
+            outbox::move_cursor(&mut tx, last.xid, last.id).await?;
+            tx.commit().await?;
+            Ok::<_, RelayError>(())
+        })
+        .await?;
         metrics::counter!("seckill_events_relayed_total").increment(outgoing.len() as u64);
         Ok(rows.len())
     }
@@ -321,9 +334,9 @@ impl Relay {
                 if !seckill_shared::kafka::refused_for_good(&error) {
                     return Err(RelayError::Kafka(error));
                 }
-                let row = outgoing[i].1;
-                seckill_shared::db::parked::park_undeliverable_event(&self.deps.db, topic, row, &error.to_string())
-                    .await?;
+                let (row, why) = (outgoing[i].1, error.to_string());
+                let park = seckill_shared::db::parked::park_undeliverable_event(&self.deps.db, topic, row, &why);
+                within(self.settings.servers.database.call_deadline(), park).await?;
             }
         }
         Ok(())
@@ -333,10 +346,13 @@ impl Relay {
     /// keeping their counts per sale round and type.
     pub async fn prune(&self, term: &LeaseTerm) -> Result<u64, RelayError> {
         let retention_secs = self.settings.events.retention_ms as f64 / 1000.0;
-        let mut tx = self.deps.db.begin().await?;
-        term.check(&mut tx).await?;
-        let pruned = outbox::prune(&mut tx, retention_secs).await?;
-        tx.commit().await?;
-        Ok(pruned)
+        within(self.settings.servers.database.call_deadline(), async {
+            let mut tx = self.deps.db.begin().await?;
+            term.check(&mut tx).await?;
+            let pruned = outbox::prune(&mut tx, retention_secs).await?;
+            tx.commit().await?;
+            Ok(pruned)
+        })
+        .await
     }
 }

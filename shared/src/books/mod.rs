@@ -180,6 +180,13 @@ pub enum ReconcileError {
     },
 }
 
+impl From<sqlx::Error> for ReconcileError {
+    /// PostgreSQL could not be read (or did not answer within its deadline).
+    fn from(error: sqlx::Error) -> Self {
+        Self::Source { source_name: "postgresql", error: error.into() }
+    }
+}
+
 fn source<E: Into<anyhow::Error>>(source_name: &'static str) -> impl Fn(E) -> ReconcileError {
     move |error| ReconcileError::Source { source_name, error: error.into() }
 }

@@ -130,7 +130,10 @@ impl KafkaSettings {
     }
 }
 
-/// PostgreSQL connection pool.
+/// PostgreSQL connection pool, and the bounds on every wait for the
+/// server: what PostgreSQL itself ends (a statement, a lock wait, a
+/// transaction left idle) and what the client ends when the server says
+/// nothing at all (a frozen or cut-off host).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DbSettings {
@@ -139,6 +142,32 @@ pub struct DbSettings {
     pub max_connections: u32,
     /// Bound on waiting for a pooled connection.
     pub acquire_timeout_ms: u64,
+    /// PostgreSQL's `statement_timeout` for every session of the pipeline:
+    /// a statement running longer is cancelled by the server (SQLSTATE
+    /// 57014, retried as transient). Migrations run without it.
+    pub statement_timeout_ms: u64,
+    /// PostgreSQL's `lock_timeout`: a statement waiting longer for a lock
+    /// (a row another transaction holds) is cancelled (55P03, transient).
+    pub lock_timeout_ms: u64,
+    /// PostgreSQL's `idle_in_transaction_session_timeout`: a session that
+    /// keeps a transaction open without a statement for longer is ended by
+    /// the server, its locks released and its snapshot no longer holding
+    /// the relay back.
+    pub idle_in_transaction_timeout_ms: u64,
+    /// `TCP_USER_TIMEOUT` of both ends of every connection (the client's
+    /// socket, and the server's `tcp_user_timeout`): data unacknowledged
+    /// this long — a host that vanished without a reset — ends the
+    /// connection. Beside it, TCP keepalives on both ends notice an idle
+    /// connection's peer gone in about 25 s.
+    pub tcp_user_timeout_ms: u64,
+    /// The client's own deadline on one unit of work (a batch written, a
+    /// relay turn, a lease renewed, a connection given back to the pool):
+    /// what bounds a wait on a server that accepts bytes and never answers
+    /// (a frozen process; a proxy that holds answers), which neither the
+    /// server's timeouts nor TCP can notice. Longer than
+    /// `statement_timeout_ms`, so a server that answers ends its own
+    /// statements first.
+    pub call_deadline_ms: u64,
 }
 
 impl Default for DbSettings {
@@ -147,7 +176,52 @@ impl Default for DbSettings {
             url: "postgres://seckill:seckill@127.0.0.1:5432/seckill".into(),
             max_connections: 10,
             acquire_timeout_ms: 3_000,
+            statement_timeout_ms: 10_000,
+            lock_timeout_ms: 5_000,
+            idle_in_transaction_timeout_ms: 15_000,
+            tcp_user_timeout_ms: 10_000,
+            call_deadline_ms: 15_000,
         }
+    }
+}
+
+impl DbSettings {
+    /// The client's deadline on one unit of work.
+    pub fn call_deadline(&self) -> Duration {
+        Duration::from_millis(self.call_deadline_ms)
+    }
+
+    /// Refuses bounds that are zero (PostgreSQL reads 0 as "no bound") or
+    /// out of order, naming the setting.
+    pub fn check(&self) -> anyhow::Result<()> {
+        for (name, value) in [
+            ("database.max_connections", u64::from(self.max_connections)),
+            ("database.acquire_timeout_ms", self.acquire_timeout_ms),
+            ("database.statement_timeout_ms", self.statement_timeout_ms),
+            ("database.lock_timeout_ms", self.lock_timeout_ms),
+            ("database.idle_in_transaction_timeout_ms", self.idle_in_transaction_timeout_ms),
+            ("database.tcp_user_timeout_ms", self.tcp_user_timeout_ms),
+            ("database.call_deadline_ms", self.call_deadline_ms),
+        ] {
+            if value == 0 {
+                anyhow::bail!("{name} must be above 0: every wait on PostgreSQL has a bound");
+            }
+        }
+        if self.lock_timeout_ms > self.statement_timeout_ms {
+            anyhow::bail!(
+                "database.lock_timeout_ms ({}) must not exceed database.statement_timeout_ms ({})",
+                self.lock_timeout_ms,
+                self.statement_timeout_ms
+            );
+        }
+        if self.call_deadline_ms <= self.statement_timeout_ms {
+            anyhow::bail!(
+                "database.call_deadline_ms ({}) must exceed database.statement_timeout_ms ({}): a server that answers ends its own statements first",
+                self.call_deadline_ms,
+                self.statement_timeout_ms
+            );
+        }
+        Ok(())
     }
 }
 

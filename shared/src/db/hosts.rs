@@ -15,12 +15,17 @@
 //! promotion; what was in flight failed, and the callers' own retries
 //! decide what to do (the order service writes its batch again: first row
 //! wins). Without several hosts, nothing follows and nothing is checked:
-//! the pool is sqlx's own.
+//! the pool is sqlx's own. A connection made before the pool moved, or
+//! before its host answered read-only (a primary demoted in place), is
+//! closed when next asked for, not handed out to fail its writes.
 
+use super::socket::SocketBounds;
+use parking_lot::Mutex;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How often the follower asks which host is the primary.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
@@ -112,19 +117,48 @@ fn with_port(host: &str) -> Result<String, UrlError> {
     Ok(format!("{name}:{port}"))
 }
 
-/// A pool over `hosts` (connections made lazily): checked and following
-/// the primary when the URL asks for a writable one and names several.
-pub fn pool(hosts: Hosts, options: PgPoolOptions) -> PgPool {
+/// When the pool last found its host no longer the writable primary (it
+/// moved, or the host answered read-only): a connection made before then
+/// is closed instead of handed out.
+#[derive(Clone)]
+struct Moved(Arc<Mutex<Option<Instant>>>);
+
+impl Moved {
+    fn now(&self) {
+        *self.0.lock() = Some(Instant::now());
+    }
+
+    /// Whether a connection `age` old was made before the last move.
+    fn predates(&self, age: Duration) -> bool {
+        self.0.lock().is_some_and(|moved| moved.elapsed() < age)
+    }
+}
+
+/// A pool over `hosts` (connections made lazily), each new connection's
+/// socket given `socket`'s bounds; checked and following the primary when
+/// the URL asks for a writable one and names several.
+pub fn pool(hosts: Hosts, options: PgPoolOptions, socket: SocketBounds) -> PgPool {
     let first = hosts.options[0].clone();
-    let options = if hosts.read_write {
-        options.after_connect(|connection, _| {
-            Box::pin(async move {
-                if writable(connection).await? {
-                    Ok(())
-                } else {
-                    Err(sqlx::Error::Configuration("connected to a standby or a read-only server".into()))
-                }
-            })
+    let read_write = hosts.read_write;
+    let moved = Moved(Arc::default());
+    let options = options.after_connect(move |connection, _| {
+        let socket = socket.clone();
+        Box::pin(async move {
+            socket.apply();
+            if !read_write || writable(connection).await? {
+                Ok(())
+            } else {
+                Err(sqlx::Error::Configuration("connected to a standby or a read-only server".into()))
+            }
+        })
+    });
+    let options = if read_write {
+        let moved = moved.clone();
+        // A connection made on the host the pool left (a primary demoted in
+        // place stays up, read-only) would fail every write it is given.
+        options.before_acquire(move |_, meta| {
+            let fresh = !moved.predates(meta.age);
+            Box::pin(async move { Ok(fresh) })
         })
     } else {
         options
@@ -133,7 +167,7 @@ pub fn pool(hosts: Hosts, options: PgPoolOptions) -> PgPool {
     if hosts.options.len() > 1 {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(follow(pool.clone(), hosts));
+                runtime.spawn(follow(pool.clone(), hosts, moved));
             }
             Err(_) => tracing::warn!("no runtime: the pool stays on the URL's first host"),
         }
@@ -150,23 +184,40 @@ async fn writable(connection: &mut sqlx::PgConnection) -> sqlx::Result<bool> {
     .await
 }
 
-/// Whether `options`' server answers now (and, with `read_write`, takes
+/// What a host said when asked whether it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    /// It answers (and, when asked for, takes writes).
+    Serves,
+    /// It answered: a standby, or read-only.
+    ReadOnly,
+    /// No answer within the probe's bound.
+    Silent,
+}
+
+/// What `options`' server says now (with `read_write`, whether it takes
 /// writes).
-async fn usable(options: &PgConnectOptions, read_write: bool) -> bool {
+async fn probe(options: &PgConnectOptions, read_write: bool) -> Probe {
     let probe = async {
         let mut connection = options.clone().connect().await?;
         let answer = if read_write { writable(&mut connection).await } else { Ok(true) };
         let _ = sqlx::Connection::close(connection).await;
         answer
     };
-    matches!(tokio::time::timeout(PROBE_TIMEOUT, probe).await, Ok(Ok(true)))
+    match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
+        Ok(Ok(true)) => Probe::Serves,
+        Ok(Ok(false)) => Probe::ReadOnly,
+        _ => Probe::Silent,
+    }
 }
 
 /// Points `pool`'s new connections at a host that serves (the writable
 /// primary, with `read_write`), asking once a second while the pool is
 /// open: the host it uses while that one serves, else the first of the
-/// others, in the URL's order, that does.
-async fn follow(pool: PgPool, hosts: Hosts) {
+/// others, in the URL's order, that does. When the host it used answers
+/// read-only, or the pool moves, every connection made before is closed
+/// rather than handed out (`moved`).
+async fn follow(pool: PgPool, hosts: Hosts, moved: Moved) {
     let mut current = 0;
     let describe = |i: usize| format!("{}:{}", hosts.options[i].get_host(), hosts.options[i].get_port());
     let mut first = true;
@@ -180,13 +231,19 @@ async fn follow(pool: PgPool, hosts: Hosts) {
                 _ = tokio::time::sleep(FOLLOW_EVERY) => {}
             }
         }
-        if usable(&hosts.options[current], hosts.read_write).await {
+        let here = probe(&hosts.options[current], hosts.read_write).await;
+        if here == Probe::Serves {
             continue;
         }
+        if here == Probe::ReadOnly {
+            // Demoted in place: its sessions are up but refuse writes.
+            moved.now();
+        }
         for candidate in (0..hosts.options.len()).filter(|i| *i != current) {
-            if usable(&hosts.options[candidate], hosts.read_write).await {
+            if probe(&hosts.options[candidate], hosts.read_write).await == Probe::Serves {
                 tracing::warn!(from = %describe(current), to = %describe(candidate), "the database's primary moved; new connections follow it");
                 pool.set_connect_options(hosts.options[candidate].clone());
+                moved.now();
                 current = candidate;
                 break;
             }

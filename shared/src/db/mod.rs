@@ -6,6 +6,7 @@ pub mod dead_letters;
 pub mod hosts;
 pub mod outbox;
 pub mod parked;
+pub mod socket;
 
 use crate::config::DbSettings;
 use crate::domain::SaleKey;
@@ -24,37 +25,103 @@ pub static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::L
     migrator
 });
 
+/// The name every session of this process gives PostgreSQL
+/// (`application_name`): the binary's (`seckill-order`, …), so
+/// `pg_stat_activity` says which service holds a session.
+static APPLICATION_NAME: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Names this process's sessions (called once, by the host, before any
+/// pool is made); a process that never calls it is `seckill`.
+pub fn name_sessions(binary: &'static str) {
+    let _ = APPLICATION_NAME.set(binary);
+}
+
+/// The `application_name` of this process's sessions.
+pub fn application_name() -> &'static str {
+    APPLICATION_NAME.get().copied().unwrap_or("seckill")
+}
+
 /// Opens a pool. Connections are made lazily, so a service starts even while
 /// PostgreSQL is down and catches up when it returns. A URL of several
-/// hosts follows the primary ([`hosts`]).
+/// hosts follows the primary ([`hosts`]). Every session is bounded as
+/// `settings` say: the server ends a long statement, a long lock wait and
+/// a transaction left idle; TCP ends a connection to a host that vanished
+/// (both ends); a connection given back to the pool is checked within the
+/// call deadline, else closed (sqlx's own check would wait on a frozen
+/// server for good, holding its place in the pool).
 pub fn connect_lazy(settings: &DbSettings) -> anyhow::Result<PgPool> {
-    // sqlx leaves its sockets' options alone: the keepalives are asked of
-    // the server, per session (PostgreSQL's tcp_keepalives_*), so a client
-    // that vanished — a frozen or cut-off leader — loses its session, its
-    // locks and its transaction in about 25 s.
+    // Server side: keepalives asked of the server, per session (PostgreSQL's
+    // tcp_keepalives_*), so a client that vanished — a frozen or cut-off
+    // leader — loses its session, its locks and its transaction in about
+    // 25 s; and the session's own bounds.
     let keepalive = crate::config::TCP_KEEPALIVE;
     let mut parsed =
         hosts::parse(&settings.url).map_err(|error| anyhow::anyhow!("database.url (SECKILL_DATABASE_URL): {error}"))?;
+    let ms = |value: u64| value.to_string();
     parsed.options = parsed
         .options
         .into_iter()
         .map(|options| {
-            options.application_name("seckill").options([
+            options.application_name(application_name()).options([
                 ("tcp_keepalives_idle", keepalive.idle.as_secs().to_string()),
                 ("tcp_keepalives_interval", keepalive.interval.as_secs().to_string()),
                 ("tcp_keepalives_count", keepalive.probes.to_string()),
+                ("tcp_user_timeout", ms(settings.tcp_user_timeout_ms)),
+                ("statement_timeout", ms(settings.statement_timeout_ms)),
+                ("lock_timeout", ms(settings.lock_timeout_ms)),
+                ("idle_in_transaction_session_timeout", ms(settings.idle_in_transaction_timeout_ms)),
             ])
         })
         .collect();
+    let socket = socket::SocketBounds {
+        peers: parsed.options.iter().map(|o| (o.get_host().trim_matches(['[', ']']).parse().ok(), o.get_port())).collect(),
+        keepalive,
+        user_timeout: Duration::from_millis(settings.tcp_user_timeout_ms),
+    };
+    let deadline = settings.call_deadline();
     let options = PgPoolOptions::new()
         .max_connections(settings.max_connections)
-        .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms));
-    Ok(hosts::pool(parsed, options))
+        .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms))
+        .after_release(move |connection, _| {
+            Box::pin(async move {
+                // An error closes the connection without a goodbye; sqlx's
+                // own check that follows is then answered at once.
+                within::<_, sqlx::Error>(deadline, sqlx::Connection::ping(connection)).await?;
+                Ok(true)
+            })
+        });
+    Ok(hosts::pool(parsed, options, socket))
+}
+
+/// `call`, bounded by `deadline`: past it the wait is given up and answered
+/// as an I/O timeout — transient, like any error that is not a verdict on
+/// the data ([`is_data_error`]), so the caller's retry takes it. What the
+/// call held is dropped: a transaction it had open is rolled back by the
+/// server (or ended by its `idle_in_transaction_session_timeout`), and its
+/// connection leaves the pool unless it answers within the deadline.
+pub async fn within<T, E: From<sqlx::Error>>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(answer) => answer,
+        Err(_) => Err(deadline_passed(deadline).into()),
+    }
+}
+
+/// The error of a call whose deadline passed.
+pub fn deadline_passed(deadline: Duration) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("PostgreSQL did not answer within {} ms (database.call_deadline_ms)", deadline.as_millis()),
+    ))
 }
 
 /// Applies the migrations (idempotent; concurrent callers are serialised by
 /// sqlx's advisory lock), saying which ones of a newer version the database
-/// has that this binary does not know.
+/// has that this binary does not know. A migration may rightly run long (an
+/// index built under a live sale): its session has no statement or lock
+/// timeout.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     // sqlx's own table (absent before the first migration), not the
     // project's schema: checked at run time, not against .sqlx/.
@@ -68,7 +135,16 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     if !newer.is_empty() {
         tracing::warn!(?newer, "the database has migrations of a newer version; this binary runs on them");
     }
-    MIGRATOR.run(pool).await?;
+    let mut connection = pool.acquire().await?;
+    sqlx::query!(
+            r#"SELECT set_config('statement_timeout', '0', false) AS "statement!", set_config('lock_timeout', '0', false) AS "lock!""#
+        )
+        .fetch_one(&mut *connection)
+        .await?;
+    let migrated = MIGRATOR.run_direct(None, &mut *connection, false).await;
+    // Not given back with the migrations' settings.
+    connection.close_on_drop();
+    migrated?;
     Ok(())
 }
 

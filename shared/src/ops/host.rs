@@ -136,6 +136,7 @@ pub fn run<B: Binary>() -> anyhow::Result<()> {
     }
     let Some(settings) = args.settings::<B::Settings>()? else { return Ok(()) };
     B::check(&settings)?;
+    crate::db::name_sessions(B::BINARY);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     let result = runtime.block_on(async move {
         crate::ops::telemetry::init_tracing(B::telemetry(&settings), B::BINARY);
@@ -265,6 +266,7 @@ pub fn check_servers(servers: &Servers) -> anyhow::Result<()> {
     }) {
         anyhow::bail!("kafka.brokers (SECKILL_KAFKA_BROKERS) '{brokers}' is not a list of host:port");
     }
+    servers.database.check()?;
     servers.telemetry.check()?;
     let source = &servers.kafka.cloudevents_source;
     let absolute = source.split_once(':').is_some_and(|(scheme, rest)| {

@@ -83,7 +83,19 @@ where
         metrics::counter!("seckill_leader_terms_total", "job" => what).increment(1);
         let lost = term.lost();
         let stopping = loop {
-            let wait = match turn(term.clone()).await {
+            let this_turn = tokio::select! {
+                // The term was lost while the turn ran (a renewal found the
+                // seat gone, or hung past the lease): the turn is abandoned
+                // where it waits — what it had not written is not written
+                // under this term, and its fence refuses it anyway.
+                _ = lost.cancelled() => {
+                    tracing::warn!(job = what, fence = term.fence(), "term lost during a turn; the turn is abandoned");
+                    break false;
+                }
+                // The turn ended by itself.
+                this_turn = turn(term.clone()) => this_turn,
+            };
+            let wait = match this_turn {
                 Turn::Again(wait) => wait,
                 Turn::StepDown => {
                     tracing::warn!(job = what, fence = term.fence(), "a newer holder wrote; stepping down");

@@ -14,6 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+/// How long a holder stepping down waits for the database to expire its
+/// lease at once.
+const STEP_DOWN_WITHIN: Duration = Duration::from_secs(5);
+
 /// One lease, by name.
 #[derive(Clone)]
 pub struct Lease {
@@ -70,8 +74,10 @@ impl Seat for Lease {
             &holder,
             length_ms
         )
-        .fetch_optional(&self.db)
-        .await?;
+        .fetch_optional(&self.db);
+        // Bounded like a renewal: a server that never answers is a seat
+        // not taken this time.
+        let fence = crate::db::within(self.length, fence).await?;
         let Some(fence) = fence else { return Ok(None) };
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
@@ -89,8 +95,10 @@ impl Seat for Lease {
 }
 
 /// Renews the term every length/3 until stopped; cancels `lost` when a
-/// renewal finds the lease another's, or when no renewal succeeded for a
-/// whole length (the database unreachable: the lease may have expired).
+/// renewal finds the lease another's, when no renewal succeeded for a
+/// whole length (the database unreachable: the lease may have expired), or
+/// when a renewal is still unanswered as the lease runs out (the database
+/// frozen or cut off: the same).
 async fn watchdog(
     lease: Lease,
     holder: String,
@@ -104,6 +112,10 @@ async fn watchdog(
         if !crate::ops::shutdown::pause(&stop, lease.length / 3).await {
             return Ok(());
         }
+        // A renewal is worth waiting for only while the lease may still
+        // run: one that hangs past it (a frozen or cut-off server) is a
+        // lost lease, since another instance may hold it by then.
+        let left = lease.length.saturating_sub(renewed.elapsed());
         let renewal = sqlx::query_scalar!(
             "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000.0)
               WHERE name = $1 AND holder = $2 AND fence = $3 AND expires_at >= clock_timestamp()
@@ -113,8 +125,12 @@ async fn watchdog(
             fence,
             lease.length.as_millis() as f64
         )
-        .fetch_optional(&lease.db)
-        .await;
+        .fetch_optional(&lease.db);
+        let Ok(renewal) = tokio::time::timeout(left, renewal).await else {
+            tracing::warn!(lease = %lease.name, fence, waited_ms = left.as_millis() as u64, "a lease renewal did not answer before the lease ran out; assuming it lost");
+            lost.cancel();
+            return Ok(());
+        };
         match renewal {
             Ok(Some(_)) => renewed = Instant::now(),
             Ok(None) => {
@@ -174,8 +190,10 @@ impl Term for LeaseTerm {
             &self.holder,
             self.fence
         )
-        .execute(&self.db)
-        .await;
+        .execute(&self.db);
+        // Bounded: a frozen database must not keep the job from competing
+        // again (an unreleased lease expires by itself).
+        let released = crate::db::within(STEP_DOWN_WITHIN, released).await;
         if let Err(error) = released {
             tracing::warn!(lease = %self.name, %error, "lease not released; it expires by itself");
         }

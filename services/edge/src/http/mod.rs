@@ -160,6 +160,12 @@ impl AppState {
         background.spawn("admission passes", passes);
         Ok(state)
     }
+
+    /// The bound on one call to PostgreSQL (`database.call_deadline_ms`):
+    /// a server that never answers is answered 503, not waited on.
+    pub fn db_deadline(&self) -> Duration {
+        self.settings.servers.database.call_deadline()
+    }
 }
 
 /// The limiters that keep a state per user or client.

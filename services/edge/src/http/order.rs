@@ -20,6 +20,7 @@ use seckill_shared::stock::{DeductRequest, Deduction};
 use std::collections::HashMap;
 use std::time::Instant;
 use tracing::Instrument;
+use seckill_shared::db::within;
 
 /// Buyer routes.
 pub fn router() -> Router<AppState> {
@@ -221,7 +222,7 @@ pub(super) async fn get_order(
     if state.status_reads.known_missing(order_id.as_str()) {
         return Err(ApiError::OrderNotFound);
     }
-    let view = match lookup::order(&state.stock, &state.status_db, &order_id).await {
+    let view = match within(state.db_deadline(), lookup::order(&state.stock, &state.status_db, &order_id)).await {
         Err(LookupError::NotFound) => {
             state.status_reads.missed(order_id.as_str());
             return Err(ApiError::OrderNotFound);
@@ -263,7 +264,7 @@ pub(super) async fn get_result(
     let (sale, user) = sale_and_user(&query)?;
     auth::require_identity(&state, &headers, user)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
-    let view = lookup::user_order(&state.stock, &state.status_db, sale, user).await.map_err(lookup_error)?;
+    let view = within(state.db_deadline(), lookup::user_order(&state.stock, &state.status_db, sale, user)).await.map_err(lookup_error)?;
     Ok(status_body(&view))
 }
 

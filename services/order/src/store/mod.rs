@@ -28,7 +28,7 @@
 mod rows;
 
 use rows::{insert, insert_orders, is_unique_violation, take_stock, OrderColumns};
-use seckill_shared::db::is_data_error;
+use seckill_shared::db::{is_data_error, within};
 use seckill_shared::domain::{FailReason, Fate, OrderRecord, SaleKey};
 use seckill_shared::kafka::Trace;
 use sqlx::{PgConnection, PgPool};
@@ -106,14 +106,16 @@ pub type Traces<'a> = HashMap<&'a str, Trace<'a>>;
 /// Writes `records` one transaction each, after a batch of them was
 /// refused: one bad row must not fail the good ones. A row refused for good
 /// is rejected (`DB_REJECTED`, dead-lettered); a transient fault fails all.
+/// Each transaction is given up past `deadline` (transient).
 pub async fn write_row_by_row(
     db: &PgPool,
     records: &[OrderRecord],
     traces: &Traces<'_>,
+    deadline: std::time::Duration,
 ) -> Result<BatchOutcome, WriteError> {
     let mut total = BatchOutcome::default();
     for record in records {
-        match write_batch(db, std::slice::from_ref(record), traces).await {
+        match within(deadline, write_batch(db, std::slice::from_ref(record), traces)).await {
             Ok(outcome) => {
                 total.created.extend(outcome.created);
                 total.already_done.extend(outcome.already_done);
