@@ -123,6 +123,11 @@ fn check_config_says_whether_the_settings_would_start() {
             ("SECKILL_OTLP_ENDPOINT", "https://collector:4318", "SECKILL_OTLP_ENDPOINT"),
             ("SECKILL_OTLP_ENDPOINT", "collector:4318", "SECKILL_OTLP_ENDPOINT"),
             ("SECKILL__TELEMETRY__OTLP_SAMPLE_RATIO", "2", "otlp_sample_ratio"),
+            // Every wait on PostgreSQL has a bound, the bounds in order.
+            ("SECKILL__DATABASE__STATEMENT_TIMEOUT_MS", "0", "database.statement_timeout_ms"),
+            ("SECKILL__DATABASE__LOCK_TIMEOUT_MS", "20000", "database.lock_timeout_ms"),
+            ("SECKILL__DATABASE__CALL_DEADLINE_MS", "5000", "database.call_deadline_ms"),
+            ("SECKILL__DATABASE__IDLE_IN_TRANSACTION_TIMEOUT_MS", "0", "idle_in_transaction_timeout_ms"),
         ] {
             let refused = run(name, &["--check-config"], &[(setting, value)]);
             assert_eq!(refused.code, 1, "{name} {setting}={value}: {}", refused.stdout);
