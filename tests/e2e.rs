@@ -84,6 +84,8 @@ mod promise_publish;
 mod redis_cluster;
 #[path = "e2e/relay.rs"]
 mod relay;
+#[path = "e2e/relay_held_back.rs"]
+mod relay_held_back;
 #[path = "e2e/sale_in_buckets.rs"]
 mod sale_in_buckets;
 #[path = "e2e/slow_clients.rs"]

@@ -116,6 +116,7 @@ pub fn print(report: &Report, json: bool) {
         ("users with two orders", report.duplicate_users.to_string()),
         ("records parked", report.parked.to_string()),
         ("order events (pending)", format!("{} ({})", report.events, report.events_pending)),
+        ("events held back by", report.events_held_back_by.as_ref().map_or("-".to_owned(), |held| held.to_string())),
         ("order service lag", lag(report.order_lag)),
         ("compensator lag", lag(report.compensator_lag)),
         ("waiting room (waiting/active/admitted)", room(report)),

@@ -17,6 +17,7 @@ pub mod dead_letters;
 pub mod metrics;
 pub mod record_spans;
 pub mod relay;
+pub mod relay_waves;
 pub mod store;
 
 use seckill_shared::config::Servers;

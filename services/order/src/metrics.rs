@@ -20,6 +20,14 @@ const ORDER: &[Metric] = &[
     Metric::histogram("seckill_order_transaction_seconds", "Time of one batch's PostgreSQL transaction"),
     Metric::gauge("seckill_order_consumer_lag", "Records on the orders topic not yet consumed, by partition"),
     Metric::counter("seckill_events_relayed_total", "Order events sent from the outbox to the events topic"),
+    Metric::gauge_zero(
+        "seckill_relay_events_held_back",
+        "Order events the relay cannot send yet because a transaction older than them is still open on the server",
+    ),
+    Metric::gauge_zero(
+        "seckill_relay_held_back_seconds",
+        "How long the oldest of the held-back order events has waited (0: none held back)",
+    ),
 ];
 
 /// What the order service exports: its own, and the shared library's it

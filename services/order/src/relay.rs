@@ -17,12 +17,12 @@
 //! drains when Kafka returns. Relayed rows are pruned after
 //! `retention_ms`, their counts kept per sale round for the reconciliation.
 
+use crate::relay_waves::Deliveries;
 use crate::Settings;
 use parking_lot::Mutex;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::ClientContext;
 use seckill_shared::db::{outbox, within};
 use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::leader::{self, Turn};
@@ -30,63 +30,12 @@ use seckill_shared::ops::lease::{Lease, LeaseError, LeaseTerm};
 use seckill_shared::ops::shutdown::Background;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// One event on its way: its key and value, and the row (for the headers).
 type Outgoing<'a> = ((String, Vec<u8>), &'a outbox::OutboxRow);
-
-/// The relay producer's delivery reports (failures only): which records of
-/// which wave failed, and why. A record's opaque is its wave and its index
-/// in the turn, so a late report of an earlier wave (one whose wait timed
-/// out) is never taken for this one's.
-#[derive(Default)]
-pub struct Deliveries {
-    wave: AtomicU64,
-    failed: Mutex<Vec<(usize, KafkaError)>>,
-}
-
-/// One wave of records on their way.
-struct Wave(u64);
-
-impl Wave {
-    /// The opaque of the record at `index` of the turn.
-    fn opaque(&self, index: usize) -> usize {
-        ((self.0 as usize) << 32) | index
-    }
-}
-
-impl Deliveries {
-    fn next_wave(&self) -> Wave {
-        // Reports of earlier waves are of no use any more.
-        self.failed.lock().clear();
-        Wave(self.wave.fetch_add(1, Ordering::Relaxed) + 1)
-    }
-
-    /// The records of `wave` that failed.
-    fn failures(&self, wave: &Wave) -> Vec<(usize, KafkaError)> {
-        let failed = std::mem::take(&mut *self.failed.lock());
-        failed
-            .into_iter()
-            .filter(|(opaque, _)| (*opaque >> 32) as u64 == wave.0 & 0xffff_ffff)
-            .map(|(opaque, error)| (opaque & 0xffff_ffff, error))
-            .collect()
-    }
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = usize;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
-        if let Err((error, _)) = result {
-            self.failed.lock().push((opaque, error.clone()));
-        }
-    }
-}
 
 /// The lease one relay per database holds: the cursor is the database's,
 /// whatever the topic or key prefix.
@@ -110,6 +59,10 @@ pub struct EventSettings {
     /// Length of the relay's lease: a relay that stops renewing it (frozen,
     /// cut off) is replaced by another order service after this long.
     pub lease_ms: u64,
+    /// Events that waited this long behind a transaction still open on the
+    /// server (any database's) are reported: the log names the transaction,
+    /// `/metrics` counts them. Looked at this often while turns are empty.
+    pub held_back_after_ms: u64,
 }
 
 impl Default for EventSettings {
@@ -121,6 +74,7 @@ impl Default for EventSettings {
             retention_ms: 24 * 3_600_000,
             prune_every_ms: 60_000,
             lease_ms: 5_000,
+            held_back_after_ms: seckill_shared::db::horizon::HELD_BACK_AFTER.as_millis() as u64,
         }
     }
 }
@@ -145,6 +99,8 @@ pub struct Relay {
     lease: Lease,
     /// When pruning last ran.
     last_prune: Mutex<Instant>,
+    /// When the relay last looked for what holds events back.
+    last_horizon_look: Mutex<Instant>,
     /// Turns failed in a row (for the backoff).
     failures: Mutex<u32>,
 }
@@ -160,7 +116,15 @@ impl Relay {
             .create_with_context(Deliveries::default())?;
         let producer = Arc::new(producer);
         let lease = Lease::new(deps.db.clone(), LEASE, Duration::from_millis(settings.events.lease_ms), background);
-        Ok(Self { settings, deps, producer, lease, last_prune: Mutex::new(Instant::now()), failures: Mutex::new(0) })
+        Ok(Self {
+            settings,
+            deps,
+            producer,
+            lease,
+            last_prune: Mutex::new(Instant::now()),
+            last_horizon_look: Mutex::new(Instant::now()),
+            failures: Mutex::new(0),
+        })
     }
 
     /// The relay's lease, for tests that drive the relay turn by turn.
@@ -202,15 +166,10 @@ impl Relay {
                 self.settings.service.retry.delays().nth(failures.min(10) as usize).unwrap_or(poll)
             }
         };
-        let prune_due = {
-            let mut last = self.last_prune.lock();
-            let due = last.elapsed() >= Duration::from_millis(self.settings.events.prune_every_ms);
-            if due {
-                *last = Instant::now();
-            }
-            due
-        };
-        if prune_due {
+        if wait == poll && due(&self.last_horizon_look, Duration::from_millis(self.settings.events.held_back_after_ms)) {
+            self.say_what_holds_back().await;
+        }
+        if due(&self.last_prune, Duration::from_millis(self.settings.events.prune_every_ms)) {
             match self.prune(&term).await {
                 Ok(0) => {}
                 Ok(pruned) => tracing::info!(pruned, "pruned relayed order events"),
@@ -219,6 +178,33 @@ impl Relay {
             }
         }
         Turn::Again(wait)
+    }
+
+    /// After an empty turn: events that wait behind a transaction still
+    /// open on the server are counted on `/metrics`, and the transaction is
+    /// named in the log (nothing else would say why events stop).
+    async fn say_what_holds_back(&self) {
+        let after = Duration::from_millis(self.settings.events.held_back_after_ms);
+        let deadline = self.settings.servers.database.call_deadline();
+        match within(deadline, seckill_shared::db::horizon::held_back(&self.deps.db, after)).await {
+            Ok(Some(held)) => {
+                tracing::warn!(
+                    pid = held.pid,
+                    database = held.database.as_deref(),
+                    application_name = held.application_name.as_deref(),
+                    state = held.state.as_deref(),
+                    backend_xid = %held.backend_xid,
+                    "events held back by an open transaction: {held}"
+                );
+                metrics::gauge!("seckill_relay_events_held_back").set(held.events_waiting as f64);
+                metrics::gauge!("seckill_relay_held_back_seconds").set(held.oldest_event_seconds);
+            }
+            Ok(None) => {
+                metrics::gauge!("seckill_relay_events_held_back").set(0.0);
+                metrics::gauge!("seckill_relay_held_back_seconds").set(0.0);
+            }
+            Err(error) => tracing::debug!(%error, "what holds events back not read"),
+        }
     }
 
     /// One turn: sends the next events after the cursor, waits for every
@@ -355,4 +341,14 @@ impl Relay {
         })
         .await
     }
+}
+
+/// Whether `every` has passed since `last`; if so, `last` is now.
+fn due(last: &Mutex<Instant>, every: Duration) -> bool {
+    let mut last = last.lock();
+    let due = last.elapsed() >= every;
+    if due {
+        *last = Instant::now();
+    }
+    due
 }

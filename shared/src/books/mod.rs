@@ -99,6 +99,10 @@ pub struct Report {
     pub events: i64,
     /// Of those, not yet relayed to `seckill.order-events`.
     pub events_pending: i64,
+    /// When events (of any sale) have waited more than 10 s behind a
+    /// transaction still open on the server: that transaction, named (end
+    /// it, and the relay sends them).
+    pub events_held_back_by: Option<crate::db::horizon::HeldBack>,
     /// When the balance is off: CREATED orders Redis holds no status for —
     /// deductions Redis acknowledged and then lost (a restart without the
     /// last writes, a failover to a replica that had not received them).
@@ -218,6 +222,7 @@ pub async fn reconcile(
         None => (None, None),
     };
     let unfinished_warmup = crate::sales::record::unfinished(pool, sale).await.map_err(&pg)?.map(UnfinishedWarmup::of);
+    let held_back = crate::db::horizon::held_back(pool, crate::db::horizon::HELD_BACK_AFTER).await.map_err(&pg)?;
     let waiting_room = stock.room(sale).await.map_err(&redis)?.map(|r| r.shown_at(crate::now_ms()));
     let mut report = Report {
         activity_id: sale.activity.get(),
@@ -251,6 +256,7 @@ pub async fn reconcile(
         parked,
         events: terms.events,
         events_pending: terms.events_pending,
+        events_held_back_by: held_back,
         created_unknown_to_redis: None,
         order_lag,
         compensator_lag,

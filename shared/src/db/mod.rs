@@ -3,6 +3,7 @@
 //! unwell. SQL that only one service runs lives in that service.
 
 pub mod dead_letters;
+pub mod horizon;
 pub mod hosts;
 pub mod outbox;
 pub mod parked;
