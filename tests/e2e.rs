@@ -92,6 +92,8 @@ mod sale_in_buckets;
 mod slow_clients;
 #[path = "e2e/smoke.rs"]
 mod smoke;
+#[path = "e2e/stalled_consumer.rs"]
+mod stalled_consumer;
 #[path = "e2e/status_reads.rs"]
 mod status_reads;
 #[path = "e2e/tracing_export.rs"]

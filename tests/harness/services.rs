@@ -34,7 +34,12 @@ impl TestEnv {
 
     /// Everything the consuming services work with, over this test's servers.
     pub fn connections(&self) -> seckill_shared::ops::host::Connections {
-        seckill_shared::ops::host::Connections { stock: self.stock.clone(), db: self.db.clone(), topics: self.topics() }
+        seckill_shared::ops::host::Connections {
+            stock: self.stock.clone(),
+            db: self.db.clone(),
+            topics: self.topics(),
+            stalls: Default::default(),
+        }
     }
 
     /// Starts an order service in this process.

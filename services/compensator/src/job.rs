@@ -15,6 +15,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use seckill_shared::db::{dead_letters, within};
 use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::domain::{FailReason, OrderRecord};
+use seckill_shared::kafka::stall::{partitions_of, Progress};
 use seckill_shared::kafka::{self, dlq_header, header_str, Trace};
 use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::retry::{retry_then_park, retry_until, Attempt, Ended};
@@ -30,16 +31,22 @@ pub struct DlqJob {
     consumer: StreamConsumer<kafka::Observed>,
     /// Its consumer group (an attribute of each record's span).
     group: String,
+    /// The record in hand since when, for the stall watch.
+    progress: Progress,
 }
 
 impl DlqJob {
     /// Creates the consumer and subscribes it to the dead-letter topic.
     pub fn new(settings: Arc<Settings>, deps: Connections) -> anyhow::Result<Self> {
         let group = kafka::compensator_group(&settings.servers.kafka);
+        // A job that has not polled for the stall bound (its record not
+        // settled) leaves the group: another compensator takes over.
         let consumer: StreamConsumer<kafka::Observed> = kafka::consumer_config(&settings.servers.kafka, &group)
+            .set("max.poll.interval.ms", settings.service.consumer.max_poll_interval_ms())
             .create_with_context(kafka::Observed::new(&group))?;
         consumer.subscribe(&[deps.topics.dlq.as_str()])?;
-        Ok(Self { settings, deps, consumer, group })
+        let progress = deps.stalls.member("dead-letter job".into());
+        Ok(Self { settings, deps, consumer, group, progress })
     }
 
     /// Consumes until `shutdown`, once the index's rows from before it knew
@@ -75,6 +82,7 @@ impl DlqJob {
                 },
             };
             let span = record_span(&message, &self.group);
+            self.progress.busy(partitions_of([(message.topic(), message.partition())]));
             if !self.handle(&message, &shutdown).instrument(span).await {
                 break;
             }
@@ -85,7 +93,9 @@ impl DlqJob {
             if let Err(error) = self.consumer.commit_message(&message, CommitMode::Async) {
                 tracing::warn!(%error, "offset commit failed; the record will be replayed");
             }
+            self.progress.idle();
         }
+        self.progress.idle();
         self.consumer.unsubscribe();
         Ok(())
     }

@@ -13,6 +13,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::db::within;
 use seckill_shared::domain::{FailReason, Fate, OrderId, OrderRecord, RecordError, UserId};
+use seckill_shared::kafka::stall::{partitions_of, Progress};
 use seckill_shared::kafka::{self, Topics, Trace};
 use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::retry::{retry_then_park, retry_until, Attempt, Ended};
@@ -67,6 +68,8 @@ pub struct Worker {
     /// turn tries it again before reading more (the consumer's position is
     /// already past it).
     unfinished: parking_lot::Mutex<Option<Vec<OwnedMessage>>>,
+    /// The batch in hand since when, for the stall watch.
+    progress: Progress,
 }
 
 impl Worker {
@@ -78,10 +81,22 @@ impl Worker {
         dead_letters: DeadLetters,
     ) -> anyhow::Result<Self> {
         let group = kafka::order_group(&settings.servers.kafka);
+        // A worker that has not polled for the stall bound (its batch not
+        // done) leaves the group: the others take its partitions.
         let consumer: StreamConsumer<kafka::Observed> = kafka::consumer_config(&settings.servers.kafka, &group)
+            .set("max.poll.interval.ms", settings.service.consumer.max_poll_interval_ms())
             .create_with_context(kafka::Observed::new(&group))?;
         consumer.subscribe(&[deps.topics.orders.as_str()])?;
-        Ok(Self { index, settings, deps, dead_letters, consumer: Arc::new(consumer), unfinished: Default::default() })
+        let progress = deps.stalls.member(format!("order worker {index}"));
+        Ok(Self {
+            index,
+            settings,
+            deps,
+            dead_letters,
+            consumer: Arc::new(consumer),
+            unfinished: Default::default(),
+            progress,
+        })
     }
 
     /// Consumes until `shutdown`, a batch at a time.
@@ -91,6 +106,7 @@ impl Worker {
             // Safe point: the previous batch's commit is sent (or the batch
             // abandoned).
             let Some(batch) = self.next_batch(Some(&shutdown), None).await else { break };
+            self.progress.busy(partitions_of(batch.iter().map(|m| (m.topic(), m.partition()))));
             let processed =
                 retry_until(self.settings.service.retry, "processing a batch", &shutdown, || self.process(&batch))
                     .await;
@@ -102,7 +118,9 @@ impl Worker {
             // Asynchronous: the next batch need not wait for the broker. A
             // commit lost to a crash only replays finished (idempotent) work.
             last_commit = Some(self.commit(&batch, CommitMode::Async));
+            self.progress.idle();
         }
+        self.progress.idle();
         // Leaving: make sure the last commit reached the broker — for a
         // while: a coordinator that does not answer (a broker just back)
         // must not keep the service from stopping; what is not committed
@@ -138,11 +156,13 @@ impl Worker {
                 None => return Ok(Outcome::Empty),
             },
         };
+        self.progress.busy(partitions_of(batch.iter().map(|m| (m.topic(), m.partition()))));
         if let Err(error) = self.process(&batch).await {
             *self.unfinished.lock() = Some(batch);
             return Err(error);
         }
         self.commit(&batch, CommitMode::Sync);
+        self.progress.idle();
         Ok(Outcome::Done { records: batch.len() })
     }
 

@@ -9,6 +9,7 @@ pub mod headers;
 pub mod lag;
 pub mod read;
 pub mod spans;
+pub mod stall;
 
 pub use context::Observed;
 pub use headers::{
@@ -99,6 +100,9 @@ pub fn consumer_config(settings: &KafkaSettings, group: &str) -> ClientConfig {
         .set("session.timeout.ms", settings.session_timeout_ms.to_string())
         .set("heartbeat.interval.ms", (settings.session_timeout_ms / 3).max(500).to_string())
         .set("max.poll.interval.ms", "300000")
+        // A rebalance moves only the partitions that change owner: a member
+        // that stalls and leaves (kafka::stall) pauses nobody else.
+        .set("partition.assignment.strategy", "cooperative-sticky")
         .set("reconnect.backoff.max.ms", "1000")
         .set("fetch.wait.max.ms", "50")
         .set("fetch.min.bytes", settings.fetch_min_bytes.max(1).to_string());

@@ -139,6 +139,10 @@ pub const CONSUMING: &[Metric] = &[
         "seckill_consumer_commit_failures_total",
         "Offset commits the broker refused (the batch is delivered again), by consumer group",
     ),
+    Metric::gauge_zero(
+        "seckill_consumer_stalled_members",
+        "Group members of this process whose batch (or record) has not been done for consumer.stall_secs",
+    ),
 ];
 
 /// Singletons led through `ops::leader`.

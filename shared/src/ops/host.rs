@@ -8,7 +8,9 @@
 //! and a bounded wait for them at shutdown, each exit logged.
 
 use crate::config::{Servers, TelemetrySettings};
+use crate::kafka::stall::{ConsumerSettings, Stalls};
 use crate::kafka::Topics;
+use crate::ops::telemetry::NotReady;
 use crate::ops::shutdown::Background;
 use crate::stock::Stock;
 use anyhow::Context;
@@ -33,17 +35,18 @@ impl ReadyFlag {
         self.0.store(true, Ordering::Relaxed);
     }
 
-    /// A readiness check for [`crate::ops::telemetry::serve_health`].
-    pub fn check(&self) -> crate::ops::telemetry::ReadinessCheck {
+    /// A readiness check for [`crate::ops::telemetry::serve_health`]:
+    /// connected, and no consumer stalled.
+    pub fn check(&self, stalls: Stalls) -> crate::ops::telemetry::ReadinessCheck {
         let flag = self.0.clone();
         Arc::new(move || {
             let ready = flag.load(Ordering::Relaxed);
+            let stalled = stalls.ready();
             Box::pin(async move {
-                if ready {
-                    Ok(())
-                } else {
-                    Err(crate::ops::telemetry::NotReady("connecting to redis, postgresql and kafka"))
+                if !ready {
+                    return Err(NotReady("connecting to redis, postgresql and kafka".into()));
                 }
+                stalled.map_err(NotReady)
             })
         })
     }
@@ -57,6 +60,8 @@ pub struct Connections {
     pub db: sqlx::PgPool,
     /// Topic names (the topics exist).
     pub topics: Topics,
+    /// Where the service's group members report their progress.
+    pub stalls: Stalls,
 }
 
 /// What both consuming services' settings have besides their servers
@@ -74,6 +79,9 @@ pub struct ServiceSettings {
     /// again cannot cure, before it is parked so the partition moves on. A
     /// dependency that is down is waited for instead, however long.
     pub park_after_attempts: u32,
+    /// How long a group member may work on one batch or record before it
+    /// is stalled ([`crate::kafka::stall`]).
+    pub consumer: ConsumerSettings,
 }
 
 impl ServiceSettings {
@@ -84,6 +92,7 @@ impl ServiceSettings {
             retry: RetrySettings::default(),
             shutdown_timeout_ms: 30_000,
             park_after_attempts: 5,
+            consumer: ConsumerSettings::default(),
         }
     }
 }
@@ -206,8 +215,15 @@ impl<S: Hosted> Service<S> {
         let (service, servers) = settings.hosting();
         let background = Background::new(shutdown.clone());
         let ready = ReadyFlag::default();
-        background.spawn("health server", crate::ops::telemetry::serve_health(health, ready.check(), shutdown.clone()));
-        if let Some(connections) = connect(servers, service.retry, &shutdown).await? {
+        let stalls = Stalls::new(service.consumer.stall());
+        let alive = {
+            let stalls = stalls.clone();
+            Arc::new(move || stalls.alive().map_err(NotReady)) as crate::ops::telemetry::LivenessCheck
+        };
+        let health = crate::ops::telemetry::serve_health(health, ready.check(stalls.clone()), alive, shutdown.clone());
+        background.spawn("health server", health);
+        background.spawn("stall watch", stalls.clone().watch(shutdown.clone()));
+        if let Some(connections) = connect(servers, service.retry, stalls, &shutdown).await? {
             ready.set();
             S::start(settings.clone(), connections, &background)?;
             tracing::info!(service = S::NAME, "running");
@@ -234,6 +250,7 @@ impl<S: Hosted> Binary for Service<S> {
     fn check(settings: &S) -> anyhow::Result<()> {
         let (service, servers) = settings.hosting();
         check_servers(servers)?;
+        service.consumer.check(&servers.kafka)?;
         service.metrics_addr.parse::<SocketAddr>().with_context(|| {
             format!("metrics_addr (SECKILL__METRICS_ADDR) '{}' is not an address (host:port)", service.metrics_addr)
         })?;
@@ -283,6 +300,7 @@ pub fn check_servers(servers: &Servers) -> anyhow::Result<()> {
 async fn connect(
     servers: &Servers,
     retry: RetrySettings,
+    stalls: Stalls,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Option<Connections>> {
     let Some(stock) = retry_until(retry, "connecting to redis", shutdown, || Stock::connect(&servers.redis)).await
@@ -298,7 +316,7 @@ async fn connect(
     else {
         return Ok(None);
     };
-    Ok(Some(Connections { stock, db, topics }))
+    Ok(Some(Connections { stock, db, topics, stalls }))
 }
 
 #[cfg(test)]

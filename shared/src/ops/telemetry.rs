@@ -105,18 +105,31 @@ fn start_upkeep(handle: PrometheusHandle) {
     }
 }
 
-/// Why a service is not ready: what it is waiting for, in words.
+/// Why a service is not ready (or not alive): what it is waiting for, in
+/// words.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct NotReady(pub &'static str);
+pub struct NotReady(pub String);
 
 /// A readiness probe: resolves to `Ok` when every dependency answers.
 pub type ReadinessCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), NotReady>> + Send>> + Send + Sync>;
 
+/// A liveness probe: `Err` when the process should be restarted.
+pub type LivenessCheck = Arc<dyn Fn() -> Result<(), NotReady> + Send + Sync>;
+
 /// `/healthz` (alive), `/readyz` (dependencies answer) and `/metrics`.
-pub fn health_router(ready: ReadinessCheck) -> Router {
+pub fn health_router(ready: ReadinessCheck, alive: LivenessCheck) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/healthz",
+            get(move || {
+                let answer = match alive() {
+                    Ok(()) => (StatusCode::OK, "ok".to_owned()),
+                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why.to_string()),
+                };
+                async move { answer.into_response() }
+            }),
+        )
         .route(
             "/readyz",
             get(move || {
@@ -136,9 +149,12 @@ pub fn health_router(ready: ReadinessCheck) -> Router {
 pub async fn serve_health(
     listener: tokio::net::TcpListener,
     ready: ReadinessCheck,
+    alive: LivenessCheck,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, health_router(ready)).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
+    axum::serve(listener, health_router(ready, alive))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ pub use pg_payments::payments_through_a_kill;
 pub use run::run;
 
 pub use faults::{sentinel_primary, wait_redis_replicated, Fault};
-pub use pipeline::{Kind, Pipeline};
+pub use pipeline::{free_port, Kind, Pipeline};
 
 use crate::Topology;
 use std::collections::BTreeMap;

@@ -33,7 +33,8 @@ pub struct Pipeline {
     running: Vec<(Kind, usize, Option<Child>)>,
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port()
 }
 

@@ -1,0 +1,83 @@
+//! A group member that makes no progress is noticed and replaced: two
+//! order services of one member each; the first one's PostgreSQL stops
+//! answering (a proxy holds what it sends), so its batch can never be
+//! done. After `consumer.stall_secs` it has left the group and the other
+//! took its partitions — every order is written — while its `/readyz` says
+//! why (its partitions named) and `/metrics` counts it; after twice the
+//! bound its `/healthz` fails (a liveness probe restarts it). Once its
+//! database answers, it moves again. (Before: its partitions moved only
+//! after `max.poll.interval.ms`, 300 s, and nothing said why.)
+
+use seckill_e2e::chaos::free_port;
+use seckill_e2e::http::{sample, Client};
+use seckill_e2e::proxy::Pausable;
+use seckill_e2e::{eventually, Child, TestEnv};
+use std::time::Duration;
+
+/// An order service of one member, stalled after 10 s, its database at `url`.
+fn order_service(env: &TestEnv, url: &str, port: u16) -> Child {
+    let mut vars = env.child_env();
+    vars.extend(
+        [
+            ("SECKILL_DATABASE_URL", url.to_owned()),
+            ("SECKILL__METRICS_ADDR", format!("127.0.0.1:{port}")),
+            ("SECKILL__CONSUMERS", "1".into()),
+            ("SECKILL__CONSUMER__STALL_SECS", "10".into()),
+            ("SECKILL__RETRY__MAX_MS", "1000".into()),
+            ("SECKILL__DATABASE__STATEMENT_TIMEOUT_MS", "1000".into()),
+            ("SECKILL__DATABASE__LOCK_TIMEOUT_MS", "500".into()),
+            ("SECKILL__DATABASE__CALL_DEADLINE_MS", "2000".into()),
+            ("SECKILL__EVENTS__LEASE_MS", "3000".into()),
+        ]
+        .map(|(k, v)| (k.to_owned(), v)),
+    );
+    Child::start("seckill-order", &vars)
+}
+
+/// Waits until `client`'s `path` answers `status` with `words` in its body.
+async fn answers(client: &Client, path: &str, status: u16, words: &str) {
+    eventually(&format!("{path} {status} '{words}'"), Duration::from_secs(60), || async {
+        match client.try_send(hyper::Method::GET, path, None, &[]).await {
+            Ok(reply) if reply.status == status && reply.text.contains(words) => Ok(()),
+            Ok(reply) => Err(format!("{} {}", reply.status, reply.text)),
+            Err(error) => Err(error),
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_member_is_reported_and_its_partitions_move_to_the_others() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 200).await;
+    let proxy = Pausable::start("127.0.0.1:5432".parse().unwrap()).await;
+    let through = env.database.url.replace("127.0.0.1:5432", &proxy.addr.to_string());
+    let (first_port, second_port) = (free_port(), free_port());
+    let first = order_service(&env, &through, first_port);
+    let second = order_service(&env, &env.database.url, second_port);
+    let (first_health, second_health) = (
+        Client::new(format!("http://127.0.0.1:{first_port}")),
+        Client::new(format!("http://127.0.0.1:{second_port}")),
+    );
+    answers(&first_health, "/readyz", 200, "ready").await;
+    answers(&second_health, "/readyz", 200, "ready").await;
+    env.produce_orders(sale, 1..101).await;
+    env.wait_orders(sale, "CREATED", 100).await;
+
+    proxy.pause();
+    env.produce_orders(sale, 101..201).await;
+    env.wait_orders(sale, "CREATED", 200).await;
+    answers(&first_health, "/readyz", 503, "order worker 0 made no progress").await;
+    answers(&first_health, "/readyz", 503, ".seckill.orders[").await;
+    let metrics = first_health.get("/metrics").await.text;
+    assert_eq!(sample(&metrics, "seckill_consumer_stalled_members"), Some(1.0), "{metrics}");
+    answers(&first_health, "/healthz", 503, "stalled past twice").await;
+    answers(&second_health, "/readyz", 200, "ready").await;
+
+    proxy.resume();
+    answers(&first_health, "/readyz", 200, "ready").await;
+    answers(&first_health, "/healthz", 200, "ok").await;
+    env.verify_events(sale).await;
+    assert!(first.terminate().await && second.terminate().await, "both stop cleanly");
+}
