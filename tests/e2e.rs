@@ -54,6 +54,8 @@ mod dlq_tools;
 mod downstream;
 #[path = "e2e/edge.rs"]
 mod edge;
+#[path = "e2e/fatal_producers.rs"]
+mod fatal_producers;
 #[path = "e2e/finished_sales.rs"]
 mod finished_sales;
 #[path = "e2e/fuzz.rs"]

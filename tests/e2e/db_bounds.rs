@@ -60,7 +60,8 @@ async fn every_session_is_bounded_and_named_by_its_service() {
         .fetch_all(&env.db)
         .await
         .map_err(|e| e.to_string())?;
-        let named = ["seckill-compensator", "seckill-edge", "seckill-order"].iter().all(|n| names.iter().any(|x| x == n));
+        let named =
+            ["seckill-compensator", "seckill-edge", "seckill-order"].iter().all(|n| names.iter().any(|x| x == n));
         if named {
             Ok(())
         } else {
@@ -91,7 +92,10 @@ async fn every_session_is_bounded_and_named_by_its_service() {
     };
     let sockets = bounds.read();
     let tuned = sockets.iter().filter(|s| s.keepalive && s.user_timeout == Some(Duration::from_secs(10))).count();
-    assert!(tuned >= 1 && tuned == sockets.len(), "every socket to PostgreSQL has keepalives and TCP_USER_TIMEOUT: {sockets:?}");
+    assert!(
+        tuned >= 1 && tuned == sockets.len(),
+        "every socket to PostgreSQL has keepalives and TCP_USER_TIMEOUT: {sockets:?}"
+    );
     drop(session);
     pool.close().await;
 }

@@ -27,8 +27,7 @@ async fn a_transaction_left_open_elsewhere_is_named_and_the_events_go_out_once_i
     sqlx::query("SET application_name = 'psql-left-open'").execute(&mut operator).await.unwrap();
     sqlx::query("BEGIN").execute(&mut operator).await.unwrap();
     let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut operator).await.unwrap();
-    let xid: String =
-        sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&mut operator).await.unwrap();
+    let xid: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&mut operator).await.unwrap();
 
     env.produce_orders(sale, 1..4).await;
     env.wait_orders(sale, "CREATED", 3).await;

@@ -56,10 +56,8 @@ async fn a_stalled_member_is_reported_and_its_partitions_move_to_the_others() {
     let (first_port, second_port) = (free_port(), free_port());
     let first = order_service(&env, &through, first_port);
     let second = order_service(&env, &env.database.url, second_port);
-    let (first_health, second_health) = (
-        Client::new(format!("http://127.0.0.1:{first_port}")),
-        Client::new(format!("http://127.0.0.1:{second_port}")),
-    );
+    let (first_health, second_health) =
+        (Client::new(format!("http://127.0.0.1:{first_port}")), Client::new(format!("http://127.0.0.1:{second_port}")));
     answers(&first_health, "/readyz", 200, "ready").await;
     answers(&second_health, "/readyz", 200, "ready").await;
     env.produce_orders(sale, 1..101).await;

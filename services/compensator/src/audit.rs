@@ -63,7 +63,8 @@ pub async fn audit_once(deps: &Connections, deadline: Duration) -> anyhow::Resul
     let parked = within(deadline, seckill_shared::db::parked::count(&deps.db)).await?;
     metrics::gauge!("seckill_parked_records").set(parked as f64);
     let stats =
-        within(deadline, seckill_shared::db::dead_letters::stats(&deps.db, &deps.topics.dlq, Default::default())).await?;
+        within(deadline, seckill_shared::db::dead_letters::stats(&deps.db, &deps.topics.dlq, Default::default()))
+            .await?;
     export_dead_letters(&stats);
     Ok(())
 }

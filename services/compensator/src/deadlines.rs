@@ -84,7 +84,8 @@ pub async fn poll_once(deps: &Connections, batch: i64, deadline: Duration) -> an
         let full = now.len() as i64 >= batch;
         if !now.is_empty() {
             let deps = deps.clone();
-            returns.spawn(async move { within(deadline, cancellation::return_units(&deps.stock, &deps.db, &now)).await });
+            returns
+                .spawn(async move { within(deadline, cancellation::return_units(&deps.stock, &deps.db, &now)).await });
         }
         if !full {
             break;

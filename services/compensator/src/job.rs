@@ -12,8 +12,8 @@ use crate::settle::{self, SettleError};
 use crate::Settings;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Message};
-use seckill_shared::db::{dead_letters, within};
 use seckill_shared::db::parked::{self, Parking};
+use seckill_shared::db::{dead_letters, within};
 use seckill_shared::domain::{FailReason, OrderRecord};
 use seckill_shared::kafka::stall::{partitions_of, Progress};
 use seckill_shared::kafka::{self, dlq_header, header_str, Trace};
@@ -136,7 +136,8 @@ impl DlqJob {
             "settling a dead letter",
             shutdown,
             || async {
-                match within(deadline, settle::settle(&self.deps, &record, reason, Trace::of(message.headers()))).await {
+                match within(deadline, settle::settle(&self.deps, &record, reason, Trace::of(message.headers()))).await
+                {
                     Ok(settled) => Attempt::Done(settled),
                     // The database refused the data: trying again cannot
                     // cure it, so after a bounded number of attempts the

@@ -41,6 +41,7 @@ pub const ALL: &[&[Metric]] = &[
     catalogue::SETTLING,
     catalogue::RETURNING,
     catalogue::CONSUMING,
+    catalogue::PRODUCING,
     catalogue::LEADING,
     catalogue::PARKING,
     catalogue::LENDING,

@@ -40,6 +40,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::db::within;
 use seckill_shared::domain::{Fate, OrderId, OrderRecord, OrderStatus, SaleKey, UserId};
 use seckill_shared::kafka;
+use seckill_shared::kafka::renewing::Renewing;
 use seckill_shared::ops::fence::{self, Fence, FencedLock};
 use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::leader::{self, Turn};
@@ -59,7 +60,8 @@ pub struct Sweeper {
     /// Its seat: the sweeper lock, fenced in PostgreSQL.
     seat: FencedLock,
     /// Publishes lost records again.
-    producer: FutureProducer,
+    /// Made anew after a fatal error.
+    producer: Renewing<FutureProducer>,
     /// The last checkpoint (time in ms, the orders topic's high watermarks),
     /// waiting for the order group to commit past it.
     checkpoint: tokio::sync::Mutex<Option<(i64, BTreeMap<i32, i64>)>>,
@@ -87,8 +89,14 @@ impl Sweeper {
         let locks = LockClient::new(deps.stock.connection(), background);
         let lease = Duration::from_millis(settings.sweeper.lock_lease_ms);
         let seat = FencedLock::new(locks, deps.db.clone(), deps.stock.keys().sweeper_lock(), lease);
-        let producer = kafka::producer(&settings.servers.kafka)?;
+        let kafka = settings.servers.kafka.clone();
+        let producer = Renewing::new("reservation sweeper", move || kafka::producer(&kafka))?;
         Ok(Self { settings, deps, seat, producer, checkpoint: Default::default() })
+    }
+
+    /// Its producer, for tests that make it fail.
+    pub fn producer(&self) -> &Renewing<FutureProducer> {
+        &self.producer
     }
 
     /// Competes for the lock; while holding it, sweeps every interval.
@@ -255,10 +263,11 @@ impl Sweeper {
         let payload = serde_json::to_vec(&record)?;
         let key = user.to_string();
         let timeout = Duration::from_millis(self.settings.servers.kafka.message_timeout_ms);
+        let record = || FutureRecord::to(&self.deps.topics.orders).key(&key).payload(&payload).headers(headers.clone());
         self.producer
-            .send(FutureRecord::to(&self.deps.topics.orders).key(&key).payload(&payload).headers(headers), timeout)
+            .send(record, timeout.into())
             .await
-            .map_err(|(error, _)| anyhow::anyhow!("publishing order {order_id} again: {error}"))?;
+            .map_err(|error| anyhow::anyhow!("publishing order {order_id} again: {error}"))?;
         // Not swept again before this record's own deadline has passed.
         stock.reserve_until(order_id, self.deps.stock.now_ms().await? + timeout.as_millis() as i64 + 2_000).await?;
         tracing::info!(order_id = %order_id, "a lost publish is published again");

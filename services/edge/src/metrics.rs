@@ -65,4 +65,5 @@ const EDGE: &[Metric] = &[
 ];
 
 /// What the edge exports: its own, and the shared library's it records.
-pub const ALL: &[&[Metric]] = &[EDGE, catalogue::RETURNING, catalogue::LENDING, catalogue::RETRYING];
+pub const ALL: &[&[Metric]] =
+    &[EDGE, catalogue::RETURNING, catalogue::LENDING, catalogue::RETRYING, catalogue::PRODUCING];

@@ -14,7 +14,7 @@ use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::db::within;
 use seckill_shared::domain::{FailReason, Fate, OrderId, OrderRecord, RecordError, UserId};
 use seckill_shared::kafka::stall::{partitions_of, Progress};
-use seckill_shared::kafka::{self, Topics, Trace};
+use seckill_shared::kafka::{self, Trace};
 use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::retry::{retry_then_park, retry_until, Attempt, Ended};
 use seckill_shared::orders::fate::{self, FollowError};
@@ -391,19 +391,4 @@ fn decode(message: &OwnedMessage) -> Result<OrderRecord, RecordError> {
         .in_scope(|| tracing::debug!("consumed"));
     }
     decoded
-}
-
-/// Publishes the group's lag per partition as a gauge, every few seconds.
-pub async fn report_lag(settings: Arc<Settings>, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let topics = Topics::new(&settings.servers.kafka);
-    let group = kafka::order_group(&settings.servers.kafka);
-    seckill_shared::ops::shutdown::every("lag reporter", Duration::from_secs(5), shutdown, || async {
-        let (kafka_settings, group, topic) = (settings.servers.kafka.clone(), group.clone(), topics.orders.clone());
-        let lag = tokio::task::spawn_blocking(move || kafka::lag::lag(&kafka_settings, &group, &topic)).await??;
-        for (partition, behind) in lag.partitions {
-            metrics::gauge!("seckill_order_consumer_lag", "partition" => partition.to_string()).set(behind as f64);
-        }
-        Ok::<(), anyhow::Error>(())
-    })
-    .await
 }

@@ -8,7 +8,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use seckill_shared::config::KafkaSettings;
 use seckill_shared::domain::FailReason;
+use seckill_shared::kafka::renewing::Renewing;
 use seckill_shared::kafka::{dlq_headers, Origin};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A dead letter that did not reach the topic (the original is not
@@ -25,10 +27,10 @@ impl DeadLetterError {
     }
 }
 
-/// The dead-letter producer.
+/// The dead-letter producer (made anew after a fatal error).
 #[derive(Clone)]
 pub struct DeadLetters {
-    producer: FutureProducer,
+    producer: Arc<Renewing<FutureProducer>>,
     topic: String,
     /// How long a send waits for room in the producer's queue.
     queue_timeout: Duration,
@@ -41,12 +43,22 @@ impl DeadLetters {
     pub fn new(settings: &KafkaSettings, topic: String) -> anyhow::Result<Self> {
         let queue_timeout = Duration::from_millis(settings.message_timeout_ms);
         let group = seckill_shared::kafka::order_group(settings);
-        Ok(Self { producer: seckill_shared::kafka::producer(settings)?, topic, queue_timeout, group })
+        let make = {
+            let settings = settings.clone();
+            move || seckill_shared::kafka::producer(&settings)
+        };
+        let producer = Arc::new(Renewing::new("dead letters", make)?);
+        Ok(Self { producer, topic, queue_timeout, group })
     }
 
     /// The order service's consumer group.
     pub fn group(&self) -> &str {
         &self.group
+    }
+
+    /// Its producer, for tests that make it fail.
+    pub fn producer(&self) -> &Renewing<FutureProducer> {
+        &self.producer
     }
 
     /// Sends `message` unchanged with headers saying why, and waits for the
@@ -61,16 +73,19 @@ impl DeadLetters {
             group: &self.group,
         };
         let headers = dlq_headers(message.headers(), reason.code(), error, origin);
-        let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
-        if let Some(key) = message.key() {
-            record = record.key(key);
-        }
-        if let Some(payload) = message.payload() {
-            record = record.payload(payload);
-        }
+        let record = || {
+            let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers.clone());
+            if let Some(key) = message.key() {
+                record = record.key(key);
+            }
+            if let Some(payload) = message.payload() {
+                record = record.payload(payload);
+            }
+            record
+        };
         // Bounded twice: waiting for room in the queue, and the delivery by
         // the producer's message timeout.
-        self.producer.send(record, Timeout::After(self.queue_timeout)).await.map_err(|(error, _)| error)?;
+        self.producer.send(record, Timeout::After(self.queue_timeout)).await?;
         metrics::counter!("seckill_order_dlq_total", "reason" => reason.code()).increment(1);
         Ok(())
     }

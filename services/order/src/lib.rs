@@ -14,6 +14,7 @@ pub const ABOUT: &str = "The order service: consumes seckill.orders in the secki
 
 pub mod consumer;
 pub mod dead_letters;
+pub mod lag;
 pub mod metrics;
 pub mod record_spans;
 pub mod relay;
@@ -89,7 +90,7 @@ impl Hosted for Settings {
             let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?;
             background.spawn("consumer", worker.run(background.shutdown().clone()));
         }
-        background.spawn("lag reporter", consumer::report_lag(settings, background.shutdown().clone()));
+        background.spawn("lag reporter", lag::report_lag(settings, background.shutdown().clone()));
         Ok(())
     }
 }

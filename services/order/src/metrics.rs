@@ -32,5 +32,12 @@ const ORDER: &[Metric] = &[
 
 /// What the order service exports: its own, and the shared library's it
 /// records.
-pub const ALL: &[&[Metric]] =
-    &[ORDER, catalogue::SETTLING, catalogue::CONSUMING, catalogue::LEADING, catalogue::PARKING, catalogue::RETRYING];
+pub const ALL: &[&[Metric]] = &[
+    ORDER,
+    catalogue::SETTLING,
+    catalogue::CONSUMING,
+    catalogue::LEADING,
+    catalogue::PARKING,
+    catalogue::RETRYING,
+    catalogue::PRODUCING,
+];

@@ -24,6 +24,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use seckill_shared::db::{outbox, within};
+use seckill_shared::kafka::renewing::Renewing;
 use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::leader::{self, Turn};
 use seckill_shared::ops::lease::{Lease, LeaseError, LeaseTerm};
@@ -95,7 +96,8 @@ pub enum RelayError {
 pub struct Relay {
     settings: Arc<Settings>,
     deps: Connections,
-    producer: Arc<ThreadedProducer<Deliveries>>,
+    /// Made anew after a fatal error.
+    producer: Renewing<ThreadedProducer<Deliveries>>,
     lease: Lease,
     /// When pruning last ran.
     last_prune: Mutex<Instant>,
@@ -111,10 +113,12 @@ impl Relay {
     pub fn new(settings: Arc<Settings>, deps: Connections, background: Background) -> anyhow::Result<Self> {
         // Delivery reports of failures only: a turn waits for all its
         // records at once (flush), not for each one's report.
-        let producer = seckill_shared::kafka::producer_config(&settings.servers.kafka)
-            .set("delivery.report.only.error", "true")
-            .create_with_context(Deliveries::default())?;
-        let producer = Arc::new(producer);
+        let kafka = settings.servers.kafka.clone();
+        let producer = Renewing::new("order-event relay", move || {
+            Ok(seckill_shared::kafka::producer_config(&kafka)
+                .set("delivery.report.only.error", "true")
+                .create_with_context(Deliveries::default())?)
+        })?;
         let lease = Lease::new(deps.db.clone(), LEASE, Duration::from_millis(settings.events.lease_ms), background);
         Ok(Self {
             settings,
@@ -130,6 +134,11 @@ impl Relay {
     /// The relay's lease, for tests that drive the relay turn by turn.
     pub fn lease(&self) -> &Lease {
         &self.lease
+    }
+
+    /// Its producer, for tests that make it fail.
+    pub fn producer(&self) -> &Renewing<ThreadedProducer<Deliveries>> {
+        &self.producer
     }
 
     /// Competes for the lease; while holding it, relays and prunes.
@@ -166,7 +175,8 @@ impl Relay {
                 self.settings.service.retry.delays().nth(failures.min(10) as usize).unwrap_or(poll)
             }
         };
-        if wait == poll && due(&self.last_horizon_look, Duration::from_millis(self.settings.events.held_back_after_ms)) {
+        if wait == poll && due(&self.last_horizon_look, Duration::from_millis(self.settings.events.held_back_after_ms))
+        {
             self.say_what_holds_back().await;
         }
         if due(&self.last_prune, Duration::from_millis(self.settings.events.prune_every_ms)) {
@@ -273,8 +283,10 @@ impl Relay {
             *wave += 1;
         }
         let topic = &self.deps.topics.events;
+        // This turn's producer: a new one if the last failed fatally.
+        let producer = self.producer.get();
         for wave in waves {
-            let sent = self.producer.context().next_wave();
+            let sent = producer.context().next_wave();
             let mut refused = Vec::new();
             // Exported, one span per event, ended once the wave is delivered.
             let mut spans = Vec::new();
@@ -286,7 +298,7 @@ impl Relay {
                 let mut record =
                     BaseRecord::with_opaque_to(topic, sent.opaque(i)).key(key).payload(payload).headers(headers);
                 loop {
-                    match self.producer.send(record) {
+                    match producer.send(record) {
                         Ok(()) => break,
                         // The local queue is full: let deliveries drain it.
                         Err((error, back)) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
@@ -308,13 +320,13 @@ impl Relay {
             let timeout =
                 Duration::from_millis(self.settings.servers.kafka.message_timeout_ms) + Duration::from_secs(5);
             let give_up = Instant::now() + timeout;
-            while self.producer.in_flight_count() > 0 {
+            while producer.in_flight_count() > 0 {
                 if Instant::now() >= give_up {
                     return Err(RelayError::Kafka(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            refused.extend(self.producer.context().failures(&sent));
+            refused.extend(producer.context().failures(&sent));
             drop(spans);
             for (i, error) in refused {
                 if !seckill_shared::kafka::refused_for_good(&error) {

@@ -75,7 +75,11 @@ pub fn connect_lazy(settings: &DbSettings) -> anyhow::Result<PgPool> {
         })
         .collect();
     let socket = socket::SocketBounds {
-        peers: parsed.options.iter().map(|o| (o.get_host().trim_matches(['[', ']']).parse().ok(), o.get_port())).collect(),
+        peers: parsed
+            .options
+            .iter()
+            .map(|o| (o.get_host().trim_matches(['[', ']']).parse().ok(), o.get_port()))
+            .collect(),
         keepalive,
         user_timeout: Duration::from_millis(settings.tcp_user_timeout_ms),
     };

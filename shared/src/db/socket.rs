@@ -94,7 +94,8 @@ fn each_tcp_socket(mut visit: impl FnMut(socket2::SockRef<'_>, SocketAddr)) -> u
     let mut visited = 0;
     for entry in entries.flatten() {
         let Some(fd) = entry.file_name().to_str().and_then(|name| name.parse::<RawFd>().ok()) else { continue };
-        let is_socket = std::fs::read_link(entry.path()).is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
+        let is_socket =
+            std::fs::read_link(entry.path()).is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
         if !is_socket {
             continue;
         }

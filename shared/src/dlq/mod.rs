@@ -19,11 +19,15 @@ pub use runs::Outcome;
 
 use crate::config::Servers;
 use crate::kafka::read::{read_to_end, Start};
+use crate::kafka::renewing::Renewing;
 use crate::kafka::{dlq_header, header_str, Topics};
 use crate::stock::Stock;
+use parking_lot::Mutex;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::producer::FutureProducer;
 use sqlx::PgPool;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Settings of the dead-letter tools (the `dlq` section of the operator's
@@ -78,12 +82,34 @@ pub struct Tools {
     pub stock: Stock,
     /// The tools' settings.
     pub settings: DlqToolSettings,
+    /// The runs' producer, made at the first send.
+    producer: Arc<Mutex<Option<Arc<Renewing<FutureProducer>>>>>,
 }
 
 impl Tools {
+    /// Tools over these servers and connections.
+    pub fn new(servers: Servers, db: PgPool, stock: Stock, settings: DlqToolSettings) -> Self {
+        Self { servers, db, stock, settings, producer: Arc::default() }
+    }
+
     /// The topic names.
     pub fn topics(&self) -> Topics {
         Topics::new(&self.servers.kafka)
+    }
+
+    /// The producer every run of these tools sends with: one, made anew
+    /// after a fatal error.
+    pub fn producer(&self) -> Result<Arc<Renewing<FutureProducer>>, RunError> {
+        let mut slot = self.producer.lock();
+        if let Some(producer) = slot.as_ref() {
+            return Ok(producer.clone());
+        }
+        let kafka = self.servers.kafka.clone();
+        let made = Arc::new(
+            Renewing::new("dead-letter tools", move || crate::kafka::producer(&kafka)).map_err(RunError::unreadable)?,
+        );
+        *slot = Some(made.clone());
+        Ok(made)
     }
 }
 

@@ -22,16 +22,18 @@ use super::resume::Resumable;
 use super::runs::{Outcome, Run, RunSpec, Started};
 use super::{entry, loop_guard, Filter, RecordDone, RunError, RunOptions, RunReport, Tools};
 use crate::domain::{OrderId, OrderRecord};
-use crate::kafka::{self, dlq_header, header_str, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use crate::kafka::renewing::Renewing;
+use crate::kafka::{dlq_header, header_str, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use crate::stock::{Borrowed, DeductCall, DeductRequest, Deduction};
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a redrive needs.
 struct Redrive<'a> {
     tools: &'a Tools,
-    producer: FutureProducer,
+    producer: Arc<Renewing<FutureProducer>>,
     audit: Run,
     dry_run: bool,
 }
@@ -61,7 +63,7 @@ pub async fn redrive(
     report: &mut (dyn FnMut(&RecordDone) + Send),
 ) -> Result<RunReport, RunError> {
     let kafka_settings = &tools.servers.kafka;
-    let producer: FutureProducer = kafka::producer(kafka_settings).map_err(RunError::unreadable)?;
+    let producer = tools.producer()?;
     let group = format!("{}seckillctl-redrive-{}", kafka_settings.topic_prefix, filter.group_suffix());
     let spec = RunSpec {
         kind: "redrive",
@@ -313,8 +315,8 @@ impl Redrive<'_> {
             .insert(Header { key: dlq_header::REPLAY_COUNT, value: Some(count.as_str()) })
             .insert(Header { key: dlq_header::REDRIVE_OF, value: Some(original) });
         let topics = self.tools.topics();
-        let to = FutureRecord::<str, [u8]>::to(&topics.orders).key(&key).payload(&payload).headers(out);
-        self.producer.send(to, Duration::from_secs(10)).await.map_err(|(error, _)| {
+        let to = || FutureRecord::<str, [u8]>::to(&topics.orders).key(&key).payload(&payload).headers(out.clone());
+        self.producer.send(to, Duration::from_secs(10).into()).await.map_err(|error| {
             RunError::failed(anyhow::anyhow!(
                 "publishing {} (the sweeper publishes it again if this run does not): {error}",
                 record.order_id

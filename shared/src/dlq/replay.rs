@@ -11,6 +11,7 @@ use super::resume::Resumable;
 use super::runs::{Outcome, Run, RunSpec, Started};
 use super::{entry, loop_guard, Filter, RecordDone, RunError, RunOptions, RunReport, Tools};
 use crate::config::KafkaSettings;
+use crate::kafka::renewing::Renewing;
 use crate::kafka::{self, dlq_header, header_str, REQUEST_ID_HEADER};
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -42,7 +43,7 @@ pub async fn replay(
     report: &mut (dyn FnMut(&RecordDone) + Send),
 ) -> Result<RunReport, RunError> {
     let kafka_settings = &tools.servers.kafka;
-    let producer: FutureProducer = kafka::producer(kafka_settings).map_err(RunError::unreadable)?;
+    let producer = tools.producer()?;
     let topics = tools.topics();
     let target = to.as_deref().map(|topic| format!("-to-{topic}")).unwrap_or_default();
     let group = format!("{}seckillctl-replay-{}{target}", kafka_settings.topic_prefix, filter.group_suffix());
@@ -99,22 +100,27 @@ pub async fn replay(
     Ok(counts)
 }
 
-/// Re-produces `message` to `destination` and waits for the broker.
+/// Re-produces `message` to `destination` and waits for the broker (on a
+/// new producer should this one fail fatally).
 async fn send(
-    producer: &FutureProducer,
+    producer: &Renewing<FutureProducer>,
     message: &OwnedMessage,
     destination: &str,
     from: &str,
     run_id: i64,
 ) -> Result<(), RunError> {
-    let mut out = FutureRecord::<[u8], [u8]>::to(destination).headers(replayed(message, from, run_id));
-    if let Some(key) = message.key() {
-        out = out.key(key);
-    }
-    if let Some(payload) = message.payload() {
-        out = out.payload(payload);
-    }
-    producer.send(out, Duration::from_secs(10)).await.map_err(|(error, _)| {
+    let headers = replayed(message, from, run_id);
+    let out = || {
+        let mut out = FutureRecord::<[u8], [u8]>::to(destination).headers(headers.clone());
+        if let Some(key) = message.key() {
+            out = out.key(key);
+        }
+        if let Some(payload) = message.payload() {
+            out = out.payload(payload);
+        }
+        out
+    };
+    producer.send(out, Duration::from_secs(10).into()).await.map_err(|error| {
         RunError::failed(anyhow::anyhow!("replaying {}:{}: {error}", message.partition(), message.offset()))
     })?;
     Ok(())

@@ -8,6 +8,7 @@ pub mod context;
 pub mod headers;
 pub mod lag;
 pub mod read;
+pub mod renewing;
 pub mod spans;
 pub mod stall;
 

@@ -145,6 +145,12 @@ pub const CONSUMING: &[Metric] = &[
     ),
 ];
 
+/// Producers made anew after a fatal error (`kafka::renewing`).
+pub const PRODUCING: &[Metric] = &[Metric::counter_per(
+    "seckill_producers_renewed_total",
+    "Kafka producers made anew after a fatal error of the idempotent producer, by producer",
+)];
+
 /// Singletons led through `ops::leader`.
 pub const LEADING: &[Metric] =
     &[Metric::counter_per("seckill_leader_terms_total", "Terms this instance led a singleton job, by job")];

@@ -10,8 +10,8 @@
 use crate::config::{Servers, TelemetrySettings};
 use crate::kafka::stall::{ConsumerSettings, Stalls};
 use crate::kafka::Topics;
-use crate::ops::telemetry::NotReady;
 use crate::ops::shutdown::Background;
+use crate::ops::telemetry::NotReady;
 use crate::stock::Stock;
 use anyhow::Context;
 use serde::de::DeserializeOwned;

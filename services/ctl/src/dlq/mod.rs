@@ -167,7 +167,7 @@ fn print_done(kind: &'static str, dry_run: bool) -> impl FnMut(&RecordDone) + Se
 async fn tools(settings: &Settings) -> Result<dlq::Tools, Failure> {
     let (stock, _) = crate::connect(settings).await?;
     let db = crate::database(settings).await?;
-    Ok(dlq::Tools { servers: settings.servers.clone(), db, stock, settings: settings.dlq.clone() })
+    Ok(dlq::Tools::new(settings.servers.clone(), db, stock, settings.dlq.clone()))
 }
 
 /// Runs a `dlq` subcommand.

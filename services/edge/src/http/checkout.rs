@@ -11,8 +11,8 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Json, Router};
-use seckill_shared::domain::{OrderId, UserId};
 use seckill_shared::db::within;
+use seckill_shared::domain::{OrderId, UserId};
 
 /// The cancel route (buyer's API: CORS as the rest of it).
 pub fn router() -> Router<AppState> {
@@ -80,7 +80,8 @@ pub(super) async fn cancel(
     JsonBody(body): JsonBody<OrderOwnerBody>,
 ) -> Result<Json<OrderStatusBody>, ApiError> {
     let (order_id, user) = admit(&state, &headers, &raw, &body)?;
-    let view = within(state.db_deadline(), ledger::cancel(&state.stock, &state.db, &order_id, user)).await.map_err(refusal)?;
+    let view =
+        within(state.db_deadline(), ledger::cancel(&state.stock, &state.db, &order_id, user)).await.map_err(refusal)?;
     // Its unit is back: this edge stops trusting a sold-out flag at once.
     state.sold_out.clear(order_id.sale());
     Ok(status_body(&view))

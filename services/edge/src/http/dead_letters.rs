@@ -198,12 +198,8 @@ async fn start_run(
     if let Some(topic) = &request.to {
         dlq::replay::target_exists(&state.settings.servers.kafka, topic, false).await?;
     }
-    let tools = Tools {
-        servers: state.settings.servers.clone(),
-        db: state.db.clone(),
-        stock: state.stock.clone(),
-        settings: state.settings.dlq.clone(),
-    };
+    let tools =
+        Tools::new(state.settings.servers.clone(), state.db.clone(), state.stock.clone(), state.settings.dlq.clone());
     let options = RunOptions {
         note: request.note.trim().to_owned(),
         operator: Some(operator),

@@ -13,6 +13,7 @@ use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use seckill_shared::db::within;
 use seckill_shared::domain::{ActivityId, OrderId, OrderRecord, SaleKey, SkuId, UserId};
 use seckill_shared::kafka::{REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use seckill_shared::ops::trace_export;
@@ -20,7 +21,6 @@ use seckill_shared::stock::{DeductRequest, Deduction};
 use std::collections::HashMap;
 use std::time::Instant;
 use tracing::Instrument;
-use seckill_shared::db::within;
 
 /// Buyer routes.
 pub fn router() -> Router<AppState> {
@@ -264,7 +264,9 @@ pub(super) async fn get_result(
     let (sale, user) = sale_and_user(&query)?;
     auth::require_identity(&state, &headers, user)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
-    let view = within(state.db_deadline(), lookup::user_order(&state.stock, &state.status_db, sale, user)).await.map_err(lookup_error)?;
+    let view = within(state.db_deadline(), lookup::user_order(&state.stock, &state.status_db, sale, user))
+        .await
+        .map_err(lookup_error)?;
     Ok(status_body(&view))
 }
 

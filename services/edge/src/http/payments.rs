@@ -16,8 +16,8 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Json, Router};
-use serde::Deserialize;
 use seckill_shared::db::within;
+use serde::Deserialize;
 
 /// The notification route (called by the provider's servers: no CORS).
 pub fn router() -> Router<AppState> {
@@ -92,7 +92,8 @@ pub(super) async fn notify(
         return Ok(answer(PaymentOutcomeCode::Ignored, None));
     }
     let payment = Payment { payment_id: &body.payment_id, order_id: &body.order_id, notification: &notification };
-    let outcome = within(state.db_deadline(), ledger::record(&state.stock, &state.db, &payment)).await.map_err(refusal)?;
+    let outcome =
+        within(state.db_deadline(), ledger::record(&state.stock, &state.db, &payment)).await.map_err(refusal)?;
     Ok(match outcome {
         Outcome::Applied => answer(PaymentOutcomeCode::Applied, None),
         Outcome::RefundDue(reason) => answer(PaymentOutcomeCode::RefundDue, Some(reason)),

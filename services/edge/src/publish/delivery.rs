@@ -132,20 +132,9 @@ fn persistence(message: &BorrowedMessage<'_>) -> Persistence {
 
 /// Raises a fatal error in `producer` with librdkafka's own test hook.
 #[cfg(feature = "fault-injection")]
-#[allow(unsafe_code)]
 pub fn inject_fatal_error(producer: &rdkafka::producer::ThreadedProducer<DeliveryContext>) {
     use rdkafka::producer::Producer;
-    let reason = c"injected by a test";
-    // SAFETY: the client pointer is the live producer's, valid while
-    // `producer` is borrowed; the reason is a NUL-terminated string librdkafka
-    // copies.
-    unsafe {
-        rdkafka::bindings::rd_kafka_test_fatal_error(
-            producer.client().native_ptr(),
-            rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
-            reason.as_ptr(),
-        );
-    }
+    seckill_shared::kafka::renewing::inject(producer.client());
 }
 
 #[cfg(test)]

@@ -1,0 +1,118 @@
+//! A producer that fails fatally is made anew, as the edge's is: the
+//! idempotent producer's fatal error (raised here with librdkafka's own
+//! test hook, `rd_kafka_test_fatal_error`) fails every send of that
+//! producer for good. The relay's, the dead letters', the sweeper's and the
+//! dead-letter tools' producers each send again after one. (Before: every
+//! send of theirs failed until the process restarted.)
+
+use rdkafka::message::Message;
+use seckill_e2e::{eventually, TestEnv};
+use seckill_shared::dlq::{self, Filter, RunOptions, Tools};
+use seckill_shared::domain::{FailReason, UserId};
+use seckill_shared::kafka::dlq_header;
+use seckill_shared::ops::fence::Fence;
+use seckill_shared::ops::leader::Seat;
+use seckill_shared::ops::lock::LockClient;
+use seckill_shared::ops::shutdown::Background;
+use seckill_shared::stock::Deduction;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_sends_on_after_its_producer_failed_fatally() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 20).await;
+    let mut settings = env.order_settings();
+    settings.events.enabled = false;
+    let order = env.spawn_order(settings.clone()).await;
+    env.produce_orders(sale, 1..11).await;
+    env.wait_orders(sale, "CREATED", 10).await;
+    order.stop().await;
+
+    let relay =
+        seckill_order::relay::Relay::new(std::sync::Arc::new(settings), env.connections(), Background::default())
+            .expect("a relay");
+    relay.producer().inject_fatal_error();
+    let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
+    let mut turns = 0;
+    loop {
+        turns += 1;
+        assert!(turns <= 3, "the relay still fails after {turns} turns");
+        match relay.relay_once(&term).await {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) => eprintln!("turn {turns}: {error}"),
+        }
+    }
+    env.verify_events(sale).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_sent_after_the_producer_failed_fatally() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.produce_orders(sale, 1..2).await;
+    let original = env.read_topic(&env.topics().orders, 1, Duration::from_secs(30)).await.pop().expect("a record");
+    let letters = seckill_order::dead_letters::DeadLetters::new(&env.kafka, env.topics().dlq).expect("a producer");
+    letters.producer().inject_fatal_error();
+    letters.send(&original, FailReason::DbRejected, "a test").await.expect("sent on a new producer");
+    let dead = env.read_topic(&env.topics().dlq, 1, Duration::from_secs(30)).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].payload(), original.payload(), "the original value, unchanged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeper_publishes_again_after_its_producer_failed_fatally() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let nonce = format!("{:016x}", rand::random::<u64>());
+    let (lost, accepted) = match env.stock.deduct(sale, UserId::new(1).unwrap(), &nonce, Duration::ZERO).await.unwrap()
+    {
+        Deduction::Accepted { order_id, accepted_at, .. } => (order_id, accepted_at),
+        other => panic!("{other:?}"),
+    };
+    let settings = std::sync::Arc::new(env.compensator_settings());
+    let grace = settings.sweeper.grace_ms as i64;
+    eventually("Redis's clock past the lost order's deadline and grace", Duration::from_secs(30), || async {
+        let now = env.stock.now_ms().await.map_err(|e| e.to_string())?;
+        if now > accepted + grace {
+            Ok(())
+        } else {
+            Err(format!("{now}"))
+        }
+    })
+    .await;
+    let sweeper = seckill_compensator::sweeper::Sweeper::new(settings, env.connections(), Background::default())
+        .expect("a sweeper");
+    sweeper.producer().inject_fatal_error();
+    let locks = LockClient::new(env.stock.connection(), Background::default());
+    let guard = locks
+        .acquire(&env.stock.keys().sweeper_lock(), Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let fence = Fence { lock: guard.key(), token: guard.fence(), holder: guard.holder() };
+    sweeper.sweep_once(fence).await.expect("a checkpoint");
+    let report = sweeper.sweep_once(fence).await.expect("a sweep on a new producer");
+    assert_eq!(report.republished, 1, "{report:?}");
+    let republished = env.read_topic(&env.topics().orders, 1, Duration::from_secs(10)).await;
+    let value: serde_json::Value = serde_json::from_slice(republished[0].payload().unwrap_or_default()).unwrap();
+    assert_eq!(value["orderId"], lost.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_goes_on_after_the_tools_producer_failed_fatally() {
+    let env = TestEnv::with_partitions(1).await;
+    let topics = env.topics();
+    env.produce(&topics.dlq, "k", b"not an order", &[(dlq_header::REASON, "MALFORMED"), (dlq_header::ATTEMPTS, "1")])
+        .await;
+    let tools = Tools::new(env.servers(), env.db.clone(), env.stock.clone(), Default::default());
+    tools.producer().expect("a producer").inject_fatal_error();
+    let options =
+        RunOptions { note: "after a fatal error".into(), operator: Some("test".into()), ..Default::default() };
+    let report = dlq::replay::replay(&tools, Filter::default(), None, &options, &mut |_| {}).await.expect("a run");
+    assert_eq!(report.done, 1, "{report:?}");
+    let replayed = env.read_topic(&topics.orders, 1, Duration::from_secs(30)).await;
+    assert_eq!(replayed[0].payload(), Some(&b"not an order"[..]));
+}
