@@ -108,3 +108,5 @@ mod waiting_room;
 mod waiting_room_entry;
 #[path = "e2e/warmup_job.rs"]
 mod warmup_job;
+#[path = "e2e/warmup_resume.rs"]
+mod warmup_resume;

@@ -28,6 +28,7 @@ pub mod settings;
 pub mod signature;
 pub mod sold_out;
 pub mod status_reads;
+pub mod warmup_resume;
 pub mod write_deadline;
 
 use anyhow::Context;

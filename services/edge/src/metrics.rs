@@ -22,6 +22,11 @@ const EDGE: &[Metric] = &[
     Metric::histogram("seckill_edge_deduct_seconds", "Time an order's deduction in Redis took"),
     Metric::histogram("seckill_edge_publish_seconds", "Time an order's publish to Kafka took, until acknowledged"),
     Metric::gauge_zero("seckill_edge_publishes_in_flight", "Orders deducted and not yet acknowledged by Kafka"),
+    Metric::gauge(
+        "seckill_warmups_unfinished",
+        "Sales whose last warm-up stopped short and is being finished (on the edge that resumes them)",
+    ),
+    Metric::counter("seckill_warmups_resumed_total", "Warm-ups cut short that the edges finished by themselves"),
     Metric::histogram("seckill_edge_deduct_batch_size", "Deductions sent to Redis in one pipelined batch"),
     Metric::counter("seckill_edge_deduct_queue_full_total", "Deductions refused because the batcher's queue was full"),
     Metric::counter("seckill_edge_deduct_asked_again_total", "Deductions whose answer was lost and asked for again"),
@@ -66,4 +71,4 @@ const EDGE: &[Metric] = &[
 
 /// What the edge exports: its own, and the shared library's it records.
 pub const ALL: &[&[Metric]] =
-    &[EDGE, catalogue::RETURNING, catalogue::LENDING, catalogue::RETRYING, catalogue::PRODUCING];
+    &[EDGE, catalogue::RETURNING, catalogue::LENDING, catalogue::RETRYING, catalogue::PRODUCING, catalogue::LEADING];

@@ -104,6 +104,8 @@ pub async fn close(
     };
     let result = async {
         let row = db::close_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale))?;
+        // A warm-up cut short is not resumed over a close.
+        record::closed(pool, sale).await?;
         let window = i64::from(row.payment_window_seconds);
         stock.close(sale, window).await?;
         stock.close_room(sale, stock.sale_keys_expire_at(crate::now_ms(), window)).await?;

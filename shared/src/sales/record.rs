@@ -17,6 +17,8 @@ pub enum Step {
     Done,
     /// Refused (orders in flight): nothing changed.
     Refused,
+    /// Replaced by a close before it finished: never resumed.
+    Closed,
 }
 
 impl Step {
@@ -27,6 +29,7 @@ impl Step {
             Self::Committed => "COMMITTED",
             Self::Done => "DONE",
             Self::Refused => "REFUSED",
+            Self::Closed => "CLOSED",
         }
     }
 
@@ -35,6 +38,7 @@ impl Step {
             "COMMITTED" => Self::Committed,
             "DONE" => Self::Done,
             "REFUSED" => Self::Refused,
+            "CLOSED" => Self::Closed,
             _ => Self::Started,
         }
     }
@@ -124,6 +128,42 @@ pub async fn unfinished(pool: &PgPool, sale: SaleKey) -> sqlx::Result<Option<War
     .await?;
     let Some(id) = id else { return Ok(None) };
     Ok(find(pool, &id).await?.filter(|w| matches!(w.step, Step::Started | Step::Committed)))
+}
+
+/// Every sale's last warm-up that is not finished, oldest first: what the
+/// edges' resumer runs again.
+pub async fn unfinished_everywhere(pool: &PgPool) -> sqlx::Result<Vec<Warmup>> {
+    let ids = sqlx::query_scalar!(
+        r#"SELECT warmup_id AS "warmup_id!" FROM (
+              SELECT DISTINCT ON (activity_id, sku_id) warmup_id, step, created_at
+                FROM warmups ORDER BY activity_id, sku_id, created_at DESC
+           ) last
+          WHERE step IN ('STARTED', 'COMMITTED')
+          ORDER BY created_at"#
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut found = Vec::with_capacity(ids.len());
+    for id in ids {
+        found.extend(find(pool, &id).await?);
+    }
+    Ok(found)
+}
+
+/// The sale's last warm-up, if unfinished, replaced by a close: it is
+/// never resumed. Inside the close's lock.
+pub async fn closed(pool: &PgPool, sale: SaleKey) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE warmups SET step = 'CLOSED', error = 'the sale was closed before it finished', updated_at = now()
+          WHERE warmup_id = (SELECT warmup_id FROM warmups WHERE activity_id = $1 AND sku_id = $2
+                              ORDER BY created_at DESC LIMIT 1)
+            AND step IN ('STARTED', 'COMMITTED')",
+        sale.activity.get(),
+        sale.sku.get()
+    )
+    .execute(pool)
+    .await
+    .map(drop)
 }
 
 /// Its buckets, once placed (the same on every run of it).

@@ -104,6 +104,11 @@ async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) ->
     if job.step == Step::Done {
         return db::find_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale));
     }
+    if job.step == Step::Closed {
+        return Err(WarmupError::Invalid(format!(
+            "warm-up {id} was replaced by a close of the sale before it finished; warm up with a new id"
+        )));
+    }
     let (buckets, retired) = match (&job.buckets, job.step) {
         (Some(buckets), Step::Started | Step::Committed) => (buckets.clone(), job.retired.clone()),
         _ => {

@@ -158,6 +158,8 @@ impl AppState {
         let tick = Duration::from_millis(state.settings.admission.tick_ms);
         let passes = crate::admission::ticker::admit_every(state.stock.clone(), tick, background.shutdown().clone());
         background.spawn("admission passes", passes);
+        let resumer = crate::warmup_resume::run(state.clone(), background.clone(), background.shutdown().clone());
+        background.spawn("warm-up resumer", resumer);
         Ok(state)
     }
 

@@ -88,6 +88,8 @@ pub struct Settings {
     pub status_reads: StatusReadSettings,
     /// The waiting rooms: the tokens' signing key, the admission passes.
     pub admission: AdmissionSettings,
+    /// Warm-ups cut short, finished by the edges themselves.
+    pub warmup_resume: crate::warmup_resume::WarmupResumeSettings,
     /// The edge is reached through TLS (a terminating proxy or ingress):
     /// the dashboard's session cookie is then `Secure`.
     pub behind_tls: bool,
@@ -239,6 +241,7 @@ impl Default for Settings {
             admin_auth: AdminAuthSettings::default(),
             status_reads: StatusReadSettings::default(),
             admission: AdmissionSettings::default(),
+            warmup_resume: Default::default(),
             behind_tls: false,
             dlq: Default::default(),
             sold_out_flag_ms: 1_000,

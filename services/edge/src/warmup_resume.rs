@@ -1,0 +1,116 @@
+//! Warm-ups cut short finish by themselves. A warm-up holds its sale's
+//! buckets still before it commits the new round, so one that stops
+//! midway — Redis paused, PostgreSQL gone, its edge killed — leaves the
+//! sale answering 503 to every buyer until it is finished. One edge at a
+//! time (the PostgreSQL lease `warm-up resumer`, through the singleton
+//! loop) looks every `warmup_resume.every_ms` for each sale's last warm-up
+//! that is not finished, and runs it again by its id, from the step it
+//! reached, with backoff per warm-up, until it is done — or a newer
+//! warm-up or a close replaces it (it is then no sale's last unfinished
+//! one). A warm-up whose run is still going holds the sale's warm-up lock:
+//! the resumer finds it busy and leaves it be.
+
+use crate::http::AppState;
+use seckill_shared::ops::leader::{self, Turn};
+use seckill_shared::ops::lease::{Lease, LeaseTerm};
+use seckill_shared::ops::shutdown::Background;
+use seckill_shared::sales::{self, record, WarmupError, WarmupRequest};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// The lease one resumer across the edges holds.
+pub const LEASE: &str = "warm-up resumer";
+
+/// How the edges finish warm-ups cut short.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WarmupResumeSettings {
+    /// How often the resuming edge looks for warm-ups cut short (ms).
+    pub every_ms: u64,
+    /// The resumer's lease: another edge takes over this long after the
+    /// resuming one stopped renewing it (ms).
+    pub lease_ms: u64,
+    /// Backoff between two runs of one warm-up that failed again.
+    pub retry: seckill_shared::ops::retry::RetrySettings,
+}
+
+impl Default for WarmupResumeSettings {
+    fn default() -> Self {
+        Self { every_ms: 1_000, lease_ms: 5_000, retry: Default::default() }
+    }
+}
+
+/// The runs of one warm-up that failed, and when the next may start.
+struct Backoff {
+    failures: usize,
+    not_before: Instant,
+}
+
+/// Competes for the lease; while holding it, resumes warm-ups cut short.
+pub async fn run(state: AppState, background: Background, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let settings = state.settings.warmup_resume.clone();
+    let lease = Lease::new(state.db.clone(), LEASE, Duration::from_millis(settings.lease_ms), background);
+    let every = Duration::from_millis(settings.every_ms);
+    let failed: Arc<tokio::sync::Mutex<HashMap<String, Backoff>>> = Arc::default();
+    leader::lead("warm-up resumer", &lease, every, &shutdown, |_term: Arc<LeaseTerm>| {
+        let (state, settings, failed) = (state.clone(), settings.clone(), failed.clone());
+        async move {
+            resume_once(&state, &settings, &mut *failed.lock().await).await;
+            Turn::Again(every)
+        }
+    })
+    .await
+}
+
+/// One look: every sale's last unfinished warm-up whose backoff has passed
+/// is run again. Returns how many finished now.
+async fn resume_once(
+    state: &AppState,
+    settings: &WarmupResumeSettings,
+    failed: &mut HashMap<String, Backoff>,
+) -> usize {
+    let deadline = state.db_deadline();
+    let unfinished = match seckill_shared::db::within(deadline, record::unfinished_everywhere(&state.db)).await {
+        Ok(unfinished) => unfinished,
+        Err(error) => {
+            tracing::warn!(%error, "warm-ups cut short not read; looking again later");
+            return 0;
+        }
+    };
+    metrics::gauge!("seckill_warmups_unfinished").set(unfinished.len() as f64);
+    failed.retain(|id, _| unfinished.iter().any(|w| &w.id == id));
+    let mut finished = 0;
+    for warmup in unfinished {
+        if failed.get(&warmup.id).is_some_and(|b| Instant::now() < b.not_before) {
+            continue;
+        }
+        let request = WarmupRequest { id: Some(warmup.id.clone()), ..warmup.request };
+        let sale = request.sale;
+        let ran = sales::warmup(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, &request).await;
+        match ran {
+            Ok(row) => {
+                failed.remove(&warmup.id);
+                finished += 1;
+                // Units came back to the sale: this edge's flag goes now.
+                state.sold_out.clear(sale);
+                state.homes.forget(sale);
+                metrics::counter!("seckill_warmups_resumed_total").increment(1);
+                tracing::warn!(warmup = %warmup.id, %sale, round = row.round, "a warm-up cut short finished by itself");
+            }
+            // Its run is going on (it holds the sale's lock): left be.
+            Err(WarmupError::Busy(_)) => {}
+            Err(error) => {
+                let backoff =
+                    failed.entry(warmup.id.clone()).or_insert(Backoff { failures: 0, not_before: Instant::now() });
+                backoff.failures += 1;
+                let wait = settings.retry.delays().nth(backoff.failures.min(20)).unwrap_or(Duration::from_secs(5));
+                backoff.not_before = Instant::now() + wait;
+                tracing::warn!(warmup = %warmup.id, %sale, %error, failures = backoff.failures, retry_in_ms = wait.as_millis() as u64, "a warm-up cut short failed again; it will be run again");
+            }
+        }
+    }
+    finished
+}
