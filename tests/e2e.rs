@@ -62,6 +62,8 @@ mod finished_sales;
 mod fuzz;
 #[path = "e2e/identity.rs"]
 mod identity;
+#[path = "e2e/infra_checkouts.rs"]
+mod infra_checkouts;
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
 #[path = "e2e/lock.rs"]

@@ -88,6 +88,39 @@ stop_pidfile() {
   log "$name stopped"
 }
 
+# port_holder PORT: "pid command directory" of the process listening on
+# 127.0.0.1:PORT (its working directory: a postgres' or a redis' data
+# directory), or nothing when the port is free.
+port_holder() {
+  command -v ss >/dev/null || apt_install iproute2
+  local pid; pid="$(ss -ltnpH "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)"
+  [[ -n "$pid" ]] || return 0
+  local command; command="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | tr -s ' ')"
+  echo "$pid|$(readlink "/proc/$pid/cwd" 2>/dev/null)|$command"
+}
+
+# refuse_foreign NAME PORT: when the port is held by a server of another
+# checkout (anything but Debian's own service, which the callers stop),
+# fail naming it — pid, command, directory — and how to stop it; a
+# checkout's servers are never stopped from another one.
+refuse_foreign() {
+  local name="$1" port="$2" holder pid dir command
+  holder="$(port_holder "$port")"
+  [[ -n "$holder" ]] || return 0
+  IFS='|' read -r pid dir command <<<"$holder"
+  case "$dir" in
+    /var/lib/postgresql/*|/var/lib/redis*) return 0 ;; # Debian's service: the caller stops it
+  esac
+  # This checkout's own (its pid file lost): the caller deals with it.
+  [[ "$dir/ $command" == *"$DATA/"* ]] && return 0
+  local how="kill -TERM $pid" data="$dir" checkout='(/[^ ]*)/\.data/[^ ]*'
+  if [[ "$dir/ $command" =~ $checkout ]]; then
+    data="${BASH_REMATCH[0]}"
+    how="${BASH_REMATCH[1]}/infra/local/down.sh (or kill -TERM $pid)"
+  fi
+  die "$name's port :$port is held by pid $pid (${command:0:100}), its data in $data — another checkout's servers, not this one's ($DATA). Stop them first: $how"
+}
+
 redis_ping() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; }
 pg_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; }
 kafka_ready() { python3 "$ROOT/infra/local/kafka_ready.py" 127.0.0.1 "$KAFKA_PORT"; }

@@ -20,6 +20,7 @@ start_redis() {
   local dir="$DATA/redis" pidfile="$DATA/redis/redis.pid"
   mkdir -p "$dir"
   if pid_alive "$pidfile" && redis_ping; then log "redis already up"; return; fi
+  refuse_foreign redis "$REDIS_PORT"
   if redis_ping; then
     # A Redis we did not start (e.g. the Debian service) holds the port.
     log "stopping a foreign redis on :$REDIS_PORT"
@@ -39,6 +40,7 @@ start_postgres() {
   local pgdata; pgdata="$(pg_data_dir)"
   local sock="$pgdata-run" logfile="$LOGS/postgres.log"
   if [[ -f "$pgdata/postmaster.pid" ]] && pg_ready; then log "postgres already up"; ensure_pg_role "$sock"; return; fi
+  refuse_foreign postgres "$PG_PORT"
   if pg_ready; then
     log "stopping a foreign postgres on :$PG_PORT"
     pg_ctlcluster --force "$(basename "$(dirname "$PG_BIN")")" main stop >/dev/null 2>&1 || service postgresql stop >/dev/null 2>&1 || true
@@ -106,6 +108,7 @@ java_bin() {
 start_kafka() {
   local dir="$DATA/kafka" pidfile="$DATA/kafka/kafka.pid" logfile="$LOGS/kafka.log"
   if pid_alive "$pidfile" && kafka_ready; then log "kafka already up"; return; fi
+  refuse_foreign kafka "$KAFKA_PORT"
   fetch_kafka
   local java; java="$(java_bin)"
   mkdir -p "$dir/log"
