@@ -19,7 +19,7 @@ help:
 	@echo "make chaos   the fault-injection suite (stops and starts the shared servers; a few minutes)"
 	@echo "make chaos-cluster | demo-cluster | bench-cluster   the same on the replicated topology (up.sh --cluster)"
 	@echo "make test-redis-cluster | chaos-redis-cluster | bench-redis-cluster   on a Redis Cluster (up.sh --redis-cluster)"
-	@echo "make chaos-pg   PostgreSQL's primary and standby killed under load (up.sh --postgres-ha: pg_auto_failover)"
+	@echo "make chaos-pg   PostgreSQL's primary and standby killed, frozen and cut off under load (up.sh --postgres-ha: pg_auto_failover)"
 	@echo "make deploy-render | deploy-check   the Kubernetes manifests, rendered / validated offline"
 	@echo "make image   the container image (podman; see infra/image/build.sh)"
 	@echo "make infra-up | infra-down | infra-status"
@@ -198,9 +198,10 @@ chaos-redis-cluster: redis-cluster-up build-deps
 
 # PostgreSQL with failover (infra/local/postgres_ha.sh): pg_auto_failover's
 # monitor on :5440, a primary and a synchronous standby on :5441 and
-# :5442; Redis and Kafka the single-node ones. make chaos-pg kills its
-# nodes under load (four scenarios, tests/chaos_pg.rs); make test runs the
-# short one and stops the formation after.
+# :5442; Redis and Kafka the single-node ones. make chaos-pg kills,
+# freezes (SIGSTOP) and cuts off (a proxy holding every answer) its nodes
+# under load (nine scenarios, tests/chaos_pg.rs); make test runs the short
+# one (the primary cut off) and stops the formation after.
 postgres-ha-up:
 	infra/local/up.sh --postgres-ha
 

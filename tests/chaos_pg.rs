@@ -1,47 +1,85 @@
 //! `make chaos-pg`: PostgreSQL with failover (`infra/local/up.sh
 //! --postgres-ha`: pg_auto_failover, a primary and a synchronous standby)
-//! with its nodes killed under load, the services on the multi-host URL.
-//! (a) the primary killed while the order service drains a backlog; (b) the
-//! primary killed while payment notifications and cancels arrive; (c) the
-//! standby killed (the primary goes on, asynchronous until the standby is
-//! back); (d) the old primary back as the new standby, then the primary
-//! killed again. Each prints its row; every "broken" and "not recorded"
-//! column must read 0. `make test` runs the short (a).
+//! with its nodes killed, frozen and cut off under load, the services on
+//! the multi-host URL. (a) the primary killed while the order service
+//! drains a backlog; (b) the primary killed while payment notifications and
+//! cancels arrive; (c) the standby killed (the primary goes on,
+//! asynchronous until the standby is back); (d) the old primary back as the
+//! new standby, then the primary killed again; (e, f) the primary frozen
+//! (SIGSTOP: silent, every byte still acknowledged) while a backlog drains
+//! and while payments arrive; (g, h) the primary cut off (a proxy holding
+//! everything both ways, for good) while a backlog drains and while
+//! payments arrive; (i) the formation stopped and started after a failover.
+//! Each prints its row; every "broken" and "not recorded" column must read
+//! 0. `make test` runs the short (g).
 
-use seckill_e2e::chaos::payments_through_a_kill;
-use seckill_e2e::chaos::pg::{drain_through_a_kill, fail_back, Victim, PG_TABLE_HEADER};
+use seckill_e2e::chaos::payments_through;
+use seckill_e2e::chaos::pg::{PgOutcome, PG_TABLE_HEADER};
+use seckill_e2e::chaos::pg_drain::{drain_through, fail_back, restart_after_a_failover, Victim};
+use seckill_e2e::chaos::pg_faults::PgFault;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_pg() {
-    let only = std::env::var("CHAOS_ONLY").ok();
-    let wanted = |name: &str| only.as_deref().is_none_or(|o| name.starts_with(o));
-    let mut rows = Vec::new();
-    if wanted("a") {
-        rows.push(drain_through_a_kill("a the primary killed while a backlog drains", 3_000, Victim::Primary).await);
-    }
-    if wanted("b") {
-        rows.push(payments_through_a_kill("b the primary killed while payments and cancels arrive", 600).await);
-    }
-    if wanted("c") {
-        rows.push(drain_through_a_kill("c the standby killed while a backlog drains", 3_000, Victim::Standby).await);
-    }
-    if wanted("d") {
-        rows.push(fail_back("d the old primary back as the standby, then the primary killed again", 3_000).await);
-    }
+/// Prints a scenario's row as it ends (a later one may fail), and keeps it.
+fn ran(rows: &mut Vec<PgOutcome>, outcome: PgOutcome) {
+    println!("{}", outcome.row());
+    rows.push(outcome);
+}
+
+fn judge(rows: &[PgOutcome]) {
     let table: Vec<String> = rows.iter().map(|outcome| outcome.row()).collect();
     println!("\n{PG_TABLE_HEADER}\n{}", table.join("\n"));
-    for outcome in &rows {
+    for outcome in rows {
         assert_eq!((outcome.broken_202, outcome.not_recorded_200), (0, 0), "a promise broken: {}", outcome.row());
         assert_eq!(outcome.rows, outcome.accepted as i64, "a row per 202: {}", outcome.row());
     }
 }
 
-/// The short version inside `make test`: (a) on a smaller backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_pg() {
+    let only = std::env::var("CHAOS_ONLY").ok();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|o| name.starts_with(o)));
+    let mut rows = Vec::new();
+    if wanted("a") {
+        let name = "a the primary killed while a backlog drains";
+        ran(&mut rows, drain_through(name, 3_000, Victim::Primary, PgFault::Kill).await);
+    }
+    if wanted("b") {
+        let name = "b the primary killed while payments and cancels arrive";
+        ran(&mut rows, payments_through(name, 600, PgFault::Kill).await);
+    }
+    if wanted("c") {
+        let name = "c the standby killed while a backlog drains";
+        ran(&mut rows, drain_through(name, 3_000, Victim::Standby, PgFault::Kill).await);
+    }
+    if wanted("d") {
+        ran(&mut rows, fail_back("d the old primary back as the standby, then the primary killed again", 3_000).await);
+    }
+    if wanted("e") {
+        let name = "e the primary frozen while a backlog drains";
+        ran(&mut rows, drain_through(name, 3_000, Victim::Primary, PgFault::Freeze).await);
+    }
+    if wanted("f") {
+        let name = "f the primary frozen while payments and cancels arrive";
+        ran(&mut rows, payments_through(name, 600, PgFault::Freeze).await);
+    }
+    if wanted("g") {
+        let name = "g the primary cut off while a backlog drains";
+        ran(&mut rows, drain_through(name, 3_000, Victim::Primary, PgFault::Cut).await);
+    }
+    if wanted("h") {
+        let name = "h the primary cut off while payments and cancels arrive";
+        ran(&mut rows, payments_through(name, 600, PgFault::Cut).await);
+    }
+    if wanted("i") {
+        ran(&mut rows, restart_after_a_failover("i the formation stopped and started after a failover", 1_000).await);
+    }
+    judge(&rows);
+}
+
+/// The short version inside `make test`: (g) on a smaller backlog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_pg_short() {
     let outcome =
-        drain_through_a_kill("short: the primary killed while a backlog drains", 2_000, Victim::Primary).await;
-    println!("\n{PG_TABLE_HEADER}\n{}", outcome.row());
-    assert_eq!((outcome.broken_202, outcome.not_recorded_200), (0, 0), "{}", outcome.row());
-    assert_eq!((outcome.rows, outcome.events), (outcome.accepted as i64, outcome.accepted), "{}", outcome.row());
+        drain_through("short: the primary cut off while a backlog drains", 2_000, Victim::Primary, PgFault::Cut).await;
+    assert_eq!(outcome.events, outcome.accepted, "a CREATED event per 202: {}", outcome.row());
+    judge(&[outcome]);
 }

@@ -48,7 +48,7 @@ pg_autoctl_env() {
 pg_autoctl_as_postgres() { runuser -u postgres -- env $(pg_autoctl_env) pg_autoctl "$@"; }
 
 # The pid of `pg_autoctl run` of NAME (the leader of its process group).
-pg_ha_run_pid() { pgrep -f "^pg_autoctl run --pgdata $(pg_ha_dir)/$1\$" | head -1; }
+pg_ha_run_pid() { pgrep -f "^pg_autoctl run --pgdata $(pg_ha_dir)/$1\$" | head -1 || true; }
 
 pg_ha_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$(pg_ha_port "$1")"; }
 
@@ -75,15 +75,21 @@ pg_ha_healthy() {
   grep -Eq '\|\s+primary\s+\|\s+primary\s*$' <<<"$state" && grep -Eq '\|\s+secondary\s+\|\s+secondary\s*$' <<<"$state"
 }
 
-# Starts `pg_autoctl run` of NAME in a session (process group) of its own.
-pg_ha_run() {
+# Launches `pg_autoctl run` of NAME in a session (process group) of its
+# own, without waiting for it.
+pg_ha_launch() {
   local name="$1" dir; dir="$(pg_ha_dir)/$name"
   [[ -n "$(pg_ha_run_pid "$name")" ]] && return
   log "starting pg_autoctl $name (:$(pg_ha_port "$name"))"
   # shellcheck disable=SC2046
   runuser -u postgres -- env $(pg_autoctl_env) setsid pg_autoctl run --pgdata "$dir" \
     >>"$LOGS/postgres-ha-$name.log" 2>&1 </dev/null &
-  wait_for "pg_autoctl $name" "$LOGS/postgres-ha-$name.log" 120 pg_ha_ready "$name"
+}
+
+# Launches `pg_autoctl run` of NAME and waits until its server answers.
+pg_ha_run() {
+  pg_ha_launch "$1"
+  wait_for "pg_autoctl $1" "$LOGS/postgres-ha-$1.log" 120 pg_ha_ready "$1"
 }
 
 # A small server: pg_autoctl sizes shared_buffers by the machine's memory
@@ -151,15 +157,21 @@ start_postgres_ha() {
   local dir; dir="$(pg_ha_dir)"
   mkdir -p "$dir"; chown postgres:postgres "$dir"
   start_pg_ha_monitor
-  local node
+  local node first="${PG_HA_NODES[0]}"
+  # A new formation: the first node is made primary, and the second is made
+  # from it.
+  if [[ ! -f "$dir/$first/PG_VERSION" ]]; then
+    start_pg_ha_node "$first"
+    wait_for "a primary" "$LOGS/postgres-ha-$first.log" 120 pg_ha_has_primary
+    pg_ha_application_role "$(pg_ha_primary)"
+  fi
+  # Nodes that exist start together, none waited for alone: after a
+  # failover the first may be a standby that catches up only from the
+  # other, which must run too.
   for node in "${PG_HA_NODES[@]}"; do
-    start_pg_ha_node "$node"
-    # The first node must be primary before the second is created from it.
-    if [[ $node == "${PG_HA_NODES[0]}" ]]; then
-      wait_for "a primary" "$LOGS/postgres-ha-$node.log" 120 pg_ha_has_primary
-      pg_ha_application_role "$(pg_ha_primary)"
-    fi
+    if [[ -f "$dir/$node/PG_VERSION" ]]; then pg_ha_launch "$node"; else start_pg_ha_node "$node"; fi
   done
+  wait_for "a primary" "$LOGS/postgres-ha-monitor.log" 180 pg_ha_has_primary
   wait_for "the formation (a primary and a synchronous standby)" "$LOGS/postgres-ha-monitor.log" 180 pg_ha_healthy
   pg_ha_application_role "$(pg_ha_primary)"
   log "up: PostgreSQL with failover, primary $(pg_ha_primary) ($PG_HA_URL)"

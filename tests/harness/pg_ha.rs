@@ -65,23 +65,90 @@ pub fn other(node: &str) -> &'static str {
     }
 }
 
-/// A node ready to be killed at once: its process group, looked up ahead.
-pub struct NodeGroup(String);
+/// A node ready to be killed at once: its process group, looked up ahead,
+/// and the group leader's parent (`runuser`, which reaps it).
+pub struct NodeGroup(String, Option<String>);
 
 impl NodeGroup {
     /// `node`'s process group (its pg_autoctl, supervisor and postmaster).
     pub fn of(node: &str) -> Self {
         let out = script(&["group", node]);
         assert!(out.status.success(), "{node} is not running");
-        Self(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        let group = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let parent = processes().into_iter().find(|p| p.pid.to_string() == group).map(|p| p.ppid.to_string());
+        Self(group, parent)
     }
 
-    /// `kill -9` of the whole group, now.
+    /// `kill -9` of the whole group and the postmaster's children, now.
     pub fn kill(self) -> Instant {
-        let killed = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{}", self.0)]).status();
-        assert!(killed.is_ok_and(|s| s.success()), "kill -9 of process group {}", self.0);
+        self.signal("KILL");
         Instant::now()
     }
+
+    /// `SIGSTOP` of the whole group and of the postmaster's children (each
+    /// backend is a session of its own: stopping the group alone leaves
+    /// every open connection served), now: the host alive, the server
+    /// silent (the kernel still acknowledges every byte sent to it).
+    pub fn freeze(&self) -> Instant {
+        self.signal("STOP");
+        Instant::now()
+    }
+
+    /// `SIGCONT` of the whole group and its descendants, and of its
+    /// leader's parent: `runuser` stops itself when it sees its child
+    /// stopped, and a parent left stopped never reaps the node once it is
+    /// killed (a zombie whose pid is still in pg_autoctl's pidfile:
+    /// "already running").
+    pub fn thaw(&self) {
+        self.signal("CONT");
+        if let Some(parent) = &self.1 {
+            let _ = std::process::Command::new("kill").args(["-CONT", parent]).status();
+        }
+    }
+
+    /// `signal` to the group first (the postmaster forks no more), then to
+    /// every descendant of its members.
+    fn signal(&self, signal: &str) {
+        let sent =
+            std::process::Command::new("kill").args([&format!("-{signal}"), "--", &format!("-{}", self.0)]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -{signal} of process group {}", self.0);
+        let all = processes();
+        let mut members: Vec<u32> = all.iter().filter(|p| p.pgrp.to_string() == self.0).map(|p| p.pid).collect();
+        let mut descendants = Vec::new();
+        while let Some(parent) = members.pop() {
+            for child in all.iter().filter(|p| p.ppid == parent && p.pgrp.to_string() != self.0) {
+                descendants.push(child.pid.to_string());
+                members.push(child.pid);
+            }
+        }
+        if !descendants.is_empty() {
+            // One may have ended meanwhile: not an error.
+            let _ = std::process::Command::new("kill").arg(format!("-{signal}")).args(&descendants).status();
+        }
+    }
+}
+
+/// One process, as /proc says.
+struct Process {
+    pid: u32,
+    ppid: u32,
+    pgrp: u32,
+}
+
+/// Every process now (`/proc/PID/stat`: "pid (comm) state ppid pgrp ...";
+/// comm may hold spaces).
+fn processes() -> Vec<Process> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let mut fields = stat.rsplit_once(") ")?.1.split(' ').skip(1);
+            let ppid = fields.next()?.parse().ok()?;
+            let pgrp = fields.next()?.parse().ok()?;
+            Some(Process { pid, ppid, pgrp })
+        })
+        .collect()
 }
 
 /// `kill -9` of `node`'s pg_autoctl, its supervisor and its postmaster.
@@ -99,6 +166,12 @@ pub fn start(node: &str) {
 /// a scenario that failed half-way left one killed), then waits for the
 /// formation to be whole.
 pub async fn ensure_whole() {
+    // A node a failed scenario left frozen (and its runuser) goes on.
+    for node in NODES {
+        if script(&["group", node]).status.success() {
+            NodeGroup::of(node).thaw();
+        }
+    }
     let up = std::process::Command::new(repo_root().join("infra/local/up.sh"))
         .arg("--postgres-ha")
         .output()

@@ -91,7 +91,8 @@ async fn pass_on(
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     while let Ok(n) = from.read(&mut buf).await {
-        if n == 0 || !until_open(&mut flag, &mut cut_below, number).await {
+        // An end is held like bytes are: a cut connection is never closed.
+        if !until_open(&mut flag, &mut cut_below, number).await || n == 0 {
             break;
         }
         if to.write_all(&buf[..n]).await.is_err() {

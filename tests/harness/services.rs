@@ -67,7 +67,7 @@ impl TestEnv {
             ("SECKILL__KAFKA__SESSION_TIMEOUT_MS".into(), self.kafka.session_timeout_ms.to_string()),
             ("SECKILL_DATABASE_URL".into(), self.database.url.clone()),
             ("SECKILL_ADMIN_TOKEN".into(), ADMIN_TOKEN.into()),
-            ("RUST_LOG".into(), "warn".into()),
+            ("RUST_LOG".into(), std::env::var("SECKILL_TEST_CHILD_LOG").unwrap_or_else(|_| "warn".into())),
         ]
     }
 }

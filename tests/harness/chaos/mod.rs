@@ -6,11 +6,13 @@
 
 mod faults;
 pub mod pg;
+pub mod pg_drain;
+pub mod pg_faults;
 mod pg_payments;
 mod pipeline;
 mod run;
 
-pub use pg_payments::payments_through_a_kill;
+pub use pg_payments::payments_through;
 pub use run::run;
 
 pub use faults::{sentinel_primary, wait_redis_replicated, Fault};

@@ -32,22 +32,26 @@ pub struct PgOutcome {
     pub broken_202: i64,
     /// Payments and cancels answered 200 that the database does not hold.
     pub not_recorded_200: i64,
-    /// From the kill to the first write a reader saw committed after it
+    /// From the fault to the first write a reader saw committed after it
     /// (through the pool that follows the primary).
     pub first_write: Option<Duration>,
+    /// From the fault to the relay's first move of its cursor (events it
+    /// sent were delivered).
+    pub first_event: Option<Duration>,
     /// What else the scenario saw.
     pub notes: String,
 }
 
 /// The header of [`PgOutcome::row`].
-pub const PG_TABLE_HEADER: &str = "| scenario | 202 answered | rows written | CREATED events on the topic | payments applied | broken promises (202 → FAILED or lost) | 200 not recorded | first write after the kill | notes |\n|---|---|---|---|---|---|---|---|---|";
+pub const PG_TABLE_HEADER: &str = "| scenario | 202 answered | rows written | CREATED events on the topic | payments applied | broken promises (202 → FAILED or lost) | 200 not recorded | first write after the fault | first event relayed after the fault | notes |\n|---|---|---|---|---|---|---|---|---|---|";
 
 impl PgOutcome {
     /// A Markdown table row.
     pub fn row(&self) -> String {
-        let first = self.first_write.map_or("-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()));
+        let seconds = |d: Option<Duration>| d.map_or("-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()));
+        let (first, event) = (seconds(self.first_write), seconds(self.first_event));
         format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {first} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {first} | {event} | {} |",
             self.name,
             self.accepted,
             self.rows,
@@ -71,6 +75,12 @@ impl HaSale {
     /// A whole formation, a database on it, a sale of `stock` units (a
     /// payment window of `window` s) and the services.
     pub async fn start(stock: i64, window: i64) -> Self {
+        Self::start_via(stock, window, None).await
+    }
+
+    /// [`HaSale::start`], the services reaching the nodes through
+    /// `proxies` when given (the test's own pool goes straight to them).
+    pub async fn start_via(stock: i64, window: i64, proxies: Option<&super::pg_faults::NodeProxies>) -> Self {
         pg_ha::ensure_whole().await;
         let test = TestEnv::on_postgres_ha().await;
         let sale = test.sale();
@@ -78,14 +88,18 @@ impl HaSale {
         // Batches of 50: a backlog drains in many transactions, so a kill
         // lands between some of them. The edge takes the provider's
         // notifications and acts for users by id (the tests' own setting).
-        let pipeline = Pipeline::start_with(
-            &test,
-            &[
-                (Kind::Order, "SECKILL__BATCH_SIZE", "50"),
-                (Kind::Edge, "SECKILL_PAYMENT_WEBHOOK_SECRET", crate::http::WEBHOOK_SECRET),
-                (Kind::Edge, "SECKILL__AUTH__ALLOW_ANONYMOUS", "true"),
-            ],
-        );
+        let mut extra = vec![
+            (Kind::Order, "SECKILL__BATCH_SIZE", "50"),
+            (Kind::Edge, "SECKILL_PAYMENT_WEBHOOK_SECRET", crate::http::WEBHOOK_SECRET),
+            (Kind::Edge, "SECKILL__AUTH__ALLOW_ANONYMOUS", "true"),
+        ];
+        let proxied = proxies.map(|p| p.url(&test.database_name)).unwrap_or_default();
+        if proxies.is_some() {
+            for kind in [Kind::Edge, Kind::Order, Kind::Compensator] {
+                extra.push((kind, "SECKILL_DATABASE_URL", proxied.as_str()));
+            }
+        }
+        let pipeline = Pipeline::start_with(&test, &extra);
         pipeline.wait_ready().await;
         Self { test, sale, pipeline }
     }
@@ -238,76 +252,12 @@ pub(super) fn first_write_seen(
 
 impl HaSale {
     /// The sale's orders CREATED, as [`first_write_seen`] counts them.
-    fn created_sql(&self) -> String {
+    pub(super) fn created_sql(&self) -> String {
         format!(
             "SELECT count(*) FROM orders WHERE activity_id = {} AND sku_id = {} AND status = 'CREATED'",
             self.sale.activity, self.sale.sku
         )
     }
-}
-
-/// Which node a scenario kills.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Victim {
-    Primary,
-    Standby,
-}
-
-/// A backlog of `stock` orders (the order service stopped), then the
-/// order service started and the `victim` killed once it has written its
-/// first rows; while the formation fails over, a sixth more buyers order
-/// through the edge (it sells on: the orders wait in Kafka). The node is
-/// brought back afterwards and must hold every row.
-pub async fn drain_through_a_kill(name: &'static str, stock: i64, victim: Victim) -> PgOutcome {
-    let during_kill = stock / 6;
-    let mut ha = HaSale::start(stock + during_kill, 3_600).await;
-    ha.pipeline.pause(Kind::Order).await;
-    let mut accepted = ha.buy(stock as u64, 0).await;
-    let primary = pg_ha::primary().expect("a primary");
-    let node = if victim == Victim::Primary { primary.clone() } else { pg_ha::other(&primary).to_owned() };
-    let group = pg_ha::NodeGroup::of(&node);
-    ha.pipeline.resume(Kind::Order);
-    ha.first_rows(0).await;
-    let before = ha.rows(&["CREATED"]).await;
-    let since = group.kill();
-    let seen = first_write_seen(ha.test.db.clone(), ha.created_sql(), before, since);
-    let sold = ha.buy(during_kill as u64, stock as u64).await;
-    let sold_in = since.elapsed();
-    accepted.extend(sold.iter().cloned());
-    ha.wait_rows(&["CREATED"], accepted.len() as i64).await;
-    let drained = since.elapsed();
-    assert!(before < stock, "{name}: the drain ended before the kill; the scenario showed nothing");
-    assert_eq!(sold.len() as i64, during_kill, "{name}: the edge sells on through the failover");
-    let sync = if victim == Victim::Standby { asynchronous_while_alone(&ha, &node).await } else { String::new() };
-    let outcome = PgOutcome {
-        name,
-        accepted: accepted.len(),
-        rows: ha.rows(&["CREATED"]).await,
-        events: ha.created_events(accepted.len()).await,
-        broken_202: ha.broken(&accepted).await,
-        first_write: seen.await.expect("the watcher"),
-        notes: format!(
-            "{node} killed ({victim:?}) with {before} of {stock} rows written; {during_kill} more sold through the edge \
-             meanwhile (all 202, within {:.1} s of the kill); drained {:.1} s after the kill{sync}",
-            sold_in.as_secs_f64(),
-            drained.as_secs_f64()
-        ),
-        ..PgOutcome::default()
-    };
-    pg_ha::start(&node);
-    pg_ha::wait_healthy(Duration::from_secs(180)).await;
-    let on_node = came_back_with_every_row(&ha, &node).await;
-    let outcome = PgOutcome { notes: format!("{}; {on_node}", outcome.notes), ..outcome };
-    ha.finish().await;
-    outcome
-}
-
-/// With its standby down, the primary commits without a synchronous one
-/// (pg_auto_failover's wait_primary): what its setting says.
-async fn asynchronous_while_alone(ha: &HaSale, standby: &str) -> String {
-    let primary = pg_ha::other(standby);
-    let names = pg_ha::setting(primary, &ha.test.database_name, "synchronous_standby_names").await;
-    format!("; while the standby was down the primary's synchronous_standby_names was {names:?}")
 }
 
 /// The node brought back holds the sale's rows (as a standby, replayed).
@@ -322,7 +272,8 @@ pub(super) async fn came_back_with_every_row(ha: &HaSale, node: &str) -> String 
         }
     })
     .await;
-    format!("{node} back as the standby with all {want} rows")
+    let role = if pg_ha::primary().as_deref() == Some(node) { "the primary" } else { "the standby" };
+    format!("{node} back as {role} with all {want} rows")
 }
 
 /// One buyer's payment or cancel, sent until a final answer: the provider
@@ -340,44 +291,4 @@ pub(super) async fn until_final(client: &Client, path: &str, body: &str, headers
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     (0, before)
-}
-
-/// The old primary back as the new standby, then the primary killed again
-/// while a second backlog drains: the failover lands on the node that came
-/// back, which must have had everything (synchronous replication) and take
-/// the writes on.
-pub async fn fail_back(name: &'static str, stock: i64) -> PgOutcome {
-    let mut ha = HaSale::start(stock, 3_600).await;
-    let mut accepted = Vec::new();
-    let mut first_write = None;
-    let mut notes = Vec::new();
-    for wave in 0..2u64 {
-        ha.pipeline.pause(Kind::Order).await;
-        let bought = ha.buy(stock as u64 / 2, wave * stock as u64).await;
-        let before = accepted.len() as i64;
-        accepted.extend(bought);
-        let primary = pg_ha::primary().expect("a primary");
-        let group = pg_ha::NodeGroup::of(&primary);
-        ha.pipeline.resume(Kind::Order);
-        ha.first_rows(before).await;
-        let baseline = ha.rows(&["CREATED"]).await;
-        let seen = first_write_seen(ha.test.db.clone(), ha.created_sql(), baseline, group.kill());
-        ha.wait_rows(&["CREATED"], accepted.len() as i64).await;
-        first_write = seen.await.expect("the watcher");
-        pg_ha::start(&primary);
-        pg_ha::wait_healthy(Duration::from_secs(180)).await;
-        notes.push(format!("wave {}: {primary} killed, {}", wave + 1, came_back_with_every_row(&ha, &primary).await));
-    }
-    let outcome = PgOutcome {
-        name,
-        accepted: accepted.len(),
-        rows: ha.rows(&["CREATED"]).await,
-        events: ha.created_events(accepted.len()).await,
-        broken_202: ha.broken(&accepted).await,
-        first_write,
-        notes: format!("{} (first write: after the second kill)", notes.join("; ")),
-        ..PgOutcome::default()
-    };
-    ha.finish().await;
-    outcome
 }

@@ -4,6 +4,7 @@
 //! is killed; then every 200 is looked for in the books.
 
 use super::pg::{HaSale, PgOutcome};
+use super::pg_faults::{first_relay_seen, relay_cursor, NodeProxies, PgFault};
 use crate::http::{signed_now, Client};
 use crate::pg_ha;
 use futures::StreamExt;
@@ -130,9 +131,11 @@ pub async fn judge(ha: &HaSale, accepted: &[String], answers: &Answers) -> PgOut
 }
 
 /// Orders CREATED, then payments for most and cancels for the rest while
-/// the primary is killed: every 200 is in the books afterwards.
-pub async fn payments_through_a_kill(name: &'static str, orders: i64) -> PgOutcome {
-    let ha = HaSale::start(orders, 3_600).await;
+/// the primary is killed, frozen or cut off (`fault`): every 200 is in the
+/// books afterwards.
+pub async fn payments_through(name: &'static str, orders: i64, fault: PgFault) -> PgOutcome {
+    let proxies = if fault == PgFault::Cut { Some(NodeProxies::start().await) } else { None };
+    let ha = HaSale::start_via(orders, 3_600, proxies.as_ref()).await;
     let accepted = ha.buy(orders as u64, 0).await;
     ha.wait_rows(&["CREATED"], accepted.len() as i64).await;
     let client = Client::new(ha.pipeline.url.clone());
@@ -141,25 +144,25 @@ pub async fn payments_through_a_kill(name: &'static str, orders: i64) -> PgOutco
     // The primary killed once a quarter of the payments and cancels have
     // their answer: the rest meet the failover.
     let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let group = pg_ha::NodeGroup::of(&pg_ha::primary().expect("a primary"));
     let node = pg_ha::primary().expect("a primary");
     let paid_sql = format!("SELECT count(*) FROM payments WHERE activity_id = {}", ha.sale.activity);
-    let killer = tokio::spawn({
-        let (done, quarter, db) = (done.clone(), accepted.len() / 4, ha.test.db.clone());
-        async move {
-            while done.load(std::sync::atomic::Ordering::Relaxed) < quarter {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            let baseline = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(paid_sql.clone()))
-                .fetch_one(&db)
-                .await
-                .expect("the payments before the kill");
-            let since = group.kill();
-            super::pg::first_write_seen(db, paid_sql, baseline, since).await.expect("the watcher")
+    let striker = async {
+        let quarter = accepted.len() / 4;
+        while done.load(std::sync::atomic::Ordering::Relaxed) < quarter {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-    });
-    let answers = pay_and_cancel(&client, &buyers, paying, &done).await;
-    let seen = killer.await.expect("the kill");
+        let db = ha.test.db.clone();
+        let baseline = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(paid_sql.clone()))
+            .fetch_one(&db)
+            .await
+            .expect("the payments before the fault");
+        let cursor = relay_cursor(&db).await;
+        let struck = fault.strike(&node, proxies.as_ref());
+        let relayed = first_relay_seen(db.clone(), cursor, struck.at);
+        let seen = super::pg::first_write_seen(db, paid_sql.clone(), baseline, struck.at);
+        (struck, seen.await.expect("the watcher"), relayed.await.expect("the watcher"))
+    };
+    let (answers, (struck, seen, relayed)) = tokio::join!(pay_and_cancel(&client, &buyers, paying, &done), striker);
     let unfinished: Vec<_> = answers.paid.iter().chain(&answers.cancelled).filter(|(_, s, _)| *s != 200).collect();
     assert!(
         unfinished.is_empty(),
@@ -167,15 +170,15 @@ pub async fn payments_through_a_kill(name: &'static str, orders: i64) -> PgOutco
     );
     ha.wait_writable().await;
     let outcome = judge(&ha, &accepted, &answers).await;
-    let first_write = seen;
-    pg_ha::start(&node);
+    struck.end();
     pg_ha::wait_healthy(Duration::from_secs(180)).await;
     let back = super::pg::came_back_with_every_row(&ha, &node).await;
     let outcome = PgOutcome {
         name,
         accepted: accepted.len(),
-        first_write,
-        notes: format!("{node} killed (the primary); {}; {back}", outcome.notes),
+        first_write: seen,
+        first_event: relayed,
+        notes: format!("{node} {} (the primary); {}; {back}", fault.verb(), outcome.notes),
         ..outcome
     };
     ha.finish().await;
