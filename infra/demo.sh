@@ -75,10 +75,8 @@ explain_failure() {
       echo "--- the last warnings of $log" >&2
       sed -E 's/\x1b\[[0-9;]*m//g' "$log" | grep -E 'WARN|ERROR|panicked' | tail -n 8 | cut -c1-240 >&2 || true
     done
-    echo "--- the database's sessions (a wait or a transaction left open shows here)" >&2
-    psql "${SECKILL_DATABASE_URL:-postgres://seckill:seckill@127.0.0.1:5432/seckill}" -XAtF ' | ' -c \
-      "SELECT application_name, state, wait_event_type, wait_event, now() - xact_start, left(regexp_replace(query, '\s+', ' ', 'g'), 90)
-         FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()" >&2 || true
+    echo "--- PostgreSQL's sessions in every database, and its prepared transactions (a wait or a transaction left open shows here)" >&2
+    "$ROOT/infra/local/pg_sessions.sh" >&2 || true
     echo "demo: failed (exit $status); the pipeline's processes on this machine:" >&2
     ps -eo pid,ppid,stat,etime,args | grep -E '[s]eckill-(edge|order|compensator)' | cut -c1-160 >&2 || true
   fi
