@@ -142,6 +142,7 @@ fn check_config_says_whether_the_settings_would_start() {
         ("SECKILL_REDIS_URL", "redis+cluster://127.0.0.1:7000/1", "a cluster has no database"),
         ("SECKILL__AUTH__TRUSTED_PROXIES", "127.0.0.1/32, 10.0.0.0/40", "is not an IP address or a CIDR"),
         ("SECKILL__CONNECTIONS__WRITE_TIMEOUT_MS", "0", "write_timeout_ms"),
+        ("SECKILL__WARMUP_RESUME__EVERY_MS", "0", "warmup_resume.every_ms"),
     ] {
         let refused = run("seckill-edge", &["--check-config"], &[(setting, value)]);
         assert_eq!(refused.code, 1, "{setting}={value}: {}", refused.stdout);
@@ -169,17 +170,41 @@ fn check_config_says_whether_the_settings_would_start() {
         assert!(short.stderr.contains("at least") && !short.stderr.contains(value), "{}", short.stderr);
     }
 
-    // The configuration page's edge.toml, as written.
-    let readme = std::fs::read_to_string(seckill_e2e::repo_root().join("docs/configuration.md")).unwrap();
-    let start = readme.find("# edge.toml\n").expect("docs/configuration.md's edge.toml");
-    let example = &readme[start..start + readme[start..].find("```").expect("the example ends")];
-    let file = std::env::temp_dir().join(format!("edge-{}.toml", std::process::id()));
-    std::fs::write(&file, example).unwrap();
-    let checked = run("seckill-edge", &["--check-config"], &[("SECKILL_CONFIG", file.to_str().unwrap())]);
-    let printed = run("seckill-edge", &["--print-config"], &[("SECKILL_CONFIG", file.to_str().unwrap())]);
+    // A consumer's stall bound below its session timeout would leave the
+    // group while it works.
+    for name in ["seckill-order", "seckill-compensator"] {
+        let refused = run(name, &["--check-config"], &[("SECKILL__CONSUMER__STALL_SECS", "1")]);
+        assert_eq!(refused.code, 1, "{name}: {}", refused.stdout);
+        assert!(refused.stderr.contains("consumer.stall_secs"), "{name}: {}", refused.stderr);
+    }
+}
+
+/// The configuration page's examples, as written, would start: unknown
+/// keys are refused, so each key is one the binary reads.
+#[test]
+fn the_configuration_pages_examples_would_start() {
+    for (binary, example, shown) in [
+        ("seckill-edge", "edge.toml", "max_in_flight = 4096"),
+        ("seckill-order", "order.toml", "held_back_after_ms = 10000"),
+    ] {
+        let printed = check_documented_toml(binary, example);
+        assert!(printed.contains(shown), "{binary}: {printed}");
+    }
+}
+
+/// Runs `--check-config` on the TOML example of docs/configuration.md named
+/// `# {example}`, and answers what `--print-config` printed with it.
+fn check_documented_toml(binary: &str, example: &str) -> String {
+    let page = std::fs::read_to_string(seckill_e2e::repo_root().join("docs/configuration.md")).unwrap();
+    let start = page.find(&format!("# {example}\n")).unwrap_or_else(|| panic!("docs/configuration.md's {example}"));
+    let text = &page[start..start + page[start..].find("```").expect("the example ends")];
+    let file = std::env::temp_dir().join(format!("{}-{example}", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    let checked = run(binary, &["--check-config"], &[("SECKILL_CONFIG", file.to_str().unwrap())]);
+    let printed = run(binary, &["--print-config"], &[("SECKILL_CONFIG", file.to_str().unwrap())]);
     let _ = std::fs::remove_file(&file);
-    assert_eq!(checked.code, 0, "docs/configuration.md's edge.toml: {}", checked.stderr);
-    assert!(printed.stdout.contains("max_in_flight = 4096"), "{}", printed.stdout);
+    assert_eq!(checked.code, 0, "docs/configuration.md's {example}: {}", checked.stderr);
+    printed.stdout
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -171,6 +171,8 @@ impl Settings {
             (u64::from(self.status_reads.pool_connections), "status_reads.pool_connections"),
             (self.admission.tick_ms, "admission.tick_ms"),
             (self.admission.challenge_ttl_secs, "admission.challenge_ttl_secs"),
+            (self.warmup_resume.every_ms, "warmup_resume.every_ms"),
+            (self.warmup_resume.lease_ms, "warmup_resume.lease_ms"),
         ] {
             if value == 0 {
                 anyhow::bail!("{name} must be above 0");
