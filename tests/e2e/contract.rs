@@ -101,10 +101,11 @@ async fn sale_states_answer_per_the_contract() {
     );
     assert_eq!(state(&env, future).await, before);
 
+    // Over: closed (its end moved to now).
     let past = env.sale();
     let (s, e) = (
         (chrono::Utc::now() - chrono::Duration::hours(2)).to_rfc3339(),
-        (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339(),
+        (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339(),
     );
     let body = format!(r#"{{"stock":5,"startsAt":"{s}","endsAt":"{e}"}}"#);
     let path = format!("/admin/sales/{}/{}", past.activity, past.sku);
@@ -112,6 +113,8 @@ async fn sale_states_answer_per_the_contract() {
         client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await.status.as_u16(),
         200
     );
+    let closed = client.send(Method::POST, &format!("{path}/close"), None, &[("authorization", &auth)]).await;
+    assert_eq!(closed.status.as_u16(), 200, "{}", closed.text);
     assert_error(&client.order(past.activity.get(), past.sku.get(), 1).await, 403, "SALE_NOT_ACTIVE", "after the end");
 
     // A bad warm-up body is a 400 and warms nothing.
@@ -121,7 +124,25 @@ async fn sale_states_answer_per_the_contract() {
     assert_error(&reply, 400, "INVALID_REQUEST", "negative stock");
     let reply = client.send(Method::PUT, &path, Some(br#"{"stocks":1}"#), &[("authorization", &auth)]).await;
     assert_error(&reply, 400, "INVALID_REQUEST", "misspelt field");
+    // A warm-up that could not be honoured, refused as bad, the field
+    // named (before: an end in the past was answered 503 TRY_AGAIN, and
+    // the same forever).
+    for (body, field) in [
+        (r#"{"stock":5,"endsAt":"2000-01-01T00:00:00Z"}"#, "endsAt"),
+        (r#"{"stock":5,"startsAt":"2031-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z"}"#, "startsAt"),
+    ] {
+        let reply = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
+        assert_error(&reply, 400, "INVALID_REQUEST", body);
+        assert!(reply.json["message"].as_str().is_some_and(|m| m.contains(field)), "{body}: {}", reply.text);
+    }
     assert!(!env.stock.snapshot(bad).await.unwrap().exists);
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM warmups WHERE activity_id = $1 AND sku_id = $2")
+        .bind(bad.activity.get())
+        .bind(bad.sku.get())
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 0, "a refused warm-up leaves no job behind");
     edge.stop().await;
 }
 

@@ -14,7 +14,8 @@ use crate::http::AppState;
 use seckill_shared::ops::leader::{self, Turn};
 use seckill_shared::ops::lease::{Lease, LeaseTerm};
 use seckill_shared::ops::shutdown::Background;
-use seckill_shared::sales::{self, record, WarmupError, WarmupRequest};
+use seckill_shared::sales::record::{self, Step};
+use seckill_shared::sales::{self, WarmupError, WarmupRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -102,6 +103,17 @@ async fn resume_once(
             }
             // Its run is going on (it holds the sale's lock): left be.
             Err(WarmupError::Busy(_)) => {}
+            // It can no longer be honoured (its sale ended meanwhile):
+            // never run again.
+            Err(WarmupError::Invalid(why)) => {
+                failed.remove(&warmup.id);
+                let ended = record::ended(&state.db, &warmup.id, Some(Step::Closed), Some(&why));
+                if let Err(error) = seckill_shared::db::within(deadline, ended).await {
+                    tracing::warn!(warmup = %warmup.id, %error, "a warm-up that cannot be finished not marked; looking again later");
+                } else {
+                    tracing::warn!(warmup = %warmup.id, %sale, %why, "a warm-up cut short can no longer be finished; given up");
+                }
+            }
             Err(error) => {
                 let backoff =
                     failed.entry(warmup.id.clone()).or_insert(Backoff { failures: 0, not_before: Instant::now() });

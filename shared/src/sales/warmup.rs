@@ -85,6 +85,11 @@ fn validate(request: &WarmupRequest) -> Result<(), WarmupError> {
             return Err(WarmupError::Invalid("startsAt must be before endsAt".into()));
         }
     }
+    // Over before it could sell (and its keys would expire as they are
+    // loaded): nothing a warm-up could honour.
+    if let Some(ends) = request.ends_at.filter(|ends| *ends <= Utc::now()) {
+        return Err(WarmupError::Invalid(format!("endsAt must be in the future, got {}", ends.to_rfc3339())));
+    }
     if let Some(wrong) = request.admission.as_ref().and_then(Admission::invalid) {
         return Err(WarmupError::Invalid(wrong));
     }

@@ -263,11 +263,12 @@ pub struct PaymentRecordedBody {
 pub struct WarmupBody {
     #[schema(minimum = 0, maximum = 1_000_000_000, format = Int64)]
     pub stock: i64,
-    /// Open when absent.
+    /// Open when absent; before `endsAt` when both are given.
     #[serde(default)]
     #[schema(nullable = false)]
     pub starts_at: Option<DateTime<Utc>>,
-    /// Open when absent.
+    /// Open when absent; in the future (a sale over before it is warmed up
+    /// is refused, 400).
     #[serde(default)]
     #[schema(nullable = false)]
     pub ends_at: Option<DateTime<Utc>>,
