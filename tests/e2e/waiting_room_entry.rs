@@ -10,6 +10,7 @@ use seckill_e2e::{eventually, TestEnv, ADMIN_TOKEN};
 use seckill_edge::admission::challenge::{solve, Challenge};
 use seckill_edge::admission::token::Token;
 use seckill_edge::admission::Signer;
+use seckill_edge::settings::DeductionMode;
 use seckill_shared::domain::UserId;
 use std::time::Duration;
 
@@ -19,9 +20,22 @@ use std::time::Duration;
 /// changes nothing; the token's own order is 202.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_order_without_its_own_valid_admission_is_refused_and_changes_nothing() {
+    refused_without_an_admission(DeductionMode::Lua).await;
+}
+
+/// The same through the seed's lock (`deduction = "lock"`): it checks the
+/// room as the script does (before: an order without a token was 202).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_mode_honours_the_room_too() {
+    refused_without_an_admission(DeductionMode::Lock).await;
+}
+
+async fn refused_without_an_admission(mode: DeductionMode) {
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let edge = env.spawn_edge(settings(&env)).await;
+    let mut settings = settings(&env);
+    settings.deduction = mode;
+    let edge = env.spawn_edge(settings).await;
     let client = Client::new(edge.url());
     warm_with_room(&client, sale, 10, r#"{"activeBuyers":10}"#, "").await;
     let ticket = join(&client, sale, 1, None).await.json["ticket"].as_str().unwrap().to_owned();

@@ -22,14 +22,19 @@ impl Stock {
     /// lease overlaps the next one, whatever the watchdog does), so the
     /// writes re-check what the reads saw: the stock is decremented first
     /// and put back if that took it below zero, and the buyer is recorded
-    /// only if absent (`HSETNX`), the unit put back otherwise.
+    /// only if absent (`HSETNX`), the unit put back otherwise. Like the
+    /// script, it refuses while a warm-up replaces the round, and a round
+    /// with a waiting room to a request whose admission was not claimed
+    /// (`admitted`).
     #[tracing::instrument(name = "deduct_with_lock", level = "debug", skip_all, fields(%sale))]
+    #[allow(clippy::too_many_arguments)]
     pub async fn deduct_with_lock(
         &self,
         locks: &LockClient,
         settings: &LockSettings,
         sale: SaleKey,
         user: UserId,
+        admitted: bool,
         nonce: &str,
         publish_deadline: Duration,
     ) -> Result<Option<Deduction>, RedisCallError> {
@@ -38,7 +43,7 @@ impl Stock {
         let Some(guard) = locks.acquire_with_watchdog(&lock_name, settings.lease(), settings.wait(), 0).await? else {
             return Ok(None);
         };
-        let result = self.deduct_holding_lock(&k, sale, user, nonce, publish_deadline).await;
+        let result = self.deduct_holding_lock(&k, sale, user, admitted, nonce, publish_deadline).await;
         guard.release().await;
         result.map(Some)
     }
@@ -48,20 +53,31 @@ impl Stock {
         k: &SaleKeys,
         sale: SaleKey,
         user: UserId,
+        admitted: bool,
         nonce: &str,
         publish_deadline: Duration,
     ) -> Result<Deduction, RedisCallError> {
         let mut conn = self.conn.clone();
-        let meta: Vec<Option<i64>> = self.conn.bounded(conn.hmget(&k.meta, &["starts", "ends", "round", "of"])).await?;
-        let Some(round) = meta[2] else { return Ok(Deduction::SaleNotFound) };
+        let fields = ["starts", "ends", "round", "of", "warming", "admission"];
+        let meta: Vec<Option<String>> = self.conn.bounded(conn.hmget(&k.meta, &fields)).await?;
+        let number = |i: usize| meta[i].as_deref().and_then(|v| v.parse::<i64>().ok());
+        let Some(round) = number(2) else { return Ok(Deduction::SaleNotFound) };
         // The seed's way knows one key set: a sale in buckets is not its.
-        if meta[3].unwrap_or(1) > 1 {
+        if number(3).unwrap_or(1) > 1 {
             return Ok(Deduction::OtherBucket);
         }
         let now = self.now_ms().await?;
-        let (starts, ends) = (meta[0].unwrap_or(0), meta[1].unwrap_or(0));
+        let (starts, ends) = (number(0).unwrap_or(0), number(1).unwrap_or(0));
         if (starts > 0 && now < starts) || (ends > 0 && now >= ends) {
             return Ok(Deduction::NotActive);
+        }
+        // As deduct.lua: a round being replaced sells nothing, and a round
+        // with a waiting room sells only to an admission.
+        if meta[4].is_some() {
+            return Ok(Deduction::Warming);
+        }
+        if meta[5].as_deref() == Some("1") && !admitted {
+            return Ok(Deduction::AdmissionRequired);
         }
         let existing: Option<String> = self.conn.bounded(conn.hget(&k.buyers, user.get())).await?;
         if existing.is_some() {

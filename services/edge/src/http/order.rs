@@ -168,7 +168,7 @@ async fn deduct(
             let (locks, lock) = (&state.locks, &state.settings.lock);
             state
                 .stock
-                .deduct_with_lock(locks, lock, sale, user, &nonce, deadline)
+                .deduct_with_lock(locks, lock, sale, user, admitted, &nonce, deadline)
                 .await
                 .map_err(|e| ApiError::TryAgain(e.into()))
         }
