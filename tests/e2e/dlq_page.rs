@@ -128,7 +128,10 @@ async fn a_run_needs_an_admin_and_a_submission_runs_once() {
     let runs = || async { env.ctl(&["dlq", "runs", "--json"]).await.stdout };
     assert_eq!(runs().await.trim(), "[]", "a refused request runs nothing");
 
-    let first = post(replay("once", "test", Some("ops-kim")), true).await;
+    // The name a script gives is cleaned as the page's sign-in is: no
+    // control characters (a terminal's escapes, a forged log line), at
+    // most 64 characters.
+    let first = post(replay("once", "test", Some(" ops-kim\u{7}\u{1b}\n ")), true).await;
     let second = post(replay("once", "test", Some("ops-kim")), true).await;
     assert_eq!((first.status.as_u16(), second.status.as_u16()), (200, 200), "{} {}", first.text, second.text);
     assert_eq!(first.json["run"]["runId"], second.json["run"]["runId"], "one run");
@@ -141,5 +144,10 @@ async fn a_run_needs_an_admin_and_a_submission_runs_once() {
     // fourth is waited for, and does not come).
     let orders = env.read_topic(&env.topics().orders, 4, Duration::from_secs(5)).await;
     assert_eq!(orders.len(), 3);
+    let long = "o".repeat(200);
+    let dry =
+        serde_json::json!({"kind": "replay", "filter": filter, "dryRun": true, "submission": "long", "operator": long});
+    let dry = post(dry, true).await;
+    assert_eq!(dry.json["run"]["operator"].as_str().map(str::len), Some(64), "{}", dry.text);
     edge.stop().await;
 }

@@ -95,16 +95,11 @@ struct LoginForm {
     next: String,
 }
 
-/// The operator a sign-in names: the form's name, trimmed, at most 64
-/// visible characters; a form without one (a script posting the token
-/// alone) is the dashboard's admin.
+/// The operator a sign-in names: the form's name, cleaned
+/// ([`super::session::operator_name`]); a form without one (a script
+/// posting the token alone) is the dashboard's admin.
 fn operator_of(name: &str) -> String {
-    let name: String = name.trim().chars().filter(|c| !c.is_control()).take(64).collect();
-    if name.is_empty() {
-        "admin (dashboard)".into()
-    } else {
-        name
-    }
+    super::session::operator_name(name).unwrap_or_else(|| "admin (dashboard)".into())
 }
 
 /// Exchanges the admin token for a session cookie, then back to the page.

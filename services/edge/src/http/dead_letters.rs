@@ -172,9 +172,7 @@ fn operator(state: &AppState, headers: &HeaderMap, asked: Option<&str>) -> Resul
     }
     auth::require_admin(state, headers)?;
     asked
-        .map(str::trim)
-        .filter(|name| !name.is_empty())
-        .map(str::to_owned)
+        .and_then(super::session::operator_name)
         .ok_or_else(|| ApiError::invalid("operator: who runs it (a script with the admin token names itself)"))
 }
 

@@ -18,6 +18,16 @@ const LIFETIME: Duration = Duration::from_secs(12 * 3600);
 /// The most sessions kept; the oldest goes when a new one would exceed it.
 const MAX_SESSIONS: usize = 256;
 
+/// An operator's name as the audit trail keeps it, whoever gives it (the
+/// page's sign-in, a script with the admin token): trimmed, without
+/// control characters (a terminal's escapes, a forged log line), at most
+/// 64 characters; `None` when nothing is left.
+pub fn operator_name(given: &str) -> Option<String> {
+    let name: String = given.trim().chars().filter(|c| !c.is_control()).take(64).collect();
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
 /// One signed-in browser: until when, and who.
 struct Session {
     expires: Instant,
