@@ -50,12 +50,14 @@ fn new_traceparent(sampled: bool) -> HeaderValue {
     HeaderValue::from_str(&value).expect("hex and dashes are a valid header")
 }
 
-/// Whether a client's `traceparent` has the W3C shape
-/// (`vv-<32 hex>-<16 hex>-<2 hex>`); a malformed one starts a new trace.
+/// Whether a client's `traceparent` is valid W3C trace context
+/// (`vv-<32 hex>-<16 hex>-<2 hex>`, the version not `ff`, neither id all
+/// zeros); an invalid one starts a new trace.
 fn valid_traceparent(value: &HeaderValue) -> bool {
     let bytes = value.as_bytes();
     let hex =
         |range: std::ops::Range<usize>| bytes[range].iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
+    let zeros = |range: std::ops::Range<usize>| bytes[range].iter().all(|b| *b == b'0');
     bytes.len() == 55
         && bytes[2] == b'-'
         && bytes[35] == b'-'
@@ -64,6 +66,9 @@ fn valid_traceparent(value: &HeaderValue) -> bool {
         && hex(3..35)
         && hex(36..52)
         && hex(53..55)
+        && &bytes[0..2] != b"ff"
+        && !zeros(3..35)
+        && !zeros(36..52)
 }
 
 /// A span's name of low cardinality (OpenTelemetry's HTTP conventions: the
@@ -179,6 +184,10 @@ mod tests {
             "00-xyz",
             "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
             "00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            // W3C: version ff is invalid, and so are all-zero ids.
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
         ] {
             assert!(!valid_traceparent(&HeaderValue::from_static(bad)), "{bad}");
         }
