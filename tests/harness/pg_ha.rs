@@ -123,7 +123,11 @@ impl NodeGroup {
         }
         if !descendants.is_empty() {
             // One may have ended meanwhile: not an error.
-            let _ = std::process::Command::new("kill").arg(format!("-{signal}")).args(&descendants).status();
+            let _ = std::process::Command::new("kill")
+                .arg(format!("-{signal}"))
+                .args(&descendants)
+                .stderr(std::process::Stdio::null())
+                .status();
         }
     }
 }
