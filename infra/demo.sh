@@ -42,8 +42,10 @@ fi
 
 # Spans: exported to SECKILL_OTLP_ENDPOINT when it names a collector of
 # yours; else to a small OTLP receiver of the demo's on :4318 that writes
-# them to $SPANS. One trace in a hundred is kept (and every trace a client's
-# traceparent marks sampled: the demo's traced order).
+# them to $SPANS. One trace in a hundred is kept, and every trace a
+# trusted proxy's traceparent marks sampled: the demo's traced order comes
+# from 127.0.0.1, which the edges trust as a proxy (as HAProxy is on the
+# replicated topology); a buyer's own flag is not obeyed.
 SPANS=""
 RECEIVER_ADDRS=()
 if [[ -z "${SECKILL_OTLP_ENDPOINT:-}" ]]; then
@@ -98,6 +100,7 @@ done
 EDGE_ENV=(
   "SECKILL__ADMISSION__SIGNING_KEY=${SECKILL__ADMISSION__SIGNING_KEY:-demo-admission-signing-key-0123456789abcdef}"
   SECKILL__STATUS_READS__PER_CLIENT_PER_SECOND=5000 SECKILL__STATUS_READS__PER_CLIENT_BURST=5000
+  SECKILL__AUTH__TRUSTED_PROXIES=127.0.0.1/32
 )
 
 # start NAME LOG-SUFFIX [VAR=VALUE]...: a service, with its own settings.

@@ -62,13 +62,15 @@ fn assert_child(child: &Value, parent: &Value) {
     assert_eq!(child["parentSpanId"], parent["spanId"], "{} is a child of {}", child["name"], parent["name"]);
 }
 
-/// The edge and the order service as processes exporting to `receiver`;
-/// a client of the edge, once it answers.
-async fn exporting_pipeline(env: &TestEnv, receiver: &Receiver) -> (Child, Child, Client) {
+/// The edge (with `edge_extra` settings) and the order service as
+/// processes exporting to `receiver`; a client of the edge, once it
+/// answers.
+async fn exporting_pipeline(env: &TestEnv, receiver: &Receiver, edge_extra: &[(&str, &str)]) -> (Child, Child, Client) {
     let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut child_env = env.child_env();
     child_env.push(("SECKILL_OTLP_ENDPOINT".into(), format!("http://127.0.0.1:{}", receiver.port)));
-    let edge_env = [child_env.clone(), vec![("SECKILL_HTTP_ADDR".into(), format!("127.0.0.1:{http}"))]].concat();
+    let mut edge_env = [child_env.clone(), vec![("SECKILL_HTTP_ADDR".into(), format!("127.0.0.1:{http}"))]].concat();
+    edge_env.extend(edge_extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     let edge = Child::start("seckill-edge", &edge_env);
     child_env.push(("SECKILL__METRICS_ADDR".into(), "127.0.0.1:0".into()));
     let order = Child::start("seckill-order", &child_env);
@@ -91,21 +93,35 @@ async fn place(client: &Client, sale: seckill_shared::domain::SaleKey, user: i64
     reply.json["orderId"].as_str().expect("an order id").to_owned()
 }
 
+/// A `traceparent` of a new trace id, sampled or not: (the id, the header).
+fn client_trace(sampled: bool) -> (String, String) {
+    let trace = format!("{:032x}", rand::random::<u128>() | 1);
+    let header = format!("00-{trace}-{:016x}-{}", rand::random::<u64>() | 1, if sampled { "01" } else { "00" });
+    (trace, header)
+}
+
 /// One order's trace (the buyer sent no `traceparent`), and one whose
-/// buyer's `traceparent` says its trace is not sampled: nothing of it is
-/// exported, no hop past the edge makes a span for it, and its event
-/// carries the buyer's trace on, still unsampled.
+/// `traceparent` (through a trusted proxy) says its trace is not sampled:
+/// nothing of it is exported, no hop past the edge makes a span for it,
+/// and its event carries that trace on, still unsampled. A probe's or an
+/// unknown path's `traceparent` is not taken, even from the proxy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_orders_trace_goes_from_the_request_to_its_created_event() {
     let env = TestEnv::new().await;
     let sale = env.sale();
     env.warmup(sale, 5).await;
     let receiver = Receiver::start().await;
-    let (edge, order, client) = exporting_pipeline(&env, &receiver).await;
+    let trusted = [("SECKILL__AUTH__TRUSTED_PROXIES", "127.0.0.1/32")];
+    let (edge, order, client) = exporting_pipeline(&env, &receiver, &trusted).await;
     let order_id = place(&client, sale, 7, &[]).await;
-    let unsampled_trace = format!("{:032x}", rand::random::<u128>() | 1);
-    let unsampled = format!("00-{unsampled_trace}-{:016x}-00", rand::random::<u64>() | 1);
+    let (unsampled_trace, unsampled) = client_trace(false);
     let quiet = place(&client, sale, 8, &[("traceparent", &unsampled)]).await;
+    let mut not_taken = Vec::new();
+    for path in ["/healthz", "/readyz", "/metrics", "/no/such/path"] {
+        let (trace, header) = client_trace(true);
+        client.send(hyper::Method::GET, path, None, &[("traceparent", &header)]).await;
+        not_taken.push(trace);
+    }
     let events = env.read_topic(&env.topics().events, 2, Duration::from_secs(60)).await;
     // Stopped, each service sends what it still buffers.
     assert!(edge.terminate().await && order.terminate().await, "both stop cleanly");
@@ -118,6 +134,9 @@ async fn one_orders_trace_goes_from_the_request_to_its_created_event() {
         event.headers().and_then(|h| header_str(h, TRACEPARENT_HEADER)).expect("a traceparent").to_owned()
     };
     assert!(!spans.iter().any(|s| s["traceId"] == unsampled_trace.as_str()), "an unsampled trace exported nothing");
+    for trace in &not_taken {
+        assert!(!spans.iter().any(|s| s["traceId"] == trace.as_str()), "a probe's traceparent was taken");
+    }
     let quiet_carried = carried(&quiet);
     assert!(
         quiet_carried.starts_with(&format!("00-{unsampled_trace}-")) && quiet_carried.ends_with("-00"),
@@ -175,4 +194,48 @@ fn sampled_trace_is_whole(env: &TestEnv, spans: &[Value], order_id: &str, carrie
         services.dedup();
         services.len()
     });
+}
+
+/// A buyer cannot make the pipeline export its requests: 10,000 orders
+/// from a client that is no trusted proxy, each with a `traceparent` that
+/// says "sampled", are sampled at the edge's own ratio (0.01: about 100
+/// request spans; before, every one of the 10,000), and no hop past the
+/// edge exports a span of a trace the edge did not keep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyers_sampled_flag_does_not_force_tracing() {
+    use futures::StreamExt;
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 20).await;
+    let receiver = Receiver::start().await;
+    let ratio = [("SECKILL__TELEMETRY__OTLP_SAMPLE_RATIO", "0.01")];
+    let (edge, order, client) = exporting_pipeline(&env, &receiver, &ratio).await;
+    let answers: Vec<u16> = futures::stream::iter(1..=10_000)
+        .map(|user| {
+            let client = client.clone();
+            async move {
+                let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{user}}}"#, sale.activity, sale.sku);
+                let header = client_trace(true).1;
+                let headers = [("traceparent", header.as_str())];
+                let reply = client.send(hyper::Method::POST, "/api/seckill/order", Some(body.as_bytes()), &headers);
+                reply.await.status.as_u16()
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert_eq!(answers.iter().filter(|s| **s == 202).count(), 20, "the stock sold");
+    env.read_topic(&env.topics().events, 20, Duration::from_secs(60)).await;
+    assert!(edge.terminate().await && order.terminate().await, "both stop cleanly");
+    let spans = receiver.spans();
+    let requests: Vec<&Value> =
+        spans.iter().filter(|s| s["service"] == "seckill-edge" && s["name"] == "POST /api/seckill/order").collect();
+    // Binomial(10,000, 0.01): 100 ± 10; outside 40..=250 is six standard
+    // deviations away.
+    assert!((40..=250).contains(&requests.len()), "{} request spans of 10,000", requests.len());
+    let kept: std::collections::BTreeSet<&str> = requests.iter().filter_map(|s| s["traceId"].as_str()).collect();
+    for span in spans.iter().filter(|s| s["service"] == "seckill-order") {
+        let trace = span["traceId"].as_str().unwrap_or_default();
+        assert!(kept.contains(trace), "a span of a trace the edge did not keep: {span}");
+    }
 }

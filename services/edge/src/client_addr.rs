@@ -18,6 +18,12 @@ use std::net::IpAddr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientAddr(pub IpAddr);
 
+/// Whether the request's TCP peer is one of `auth.trusted_proxies`: a
+/// request extension set beside [`ClientAddr`]. Only then is a
+/// `traceparent`'s sampled flag taken (a proxy of the shop's decided it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FromTrustedProxy(pub bool);
+
 /// Which header the trusted proxies name the client in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]

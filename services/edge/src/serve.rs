@@ -21,7 +21,7 @@
 //! Every request carries its [`ClientAddr`]: the TCP peer, or the client a
 //! trusted proxy names ([`crate::client_addr`]).
 
-use crate::client_addr::{ClientAddr, TrustedProxies};
+use crate::client_addr::{ClientAddr, FromTrustedProxy, TrustedProxies};
 use crate::settings::ConnectionSettings;
 use crate::write_deadline::WriteDeadline;
 use axum::extract::ConnectInfo;
@@ -85,6 +85,7 @@ pub async fn serve(
             let client = ClientAddr(proxies.client(peer.ip(), request.headers()));
             request.extensions_mut().insert(ConnectInfo(peer));
             request.extensions_mut().insert(client);
+            request.extensions_mut().insert(FromTrustedProxy(proxies.trusts(peer.ip())));
             request
         });
         let stream = WriteDeadline::new(stream, write_timeout);

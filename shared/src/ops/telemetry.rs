@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::filter::{filter_fn, FilterExt, Targets};
+use tracing_subscriber::filter::{dynamic_filter_fn, filter_fn, FilterExt, Targets};
 use tracing_subscriber::layer::{Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Registry;
@@ -47,9 +47,18 @@ pub fn init_tracing(settings: &TelemetrySettings, service: &'static str) {
     // (an operator quietening the log to warnings keeps the traces); only
     // the project's spans are exported, with its warnings and errors as
     // their events (an info line a batch would be a cost on every span).
+    //
+    // A span is exported only inside a kept trace: one made for the trace
+    // (an `otel.kind` span: the edge's request of a kept trace, a hop of a
+    // sampled record, a write of it) or one inside such a span. Any other
+    // (`#[instrument]` on a ledger call, a batch write, a settle) run
+    // outside a kept trace would reach the exporter as a root of its own.
     let exported = Targets::new()
         .with_target("seckill", tracing::Level::INFO)
-        .and(filter_fn(|meta| meta.is_span() || *meta.level() <= tracing::Level::WARN));
+        .and(filter_fn(|meta| meta.is_span() || *meta.level() <= tracing::Level::WARN))
+        .and(dynamic_filter_fn(|meta, cx| {
+            !meta.is_span() || meta.fields().field("otel.kind").is_some() || cx.lookup_current().is_some()
+        }));
     let log = tracing_subscriber::fmt::layer().with_target(true);
     let mut layers: Vec<Box<dyn Layer<Registry> + Send + Sync>> = Vec::new();
     if settings.json {

@@ -6,7 +6,8 @@
 //! and the one log line of a failed request.
 
 use super::error::ErrorDetail;
-use axum::extract::Request;
+use crate::client_addr::FromTrustedProxy;
+use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -71,6 +72,18 @@ fn valid_traceparent(value: &HeaderValue) -> bool {
         && !zeros(36..52)
 }
 
+/// Whether the request's `traceparent` is taken (its trace continued, its
+/// sampled flag obeyed): only from a trusted proxy (the shop's, which
+/// decided it), and never on a probe, `/metrics` or a path no route
+/// matches. Anyone else's starts a new trace the edge samples at
+/// `telemetry.otlp_sample_ratio`: a client cannot make the pipeline
+/// export its requests.
+fn honoured(request: &Request) -> bool {
+    let trusted = request.extensions().get::<FromTrustedProxy>().is_some_and(|t| t.0);
+    let routed = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+    trusted && routed.is_some_and(|route| !matches!(route, "/healthz" | "/readyz" | "/metrics"))
+}
+
 /// A span's name of low cardinality (OpenTelemetry's HTTP conventions: the
 /// method and the route): a path segment with a digit in it is an id.
 fn span_name(method: &axum::http::Method, path: &str) -> String {
@@ -94,7 +107,9 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
             id
         }
     };
-    let client_trace = headers.get(TRACEPARENT_HEADER).filter(|t| valid_traceparent(t)).cloned();
+    let client_trace = honoured(&request)
+        .then(|| request.headers().get(TRACEPARENT_HEADER).filter(|t| valid_traceparent(t)).cloned())
+        .flatten();
     let client = client_trace.as_ref().and_then(|t| t.to_str().ok());
     // A kept trace's request span is exported; any other's has a target the
     // export's filter leaves out (the log still has it), so an unsampled
