@@ -14,6 +14,11 @@ async fn state(env: &TestEnv, sale: seckill_shared::domain::SaleKey) -> (String,
     let mut conn = env.stock.connection();
     let keys: Vec<String> =
         redis::cmd("KEYS").arg(format!("{}*", env.redis.key_prefix)).query_async(&mut conn).await.expect("keys");
+    // A sale lock's key is a lease that expires by itself: the warm-up's,
+    // when its release did not answer in time (a loaded machine: CI saw 5
+    // keys before the run and 4 after), goes meanwhile.
+    let lock = |key: &str| key.ends_with(":warmup") || key.ends_with(":lock");
+    let keys: Vec<String> = keys.into_iter().filter(|key| !lock(key)).collect();
     let count =
         |sql: &'static str| async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&env.db).await.expect("a count") };
     (
