@@ -13,6 +13,7 @@
 //! Each prints its row; every "broken" and "not recorded" column must read
 //! 0. `make test` runs the short (g).
 
+use futures::future::{FutureExt, LocalBoxFuture};
 use seckill_e2e::chaos::payments_through;
 use seckill_e2e::chaos::pg::{PgOutcome, PG_TABLE_HEADER};
 use seckill_e2e::chaos::pg_drain::{drain_through, fail_back, restart_after_a_failover, Victim};
@@ -33,44 +34,43 @@ fn judge(rows: &[PgOutcome]) {
     }
 }
 
+/// A scenario: its row's name, and what runs it.
+type Scenario = (&'static str, fn(&'static str) -> LocalBoxFuture<'static, PgOutcome>);
+
+/// Every scenario, in the order they run.
+const SCENARIOS: [Scenario; 9] = [
+    ("a the primary killed while a backlog drains", |n| {
+        drain_through(n, 3_000, Victim::Primary, PgFault::Kill).boxed_local()
+    }),
+    ("b the primary killed while payments and cancels arrive", |n| {
+        payments_through(n, 600, PgFault::Kill).boxed_local()
+    }),
+    ("c the standby killed while a backlog drains", |n| {
+        drain_through(n, 3_000, Victim::Standby, PgFault::Kill).boxed_local()
+    }),
+    ("d the old primary back as the standby, then the primary killed again", |n| fail_back(n, 3_000).boxed_local()),
+    ("e the primary frozen while a backlog drains", |n| {
+        drain_through(n, 3_000, Victim::Primary, PgFault::Freeze).boxed_local()
+    }),
+    ("f the primary frozen while payments and cancels arrive", |n| {
+        payments_through(n, 600, PgFault::Freeze).boxed_local()
+    }),
+    ("g the primary cut off while a backlog drains", |n| {
+        drain_through(n, 3_000, Victim::Primary, PgFault::Cut).boxed_local()
+    }),
+    ("h the primary cut off while payments and cancels arrive", |n| {
+        payments_through(n, 600, PgFault::Cut).boxed_local()
+    }),
+    ("i the formation stopped and started after a failover", |n| restart_after_a_failover(n, 1_000).boxed_local()),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_pg() {
     let only = std::env::var("CHAOS_ONLY").ok();
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|o| name.starts_with(o)));
     let mut rows = Vec::new();
-    if wanted("a") {
-        let name = "a the primary killed while a backlog drains";
-        ran(&mut rows, drain_through(name, 3_000, Victim::Primary, PgFault::Kill).await);
-    }
-    if wanted("b") {
-        let name = "b the primary killed while payments and cancels arrive";
-        ran(&mut rows, payments_through(name, 600, PgFault::Kill).await);
-    }
-    if wanted("c") {
-        let name = "c the standby killed while a backlog drains";
-        ran(&mut rows, drain_through(name, 3_000, Victim::Standby, PgFault::Kill).await);
-    }
-    if wanted("d") {
-        ran(&mut rows, fail_back("d the old primary back as the standby, then the primary killed again", 3_000).await);
-    }
-    if wanted("e") {
-        let name = "e the primary frozen while a backlog drains";
-        ran(&mut rows, drain_through(name, 3_000, Victim::Primary, PgFault::Freeze).await);
-    }
-    if wanted("f") {
-        let name = "f the primary frozen while payments and cancels arrive";
-        ran(&mut rows, payments_through(name, 600, PgFault::Freeze).await);
-    }
-    if wanted("g") {
-        let name = "g the primary cut off while a backlog drains";
-        ran(&mut rows, drain_through(name, 3_000, Victim::Primary, PgFault::Cut).await);
-    }
-    if wanted("h") {
-        let name = "h the primary cut off while payments and cancels arrive";
-        ran(&mut rows, payments_through(name, 600, PgFault::Cut).await);
-    }
-    if wanted("i") {
-        ran(&mut rows, restart_after_a_failover("i the formation stopped and started after a failover", 1_000).await);
+    for (name, run) in SCENARIOS.into_iter().filter(|(name, _)| wanted(name)) {
+        ran(&mut rows, run(name).await);
     }
     judge(&rows);
 }

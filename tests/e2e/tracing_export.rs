@@ -5,7 +5,7 @@
 //! the one before it; and the event on the topic carries the relay's span.
 
 use rdkafka::message::Message;
-use seckill_e2e::http::Client;
+use seckill_e2e::http::{Client, Reply};
 use seckill_e2e::{eventually, Child, TestEnv};
 use seckill_shared::kafka::{header_str, TRACEPARENT_HEADER};
 use serde_json::Value;
@@ -85,10 +85,20 @@ async fn exporting_pipeline(env: &TestEnv, receiver: &Receiver, edge_extra: &[(&
     (edge, order, client)
 }
 
+/// `user`'s order of `sale`, sent with `headers`.
+async fn send_order(
+    client: &Client,
+    sale: seckill_shared::domain::SaleKey,
+    user: i64,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{user}}}"#, sale.activity, sale.sku);
+    client.send(hyper::Method::POST, "/api/seckill/order", Some(body.as_bytes()), headers).await
+}
+
 /// An order's id, placed with `headers`.
 async fn place(client: &Client, sale: seckill_shared::domain::SaleKey, user: i64, headers: &[(&str, &str)]) -> String {
-    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{user}}}"#, sale.activity, sale.sku);
-    let reply = client.send(hyper::Method::POST, "/api/seckill/order", Some(body.as_bytes()), headers).await;
+    let reply = send_order(client, sale, user, headers).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     reply.json["orderId"].as_str().expect("an order id").to_owned()
 }
@@ -214,11 +224,8 @@ async fn a_buyers_sampled_flag_does_not_force_tracing() {
         .map(|user| {
             let client = client.clone();
             async move {
-                let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{user}}}"#, sale.activity, sale.sku);
                 let header = client_trace(true).1;
-                let headers = [("traceparent", header.as_str())];
-                let reply = client.send(hyper::Method::POST, "/api/seckill/order", Some(body.as_bytes()), &headers);
-                reply.await.status.as_u16()
+                send_order(&client, sale, user, &[("traceparent", header.as_str())]).await.status.as_u16()
             }
         })
         .buffer_unordered(16)

@@ -251,6 +251,20 @@ pub(super) fn first_write_seen(
 }
 
 impl HaSale {
+    /// What every scenario reports of the orders answered 202 (`accepted`):
+    /// the CREATED rows, the CREATED events a consumer reads, the promises
+    /// broken.
+    pub(super) async fn books(&self, name: &'static str, accepted: &[String]) -> PgOutcome {
+        PgOutcome {
+            name,
+            accepted: accepted.len(),
+            rows: self.rows(&["CREATED"]).await,
+            events: self.created_events(accepted.len()).await,
+            broken_202: self.broken(accepted).await,
+            ..PgOutcome::default()
+        }
+    }
+
     /// The sale's orders CREATED, as [`first_write_seen`] counts them.
     pub(super) fn created_sql(&self) -> String {
         format!(

@@ -3,8 +3,8 @@
 //! off; the old primary back as the standby, then the primary killed
 //! again; and the formation stopped and started after a failover.
 
-use super::pg::{came_back_with_every_row, first_write_seen, HaSale, PgOutcome};
-use super::pg_faults::{first_relay_seen, relay_cursor, NodeProxies, PgFault};
+use super::pg::{came_back_with_every_row, HaSale, PgOutcome};
+use super::pg_faults::{NodeProxies, PgFault, Watch};
 use super::Kind;
 use crate::pg_ha;
 use std::time::Duration;
@@ -32,12 +32,9 @@ pub async fn drain_through(name: &'static str, stock: i64, victim: Victim, fault
     let node = if victim == Victim::Primary { primary.clone() } else { pg_ha::other(&primary).to_owned() };
     ha.pipeline.resume(Kind::Order);
     ha.first_rows(0).await;
-    let before = ha.rows(&["CREATED"]).await;
-    let cursor = relay_cursor(&ha.test.db).await;
-    let struck = fault.strike(&node, proxies.as_ref());
-    let since = struck.at;
-    let seen = first_write_seen(ha.test.db.clone(), ha.created_sql(), before, since);
-    let relayed = first_relay_seen(ha.test.db.clone(), cursor, since);
+    let strike = || fault.strike(&node, proxies.as_ref()).timed();
+    let (struck, watch) = Watch::around(&ha.test.db, ha.created_sql(), strike).await;
+    let (since, before) = (struck.at, watch.before);
     let sold = ha.buy(during_kill as u64, stock as u64).await;
     let sold_in = since.elapsed();
     accepted.extend(sold.iter().cloned());
@@ -46,14 +43,10 @@ pub async fn drain_through(name: &'static str, stock: i64, victim: Victim, fault
     assert!(before < stock, "{name}: the drain ended before the kill; the scenario showed nothing");
     assert_eq!(sold.len() as i64, during_kill, "{name}: the edge sells on through the failover");
     let sync = if victim == Victim::Standby { asynchronous_while_alone(&ha, &node).await } else { String::new() };
+    let (first_write, first_event) = watch.seen().await;
     let outcome = PgOutcome {
-        name,
-        accepted: accepted.len(),
-        rows: ha.rows(&["CREATED"]).await,
-        events: ha.created_events(accepted.len()).await,
-        broken_202: ha.broken(&accepted).await,
-        first_write: seen.await.expect("the watcher"),
-        first_event: relayed.await.expect("the watcher"),
+        first_write,
+        first_event,
         notes: format!(
             "{node} {} ({victim:?}) with {before} of {stock} rows written; {during_kill} more sold through the edge \
              meanwhile (all 202, within {:.1} s of the fault); drained {:.1} s after it{sync}",
@@ -61,7 +54,7 @@ pub async fn drain_through(name: &'static str, stock: i64, victim: Victim, fault
             sold_in.as_secs_f64(),
             drained.as_secs_f64()
         ),
-        ..PgOutcome::default()
+        ..ha.books(name, &accepted).await
     };
     struck.end();
     pg_ha::wait_healthy(Duration::from_secs(180)).await;
@@ -97,28 +90,18 @@ pub async fn fail_back(name: &'static str, stock: i64) -> PgOutcome {
         let group = pg_ha::NodeGroup::of(&primary);
         ha.pipeline.resume(Kind::Order);
         ha.first_rows(before).await;
-        let baseline = ha.rows(&["CREATED"]).await;
-        let cursor = relay_cursor(&ha.test.db).await;
-        let since = group.kill();
-        let seen = first_write_seen(ha.test.db.clone(), ha.created_sql(), baseline, since);
-        let relayed = first_relay_seen(ha.test.db.clone(), cursor, since);
+        let ((), watch) = Watch::around(&ha.test.db, ha.created_sql(), || ((), group.kill())).await;
         ha.wait_rows(&["CREATED"], accepted.len() as i64).await;
-        first_write = seen.await.expect("the watcher");
-        first_event = relayed.await.expect("the watcher");
+        (first_write, first_event) = watch.seen().await;
         pg_ha::start(&primary);
         pg_ha::wait_healthy(Duration::from_secs(180)).await;
         notes.push(format!("wave {}: {primary} killed, {}", wave + 1, came_back_with_every_row(&ha, &primary).await));
     }
     let outcome = PgOutcome {
-        name,
-        accepted: accepted.len(),
-        rows: ha.rows(&["CREATED"]).await,
-        events: ha.created_events(accepted.len()).await,
-        broken_202: ha.broken(&accepted).await,
         first_write,
         first_event,
         notes: format!("{} (first write and event: after the second kill)", notes.join("; ")),
-        ..PgOutcome::default()
+        ..ha.books(name, &accepted).await
     };
     ha.finish().await;
     outcome
@@ -170,15 +153,7 @@ pub async fn restart_after_a_failover(name: &'static str, stock: i64) -> PgOutco
     for node in pg_ha::NODES {
         notes.push(came_back_with_every_row(&ha, node).await);
     }
-    let outcome = PgOutcome {
-        name,
-        accepted: accepted.len(),
-        rows: ha.rows(&["CREATED"]).await,
-        events: ha.created_events(accepted.len()).await,
-        broken_202: ha.broken(&accepted).await,
-        notes: notes.join("; "),
-        ..PgOutcome::default()
-    };
+    let outcome = PgOutcome { notes: notes.join("; "), ..ha.books(name, &accepted).await };
     ha.finish().await;
     outcome
 }

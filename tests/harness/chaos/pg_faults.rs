@@ -91,6 +91,12 @@ impl PgFault {
 }
 
 impl Applied {
+    /// Itself and when it struck (what [`Watch::around`] takes).
+    pub fn timed(self) -> (Self, Instant) {
+        let at = self.at;
+        (self, at)
+    }
+
     /// The node back: started again (killed), thawed (frozen; a cut one's
     /// proxy still holds every connection the services made through it).
     pub fn end(mut self) {
@@ -111,8 +117,38 @@ impl Drop for Applied {
     }
 }
 
+/// A fault watched from outside: how long after it the first write (a
+/// count growing past `before`) and the first relayed event were seen.
+pub struct Watch {
+    /// The count before the fault.
+    pub before: i64,
+    write: JoinHandle<Option<Duration>>,
+    relay: JoinHandle<Option<Duration>>,
+}
+
+impl Watch {
+    /// Reads `count_sql` and the relay's cursor through `db`, then runs
+    /// `strike` (answering what it struck and when) and watches both.
+    pub async fn around<T>(db: &PgPool, count_sql: String, strike: impl FnOnce() -> (T, Instant)) -> (T, Watch) {
+        let before: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count_sql.clone()))
+            .fetch_one(db)
+            .await
+            .expect("the count before the fault");
+        let cursor = relay_cursor(db).await;
+        let (struck, at) = strike();
+        let write = super::pg::first_write_seen(db.clone(), count_sql, before, at);
+        let relay = first_relay_seen(db.clone(), cursor, at);
+        (struck, Watch { before, write, relay })
+    }
+
+    /// (first write, first event relayed) after the fault.
+    pub async fn seen(self) -> (Option<Duration>, Option<Duration>) {
+        (self.write.await.expect("the write watcher"), self.relay.await.expect("the relay watcher"))
+    }
+}
+
 /// Where the relay's cursor is now (read before a fault, through `db`).
-pub async fn relay_cursor(db: &PgPool) -> String {
+async fn relay_cursor(db: &PgPool) -> String {
     sqlx::query_scalar(CURSOR).fetch_one(db).await.expect("the relay's cursor")
 }
 
@@ -124,7 +160,7 @@ const CURSOR: &str = "SELECT xid::text || ':' || id FROM order_events_relayed";
 /// before the fault. (`before` is read ahead: this pool's reads fail
 /// until it follows the new primary, by when the relay may have caught
 /// up.)
-pub fn first_relay_seen(db: PgPool, mut before: String, since: Instant) -> JoinHandle<Option<Duration>> {
+fn first_relay_seen(db: PgPool, mut before: String, since: Instant) -> JoinHandle<Option<Duration>> {
     tokio::spawn(async move {
         while since.elapsed() < Duration::from_secs(180) {
             let read = sqlx::query_scalar::<_, String>(CURSOR).fetch_one(&db);

@@ -4,7 +4,7 @@
 //! is killed; then every 200 is looked for in the books.
 
 use super::pg::{HaSale, PgOutcome};
-use super::pg_faults::{first_relay_seen, relay_cursor, NodeProxies, PgFault};
+use super::pg_faults::{NodeProxies, PgFault, Watch};
 use crate::http::{signed_now, Client};
 use crate::pg_ha;
 use futures::StreamExt;
@@ -151,16 +151,10 @@ pub async fn payments_through(name: &'static str, orders: i64, fault: PgFault) -
         while done.load(std::sync::atomic::Ordering::Relaxed) < quarter {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let db = ha.test.db.clone();
-        let baseline = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(paid_sql.clone()))
-            .fetch_one(&db)
-            .await
-            .expect("the payments before the fault");
-        let cursor = relay_cursor(&db).await;
-        let struck = fault.strike(&node, proxies.as_ref());
-        let relayed = first_relay_seen(db.clone(), cursor, struck.at);
-        let seen = super::pg::first_write_seen(db, paid_sql.clone(), baseline, struck.at);
-        (struck, seen.await.expect("the watcher"), relayed.await.expect("the watcher"))
+        let strike = || fault.strike(&node, proxies.as_ref()).timed();
+        let (struck, watch) = Watch::around(&ha.test.db, paid_sql, strike).await;
+        let (seen, relayed) = watch.seen().await;
+        (struck, seen, relayed)
     };
     let (answers, (struck, seen, relayed)) = tokio::join!(pay_and_cancel(&client, &buyers, paying, &done), striker);
     let unfinished: Vec<_> = answers.paid.iter().chain(&answers.cancelled).filter(|(_, s, _)| *s != 200).collect();
