@@ -7,10 +7,16 @@
 --
 -- ARGV[1] the units still on sale (every bucket's stock and the units in
 -- transit between buckets, read just before), ARGV[2] the most tickets
--- this pass admits, ARGV[3] the rate's tolerance (ms).
+-- this pass admits, ARGV[3] the rate's tolerance (ms), ARGV[4] how long
+-- past its token's expiry a claimed ticket's order may still be deciding
+-- (ms: the publish deadline).
 --
--- Returns {admitted now, waiting, active}. Sets meta 'sold_out_at' (ms)
--- when it marks the room sold out.
+-- Returns {admitted now, waiting, active, stale claims}: the last a flat
+-- list {ticket, user, ...} of tickets still claimed ARGV[4] ms past their
+-- token's expiry, whose order was never settled (its edge died, or the
+-- settling call was lost); the caller settles each by what the sale says
+-- (queue_claim.lua). Sets meta 'sold_out_at' (ms) when it marks the room
+-- sold out.
 --
 -- In order: tokens unused past their expiry leave `active` (their place
 -- goes to the next ticket); no units left marks the room sold out (every
@@ -29,23 +35,29 @@
 local m = redis.call('HMGET', KEYS[1], 'round', 'active_buyers', 'per_minute', 'ttl', 'overbook', 'starts',
   'ends', 'closed', 'tat', 'abandon', 'admitted', 'expires')
 if not m[1] then
-  return {0, 0, 0}
+  return {0, 0, 0, {}}
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local starts, ends = tonumber(m[6]), tonumber(m[7])
 if m[8] == '1' or (ends > 0 and now >= ends) then
   redis.call('HSET', KEYS[1], 'closed', 1)
-  return {0, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[5])}
+  return {0, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[5]), {}}
 end
 
 -- Tokens past their expiry leave, but one claimed by an order in flight
--- stays until that order is decided (queue_claim.lua).
-local expired = 0
+-- stays until that order is decided (queue_claim.lua), or until ARGV[4]
+-- more ms have passed: then it is answered as stale, for the caller.
+local expired, stale = 0, {}
 for _, ticket in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)) do
   local value = redis.call('HGET', KEYS[3], ticket) or ''
-  local user, state, admitted_at = string.match(value, '^([^|]*)|([^|]*)|[^|]*|([^|]*)')
-  if state ~= 'C' then
+  local user, state, until_ms, admitted_at = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)')
+  if state == 'C' then
+    if (tonumber(until_ms) or 0) + tonumber(ARGV[4]) <= now then
+      stale[#stale + 1] = ticket
+      stale[#stale + 1] = user
+    end
+  else
     redis.call('HSET', KEYS[3], ticket, (user or '') .. '|E|0|' .. (admitted_at or 0) .. '|' .. now)
     redis.call('ZREM', KEYS[5], ticket)
     expired = expired + 1
@@ -61,11 +73,11 @@ if units <= 0 then
   if redis.call('HGET', KEYS[1], 'sold_out') ~= '1' then
     redis.call('HSET', KEYS[1], 'sold_out', 1, 'sold_out_at', now)
   end
-  return {0, redis.call('ZCARD', KEYS[2]), active}
+  return {0, redis.call('ZCARD', KEYS[2]), active, stale}
 end
 redis.call('HSET', KEYS[1], 'sold_out', 0)
 if starts > 0 and now < starts then
-  return {0, redis.call('ZCARD', KEYS[2]), active}
+  return {0, redis.call('ZCARD', KEYS[2]), active, stale}
 end
 
 local per_minute, tolerance = tonumber(m[3]), tonumber(ARGV[3])
@@ -115,4 +127,4 @@ if admitted > 0 and expires > 0 then
     redis.call('PEXPIREAT', KEYS[i], expires)
   end
 end
-return {admitted, redis.call('ZCARD', KEYS[2]), active}
+return {admitted, redis.call('ZCARD', KEYS[2]), active, stale}

@@ -4,6 +4,8 @@
 
 #[path = "e2e/admin_access.rs"]
 mod admin_access;
+#[path = "e2e/admission_settles.rs"]
+mod admission_settles;
 #[path = "e2e/architecture.rs"]
 mod architecture;
 #[path = "e2e/batching.rs"]

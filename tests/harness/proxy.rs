@@ -104,7 +104,22 @@ async fn pass_on(
 impl Pausable {
     /// Starts one (running until the test ends), not paused.
     pub async fn start(target: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a proxy port");
+        Self::serve(TcpListener::bind("127.0.0.1:0").await.expect("a proxy port"), target)
+    }
+
+    /// Starts one on `port` (which a test before may be letting go of).
+    pub async fn start_on(port: u16, target: SocketAddr) -> Self {
+        let started = std::time::Instant::now();
+        loop {
+            match TcpListener::bind(("127.0.0.1", port)).await {
+                Ok(listener) => return Self::serve(listener, target),
+                Err(error) if started.elapsed() > Duration::from_secs(30) => panic!("the proxy's port {port}: {error}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    fn serve(listener: TcpListener, target: SocketAddr) -> Self {
         let addr = listener.local_addr().expect("bound");
         let (paused, watching) = tokio::sync::watch::channel(false);
         let (answers_held, watching_answers) = tokio::sync::watch::channel(false);

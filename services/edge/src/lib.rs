@@ -134,8 +134,15 @@ impl Binary for Application {
         let timeout = Duration::from_millis(state.settings.shutdown_timeout_ms);
         let connections = state.settings.connections.clone();
         let proxies = state.proxies.clone();
+        let orders = state.orders.clone();
         let router = http::router(state);
         serve::serve(listener, router, &connections, proxies, shutdown, timeout).await;
+        // Orders whose clients left (or whose connections the drain ended)
+        // finish before the producer is flushed.
+        orders.close();
+        if tokio::time::timeout(timeout, orders.wait()).await.is_err() {
+            tracing::warn!(?timeout, "orders still being placed at the end of the shutdown timeout");
+        }
         tokio::task::spawn_blocking(move || publisher.flush(timeout)).await.context("flushing the producer")?;
         background.shutdown().cancel();
         if !background.wait(timeout).await {

@@ -60,6 +60,10 @@ const EDGE: &[Metric] = &[
     Metric::counter("seckill_payment_notifications_refused_total", "Payment notifications refused (bad signature)"),
     Metric::counter_per("seckill_payments_refund_due_total", "Payments recorded as a refund due, by reason"),
     Metric::counter_per("seckill_queue_admitted_total", "Buyers admitted from the waiting room, by sale"),
+    Metric::counter_per(
+        "seckill_queue_stale_claims_total",
+        "Admissions claimed by an order that never settled them, settled by a pass as used or expired, by sale and outcome",
+    ),
     Metric::gauge("seckill_queue_waiting", "Buyers in the waiting room, by sale"),
     Metric::gauge("seckill_queue_active", "Admitted buyers whose token is not yet used, by sale"),
     Metric::gauge("seckill_queue_admitted_last_minute", "Buyers admitted in the last minute, by sale"),

@@ -3,6 +3,11 @@
 //! in every bucket), and publishes the room's figures on `/metrics`. Two
 //! edges passing at once admit no more than one would: Redis runs the
 //! passes one after the other, each reading what the other wrote.
+//!
+//! A pass also settles tickets whose order never did — claimed, and still
+//! claimed the publish deadline past their token's expiry (the edge that
+//! held the order died, or the settling call was lost): used when the
+//! buyer holds an order, else expired, so the place goes to the next.
 
 use seckill_shared::domain::SaleKey;
 use seckill_shared::stock::queue::RoomState;
@@ -10,16 +15,18 @@ use seckill_shared::stock::Stock;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Runs the passes until `shutdown`.
+/// Runs the passes until `shutdown`; a claim is stale `grace` (the
+/// publish deadline) past its token's expiry.
 pub async fn admit_every(
     stock: Stock,
     tick: Duration,
+    grace: Duration,
     shutdown: CancellationToken,
 ) -> Result<(), seckill_shared::stock::conn::RedisCallError> {
     let tolerance = tick.as_millis() as i64;
     seckill_shared::ops::shutdown::every("admission passes", tick, shutdown, || async {
         for sale in stock.rooms().await? {
-            if let Err(error) = pass(&stock, sale, tolerance).await {
+            if let Err(error) = pass(&stock, sale, tolerance, grace).await {
                 // One room that fails stops no other.
                 tracing::warn!(%sale, %error, "an admission pass failed");
             }
@@ -29,14 +36,21 @@ pub async fn admit_every(
     .await
 }
 
-async fn pass(stock: &Stock, sale: SaleKey, tolerance_ms: i64) -> anyhow::Result<()> {
+async fn pass(stock: &Stock, sale: SaleKey, tolerance_ms: i64, grace: Duration) -> anyhow::Result<()> {
     let Some(before) = stock.room(sale).await? else {
         stock.room_off(sale).await?;
         return Ok(());
     };
     if !before.closed {
-        let admitted = stock.admit_pass(sale, tolerance_ms).await?;
+        let admitted = stock.admit_pass(sale, tolerance_ms, grace).await?;
         metrics::counter!("seckill_queue_admitted_total", "sale" => sale.to_string()).increment(admitted.now as u64);
+        for (ticket, user) in &admitted.stale {
+            let used = stock.settle_stale_claim(sale, ticket, *user, before.round).await?;
+            let outcome = if used { "used" } else { "expired" };
+            tracing::warn!(%sale, %user, outcome, "an admission claimed by an order that never settled it, settled");
+            metrics::counter!("seckill_queue_stale_claims_total", "sale" => sale.to_string(), "outcome" => outcome)
+                .increment(1);
+        }
     }
     if let Some(room) = stock.room(sale).await? {
         gauges(sale, &room);

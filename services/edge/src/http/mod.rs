@@ -87,6 +87,9 @@ pub struct Shared {
     pub dashboard: Arc<crate::dashboard::Dashboard>,
     /// Deductions, batched per sale's bucket.
     pub batcher: Arc<crate::batch::Batcher>,
+    /// Orders being placed, each a task of its own: a client that hangs up
+    /// drops its request, not its order (waited for at shutdown).
+    pub orders: tokio_util::task::TaskTracker,
     /// The sales' buckets, and units borrowed between them.
     pub homes: crate::home::Homes,
     /// Signs and checks admission tokens and join challenges.
@@ -137,6 +140,7 @@ impl AppState {
                 background.clone(),
             ),
             homes: crate::home::Homes::new(stock.clone()),
+            orders: tokio_util::task::TaskTracker::new(),
             signer: crate::admission::Signer::new(settings.admission.signing_key.as_ref().map(|k| k.expose())),
             sessions: session::Sessions::new(settings.behind_tls),
             status_reads: status_reads.clone(),
@@ -156,7 +160,9 @@ impl AppState {
         }));
         background.spawn("readiness", health::watch_readiness(state.clone(), background.shutdown().clone()));
         let tick = Duration::from_millis(state.settings.admission.tick_ms);
-        let passes = crate::admission::ticker::admit_every(state.stock.clone(), tick, background.shutdown().clone());
+        let grace = state.publisher.deadline();
+        let passes =
+            crate::admission::ticker::admit_every(state.stock.clone(), tick, grace, background.shutdown().clone());
         background.spawn("admission passes", passes);
         let resumer = crate::warmup_resume::run(state.clone(), background.clone(), background.shutdown().clone());
         background.spawn("warm-up resumer", resumer);

@@ -64,13 +64,23 @@ pub(super) async fn place_order(
     headers: HeaderMap,
     JsonBody(request): JsonBody<OrderRequest>,
 ) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
-    let result = place_order_inner(&state, client, &headers, request).await;
-    let outcome = match &result {
-        Ok(_) => "QUEUED",
-        Err(error) => error.code().as_str(),
+    // A task of its own: a client that hangs up (or a drain that ends)
+    // drops this request, not the order. Its claim, deduction, publish,
+    // rollback and settling run to their end, and are answered to no one.
+    let orders = state.orders.clone();
+    let order = async move {
+        let result = place_order_inner(&state, client, &headers, request).await;
+        let outcome = match &result {
+            Ok(_) => "QUEUED",
+            Err(error) => error.code().as_str(),
+        };
+        metrics::counter!("seckill_edge_orders_total", "outcome" => outcome).increment(1);
+        result
     };
-    metrics::counter!("seckill_edge_orders_total", "outcome" => outcome).increment(1);
-    result
+    orders
+        .spawn(order.in_current_span())
+        .await
+        .unwrap_or_else(|error| Err(ApiError::Internal(anyhow::anyhow!("placing the order stopped: {error}"))))
 }
 
 async fn place_order_inner(

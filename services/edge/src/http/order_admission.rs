@@ -24,13 +24,23 @@ pub(super) async fn claim(
     let raw = raw.to_str().map_err(|_| refused("the admission token is not one this shop signed".into()))?;
     let token = Token::verify(&state.signer, raw, sale, user, seckill_shared::now_ms())
         .map_err(|why| refused(why.to_string()))?;
-    let claimed = state
-        .stock
-        .claim_ticket(sale, &token.ticket, user, token.round)
-        .await
-        .map_err(|e| ApiError::TryAgain(e.into()))?;
+    let claimed = match state.stock.claim_ticket(sale, &token.ticket, user, token.round).await {
+        Ok(claimed) => claimed,
+        Err(error) => {
+            // The claim may have landed with its answer lost: given back,
+            // so the buyer may order with the token again.
+            settle_step(state, &token, false).await;
+            return Err(ApiError::TryAgain(error.into()));
+        }
+    };
     match claimed {
         Claim::Claimed => Ok(Some(token)),
+        Claim::Unconfirmed => {
+            // Kept nothing: the claim is given back (an admission pass
+            // settles it if that is lost too).
+            settle_step(state, &token, false).await;
+            Err(ApiError::TryAgain(anyhow::anyhow!("the replicas did not confirm the admission's claim in time")))
+        }
         Claim::Used => Err(refused("the admission token has placed an order already".into())),
         Claim::Expired => Err(refused("the admission token expired".into())),
         Claim::Foreign => Err(refused("the admission token is not of this sale's round".into())),
@@ -42,15 +52,19 @@ pub(super) async fn claim(
 /// when the order kept nothing (the buyer may try again with it).
 pub(super) async fn settle<T>(state: &AppState, token: &Token, result: &Result<T, ApiError>) {
     let kept = matches!(result, Ok(_) | Err(ApiError::Unconfirmed(_) | ApiError::Internal(_)));
+    settle_step(state, token, kept).await;
+}
+
+/// Spends (`kept`) or releases the claimed `token`, confirmed by the
+/// replicas.
+async fn settle_step(state: &AppState, token: &Token, kept: bool) {
     let (sale, ticket, user, round) = (token.sale, token.ticket.as_str(), token.user, token.round);
-    let settled = if kept {
-        state.stock.spend_ticket(sale, ticket, user, round).await
-    } else {
-        state.stock.release_ticket(sale, ticket, user, round).await
-    };
-    if let Err(error) = settled {
-        // A claimed ticket stays claimed: it places no second order, and
-        // leaves the room's active count when the round ends.
-        tracing::warn!(%sale, %error, kept, "an admission not settled");
+    match state.stock.settle_ticket(sale, ticket, user, round, kept).await {
+        Ok(true) => {}
+        // A ticket left claimed places no second order; an admission pass
+        // settles it by what the sale says once its token's expiry and the
+        // publish deadline have passed.
+        Ok(false) => tracing::warn!(%sale, kept, "an admission's settling not confirmed by the replicas"),
+        Err(error) => tracing::warn!(%sale, %error, kept, "an admission not settled"),
     }
 }

@@ -1,10 +1,11 @@
 //! One admission pass of a waiting room (`lua/queue_admit.lua`).
 
 use super::super::{with_keys, Stock};
-use crate::domain::SaleKey;
+use crate::domain::{SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 static QUEUE_ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../../lua/queue_admit.lua")));
 
@@ -12,27 +13,46 @@ static QUEUE_ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 pub const MOST_PER_PASS: i64 = 500;
 
 /// What one pass did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admitted {
     /// Tickets admitted by this pass.
     pub now: i64,
     /// Tickets in line and admitted-unused after it.
     pub waiting: i64,
     pub active: i64,
+    /// Tickets still claimed past their token's expiry plus the grace the
+    /// pass was given: their order was never settled (its edge died, or
+    /// the settling call was lost). Each is the caller's to settle
+    /// ([`Stock::settle_stale_claim`]).
+    pub stale: Vec<(String, UserId)>,
 }
 
 impl Stock {
     /// One admission pass of `sale`'s room: by the units still on sale
     /// (every bucket's, read now), with a rate tolerance of `tolerance_ms`
     /// (the time between passes, so a pass admits what the rate let
-    /// through since the last).
-    pub async fn admit_pass(&self, sale: SaleKey, tolerance_ms: i64) -> Result<Admitted, RedisCallError> {
+    /// through since the last). A ticket claimed for an order is stale
+    /// once `grace` (the publish deadline) has passed since its token's
+    /// expiry.
+    pub async fn admit_pass(
+        &self,
+        sale: SaleKey,
+        tolerance_ms: i64,
+        grace: Duration,
+    ) -> Result<Admitted, RedisCallError> {
         let snapshot = self.snapshot(sale).await?;
         let units = if snapshot.exists { snapshot.remaining } else { 0 };
         let k = self.keys.queue(sale);
         let mut invocation = with_keys(&QUEUE_ADMIT, &k.all());
-        invocation.arg(units).arg(MOST_PER_PASS).arg(tolerance_ms);
-        let (now, waiting, active): (i64, i64, i64) = self.conn.invoke(&invocation).await?;
-        Ok(Admitted { now, waiting, active })
+        invocation.arg(units).arg(MOST_PER_PASS).arg(tolerance_ms).arg(grace.as_millis() as u64);
+        let (now, waiting, active, stale): (i64, i64, i64, Vec<String>) = self.conn.invoke(&invocation).await?;
+        let stale = stale
+            .chunks(2)
+            .filter_map(|pair| match pair {
+                [ticket, user] => Some((ticket.clone(), user.parse().ok()?)),
+                _ => None,
+            })
+            .collect();
+        Ok(Admitted { now, waiting, active, stale })
     }
 }

@@ -1,4 +1,7 @@
 //! An admission token used for one order, once (`lua/queue_claim.lua`).
+//! Every step is confirmed by the replicas as a deduction is (`WAIT` behind
+//! it): a claim, spend or release a failover lost would bring a ticket
+//! back to a state its order has left.
 
 use super::super::{with_keys, Stock};
 use crate::domain::{SaleKey, UserId};
@@ -13,6 +16,9 @@ static QUEUE_CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 pub enum Claim {
     /// Claimed for this order: no other order may use it.
     Claimed,
+    /// Claimed, but the replicas did not confirm it in time: the caller
+    /// releases it and keeps nothing.
+    Unconfirmed,
     /// Used by an order already, or claimed by one in flight.
     Used,
     /// Its token expired.
@@ -31,36 +37,54 @@ impl Stock {
         round: i64,
     ) -> Result<Claim, RedisCallError> {
         Ok(match self.ticket_step(sale, "claim", ticket, user, round).await? {
-            1 => Claim::Claimed,
-            0 => Claim::Used,
-            -1 => Claim::Expired,
+            (1, true) => Claim::Claimed,
+            (1, false) => Claim::Unconfirmed,
+            (0, _) => Claim::Used,
+            (-1, _) => Claim::Expired,
             _ => Claim::Foreign,
         })
     }
 
-    /// The claimed ticket's order was accepted: the ticket is used.
-    pub async fn spend_ticket(
+    /// Settles a ticket claimed by an order that never settled it
+    /// ([`super::Admitted::stale`]) by what the sale says: used if its user
+    /// holds an order in the round (the one it placed), else released —
+    /// past its token's expiry, that is expired, and its place goes on.
+    /// Answers whether it was taken as used.
+    pub async fn settle_stale_claim(
         &self,
         sale: SaleKey,
         ticket: &str,
         user: UserId,
         round: i64,
-    ) -> Result<(), RedisCallError> {
-        self.ticket_step(sale, "spend", ticket, user, round).await.map(drop)
+    ) -> Result<bool, RedisCallError> {
+        let used = self.user_order(sale, user).await?.is_some();
+        self.settle_ticket(sale, ticket, user, round, used).await?;
+        Ok(used)
     }
 
-    /// The claimed ticket's order kept nothing: it may be used again until
-    /// its token expires.
-    pub async fn release_ticket(
+    /// The claimed ticket's order is decided: spent when it was accepted
+    /// (`used`), else released — it may be used again until its token
+    /// expires. Asked again while the replicas do not confirm it (the
+    /// script does nothing the second time, and the `WAIT` behind it
+    /// covers the first write too); answers whether they did.
+    pub async fn settle_ticket(
         &self,
         sale: SaleKey,
         ticket: &str,
         user: UserId,
         round: i64,
-    ) -> Result<(), RedisCallError> {
-        self.ticket_step(sale, "release", ticket, user, round).await.map(drop)
+        used: bool,
+    ) -> Result<bool, RedisCallError> {
+        let step = if used { "spend" } else { "release" };
+        for _ in 0..SETTLE_TRIES {
+            if self.ticket_step(sale, step, ticket, user, round).await?.1 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
+    /// One step, and whether the replicas asked for confirmed it.
     async fn ticket_step(
         &self,
         sale: SaleKey,
@@ -68,10 +92,24 @@ impl Stock {
         ticket: &str,
         user: UserId,
         round: i64,
-    ) -> Result<i64, RedisCallError> {
+    ) -> Result<(i64, bool), RedisCallError> {
         let k = self.keys.queue(sale);
-        let mut invocation = with_keys(&QUEUE_CLAIM, &k.claim());
-        invocation.arg(step).arg(ticket).arg(user.get()).arg(round);
-        self.conn.invoke(&invocation).await
+        let keys = k.claim();
+        let (user, round) = (user.get().to_string(), round.to_string());
+        let args = [step, ticket, &user, &round];
+        let (replicas, timeout) = self.replica_acks;
+        if replicas == 0 {
+            let mut invocation = with_keys(&QUEUE_CLAIM, &keys);
+            invocation.arg(&args[..]);
+            return Ok((self.conn.invoke(&invocation).await?, true));
+        }
+        let keys = keys.map(String::as_str);
+        let (answer, acks): (i64, u32) =
+            self.conn.script_then_wait(&QUEUE_CLAIM, &keys, &args, replicas, timeout).await?;
+        Ok((answer, acks >= replicas))
     }
 }
+
+/// How many times a spend or release is asked for before it is left to the
+/// admission passes unconfirmed.
+const SETTLE_TRIES: usize = 3;
