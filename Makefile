@@ -7,7 +7,7 @@ CARGO ?= cargo
 PROFILE ?= dev
 TEST_THREADS ?= 4
 
-.PHONY: lint sqlx-check sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short bench-redis-cluster postgres-ha-up chaos-pg chaos-pg-short
+.PHONY: lint sqlx-check sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short bench-redis-cluster postgres-ha-up chaos-pg chaos-pg-short fuzz-long
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
@@ -20,6 +20,7 @@ help:
 	@echo "make chaos-cluster | demo-cluster | bench-cluster   the same on the replicated topology (up.sh --cluster)"
 	@echo "make test-redis-cluster | chaos-redis-cluster | bench-redis-cluster   on a Redis Cluster (up.sh --redis-cluster)"
 	@echo "make chaos-pg   PostgreSQL's primary and standby killed, frozen and cut off under load (up.sh --postgres-ha: pg_auto_failover)"
+	@echo "make fuzz-long Schemathesis against api/openapi.json, 500 cases an operation (make test runs 30)"
 	@echo "make deploy-render | deploy-check   the Kubernetes manifests, rendered / validated offline"
 	@echo "make image   the container image (podman; see infra/image/build.sh)"
 	@echo "make infra-up | infra-down | infra-status"
@@ -75,6 +76,16 @@ test: build-deps
 	infra/local/down.sh --postgres-ha
 	$(MAKE) deploy-check
 	$(MAKE) chaos-cluster-short
+
+# Schemathesis against api/openapi.json runs in make test, bounded (30
+# cases an operation in each phase: tests/e2e/fuzz.rs). Longer:
+# make fuzz-long (500 cases an operation, up to 15 minutes; another seed
+# with FUZZ_ARGS="--seed 7", any schemathesis run option the same way).
+FUZZ_ARGS ?=
+fuzz-long: infra-up test-tools
+	$(CARGO) build --workspace --bins --tests
+	SCHEMATHESIS_ARGS="--max-examples 500 --max-time 900 $(FUZZ_ARGS)" \
+	  $(CARGO) test --test e2e fuzz::schemathesis -- --nocapture
 
 # The lint, before anything is installed or started (.ci/run runs it
 # first): the quick checks before the compiling ones, so a complaint comes

@@ -5,6 +5,7 @@
 
 mod event;
 mod ids;
+pub mod integer;
 mod record;
 mod status;
 

@@ -13,19 +13,23 @@ use utoipa::ToSchema;
 pub struct Admission {
     /// Most buyers admitted and not yet ordered or expired at once.
     #[schema(minimum = 1, maximum = 1_000_000)]
+    #[serde(deserialize_with = "crate::domain::integer::integer")]
     pub active_buyers: i64,
     /// Most admissions in any minute, spread evenly (absent: unlimited).
     #[serde(default)]
     #[schema(minimum = 1, maximum = 10_000_000, nullable = false)]
+    #[serde(deserialize_with = "crate::domain::integer::optional_integer")]
     pub admit_per_minute: Option<i64>,
     /// How long before `startsAt` joining opens; everyone who joined by the
     /// start is placed in one random order.
     #[serde(default = "default_prequeue")]
     #[schema(minimum = 0, maximum = 86_400, default = 300)]
+    #[serde(deserialize_with = "crate::domain::integer::integer")]
     pub prequeue_seconds: i64,
     /// How long an admission token may be used.
     #[serde(default = "default_ttl")]
     #[schema(minimum = 10, maximum = 3_600, default = 120)]
+    #[serde(deserialize_with = "crate::domain::integer::integer")]
     pub token_ttl_seconds: i64,
     /// Most admitted-and-unused buyers per unit still on sale.
     #[serde(default = "default_overbook")]
@@ -43,8 +47,10 @@ pub struct Admission {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Challenge {
     /// `pow`, the only kind.
+    #[schema(pattern = "^pow$")]
     pub kind: String,
     #[schema(minimum = 1, maximum = 28)]
+    #[serde(deserialize_with = "crate::domain::integer::integer")]
     pub bits: u32,
 }
 

@@ -209,6 +209,7 @@ fn rfc3339_millis<S: Serializer>(at: &Option<DateTime<Utc>>, serializer: S) -> R
 #[schema(as = OrderOwner)]
 pub struct OrderOwnerBody {
     #[schema(minimum = 1, format = Int64)]
+    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
     pub user_id: i64,
 }
 
@@ -262,6 +263,7 @@ pub struct PaymentRecordedBody {
 #[schema(as = Warmup)]
 pub struct WarmupBody {
     #[schema(minimum = 0, maximum = 1_000_000_000, format = Int64)]
+    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
     pub stock: i64,
     /// Open when absent; before `endsAt` when both are given.
     #[serde(default)]
@@ -279,6 +281,7 @@ pub struct WarmupBody {
     /// its unit sold again.
     #[serde(default = "default_payment_window")]
     #[schema(minimum = 1, maximum = 604_800, default = 900)]
+    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
     pub payment_window_seconds: i64,
     /// Stock buckets for a hot sale: its units spread over this many keys,
     /// each in a hash slot of its own (on a Redis Cluster, on different
@@ -286,13 +289,14 @@ pub struct WarmupBody {
     /// ran out.
     #[serde(default = "one_bucket")]
     #[schema(minimum = 1, maximum = 64, default = 1)]
+    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
     pub buckets: u32,
     /// The warm-up's id (1 to 64 letters, digits, `-`, `_`; or the
     /// `Idempotency-Key` header): the same id asked again finishes or
     /// answers the same warm-up, never a second round. A new one when
     /// absent; the answer's `Seckill-Warmup-Id` header names it.
     #[serde(default)]
-    #[schema(nullable = false)]
+    #[schema(nullable = false, pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub warmup_id: Option<String>,
     /// A waiting room in front of the round: buyers join it and order with
     /// the admission token it hands out, admitted by the units left

@@ -37,6 +37,34 @@ impl Modify for Security {
     }
 }
 
+/// States what an order id is exactly, where a path takes one: three
+/// positive 64-bit integers (a pattern can say "at most 2^63 − 1" only
+/// digit by digit) and a nonce of letters and digits, 96 characters in all.
+struct OrderIdPaths;
+
+/// A positive 64-bit integer in decimal, without leading zeros: up to 18
+/// digits, or 19 no greater than 9223372036854775807.
+const POSITIVE_I64: &str = "(?:[1-9][0-9]{0,17}|[1-8][0-9]{18}|9[0-1][0-9]{17}|92[0-1][0-9]{16}|922[0-2][0-9]{15}|9223[0-2][0-9]{14}|92233[0-6][0-9]{13}|922337[0-1][0-9]{12}|92233720[0-2][0-9]{10}|922337203[0-5][0-9]{9}|9223372036[0-7][0-9]{8}|92233720368[0-4][0-9]{7}|922337203685[0-3][0-9]{6}|9223372036854[0-6][0-9]{5}|92233720368547[0-6][0-9]{4}|922337203685477[0-4][0-9]{3}|9223372036854775[0-7][0-9]{2}|922337203685477580[0-6]|9223372036854775807)";
+
+impl Modify for OrderIdPaths {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        let n = POSITIVE_I64;
+        let pattern = format!("^{n}-{n}-{n}-[0-9A-Za-z]+$");
+        let operations = openapi.paths.paths.values_mut().flat_map(|item| [item.get.as_mut(), item.post.as_mut()]);
+        let parameters = operations.flatten().flat_map(|operation| operation.parameters.iter_mut().flatten());
+        let inline = parameters.filter_map(|p| match p {
+            utoipa::openapi::RefOr::T(parameter) => Some(parameter),
+            utoipa::openapi::RefOr::Ref(_) => None,
+        });
+        for parameter in inline.filter(|p| p.name == "orderId") {
+            let schema =
+                ObjectBuilder::new().schema_type(Type::String).pattern(Some(pattern.clone())).max_length(Some(96));
+            parameter.schema = Some(schema.into());
+        }
+    }
+}
+
 /// The document.
 #[derive(OpenApi)]
 #[openapi(
@@ -68,7 +96,7 @@ impl Modify for Security {
         super::queue_bodies::JoinBody, super::queue_bodies::TicketBody, super::queue_bodies::ChallengeBody,
         seckill_shared::sales::Admission, seckill_shared::sales::Challenge
     )),
-    modifiers(&Security),
+    modifiers(&Security, &OrderIdPaths),
     tags((name = "buyer", description = "Orders and their status"), (name = "payments", description = "The payment provider's signed notifications: the only way an order becomes PAID"), (name = "admin", description = "Warm-up and reconciliation"), (name = "operations", description = "Health, readiness, metrics, this document"))
 )]
 pub struct ApiDoc;

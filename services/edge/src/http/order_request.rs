@@ -1,10 +1,11 @@
 //! The order request: a strict parse of exactly the three ids, each a
-//! positive integer within i64; every refusal names the field.
+//! positive integer within i64 (`1.0` counts, as in JSON Schema); every
+//! refusal names the field.
 
 use super::bodies::OrderRequestBody;
 use super::extract::FromJsonBody;
 use super::ApiError;
-use seckill_shared::domain::{ActivityId, SkuId, UserId};
+use seckill_shared::domain::{integer, ActivityId, SkuId, UserId};
 use serde_json::{Map, Value};
 
 /// A validated order request.
@@ -62,7 +63,8 @@ fn parse_order_request(bytes: &[u8]) -> Result<OrderRequest, ApiError> {
 fn positive_field(object: &Map<String, Value>, name: &str) -> Result<i64, ApiError> {
     match object.get(name) {
         None | Some(Value::Null) => Err(ApiError::InvalidRequest(format!("missing field '{name}'"))),
-        Some(Value::Number(n)) => match n.as_i64() {
+        // 1.0 is the integer 1, as JSON Schema (and so the document) has it.
+        Some(Value::Number(n)) => match n.as_i64().or_else(|| n.as_f64().and_then(integer::integral)) {
             Some(v) if v > 0 => Ok(v),
             _ => Err(ApiError::InvalidRequest(format!("{name} must be a positive integer within i64, got {n}"))),
         },
@@ -112,5 +114,9 @@ mod tests {
     fn good_bodies_parse() {
         let request = parse_order_request(br#"{"activityId":1001,"skuId":2001,"userId":42}"#).unwrap();
         assert_eq!(request.user.get(), 42);
+        // An integer to JSON Schema, and so to the document.
+        let whole = parse_order_request(br#"{"userId": 2931.0, "skuId": 1807017274171963.0, "activityId": 4e3}"#);
+        let ids = whole.map(|r| (r.activity.get(), r.sku.get(), r.user.get())).map_err(|e| e.to_string());
+        assert_eq!(ids, Ok((4000, 1807017274171963, 2931)));
     }
 }

@@ -114,6 +114,10 @@ pub(super) async fn join(
 ) -> Result<Json<TicketBody>, ApiError> {
     let user = UserId::new(body.user_id).map_err(ApiError::invalid)?;
     let sale = SaleKey::from_raw(body.activity_id, body.sku_id).map_err(ApiError::invalid)?;
+    // As the document says, whether or not the room asks a proof of work.
+    if body.solution.as_ref().is_some_and(|s| s.chars().count() > 64) {
+        return Err(ApiError::invalid("solution must be at most 64 characters"));
+    }
     auth::require_user(&state, &headers, user)?;
     state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;

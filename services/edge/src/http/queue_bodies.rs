@@ -12,10 +12,13 @@ use utoipa::ToSchema;
 #[schema(as = QueueJoin)]
 pub struct JoinBody {
     #[schema(minimum = 1, format = Int64)]
+    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
     pub activity_id: i64,
     #[schema(minimum = 1, format = Int64)]
+    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
     pub sku_id: i64,
     #[schema(minimum = 1, format = Int64)]
+    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
     pub user_id: i64,
     /// The challenge of `GET /api/seckill/queue/challenge`, where the room
     /// asks a proof of work.
@@ -25,7 +28,7 @@ pub struct JoinBody {
     /// Its solution: SHA-256 of `challenge:solution` starts with the
     /// challenge's bits of zeros (at most 64 characters).
     #[serde(default)]
-    #[schema(nullable = false)]
+    #[schema(nullable = false, max_length = 64)]
     pub solution: Option<String>,
 }
 
