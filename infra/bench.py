@@ -155,11 +155,14 @@ def warm(activity, sku, stock):
     ctl("warmup", "--activity", activity, "--sku", sku, "--stock", stock, "--force")
 
 
-def load(url, activity, sku, users, requests, conns=CONNS, offset=0, get=None, timeline_ms=None, stride=1):
+def load(url, activity, sku, users, requests, conns=CONNS, offset=0, get=None, timeline_ms=None, stride=1,
+         traceparent=None):
     args = ["bench", "--url", f"http://{url}", "--activity", activity, "--sku", sku, "--users", users,
             "--requests", requests, "--concurrency", conns, "--user-offset", offset, "--user-stride", stride, "--json"]
     if get:
         args += ["--get", get]
+    if traceparent:
+        args += ["--traceparent", traceparent]
     if timeline_ms:
         args += ["--timeline-ms", timeline_ms]
     result = json.loads(ctl(*args))["bench"]
@@ -184,14 +187,14 @@ def server_pids(with_postgres=False):
     return found
 
 
-def profiled_load(proc, url, activity, requests):
+def profiled_load(proc, url, activity, requests, traceparent=None):
     """`load`, plus the CPU each part spent per request (microseconds): the
     process serving it, Redis, the Kafka broker (java) and the generator."""
     servers = server_pids()
     def sample():
         return {"service": cpu_seconds(proc.pid), **{k: sum(cpu_seconds(p) for p in v) for k, v in servers.items()}}
     before = sample()
-    result = load(url, activity, 1, requests, requests)
+    result = load(url, activity, 1, requests, requests, traceparent=traceparent)
     after = sample()
     per = {k: round((after[k] - before[k]) / requests * 1e6, 1) for k in before}
     per["generator"] = round(result.get("generatorCpuPercent", 0) / 100 * result["seconds"] / requests * 1e6, 1)
@@ -689,27 +692,55 @@ def tracing_cost():
     """What exporting spans costs: the accepted path (edge) and the drain of
     what it accepted (order service with its relay), each with spans off,
     exported every one (a local OTLP receiver, infra/local/otlp_receiver.py,
-    decoding them), and exported one trace in a hundred; CPU per order of
-    the edge and of the order service."""
+    decoding them), and exported one trace in a hundred — also when every
+    request comes with a `traceparent` whose sampled flag is set, from a
+    client the edge does not trust (a buyer trying to force tracing: the
+    edge starts its own trace, sampled at the ratio). CPU per order of the
+    edge and of the order service, and the edge's spans the receiver took
+    per order."""
+    spans = LOGS / "bench-spans.jsonl"
     receiver = start([str(ROOT / ".data" / "venv" / "bin" / "python"), str(ROOT / "infra" / "local" / "otlp_receiver.py"),
-                      TRACING_RECEIVER.split(":")[1], str(LOGS / "bench-spans.jsonl")], "otlp-receiver")
+                      TRACING_RECEIVER.split(":")[1], str(spans)], "otlp-receiver")
     wait_port(TRACING_RECEIVER)
     endpoint = {"SECKILL_OTLP_ENDPOINT": f"http://{TRACING_RECEIVER}"}
-    runs = (("off", {}), ("every trace", endpoint), ("1 in 100", dict(endpoint, SECKILL__TELEMETRY__OTLP_SAMPLE_RATIO="0.01")))
+    one_in_100 = dict(endpoint, SECKILL__TELEMETRY__OTLP_SAMPLE_RATIO="0.01")
+    flagged = f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+    runs = (("off", {}, None), ("every trace", endpoint, None), ("1 in 100", one_in_100, None),
+            ("1 in 100, every request flagged sampled", one_in_100, flagged))
     result = {}
-    for n, (label, extra) in enumerate(runs):
+    def edge_spans_so_far():
+        """The edge's spans the receiver wrote, once it has written all it
+        was sent (it decodes behind the exporters: every-trace runs leave it
+        a backlog). The edge's only: the relay of a run may still send events
+        of the run before (each with its own trace's flag)."""
+        lines, steady_since, deadline = -1, time.time(), time.time() + 300
+        while time.time() < deadline:
+            now = sum(1 for _ in spans.open()) if spans.exists() else 0
+            if now != lines:
+                lines, steady_since = now, time.time()
+            elif time.time() - steady_since >= 3:
+                break
+            time.sleep(0.5)
+        if not spans.exists():
+            return 0
+        return sum(1 for line in spans.open() if json.loads(line).get("service") == "seckill-edge")
+    for n, (label, extra, traceparent) in enumerate(runs):
         e = edge(extra)
         warm(sale(30 + n), 1, 50_000_000)
         load(EDGE, sale(30 + n), 1, 20_000, 20_000, offset=1_000_000)
-        accepted = profiled_load(e, EDGE, sale(30 + n), 100_000)
+        before = edge_spans_so_far()
+        accepted = profiled_load(e, EDGE, sale(30 + n), 100_000, traceparent=traceparent)
         stop(e)
+        edge_spans = edge_spans_so_far() - before
         drained = drained_cpu(extra)
         result[label] = {"requestsPerSecond": accepted["requestsPerSecond"], "p99Ms": accepted["latencyMs"]["p99"],
-                         "edgeMicrosPerOrder": accepted["cpuMicrosPerRequest"]["service"], "orderServiceMicrosPerOrder": drained}
+                         "edgeMicrosPerOrder": accepted["cpuMicrosPerRequest"]["service"], "orderServiceMicrosPerOrder": drained,
+                         "edgeSpansPerOrder": round(edge_spans / 100_000, 3)}
         log(f"tracing {label}: edge {result[label]['edgeMicrosPerOrder']} us/order, "
-            f"order service {drained} us/order, {accepted['requestsPerSecond']:.0f} req/s")
+            f"order service {drained} us/order, {result[label]['edgeSpansPerOrder']} edge spans/order, "
+            f"{accepted['requestsPerSecond']:.0f} req/s")
     stop(receiver)
-    (LOGS / "bench-spans.jsonl").unlink(missing_ok=True)
+    spans.unlink(missing_ok=True)
     RESULTS["tracing"] = result
 
 
@@ -801,7 +832,7 @@ def write_report(total_seconds):
          f"consistent: {e2e['consistent']}"),
         *[(f"spans exported: {label} (accepted path, then its drain)",
            f"edge {t['edgeMicrosPerOrder']} us/order, order service {t['orderServiceMicrosPerOrder']} us/order",
-           f"{t['requestsPerSecond']:,.0f} req/s, p99 {t['p99Ms']:.2f} ms",
+           f"{t['requestsPerSecond']:,.0f} req/s, p99 {t['p99Ms']:.2f} ms, {t.get('edgeSpansPerOrder', 0)} edge spans exported per order",
            "the measure without spans" if label == "off" else
            f"+{t['edgeMicrosPerOrder'] - r['tracing']['off']['edgeMicrosPerOrder']:.1f} us at the edge, "
            f"+{t['orderServiceMicrosPerOrder'] - r['tracing']['off']['orderServiceMicrosPerOrder']:.1f} us at the order service; "
@@ -862,10 +893,12 @@ def write_report(total_seconds):
         "- Events are counted by a consumer of the events topic (`seckillctl events tail`, its own group, reading from the",
         "  start of the run), not by the relay: *the last event* is when that consumer read it.",
         "- *Spans exported* runs the accepted path (100,000 orders) and the order service's drain of them (with its relay)",
-        "  three times: without `SECKILL_OTLP_ENDPOINT`, exporting every trace to a local OTLP receiver",
-        "  (`infra/local/otlp_receiver.py`, which decodes every span), and exporting one trace in a hundred",
-        "  (`otlp_sample_ratio` 0.01). The edge's and the order service's own CPU per order are compared; the receiver's",
-        "  CPU is not counted (a collector runs elsewhere), but it shares the machine.",
+        "  four times: without `SECKILL_OTLP_ENDPOINT`, exporting every trace to a local OTLP receiver",
+        "  (`infra/local/otlp_receiver.py`, which decodes every span), exporting one trace in a hundred",
+        "  (`otlp_sample_ratio` 0.01), and the same while every request carries a `traceparent` with the sampled flag set",
+        "  (`seckillctl bench --traceparent`: a buyer trying to force tracing, from an address not in `auth.trusted_proxies`).",
+        "  The edge's and the order service's own CPU per order are compared, and the edge's spans the receiver took per order; the",
+        "  receiver's CPU is not counted (a collector runs elsewhere), but it shares the machine.",
         "- *The cost of one order* adds up the CPU of every process an order passes through (edge, Redis, broker, order",
         "  service with its relay, every PostgreSQL process) from the end-to-end sale's first request to its 100,000th CREATED",
         "  event read from the topic, divided by 100,000; the 20,000 sold-out answers are in it, the load generator and the",

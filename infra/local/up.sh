@@ -107,12 +107,19 @@ java_bin() {
 
 start_kafka() {
   local dir="$DATA/kafka" pidfile="$DATA/kafka/kafka.pid" logfile="$LOGS/kafka.log"
-  if pid_alive "$pidfile" && kafka_ready; then log "kafka already up"; return; fi
+  local wanted; wanted="$(sed "s:@LOG_DIR@:$dir/log:" "$ROOT/infra/kafka/server.properties")"
+  if pid_alive "$pidfile" && kafka_ready; then
+    # Running with the configuration of this checkout: nothing to do. One
+    # started from an older one (a listener added since) is restarted.
+    if [[ "$wanted" == "$(cat "$dir/server.properties" 2>/dev/null)" ]]; then log "kafka already up"; return; fi
+    log "kafka runs an older configuration; restarting it"
+    stop_pidfile kafka "$pidfile" 60
+  fi
   refuse_foreign kafka "$KAFKA_PORT"
   fetch_kafka
   local java; java="$(java_bin)"
   mkdir -p "$dir/log"
-  sed "s:@LOG_DIR@:$dir/log:" "$ROOT/infra/kafka/server.properties" >"$dir/server.properties"
+  printf '%s\n' "$wanted" >"$dir/server.properties"
   local cp="$KAFKA_LIBS/*"
   local jvm=(-Xms512m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
              -Dlog4j2.configurationFile="$ROOT/infra/kafka/log4j2.properties")

@@ -69,6 +69,10 @@ pub struct Args {
     /// Instead of orders, GET this path (e.g. /healthz: the HTTP ceiling).
     #[arg(long)]
     get: Option<String>,
+    /// Send this `traceparent` with every request: a client asking for all
+    /// its requests to be traced (e.g. `00-<32 hex>-<16 hex>-01`).
+    #[arg(long)]
+    traceparent: Option<String>,
     /// After the load, wait for drain and reconcile the sale.
     #[arg(long)]
     reconcile: bool,

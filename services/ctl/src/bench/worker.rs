@@ -135,13 +135,15 @@ impl WorkerResult {
 
 /// The request for `user` (the order, or `--get`'s path).
 fn request(args: &Args, user: i64) -> Request<Full<Bytes>> {
+    let mut builder = Request::builder();
+    if let Some(traceparent) = &args.traceparent {
+        builder = builder.header("traceparent", traceparent.as_str());
+    }
     match &args.get {
-        Some(path) => {
-            Request::builder().method(Method::GET).uri(format!("{}{}", args.url, path)).body(Full::new(Bytes::new()))
-        }
+        Some(path) => builder.method(Method::GET).uri(format!("{}{}", args.url, path)).body(Full::new(Bytes::new())),
         None => {
             let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{}}}"#, args.activity, args.sku, user);
-            Request::builder()
+            builder
                 .method(Method::POST)
                 .uri(format!("{}/api/seckill/order", args.url))
                 .header("content-type", "application/json")
