@@ -1,5 +1,6 @@
-//! The map's invariant that files and functions stay short, checked on
-//! every Rust source of the project, tests included.
+//! The map's invariants that files and functions stay short, checked on
+//! every Rust source of the project, tests included, and that a file's name
+//! is its crate's only one.
 
 use crate::code_map::{code_only, read};
 use crate::code_rules::{invariant, rust_sources};
@@ -85,4 +86,39 @@ fn a_long_file_or_function_is_noticed() {
     assert_eq!(function_lengths(&long_fn), [("g".to_owned(), 82)]);
     let long_file = ("tests/x.rs".to_owned(), "// a line\n".repeat(401));
     assert_eq!(too_long(&[long_file]), ["tests/x.rs: 401 lines"]);
+}
+
+/// The file names two files of one crate share (`mod.rs`, `lib.rs` and
+/// `main.rs` aside), each with its paths; a crate is `shared/` or a folder
+/// of `services/`.
+fn shared_names(paths: &[&str]) -> Vec<String> {
+    let mut by_crate: std::collections::BTreeMap<(&str, &str), Vec<&str>> = Default::default();
+    for path in paths {
+        let mut parts = path.split('/');
+        let krate = match parts.next() {
+            Some("services") => parts.next().unwrap_or(""),
+            _ => "shared",
+        };
+        let name = path.rsplit('/').next().unwrap_or(path);
+        if !matches!(name, "mod.rs" | "lib.rs" | "main.rs") {
+            by_crate.entry((krate, name)).or_default().push(path);
+        }
+    }
+    by_crate
+        .into_iter()
+        .filter(|(_, paths)| paths.len() > 1)
+        .map(|((_, name), paths)| format!("{name}: {paths:?}"))
+        .collect()
+}
+
+#[test]
+fn no_two_files_of_a_crate_share_a_name() {
+    invariant("A file's name says where it lives");
+    let sources = rust_sources();
+    let paths: Vec<&str> = sources.iter().map(|(path, _)| path.as_str()).collect();
+    assert!(paths.len() > 100, "{} sources: the walk missed some", paths.len());
+    let found = shared_names(&paths);
+    assert!(found.is_empty(), "names shared within a crate: {found:#?}");
+    let twice = shared_names(&["shared/src/a/record.rs", "shared/src/b/record.rs", "services/x/src/record.rs"]);
+    assert_eq!(twice, [r#"record.rs: ["shared/src/a/record.rs", "shared/src/b/record.rs"]"#]);
 }

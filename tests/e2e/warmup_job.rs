@@ -61,7 +61,7 @@ async fn a_client_that_hangs_up_does_not_cut_a_warm_up_in_half() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     drop(stream);
     eventually("the warm-up to end", Duration::from_secs(90), || async {
-        let done = seckill_shared::sales::record::unfinished(&env.db, sale).await.unwrap().is_none();
+        let done = seckill_shared::sales::warmup_rows::unfinished(&env.db, sale).await.unwrap().is_none();
         let seen = (db_round(&env, sale).await, buckets(&env, sale).await, done);
         if seen == (2, vec![(2, 20, false); 3], true) {
             Ok(())
@@ -95,8 +95,8 @@ async fn a_half_done_warm_up_is_named_and_finished_by_repeating_it() {
     child_env.push(("SECKILL__REDIS__TIMEOUT_MS".into(), "30000".into()));
     let ctl = Child::start_with_args("seckillctl", &args, &child_env);
     eventually("the round committed", Duration::from_secs(60), || async {
-        let step = seckill_shared::sales::record::find(&env.db, "job-7").await.unwrap().map(|w| w.step);
-        if step == Some(seckill_shared::sales::record::Step::Committed) {
+        let step = seckill_shared::sales::warmup_rows::find(&env.db, "job-7").await.unwrap().map(|w| w.step);
+        if step == Some(seckill_shared::sales::warmup_rows::Step::Committed) {
             Ok(())
         } else {
             Err(format!("{step:?}"))

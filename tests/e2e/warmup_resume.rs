@@ -9,7 +9,7 @@ use hyper::Method;
 use seckill_e2e::http::{sample, Client};
 use seckill_e2e::proxy::{delaying, Pausable};
 use seckill_e2e::{eventually, TestEnv, ADMIN_TOKEN};
-use seckill_shared::sales::record::{self, Step};
+use seckill_shared::sales::warmup_rows::{self, Step};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,7 +36,7 @@ async fn a_warm_up_cut_by_a_redis_pause_finishes_by_itself() {
         })
     };
     eventually("the round committed", Duration::from_secs(60), || async {
-        let step = record::find(&env.db, "cut-1").await.map_err(|e| e.to_string())?.map(|w| w.step);
+        let step = warmup_rows::find(&env.db, "cut-1").await.map_err(|e| e.to_string())?.map(|w| w.step);
         if step == Some(Step::Committed) {
             Ok(())
         } else {
@@ -53,7 +53,7 @@ async fn a_warm_up_cut_by_a_redis_pause_finishes_by_itself() {
     proxy.resume();
 
     eventually("the warm-up done, nobody having repeated it", Duration::from_secs(60), || async {
-        let step = record::find(&env.db, "cut-1").await.map_err(|e| e.to_string())?.map(|w| w.step);
+        let step = warmup_rows::find(&env.db, "cut-1").await.map_err(|e| e.to_string())?.map(|w| w.step);
         if step == Some(Step::Done) {
             Ok(())
         } else {
@@ -109,7 +109,7 @@ async fn a_close_replaces_a_warm_up_cut_short() {
         }
     })
     .await;
-    assert_eq!(record::find(&env.db, "closed-1").await.unwrap().map(|w| w.step), Some(Step::Closed));
+    assert_eq!(warmup_rows::find(&env.db, "closed-1").await.unwrap().map(|w| w.step), Some(Step::Closed));
     let again = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
     assert_eq!((again.status.as_u16(), again.code()), (400, "INVALID_REQUEST"), "{}", again.text);
     assert!(again.text.contains("replaced by a close"), "{}", again.text);

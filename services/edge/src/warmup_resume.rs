@@ -14,7 +14,7 @@ use crate::http::AppState;
 use seckill_shared::ops::leader::{self, Turn};
 use seckill_shared::ops::lease::{Lease, LeaseTerm};
 use seckill_shared::ops::shutdown::Background;
-use seckill_shared::sales::record::{self, Step};
+use seckill_shared::sales::warmup_rows::{self, Step};
 use seckill_shared::sales::{self, WarmupError, WarmupRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -74,7 +74,7 @@ async fn resume_once(
     failed: &mut HashMap<String, Backoff>,
 ) -> usize {
     let deadline = state.db_deadline();
-    let unfinished = match seckill_shared::db::within(deadline, record::unfinished_everywhere(&state.db)).await {
+    let unfinished = match seckill_shared::db::within(deadline, warmup_rows::unfinished_everywhere(&state.db)).await {
         Ok(unfinished) => unfinished,
         Err(error) => {
             tracing::warn!(%error, "warm-ups cut short not read; looking again later");
@@ -107,7 +107,7 @@ async fn resume_once(
             // never run again.
             Err(WarmupError::Invalid(why)) => {
                 failed.remove(&warmup.id);
-                let ended = record::ended(&state.db, &warmup.id, Some(Step::Closed), Some(&why));
+                let ended = warmup_rows::ended(&state.db, &warmup.id, Some(Step::Closed), Some(&why));
                 if let Err(error) = seckill_shared::db::within(deadline, ended).await {
                     tracing::warn!(warmup = %warmup.id, %error, "a warm-up that cannot be finished not marked; looking again later");
                 } else {

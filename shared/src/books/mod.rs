@@ -145,7 +145,7 @@ pub struct UnfinishedWarmup {
 }
 
 impl UnfinishedWarmup {
-    fn of(w: crate::sales::record::Warmup) -> Self {
+    fn of(w: crate::sales::warmup_rows::Warmup) -> Self {
         Self {
             warmup_id: w.id,
             step: w.step.as_str().to_owned(),
@@ -221,7 +221,8 @@ pub async fn reconcile(
         }
         None => (None, None),
     };
-    let unfinished_warmup = crate::sales::record::unfinished(pool, sale).await.map_err(&pg)?.map(UnfinishedWarmup::of);
+    let unfinished_warmup =
+        crate::sales::warmup_rows::unfinished(pool, sale).await.map_err(&pg)?.map(UnfinishedWarmup::of);
     let held_back = crate::db::horizon::held_back(pool, crate::db::horizon::HELD_BACK_AFTER).await.map_err(&pg)?;
     let waiting_room = stock.room(sale).await.map_err(&redis)?.map(|r| r.shown_at(crate::now_ms()));
     let mut report = Report {

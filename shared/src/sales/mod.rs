@@ -1,6 +1,6 @@
-//! A sale's setup across PostgreSQL and Redis. Warm-up ([`mod@warmup`]) is the
+//! A sale's setup across PostgreSQL and Redis. Warm-up ([`warmup_job`]) is the
 //! one operation behind `PUT /admin/sales/{a}/{s}` and `seckillctl warmup`:
-//! a job with an id, its progress recorded ([`record`]), that holds the
+//! a job with an id, its progress recorded ([`warmup_rows`]), that holds the
 //! sale's buckets still, commits the new round in PostgreSQL, loads it into
 //! Redis and has the replicas confirm it — all or nothing, and finished by
 //! repeating it. Closing (`POST /admin/sales/{a}/{s}/close`, `seckillctl
@@ -8,11 +8,11 @@
 //! schedules the expiry of every key of the sale.
 
 mod admission;
-pub mod record;
-mod warmup;
+mod warmup_job;
+pub mod warmup_rows;
 
 pub use admission::{Admission, Challenge};
-pub use warmup::warmup;
+pub use warmup_job::warmup;
 
 use crate::config::LockSettings;
 use crate::db::{self, SaleRow};
@@ -105,7 +105,7 @@ pub async fn close(
     let result = async {
         let row = db::close_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale))?;
         // A warm-up cut short is not resumed over a close.
-        record::closed(pool, sale).await?;
+        warmup_rows::closed(pool, sale).await?;
         let window = i64::from(row.payment_window_seconds);
         stock.close(sale, window).await?;
         stock.close_room(sale, stock.sale_keys_expire_at(crate::now_ms(), window)).await?;

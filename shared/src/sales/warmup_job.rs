@@ -1,7 +1,7 @@
 //! The warm-up job: all or nothing, whoever stops waiting for it.
 //!
 //! In order, under the sale's warm-up lock, each step recorded
-//! ([`super::record`]):
+//! ([`super::warmup_rows`]):
 //!
 //! 1. the round's buckets are placed (once: a repeat uses the same);
 //! 2. every bucket of the new and the previous round is held still
@@ -22,7 +22,7 @@
 //! finished by running the same warm-up id again, from the step it
 //! reached; the reconciliation names it until then.
 
-use super::record::{self, Step};
+use super::warmup_rows::{self, Step};
 use super::{Admission, WarmupError, WarmupRequest, MAX_PAYMENT_WINDOW_SECONDS};
 use crate::config::LockSettings;
 use crate::db::{self, SaleRow};
@@ -56,7 +56,7 @@ pub async fn warmup(
         // Recorded for the reconciliation (best effort: it may be the
         // database that failed).
         let refused = matches!(error, WarmupError::InFlight(_)).then_some(Step::Refused);
-        if let Err(not_recorded) = record::ended(pool, &id, refused, Some(&error.to_string())).await {
+        if let Err(not_recorded) = warmup_rows::ended(pool, &id, refused, Some(&error.to_string())).await {
             tracing::warn!(warmup = %id, %not_recorded, "a warm-up's stop not recorded");
         }
     }
@@ -105,7 +105,7 @@ fn validate(request: &WarmupRequest) -> Result<(), WarmupError> {
 /// The steps, from the one the warm-up reached.
 async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) -> Result<SaleRow, WarmupError> {
     let sale = request.sale;
-    let job = record::begin(pool, id, request).await?.ok_or_else(|| WarmupError::IdReused(id.to_owned()))?;
+    let job = warmup_rows::begin(pool, id, request).await?.ok_or_else(|| WarmupError::IdReused(id.to_owned()))?;
     if job.step == Step::Done {
         return db::find_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale));
     }
@@ -120,7 +120,7 @@ async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) ->
             let buckets = stock.place_buckets(sale, request.buckets).await?;
             let previous = stock.directory(sale).await?.buckets;
             let retired: Vec<Bucket> = previous.into_iter().filter(|b| !buckets.contains(b)).collect();
-            record::placed(pool, id, &buckets, &retired).await?;
+            warmup_rows::placed(pool, id, &buckets, &retired).await?;
             (buckets, retired)
         }
     };
@@ -135,7 +135,7 @@ async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) ->
             let mut tx = pool.begin().await?;
             let window = request.payment_window_seconds as i32;
             let row = db::upsert_sale(&mut tx, sale, request.stock, request.starts_at, request.ends_at, window).await?;
-            record::committed(&mut tx, id, row.round).await?;
+            warmup_rows::committed(&mut tx, id, row.round).await?;
             tx.commit().await?;
             row.round
         }
@@ -173,7 +173,7 @@ async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) ->
             return Err(WarmupError::NotReplicated(id.to_owned()));
         }
     }
-    record::ended(pool, id, Some(Step::Done), None).await?;
+    warmup_rows::ended(pool, id, Some(Step::Done), None).await?;
     tracing::info!(warmup = %id, %sale, round = committed_round, "warm-up done");
     db::find_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale))
 }
