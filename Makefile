@@ -7,7 +7,7 @@ CARGO ?= cargo
 PROFILE ?= dev
 TEST_THREADS ?= 4
 
-.PHONY: lint sqlx-check sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short bench-redis-cluster postgres-ha-up chaos-pg chaos-pg-short fuzz-long
+.PHONY: lint sqlx-check sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short bench-redis-cluster postgres-ha-up chaos-pg chaos-pg-short fuzz-long test-code
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
@@ -21,6 +21,7 @@ help:
 	@echo "make test-redis-cluster | chaos-redis-cluster | bench-redis-cluster   on a Redis Cluster (up.sh --redis-cluster)"
 	@echo "make chaos-pg   PostgreSQL's primary and standby killed, frozen and cut off under load (up.sh --postgres-ha: pg_auto_failover)"
 	@echo "make fuzz-long Schemathesis against api/openapi.json, 500 cases an operation (make test runs 30)"
+	@echo "make test-code the tests that read the code and the docs (the map, its rules, file sizes): no servers"
 	@echo "make deploy-render | deploy-check   the Kubernetes manifests, rendered / validated offline"
 	@echo "make image   the container image (podman; see infra/image/build.sh)"
 	@echo "make infra-up | infra-down | infra-status"
@@ -76,6 +77,12 @@ test: build-deps
 	infra/local/down.sh --postgres-ha
 	$(MAKE) deploy-check
 	$(MAKE) chaos-cluster-short
+
+# The tests that read the code and the docs (the map, the rules, the
+# sizes, every path and link): no server needed, a second once compiled.
+# make test runs them too.
+test-code: build-deps
+	$(CARGO) test --test code
 
 # Schemathesis against api/openapi.json runs in make test, bounded (30
 # cases an operation in each phase: tests/e2e/fuzz.rs). Longer:

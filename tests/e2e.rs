@@ -6,8 +6,6 @@
 mod admin_access;
 #[path = "e2e/admission_settles.rs"]
 mod admission_settles;
-#[path = "e2e/architecture.rs"]
-mod architecture;
 #[path = "e2e/batching.rs"]
 mod batching;
 #[path = "e2e/browser.rs"]
@@ -24,12 +22,6 @@ mod cheating_clients;
 mod cli;
 #[path = "e2e/cloud_events.rs"]
 mod cloud_events;
-#[path = "e2e/code_map.rs"]
-mod code_map;
-#[path = "e2e/code_rules.rs"]
-mod code_rules;
-#[path = "e2e/code_size.rs"]
-mod code_size;
 #[path = "e2e/compensator.rs"]
 mod compensator;
 #[path = "e2e/contract.rs"]

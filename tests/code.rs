@@ -1,0 +1,13 @@
+//! The tests that read the code and the docs — the map's arrows, the rules,
+//! the sizes, every path and link the docs name — in a binary of their own:
+//! they need no server, so `cargo test --test code` runs them anywhere, in
+//! a second.
+
+#[path = "code/architecture.rs"]
+mod architecture;
+#[path = "code/code_map.rs"]
+mod code_map;
+#[path = "code/code_rules.rs"]
+mod code_rules;
+#[path = "code/code_size.rs"]
+mod code_size;
