@@ -847,8 +847,8 @@ def write_report(total_seconds):
            f"edge {t['edgeMicrosPerOrder']} us/order, order service {t['orderServiceMicrosPerOrder']} us/order",
            f"{t['requestsPerSecond']:,.0f} req/s, p99 {t['p99Ms']:.2f} ms, {t.get('edgeSpansPerOrder', 0)} edge spans exported per order",
            "the measure without spans" if label == "off" else
-           f"+{t['edgeMicrosPerOrder'] - r['tracing']['off']['edgeMicrosPerOrder']:.1f} us at the edge, "
-           f"+{t['orderServiceMicrosPerOrder'] - r['tracing']['off']['orderServiceMicrosPerOrder']:.1f} us at the order service; "
+           f"{t['edgeMicrosPerOrder'] - r['tracing']['off']['edgeMicrosPerOrder']:+.1f} us at the edge, "
+           f"{t['orderServiceMicrosPerOrder'] - r['tracing']['off']['orderServiceMicrosPerOrder']:+.1f} us at the order service; "
            f"{ratio(t['requestsPerSecond'], r['tracing']['off']['requestsPerSecond']):.2f} x the rate without")
           for label, t in r.get("tracing", {}).items()],
         ("the cost of one order, its HTTP request to its CREATED event on the topic (end-to-end sale)",
