@@ -12,7 +12,14 @@ impl TestEnv {
     /// One order-service worker over this test's servers, driven by the test
     /// turn by turn ([`seckill_order::consumer::Worker::try_execute_batch`]).
     pub async fn order_worker(&self) -> seckill_order::consumer::Worker {
-        let settings = std::sync::Arc::new(self.order_settings());
+        self.order_worker_with(std::sync::Arc::new(self.order_settings()))
+    }
+
+    /// [`TestEnv::order_worker`] with these settings.
+    pub fn order_worker_with(
+        &self,
+        settings: std::sync::Arc<seckill_order::Settings>,
+    ) -> seckill_order::consumer::Worker {
         let connections = self.connections();
         let dead_letters =
             seckill_order::dead_letters::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone())
@@ -145,6 +152,7 @@ impl TestEnv {
 /// A project binary running as a child process, killed when dropped.
 pub struct Child {
     inner: tokio::process::Child,
+    log: std::path::PathBuf,
 }
 
 impl Child {
@@ -157,8 +165,8 @@ impl Child {
     pub fn start_with_args(name: &str, args: &[&str], env: &[(String, String)]) -> Self {
         let log_dir = binary(name).parent().expect("dir").join("e2e-logs");
         std::fs::create_dir_all(&log_dir).expect("log dir");
-        let log =
-            std::fs::File::create(log_dir.join(format!("{name}-{}.log", rand::random::<u32>()))).expect("log file");
+        let path = log_dir.join(format!("{name}-{}.log", rand::random::<u32>()));
+        let log = std::fs::File::create(&path).expect("log file");
         let inner = tokio::process::Command::new(binary(name))
             .args(args)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -167,7 +175,32 @@ impl Child {
             .kill_on_drop(true)
             .spawn()
             .expect("starting a child process");
-        Self { inner }
+        Self { inner, log: path }
+    }
+
+    /// The last `n` warnings and errors the process logged, one line each
+    /// (colours stripped, long lines cut): what a failed test shows.
+    pub fn warnings(&self, n: usize) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let plain = |line: &str| {
+            let mut out = String::with_capacity(line.len());
+            let mut chars = line.chars();
+            while let Some(c) = chars.next() {
+                if c == '\u{1b}' {
+                    chars.by_ref().find(|c| c.is_ascii_alphabetic());
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        };
+        let lines: Vec<String> = text
+            .lines()
+            .map(plain)
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .map(|l| l.chars().take(240).collect())
+            .collect();
+        lines[lines.len().saturating_sub(n)..].to_vec()
     }
 
     /// The process's id.

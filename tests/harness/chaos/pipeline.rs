@@ -143,6 +143,18 @@ impl Pipeline {
         slot.2 = Some(child);
     }
 
+    /// The last warnings of every running service, for a failure's message.
+    pub fn warnings(&self) -> String {
+        let mut out = String::new();
+        for (kind, index, child) in &self.running {
+            if let Some(child) = child {
+                out.push_str(&format!("\n--- {kind:?} {index}, its last warnings:\n"));
+                out.push_str(&child.warnings(6).join("\n"));
+            }
+        }
+        out
+    }
+
     /// SIGTERM to every service; each must stop cleanly.
     pub async fn stop(self) {
         for (kind, index, child) in self.running {

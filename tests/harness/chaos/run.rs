@@ -28,7 +28,7 @@ pub async fn run(scenario: Scenario) -> Outcome {
     let outcomes = load_with_faults(&test, &scenario, sale, &mut pipeline, &files).await;
     let requests: u64 = outcomes.values().filter_map(|v| v.as_u64()).sum();
     let accepted = outcomes.get("202 QUEUED").and_then(|v| v.as_u64()).unwrap_or(0);
-    let (created, violations, drain) = reconciled(&test, &scenario, sale, redis_may_lose).await;
+    let (created, violations, drain) = reconciled(&test, &scenario, sale, redis_may_lose, &pipeline).await;
     let (accepted_failed, lost_by_redis) = promised(&test, &scenario, sale, &files, accepted, redis_may_lose).await;
     // A 503 kept nothing: a buyer told only 503 (never 202, 409 or a lost
     // connection, whose answer nobody heard) holds no order.
@@ -155,6 +155,7 @@ async fn reconciled(
     scenario: &Scenario,
     sale: SaleKey,
     redis_may_lose: bool,
+    pipeline: &Pipeline,
 ) -> (i64, Vec<String>, Duration) {
     let (a, s) = (sale.activity.to_string(), sale.sku.to_string());
     let drain_started = Instant::now();
@@ -179,8 +180,9 @@ async fn reconciled(
     assert_eq!(report["parked"], 0, "{}: records parked", scenario.name);
     assert!(
         report["orderLag"] == 0 && report["compensatorLag"] == 0,
-        "{}: pipeline not drained: {report}",
-        scenario.name
+        "{}: pipeline not drained: {report}{}",
+        scenario.name,
+        pipeline.warnings()
     );
     if redis_may_lose {
         // Redis may have lost acknowledged writes: the books may show it in
