@@ -7,6 +7,10 @@
 //! bound its `/healthz` fails (a liveness probe restarts it). Once its
 //! database answers, it moves again. (Before: its partitions moved only
 //! after `max.poll.interval.ms`, 300 s, and nothing said why.)
+//!
+//! And a member that is not busy but fetches nothing while it keeps its
+//! partitions (a client left holding them after its coordinator vanished)
+//! joins its group again once the group stands still for the bound.
 
 use seckill_e2e::chaos::free_port;
 use seckill_e2e::http::{sample, Client};
@@ -78,4 +82,33 @@ async fn a_stalled_member_is_reported_and_its_partitions_move_to_the_others() {
     answers(&first_health, "/healthz", 200, "ok").await;
     env.verify_events(sale).await;
     assert!(first.terminate().await && second.terminate().await, "both stop cleanly");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_fetches_nothing_while_records_wait_joins_its_group_again() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 20).await;
+    let mut settings = env.order_settings();
+    settings.consumers = 1;
+    settings.service.consumer.stall_secs = 6;
+    let settings = std::sync::Arc::new(settings);
+    let (rejoin, rejoins) = tokio::sync::watch::channel(0);
+    let worker = env.order_worker_with(settings.clone()).rejoining_on(rejoins);
+    let wedge = worker.wedger();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn(worker.run(shutdown.clone()));
+    let watch = tokio::spawn(seckill_order::lag::report_lag(settings, rejoin.clone(), shutdown.clone()));
+    env.produce_orders(sale, 1..2).await;
+    env.wait_orders(sale, "CREATED", 1).await;
+
+    // The member keeps its partition and fetches nothing: only joining the
+    // group again with a new consumer brings these orders in.
+    wedge();
+    env.produce_orders(sale, 2..12).await;
+    env.wait_orders(sale, "CREATED", 11).await;
+    assert!(*rejoin.borrow() >= 1, "the lag reporter asked the member to join again");
+    shutdown.cancel();
+    run.await.expect("the worker").expect("the worker stops cleanly");
+    watch.await.expect("the lag reporter").expect("the lag reporter stops cleanly");
 }

@@ -4,24 +4,25 @@
 //! one turn of it, for tests that drive the worker step by step.
 
 use crate::dead_letters::{DeadLetterError, DeadLetters};
+use crate::membership::Membership;
 use crate::record_spans::RecordSpans;
 use crate::store::{self, WriteError};
 use crate::Settings;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{Message, OwnedMessage};
-use rdkafka::{Offset, TopicPartitionList};
 use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::db::within;
 use seckill_shared::domain::{FailReason, Fate, OrderId, OrderRecord, RecordError, UserId};
 use seckill_shared::kafka::stall::{partitions_of, Progress};
-use seckill_shared::kafka::{self, Trace};
+use seckill_shared::kafka::Trace;
 use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::retry::{retry_then_park, retry_until, Attempt, Ended};
 use seckill_shared::orders::fate::{self, FollowError};
 use seckill_shared::stock::conn::RedisCallError;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -61,9 +62,8 @@ pub struct Worker {
     settings: Arc<Settings>,
     deps: Connections,
     dead_letters: DeadLetters,
-    /// Shared with the bounded final commit, which runs on a thread of its
-    /// own (a synchronous commit blocks until the coordinator answers).
-    consumer: Arc<StreamConsumer<kafka::Observed>>,
+    /// Its consumer (made anew when it joins the group again) and commits.
+    member: Membership,
     /// A batch [`Worker::try_execute_batch`] could not finish: the next
     /// turn tries it again before reading more (the consumer's position is
     /// already past it).
@@ -80,23 +80,22 @@ impl Worker {
         deps: Connections,
         dead_letters: DeadLetters,
     ) -> anyhow::Result<Self> {
-        let group = kafka::order_group(&settings.servers.kafka);
-        // A worker that has not polled for the stall bound (its batch not
-        // done) leaves the group: the others take its partitions.
-        let consumer: StreamConsumer<kafka::Observed> = kafka::consumer_config(&settings.servers.kafka, &group)
-            .set("max.poll.interval.ms", settings.service.consumer.max_poll_interval_ms())
-            .create_with_context(kafka::Observed::new(&group))?;
-        consumer.subscribe(&[deps.topics.orders.as_str()])?;
+        let member = Membership::join(index, settings.clone(), &deps.topics.orders)?;
         let progress = deps.stalls.member(format!("order worker {index}"));
-        Ok(Self {
-            index,
-            settings,
-            deps,
-            dead_letters,
-            consumer: Arc::new(consumer),
-            unfinished: Default::default(),
-            progress,
-        })
+        Ok(Self { index, settings, deps, dead_letters, member, unfinished: Default::default(), progress })
+    }
+
+    /// Joins the group again, with a consumer made anew, whenever `rejoins`
+    /// is bumped and the member is not busy with a batch.
+    pub fn rejoining_on(mut self, rejoins: watch::Receiver<u64>) -> Self {
+        self.member.rejoining_on(rejoins);
+        self
+    }
+
+    /// Test hook: [`Membership::wedger`].
+    #[cfg(feature = "fault-injection")]
+    pub fn wedger(&self) -> impl Fn() + Send + Sync + 'static {
+        self.member.wedger()
     }
 
     /// Consumes until `shutdown`, a batch at a time.
@@ -117,7 +116,7 @@ impl Worker {
             }
             // Asynchronous: the next batch need not wait for the broker. A
             // commit lost to a crash only replays finished (idempotent) work.
-            last_commit = Some(self.commit(&batch, CommitMode::Async));
+            last_commit = Some(self.member.commit(&batch, CommitMode::Async));
             self.progress.idle();
         }
         self.progress.idle();
@@ -126,7 +125,7 @@ impl Worker {
         // must not keep the service from stopping; what is not committed
         // is replayed, idempotently.
         if let Some(list) = last_commit {
-            let consumer = self.consumer.clone();
+            let consumer = self.member.consumer();
             let commit = tokio::task::spawn_blocking(move || consumer.commit(&list, CommitMode::Sync));
             match tokio::time::timeout(Duration::from_secs(10), commit).await {
                 Ok(Ok(Ok(()))) => {}
@@ -139,7 +138,7 @@ impl Worker {
                 ),
             }
         }
-        self.consumer.unsubscribe();
+        self.member.consumer().unsubscribe();
         tracing::info!(worker = self.index, "consumer left the group");
         Ok(())
     }
@@ -161,7 +160,7 @@ impl Worker {
             *self.unfinished.lock() = Some(batch);
             return Err(error);
         }
-        self.commit(&batch, CommitMode::Sync);
+        self.member.commit(&batch, CommitMode::Sync);
         self.progress.idle();
         Ok(Outcome::Done { records: batch.len() })
     }
@@ -179,25 +178,35 @@ impl Worker {
         tokio::pin!(give_up);
         let mut batch = Vec::with_capacity(self.settings.batch_size);
         while batch.is_empty() {
-            tokio::select! {
+            let consumer = self.member.consumer();
+            let asked = tokio::select! {
                 // Stop between batches.
                 _ = shutdown.cancelled() => return None,
                 // Nothing came within the caller's wait.
                 _ = &mut give_up => return None,
-                received = self.consumer.recv() => match received {
-                    Ok(message) => batch.push(message.detach()),
-                    Err(error) => {
-                        tracing::warn!(worker = self.index, %error, "consumer error");
-                        if !seckill_shared::ops::shutdown::pause(shutdown, Duration::from_millis(200)).await {
-                            return None;
+                // The group stands still: join it again (below), then wait on.
+                asked = self.member.rejoin_asked() => asked,
+                received = consumer.recv() => {
+                    match received {
+                        Ok(message) => batch.push(message.detach()),
+                        Err(error) => {
+                            tracing::warn!(worker = self.index, %error, "consumer error");
+                            if !seckill_shared::ops::shutdown::pause(shutdown, Duration::from_millis(200)).await {
+                                return None;
+                            }
                         }
                     }
-                },
-            }
+                    continue;
+                }
+            };
+            // The old consumer's last holder is the thread that closes it.
+            drop(consumer);
+            self.member.rejoin(asked);
         }
         let deadline = tokio::time::Instant::now() + Duration::from_millis(self.settings.batch_wait_ms);
+        let consumer = self.member.consumer();
         while batch.len() < self.settings.batch_size {
-            match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
+            match tokio::time::timeout_at(deadline, consumer.recv()).await {
                 Ok(Ok(message)) => batch.push(message.detach()),
                 Ok(Err(error)) => tracing::warn!(worker = self.index, %error, "consumer error"),
                 Err(_) => break,
@@ -344,32 +353,6 @@ impl Worker {
         }
         .instrument(span)
         .await
-    }
-
-    /// Commits the offset after each partition's last record of the batch;
-    /// returns what it committed.
-    fn commit(&self, batch: &[OwnedMessage], mode: CommitMode) -> TopicPartitionList {
-        let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
-        for message in batch {
-            let entry = next.entry((message.topic(), message.partition())).or_insert(0);
-            *entry = (*entry).max(message.offset() + 1);
-        }
-        let mut list = TopicPartitionList::new();
-        for ((topic, partition), offset) in &next {
-            if let Err(error) = list.add_partition_offset(topic, *partition, Offset::Offset(*offset)) {
-                tracing::warn!(%error, "building the commit");
-            }
-        }
-        self.send_commit(&list, mode);
-        list
-    }
-
-    fn send_commit(&self, list: &TopicPartitionList, mode: CommitMode) {
-        // A failed commit (the partition moved to another member in a
-        // rebalance) is not fatal: the new owner replays, idempotently.
-        if let Err(error) = self.consumer.commit(list, mode) {
-            tracing::warn!(worker = self.index, %error, "offset commit failed; the records will be replayed");
-        }
     }
 }
 

@@ -15,10 +15,12 @@ pub const ABOUT: &str = "The order service: consumes seckill.orders in the secki
 pub mod consumer;
 pub mod dead_letters;
 pub mod lag;
+pub mod membership;
 pub mod metrics;
 pub mod record_spans;
 pub mod relay;
 pub mod relay_waves;
+pub mod standstill;
 pub mod store;
 
 use seckill_shared::config::Servers;
@@ -79,18 +81,21 @@ impl Hosted for Settings {
     }
 
     /// The consumers, members of one group, the event relay and the lag
-    /// reporter.
+    /// reporter (which asks the consumers to join again when the group
+    /// stands still).
     fn start(settings: Arc<Self>, connections: Connections, background: &Background) -> anyhow::Result<()> {
         if settings.events.enabled {
             let relay = relay::Relay::new(settings.clone(), connections.clone(), background.clone())?;
             background.spawn("event relay", relay.run(background.shutdown().clone()));
         }
         let dead_letters = dead_letters::DeadLetters::new(&settings.servers.kafka, connections.topics.dlq.clone())?;
+        let (rejoin, rejoins) = tokio::sync::watch::channel(0);
         for index in 0..settings.consumers.max(1) {
-            let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?;
+            let worker = consumer::Worker::new(index, settings.clone(), connections.clone(), dead_letters.clone())?
+                .rejoining_on(rejoins.clone());
             background.spawn("consumer", worker.run(background.shutdown().clone()));
         }
-        background.spawn("lag reporter", lag::report_lag(settings, background.shutdown().clone()));
+        background.spawn("lag reporter", lag::report_lag(settings, rejoin, background.shutdown().clone()));
         Ok(())
     }
 }

@@ -103,6 +103,10 @@ pub struct Lag {
     pub partitions: BTreeMap<i32, i64>,
     /// Records ever written to the topic: the sum of its high watermarks.
     pub written: i64,
+    /// Per partition: the high watermark (the committed offset is it minus
+    /// the lag).
+    #[serde(skip)]
+    pub highs: BTreeMap<i32, i64>,
 }
 
 /// Measures `group`'s lag on `topic` (blocking).
@@ -117,6 +121,7 @@ pub fn lag(settings: &KafkaSettings, group: &str, topic: &str) -> anyhow::Result
         lag.partitions.insert(p, behind);
         lag.total += behind;
         lag.written += high;
+        lag.highs.insert(p, high);
     }
     Ok(lag)
 }

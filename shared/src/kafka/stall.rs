@@ -15,6 +15,9 @@
 //!   `/readyz` answers 503 with why while it lasts.
 //! - **Restarted**: a member still stalled after twice the bound fails
 //!   `/healthz`, so an orchestrator's liveness probe restarts the process.
+//!
+//! A member that is not busy but fetches nothing is the order service's
+//! stand-still watch's (`services/order/src/standstill.rs`).
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
