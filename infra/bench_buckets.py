@@ -21,7 +21,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench
+from benchmarks import cleanup
+from benchmarks import common as bench
 
 PRIMARIES = (7000, 7001, 7002)
 bench.ENV["SECKILL_REDIS_URL"] = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in PRIMARIES)
@@ -87,7 +88,7 @@ def clean_up():
         subprocess.run(["redis-cli", "-p", str(port)], input=commands, capture_output=True, text=True)
     bench.log(f"deleted {keys} keys on the cluster")
     try:
-        bench.clean_up()
+        cleanup.clean_up()
     except SystemExit as error:  # a database the run never migrated
         bench.log(f"clean-up: {error}")
 
@@ -116,4 +117,4 @@ if __name__ == "__main__":
     finally:
         for proc in list(bench.PROCS):
             bench.stop(proc)
-        clean_up()
+        cleanup.clean_up()

@@ -5,15 +5,16 @@ brokers with RF 3 and min ISR 2, Redis through Sentinel, two edges behind
 HAProxy, two order services). Writes BENCHMARKS-cluster.md and
 bench-cluster-results.json; the single-node figures stay in BENCHMARKS.md.
 
-It reuses bench.py's helpers and starts what it measures with its own
-topic and key prefixes, and stops it.
+It reuses the helpers of make bench (infra/benchmarks/common.py) and starts
+what it measures with its own topic and key prefixes, and stops it.
 """
 import json
 import subprocess
 import time
 import urllib.request
 
-import bench as b
+from benchmarks import common as b
+from benchmarks.cleanup import delete_topics
 
 SENTINEL_URL = "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/seckill"
 BROKERS = "127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096"
@@ -119,7 +120,7 @@ def main():
     for proc in services + edges:
         b.stop(proc)
 
-    # The PostgreSQL ceiling, the same pgbench as bench.py (PostgreSQL is
+    # The PostgreSQL ceiling, the same pgbench as make bench (PostgreSQL is
     # shared by both topologies).
     script = b.LOGS / "bench-pgbench.sql"
     script.write_text(
@@ -202,7 +203,7 @@ def clean_up():
     for table in ("orders", "sales"):
         b.psql(f"DELETE FROM {table} WHERE activity_id BETWEEN {b.sale(0)} AND {b.sale(99)}")
     try:
-        deleted = b.delete_topics([f"{b.RUN}.seckill.orders", f"{b.RUN}.seckill.orders.dlq"])
+        deleted = delete_topics([f"{b.RUN}.seckill.orders", f"{b.RUN}.seckill.orders.dlq"])
     except (OSError, ConnectionError) as error:
         deleted = f"none ({error})"
     b.log(f"cleaned up: {len(keys)} Redis keys, the run's PostgreSQL rows, {deleted} Kafka topics")

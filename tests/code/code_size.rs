@@ -1,6 +1,6 @@
 //! The map's invariants that files and functions stay short, checked on
-//! every Rust source of the project, tests included, and that a file's name
-//! is its crate's only one.
+//! every Rust and Python source of the project, tests included, and that a
+//! file's name is its crate's only one.
 
 use crate::code_map::{code_only, read};
 use crate::code_rules::{invariant, rust_sources};
@@ -45,7 +45,38 @@ fn function_lengths(text: &str) -> Vec<(String, usize)> {
     found
 }
 
-/// Each file over 400 lines and each function over 80 in `sources`.
+/// Each function (`def`, methods and nested ones included) of a Python
+/// source, and its length in lines: from `def` to its last line before the
+/// next line indented no deeper than it (a closing bracket aside), blank
+/// lines at its end not counted.
+fn python_function_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let code = line.trim_start();
+        let Some(rest) = code.strip_prefix("def ").or_else(|| code.strip_prefix("async def ")) else { continue };
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let depth = indent(line);
+        let mut end = at + 1;
+        while end < lines.len() {
+            let next = lines[end];
+            let closing = next.trim_start().starts_with([')', ']', '}']);
+            if !next.trim().is_empty() && indent(next) <= depth && !closing {
+                break;
+            }
+            end += 1;
+        }
+        while end > at + 1 && lines[end - 1].trim().is_empty() {
+            end -= 1;
+        }
+        found.push((name, end - at));
+    }
+    found
+}
+
+/// Each file over 400 lines and each function over 80 in `sources` (Rust
+/// or Python, by the path's extension).
 fn too_long(sources: &[(String, String)]) -> Vec<String> {
     let mut found = Vec::new();
     for (path, text) in sources {
@@ -53,7 +84,9 @@ fn too_long(sources: &[(String, String)]) -> Vec<String> {
         if lines > 400 {
             found.push(format!("{path}: {lines} lines"));
         }
-        for (name, lines) in function_lengths(text).into_iter().filter(|(_, n)| *n > 80) {
+        let functions =
+            if path.ends_with(".py") { python_function_lengths(text) } else { function_lengths(text) };
+        for (name, lines) in functions.into_iter().filter(|(_, n)| *n > 80) {
             found.push(format!("{path}:{name}: {lines} lines"));
         }
     }
@@ -64,20 +97,42 @@ fn too_long(sources: &[(String, String)]) -> Vec<String> {
 fn files_and_functions_fit_on_a_screen_or_two() {
     invariant("Files and functions fit on a screen or two");
     let mut sources = rust_sources();
-    let mut pending = vec!["tests".to_owned()];
+    sources.extend(walk(&["tests"], ".rs"));
+    assert!(sources.len() > 150, "{} sources: the walk missed some", sources.len());
+    let python = walk(&["infra", "tests", "deploy"], ".py");
+    assert!(python.len() > 20, "{} Python sources: the walk missed some", python.len());
+    sources.extend(python);
+    let found = too_long(&sources);
+    assert!(found.is_empty(), "too long: {found:#?}");
+}
+
+/// Every file under `dirs` whose name ends with `ext`, with its text
+/// (`__pycache__` folders skipped).
+fn walk(dirs: &[&str], ext: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut pending: Vec<String> = dirs.iter().map(|d| d.to_string()).collect();
     while let Some(dir) = pending.pop() {
         for entry in std::fs::read_dir(seckill_e2e::repo_root().join(&dir)).unwrap().filter_map(Result::ok) {
             let path = format!("{dir}/{}", entry.file_name().to_string_lossy());
             if entry.file_type().unwrap().is_dir() {
-                pending.push(path);
-            } else if path.ends_with(".rs") {
-                sources.push((path.clone(), read(&path)));
+                if !path.ends_with("__pycache__") {
+                    pending.push(path);
+                }
+            } else if path.ends_with(ext) {
+                found.push((path.clone(), read(&path)));
             }
         }
     }
-    assert!(sources.len() > 150, "{} sources: the walk missed some", sources.len());
-    let found = too_long(&sources);
-    assert!(found.is_empty(), "too long: {found:#?}");
+    found
+}
+
+#[test]
+fn a_long_python_function_is_noticed() {
+    let body = "    x = [\n        1,\n    ]\n\n".repeat(20);
+    let text = format!("def f(a,\n      b):\n{body}\n\ndef g():\n    return 1\n");
+    assert_eq!(python_function_lengths(&text), [("f".to_owned(), 81), ("g".to_owned(), 2)]);
+    let file = ("infra/x.py".to_owned(), text);
+    assert_eq!(too_long(&[file]), ["infra/x.py:f: 81 lines"]);
 }
 
 #[test]

@@ -1,0 +1,82 @@
+"""The accepted path: the edge taking orders (a unit each, distinct users)
+against the references; again while the order service consumes, with an
+orders topic of 2 partitions, under a /readyz flood, and with the
+lock-based deduction beside the Lua one."""
+import subprocess
+import time
+
+from benchmarks.common import EDGE, RESULTS, RUN, edge, load, log, profiled_load, ratio, sale, stop, warm
+
+
+def warm_up_path():
+    """A warm-up of the whole accepted path first (its figures are dropped):
+    the broker's JIT and every connection pool start cold."""
+    warm(sale(9), 1, 50_000_000)
+    load(EDGE, sale(9), 1, 30_000, 30_000)
+
+
+def accepted(e):
+    """The accepted path with the order service stopped: this also builds
+    the drain's backlog."""
+    warm(sale(3), 1, 50_000_000)
+    accepted = profiled_load(e, EDGE, sale(3), 200_000)
+    RESULTS["accepted_path"] = accepted
+    log(f"accepted path: {accepted['requestsPerSecond']:.0f} req/s, p99 {accepted['latencyMs']['p99']:.2f} ms")
+
+
+def consuming(e):
+    """The accepted path again while the order service consumes what it
+    accepts (the p99 target holds here)."""
+    warm(sale(15), 1, 50_000_000)
+    RESULTS["accepted_path_consuming"] = profiled_load(e, EDGE, sale(15), 200_000)
+    log(f"accepted path, order service consuming: p99 {RESULTS['accepted_path_consuming']['latencyMs']['p99']:.2f} ms")
+
+
+def readyz_flood():
+    """Buyers on the accepted path (16 connections) alone, then while wrk
+    holds 500 connections on /healthz (the cheapest answer the edge has:
+    what any flood costs on two shared cores), then on /readyz. The edge
+    answers the probes from its background check, so a /readyz flood should
+    cost buyers what a /healthz flood does (target 1.2 x at most); against
+    the p99 alone the ratio is the machine's."""
+    warm(sale(16), 1, 50_000_000)
+    quiet = load(EDGE, sale(16), 1, 20_000, 20_000, conns=16)
+    flooded = {}
+    for n, path in enumerate(("/healthz", "/readyz")):
+        flood = subprocess.Popen(["wrk", "-t", "1", "-c", "500", "-d", "60s", f"http://{EDGE}{path}"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(2)
+        flooded[path] = load(EDGE, sale(16), 1, 20_000, 20_000, conns=16, offset=100_000 * (n + 1))
+        flood.terminate()
+        flooded[path]["wrk"] = flood.communicate()[0]
+    RESULTS["readyz_flood"] = {"quiet": quiet, "flooded": flooded["/readyz"], "healthzFlooded": flooded["/healthz"],
+                               "p99Ratio": ratio(flooded["/readyz"]["latencyMs"]["p99"], quiet["latencyMs"]["p99"]),
+                               "p99VsHealthz": ratio(flooded["/readyz"]["latencyMs"]["p99"],
+                                                     flooded["/healthz"]["latencyMs"]["p99"])}
+    log(f"/readyz flood: buyers' p99 {quiet['latencyMs']['p99']:.2f} ms alone, "
+        f"{flooded['/healthz']['latencyMs']['p99']:.2f} ms under a /healthz flood, "
+        f"{flooded['/readyz']['latencyMs']['p99']:.2f} ms under a /readyz flood")
+
+
+def lua_vs_lock(e):
+    """Lua against the lock-based deduction on one hot sale; stops `e` (the
+    lock needs an edge of its own)."""
+    warm(sale(6), 1, 10_000_000)
+    lua = load(EDGE, sale(6), 1, 50_000, 50_000)
+    stop(e)
+    e = edge({"SECKILL__DEDUCTION": "lock"})
+    warm(sale(7), 1, 10_000_000)
+    lock = load(EDGE, sale(7), 1, 50_000, 50_000)
+    stop(e)
+    RESULTS["lua_vs_lock"] = {"lua": lua, "lock": lock}
+    log(f"lua {lua['accepted'] / lua['seconds']:.0f} accepted/s vs lock {lock['accepted'] / lock['seconds']:.0f} accepted/s")
+
+
+def two_partitions():
+    """Tuning, not a target: the accepted path again with an orders topic of
+    2 partitions instead of the default 8 (a topic of its own). Fewer,
+    larger batches per produce request cost the broker less per record."""
+    e = edge({"SECKILL_TOPIC_PREFIX": f"{RUN}.p2.", "SECKILL__KAFKA__ORDER_PARTITIONS": "2"})
+    warm(sale(12), 1, 50_000_000)
+    RESULTS["accepted_path_2_partitions"] = profiled_load(e, EDGE, sale(12), 200_000)
+    stop(e)
