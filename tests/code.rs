@@ -11,3 +11,5 @@ mod code_map;
 mod code_rules;
 #[path = "code/code_size.rs"]
 mod code_size;
+#[path = "code/script_protocol.rs"]
+mod script_protocol;

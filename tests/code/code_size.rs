@@ -84,8 +84,7 @@ fn too_long(sources: &[(String, String)]) -> Vec<String> {
         if lines > 400 {
             found.push(format!("{path}: {lines} lines"));
         }
-        let functions =
-            if path.ends_with(".py") { python_function_lengths(text) } else { function_lengths(text) };
+        let functions = if path.ends_with(".py") { python_function_lengths(text) } else { function_lengths(text) };
         for (name, lines) in functions.into_iter().filter(|(_, n)| *n > 80) {
             found.push(format!("{path}:{name}: {lines} lines"));
         }

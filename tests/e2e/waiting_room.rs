@@ -9,6 +9,7 @@ use hyper::Method;
 use seckill_e2e::http::{Client, Reply};
 use seckill_e2e::{eventually, TestEnv, ADMIN_TOKEN};
 use seckill_shared::domain::SaleKey;
+use seckill_shared::stock::protocol::TicketState;
 use std::time::Duration;
 
 /// The key the tests' edges sign with.
@@ -216,8 +217,8 @@ async fn every_waiting_ticket_reads_sold_out_once_the_last_unit_is_taken() {
         .await;
     let admitted_ones: Vec<(i64, String)> = eventually("100 admitted", Duration::from_secs(30), || async {
         let lives = env.stock.tickets(sale).await.map_err(|e| e.to_string())?;
-        let inside: Vec<(i64, String)> =
-            lives.into_iter().filter(|l| l.2 == "A").map(|(ticket, user, ..)| (user, ticket)).collect();
+        let admitted = lives.into_iter().filter(|l| l.2 == Some(TicketState::Admitted));
+        let inside: Vec<(i64, String)> = admitted.map(|(ticket, user, ..)| (user, ticket)).collect();
         if inside.len() == 100 {
             Ok(inside)
         } else {

@@ -27,6 +27,7 @@
 
 use crate::ops::shutdown::Background;
 use crate::stock::conn::{RedisCallError, RedisConn};
+use crate::stock::protocol;
 use redis::Script;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -93,7 +94,8 @@ impl LockClient {
             let mut invocation = LOCK.prepare_invoke();
             invocation.key(key).key(&fence_key).arg(&token).arg(lease_ms).arg(fence_floor);
             let fence: i64 = self.conn.invoke(&invocation).await?;
-            if fence > 0 {
+            // Any other answer is the fencing token.
+            if fence != protocol::lock::HELD_ELSEWHERE {
                 return Ok(Some(LockGuard {
                     conn: self.conn.clone(),
                     key: key.to_owned(),
@@ -142,7 +144,7 @@ impl LockClient {
                 let mut invocation = RENEW.prepare_invoke();
                 invocation.key(&key).arg(&token).arg(lease_ms);
                 match conn.invoke::<i64>(&invocation).await {
-                    Ok(1) => {}
+                    Ok(protocol::renew::RENEWED) => {}
                     Ok(_) => {
                         tracing::warn!(lock = %key, "lock lost: another holder has it, or it expired");
                         lost.cancel();
@@ -234,7 +236,7 @@ async fn unlock(conn: &RedisConn, key: &str, token: &str) -> bool {
     let mut invocation = UNLOCK.prepare_invoke();
     invocation.key(key).arg(token);
     match conn.invoke::<i64>(&invocation).await {
-        Ok(1) => true,
+        Ok(protocol::unlock::RELEASED) => true,
         Ok(_) => {
             tracing::warn!(lock = %key, "released a lock that was no longer ours: the lease was too short");
             false

@@ -62,12 +62,13 @@ impl Stock {
             .arg(mode)
             .arg(db_remaining);
         let answer: i64 = self.conn.invoke(&invocation).await?;
+        use super::protocol::compensate::*;
         Ok(match answer {
-            1 => Compensation::Done,
-            0 => Compensation::AlreadyDone,
-            -1 => Compensation::UnknownOrder,
-            -2 => Compensation::Created,
-            -3 => Compensation::RolledBack,
+            DONE => Compensation::Done,
+            ALREADY_DONE => Compensation::AlreadyDone,
+            UNKNOWN_ORDER => Compensation::UnknownOrder,
+            CREATED => Compensation::Created,
+            ROLLED_BACK => Compensation::RolledBack,
             other => return Err(RedisCallError::Unexpected { script: "compensate.lua", answer: other.to_string() }),
         })
     }

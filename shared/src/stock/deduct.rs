@@ -190,8 +190,9 @@ fn parse_deduction(answer: &[redis::Value]) -> Result<Deduction, RedisCallError>
         Some(redis::Value::SimpleString(s)) => Some(s.clone()),
         _ => None,
     };
+    use super::protocol::deduct::*;
     match int(0).ok_or_else(unexpected)? {
-        1 => {
+        ACCEPTED => {
             let order_id = text(2).and_then(|id| OrderId::parse(&id).ok()).ok_or_else(unexpected)?;
             Ok(Deduction::Accepted {
                 order_id,
@@ -200,14 +201,14 @@ fn parse_deduction(answer: &[redis::Value]) -> Result<Deduction, RedisCallError>
                 accepted_at: int(4).ok_or_else(unexpected)?,
             })
         }
-        -1 => Ok(Deduction::SaleNotFound),
-        -2 => Ok(Deduction::NotActive),
-        -3 => Ok(Deduction::AlreadyPurchased { order_id: text(2) }),
-        -4 => Ok(Deduction::SoldOut),
-        -5 => Ok(Deduction::Voided),
-        -6 => Ok(Deduction::OtherBucket),
-        -7 => Ok(Deduction::Warming),
-        -8 => Ok(Deduction::AdmissionRequired),
+        SALE_NOT_FOUND => Ok(Deduction::SaleNotFound),
+        SALE_NOT_ACTIVE => Ok(Deduction::NotActive),
+        ALREADY_PURCHASED => Ok(Deduction::AlreadyPurchased { order_id: text(2) }),
+        SOLD_OUT => Ok(Deduction::SoldOut),
+        VOIDED => Ok(Deduction::Voided),
+        OTHER_BUCKET => Ok(Deduction::OtherBucket),
+        WARMING => Ok(Deduction::Warming),
+        ADMISSION_REQUIRED => Ok(Deduction::AdmissionRequired),
         _ => Err(unexpected()),
     }
 }

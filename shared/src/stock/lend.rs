@@ -111,10 +111,11 @@ impl Stock {
         let k = self.keys.bucket(sale, transfer.from);
         let mut invocation = with_keys(&LEND, &[&k.meta, &k.stock, &k.lent]);
         invocation.arg(&transfer.id).arg(transfer.to.0).arg(transfer.round);
+        use super::protocol::lend::*;
         match self.conn.invoke::<i64>(&invocation).await? {
-            -2 => Ok(Lent::InTransit),
-            -1 => Ok(Lent::OtherRound),
-            0 => Ok(Lent::Nothing),
+            IN_TRANSIT => Ok(Lent::InTransit),
+            OTHER_ROUND => Ok(Lent::OtherRound),
+            NOTHING_LEFT => Ok(Lent::Nothing),
             units if units > 0 => Ok(Lent::Units(units)),
             other => Err(RedisCallError::Unexpected { script: "lend.lua", answer: other.to_string() }),
         }
@@ -127,10 +128,11 @@ impl Stock {
         let k = self.keys.bucket(sale, transfer.to);
         let mut invocation = with_keys(&RECEIVE, &[&k.meta, &k.stock, &k.received]);
         invocation.arg(&transfer.id).arg(units).arg(transfer.round);
+        use super::protocol::receive::*;
         match self.conn.invoke::<i64>(&invocation).await? {
-            1 => Ok(Received::Now),
-            0 => Ok(Received::Before),
-            -1 => Ok(Received::OtherRound),
+            NOW => Ok(Received::Now),
+            BEFORE => Ok(Received::Before),
+            OTHER_ROUND => Ok(Received::OtherRound),
             other => Err(RedisCallError::Unexpected { script: "receive.lua", answer: other.to_string() }),
         }
     }

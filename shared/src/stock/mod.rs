@@ -16,6 +16,7 @@ pub mod keys;
 mod lend;
 mod lock_deduction;
 mod order_state;
+pub mod protocol;
 pub mod queue;
 mod rollback;
 mod snapshot;

@@ -26,6 +26,6 @@ impl Stock {
         let mut invocation = with_keys(&ROLLBACK, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.meta, &k.trace]);
         invocation.arg(order_id.as_str()).arg(user.get()).arg(reason.code()).arg(publish_deadline.as_millis() as u64);
         let restored: i64 = self.conn.invoke(&invocation).await?;
-        Ok(restored == 1)
+        Ok(restored == super::protocol::rollback::RESTORED)
     }
 }

@@ -60,10 +60,11 @@ fn parse_voided(answer: &[redis::Value]) -> Result<Voided, RedisCallError> {
         Some(redis::Value::Int(n)) => Some(*n),
         _ => None,
     };
+    use super::protocol::void::*;
     match int(0).ok_or_else(unexpected)? {
-        1 => Ok(Voided::Undone),
-        0 => Ok(Voided::Nothing),
-        2 => {
+        UNDONE => Ok(Voided::Undone),
+        NOTHING => Ok(Voided::Nothing),
+        STANDS => {
             let order_id = match answer.get(1) {
                 Some(redis::Value::BulkString(bytes)) => {
                     std::str::from_utf8(bytes).ok().and_then(|id| OrderId::parse(id).ok())

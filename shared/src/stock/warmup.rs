@@ -147,7 +147,7 @@ impl Stock {
             let mut invocation = with_keys(&FREEZE, &[&k.meta, &k.reserved]);
             invocation.arg(if force { "1" } else { "0" });
             let frozen: i64 = self.conn.invoke(&invocation).await?;
-            if frozen == 0 {
+            if frozen == super::protocol::freeze::REFUSED {
                 for thawed in &buckets[..i] {
                     let mut thaw = redis::pipe();
                     thaw.hdel(&self.keys.bucket(sale, *thawed).meta, "warming").ignore();
@@ -184,7 +184,8 @@ impl Stock {
             .arg(warmup_id)
             .arg(if round.admission { "1" } else { "0" });
         let loaded: i64 = self.conn.invoke(&invocation).await?;
-        Ok(loaded >= 1)
+        use super::protocol::warmup::{LOADED, LOADED_BEFORE};
+        Ok(matches!(loaded, LOADED | LOADED_BEFORE))
     }
 
     /// Deletes every key of one bucket of a sale at once (what a benchmark

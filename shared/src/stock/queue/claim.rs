@@ -36,11 +36,12 @@ impl Stock {
         user: UserId,
         round: i64,
     ) -> Result<Claim, RedisCallError> {
+        use crate::stock::protocol::queue_claim::*;
         Ok(match self.ticket_step(sale, "claim", ticket, user, round).await? {
-            (1, true) => Claim::Claimed,
-            (1, false) => Claim::Unconfirmed,
-            (0, _) => Claim::Used,
-            (-1, _) => Claim::Expired,
+            (CLAIMED, true) => Claim::Claimed,
+            (CLAIMED, false) => Claim::Unconfirmed,
+            (USED, _) => Claim::Used,
+            (EXPIRED, _) => Claim::Expired,
             _ => Claim::Foreign,
         })
     }

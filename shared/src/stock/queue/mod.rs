@@ -161,11 +161,15 @@ impl Stock {
     }
 }
 
+/// A ticket as the room keeps it: (ticket, user, state (`None`: a letter
+/// the protocol does not name), admitted at, ended at (ms; 0: not yet)).
+pub type Ticket = (String, i64, Option<crate::stock::protocol::TicketState>, i64, i64);
+
 impl Stock {
     /// Every ticket of `sale`'s room as the room keeps it: (ticket, user,
-    /// state letter, admitted at, ended at (ms; 0: not yet)) — for the
-    /// checks that read an admission's whole life.
-    pub async fn tickets(&self, sale: SaleKey) -> Result<Vec<(String, i64, String, i64, i64)>, RedisCallError> {
+    /// state, admitted at, ended at (ms; 0: not yet)) — for the checks that
+    /// read an admission's whole life.
+    pub async fn tickets(&self, sale: SaleKey) -> Result<Vec<Ticket>, RedisCallError> {
         let tickets = self.keys.queue(sale).all()[2].clone();
         let mut conn = self.conn.clone();
         let all: HashMap<String, String> = self.conn.bounded(redis::AsyncCommands::hgetall(&mut conn, tickets)).await?;
@@ -174,7 +178,7 @@ impl Stock {
             .map(|(ticket, value)| {
                 let parts: Vec<&str> = value.split('|').collect();
                 let at = |i: usize| parts.get(i).and_then(|p| p.parse().ok()).unwrap_or(0);
-                let state = parts.get(1).copied().unwrap_or("").to_owned();
+                let state = parts.get(1).and_then(|letter| crate::stock::protocol::TicketState::parse(letter));
                 (ticket, at(0), state, at(3), at(4))
             })
             .collect())

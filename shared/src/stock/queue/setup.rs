@@ -69,7 +69,7 @@ impl Stock {
         let mut register = redis::pipe();
         register.sadd(self.keys.rooms(), sale.to_string()).ignore();
         self.conn.pipe::<()>(&register).await?;
-        Ok(opened == 1)
+        Ok(opened == crate::stock::protocol::queue_setup::OPENED)
     }
 
     /// Takes `sale`'s waiting room away (a round warmed without one).

@@ -1,0 +1,162 @@
+//! The scripts of `lua/` speak only what `shared/src/stock/protocol.rs`
+//! defines: every code a script answers is named there (or is a count the
+//! definition says it answers), every order status a script writes is an
+//! `OrderStatus`, every ticket state a `TicketState`.
+
+use crate::code_map::read;
+use seckill_shared::domain::OrderStatus;
+use seckill_shared::stock::protocol::{Answers, TicketState, ALL};
+
+/// A script's code without its comments (`--` to the end of the line, when
+/// not inside a string).
+fn without_comments(lua: &str) -> String {
+    lua.lines()
+        .map(|line| {
+            let mut quoted = None;
+            for (at, c) in line.char_indices() {
+                match (quoted, c) {
+                    (None, '\'' | '"') => quoted = Some(c),
+                    (Some(q), c) if c == q => quoted = None,
+                    (None, '-') if line[at..].starts_with("--") => return &line[..at],
+                    _ => {}
+                }
+            }
+            line
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The integer right after `at` in `code` (spaces and one `{` skipped),
+/// when one stands there whole.
+fn integer_at(code: &str, at: usize) -> Option<i64> {
+    let rest = code[at..].trim_start();
+    let rest = rest.strip_prefix('{').map_or(rest, str::trim_start);
+    let sign = usize::from(rest.starts_with('-'));
+    let digits = rest[sign..].chars().take_while(char::is_ascii_digit).count();
+    let end = rest[sign + digits..].chars().next();
+    if digits == 0 || end.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+        return None;
+    }
+    rest[..sign + digits].parse().ok()
+}
+
+/// Every literal code a script answers: `return N`, `return {N, ...}`, and
+/// an answer built as `... = {N, ...}` or `{N}`.
+fn codes_answered(lua: &str) -> Vec<i64> {
+    let code = without_comments(lua);
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("return") {
+        if let Some(n) = integer_at(&code, at + "return".len()) {
+            found.push(n);
+        }
+    }
+    for (at, _) in code.match_indices("= {") {
+        if let Some(n) = integer_at(&code, at + 1) {
+            found.push(n);
+        }
+    }
+    found.sort_unstable();
+    found.dedup();
+    found
+}
+
+/// What `answers` lacks of the `codes` its script answers.
+fn unnamed(answers: &Answers, codes: &[i64]) -> Vec<i64> {
+    codes
+        .iter()
+        .copied()
+        .filter(|c| !answers.codes.iter().any(|(named, _, _)| named == c) && (*c < 0 || answers.otherwise.is_none()))
+        .collect()
+}
+
+/// The words in `code` right after each of `starts` and before `end`
+/// (`'FAILED|` → `FAILED`), upper-case letters and `_` only.
+fn words_between(code: &str, start: &str, end: char) -> Vec<String> {
+    let mut found: Vec<String> = code
+        .match_indices(start)
+        .filter_map(|(at, _)| {
+            let rest = &code[at + start.len()..];
+            let word: String = rest.chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
+            (!word.is_empty() && rest[word.len()..].starts_with(end)).then_some(word)
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+fn scripts() -> Vec<(String, String)> {
+    let dir = seckill_e2e::repo_root().join("lua");
+    let mut found: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".lua"))
+        .map(|name| (name.clone(), read(&format!("lua/{name}"))))
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn every_code_a_script_answers_is_defined_once_in_rust() {
+    let scripts = scripts();
+    assert!(scripts.len() >= 20, "{} scripts: the walk missed some", scripts.len());
+    let mut wrong = Vec::new();
+    for (name, lua) in &scripts {
+        let Some(answers) = ALL.iter().find(|a| a.script == name.as_str()) else {
+            wrong.push(format!("{name}: not in shared/src/stock/protocol.rs"));
+            continue;
+        };
+        let missing = unnamed(answers, &codes_answered(lua));
+        if !missing.is_empty() {
+            wrong.push(format!("{name} answers {missing:?}, which protocol.rs does not name"));
+        }
+    }
+    for answers in ALL {
+        if !scripts.iter().any(|(name, _)| name == answers.script) {
+            wrong.push(format!("protocol.rs defines {}, which lua/ does not hold", answers.script));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
+fn every_order_status_and_ticket_state_a_script_writes_is_defined_in_rust() {
+    let mut wrong = Vec::new();
+    for (name, lua) in scripts() {
+        let code = without_comments(&lua);
+        for status in words_between(&code, "'", '|') {
+            if OrderStatus::parse(&status).is_none() {
+                wrong.push(format!("{name} writes the order status {status}"));
+            }
+        }
+        let states = ["'|", "set('", "state == '", "state ~= '"]
+            .iter()
+            .flat_map(|start| words_between(&code, start, if start.starts_with("'|") { '|' } else { '\'' }));
+        for state in states {
+            if TicketState::parse(&state).is_none() {
+                wrong.push(format!("{name} writes or reads the ticket state {state}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
+fn a_code_or_a_state_the_definition_lacks_is_caught() {
+    let deduct = ALL.iter().find(|a| a.script == "deduct.lua").unwrap();
+    // deduct.lua gains a code -9 its table does not name.
+    let lua = "-- return -10 in a comment\nif x then\n  answers[i] = {-9, round}\n  return answers\nend\nreturn {1, 2}";
+    assert_eq!(codes_answered(lua), [-9, 1]);
+    assert_eq!(unnamed(deduct, &codes_answered(lua)), [-9]);
+    // A count is fine where the script answers counts; a negative is not.
+    let lend = ALL.iter().find(|a| a.script == "lend.lua").unwrap();
+    assert_eq!(unnamed(lend, &[7, 0, -1, -3]), [-3]);
+    // A new status or ticket state is read out of the writes.
+    let code = "redis.call('HSET', k, id, 'REFUNDED|' .. user)\nset('Z', now)\nv = user .. '|Q|0'";
+    assert_eq!(words_between(code, "'", '|'), ["REFUNDED"]);
+    assert_eq!(words_between(code, "set('", '\''), ["Z"]);
+    assert_eq!(words_between(code, "'|", '|'), ["Q"]);
+}
