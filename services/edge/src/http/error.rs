@@ -109,6 +109,39 @@ impl ApiError {
         Self::InvalidRequest(why.to_string())
     }
 
+    /// Whether the request may have kept something (a unit, an admission's
+    /// claim): every refusal and every 503 `TRY_AGAIN` kept nothing; an
+    /// outcome not confirmed (`UNCONFIRMED`) or an unexpected failure may
+    /// have. Every answer says which, here: a new one must too.
+    pub fn may_have_kept(&self) -> bool {
+        match self {
+            Self::Unconfirmed(_) | Self::Internal(_) => true,
+            Self::InvalidRequest(_)
+            | Self::PayloadTooLarge(_)
+            | Self::RequestTimeout(_)
+            | Self::UnsupportedMediaType(_)
+            | Self::Unauthorized(_)
+            | Self::Forbidden(_)
+            | Self::RateLimited(_)
+            | Self::SaleNotFound
+            | Self::SaleNotActive
+            | Self::NotOpenYet(_)
+            | Self::AdmissionRequired(_)
+            | Self::ChallengeFailed(_)
+            | Self::AlreadyPurchased(_)
+            | Self::SoldOut
+            | Self::OrderNotFound
+            | Self::OrderPending
+            | Self::PaymentConflict
+            | Self::AlreadyPaid
+            | Self::OrderFailed(_)
+            | Self::NotFound
+            | Self::MethodNotAllowed
+            | Self::SaleBusy(_)
+            | Self::TryAgain(_) => false,
+        }
+    }
+
     /// The contract's stable code.
     pub fn code(&self) -> ErrorCode {
         match self {
@@ -223,6 +256,21 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_unconfirmed_or_unexpected_answer_may_have_kept_something() {
+        assert!(ApiError::Unconfirmed(None).may_have_kept());
+        assert!(ApiError::Internal(anyhow::anyhow!("x")).may_have_kept());
+        for kept_nothing in [
+            ApiError::TryAgain(anyhow::anyhow!("x")),
+            ApiError::SoldOut,
+            ApiError::AlreadyPurchased(None),
+            ApiError::AdmissionRequired("x".into()),
+            ApiError::RateLimited(Duration::from_secs(1)),
+        ] {
+            assert!(!kept_nothing.may_have_kept(), "{kept_nothing:?}");
+        }
+    }
 
     #[test]
     fn every_error_has_its_contract_status() {

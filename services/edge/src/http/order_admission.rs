@@ -51,7 +51,7 @@ pub(super) async fn claim(
 /// (accepted, or not known: one token places at most one order), released
 /// when the order kept nothing (the buyer may try again with it).
 pub(super) async fn settle<T>(state: &AppState, token: &Token, result: &Result<T, ApiError>) {
-    let kept = matches!(result, Ok(_) | Err(ApiError::Unconfirmed(_) | ApiError::Internal(_)));
+    let kept = result.as_ref().err().is_none_or(ApiError::may_have_kept);
     settle_step(state, token, kept).await;
 }
 
