@@ -325,3 +325,20 @@ fn every_skipped_test_exists() {
         .collect();
     assert!(missing.is_empty(), "the Makefile skips tests that are not there: {missing:?}");
 }
+
+#[test]
+fn every_service_main_is_one_call_to_the_skeleton() {
+    let map = read("ARCHITECTURE.md");
+    let skeleton = section(&map, "## The skeleton of a service");
+    assert!(skeleton.contains("Every service binary's `main`"), "the map's claim moved: {skeleton}");
+    for service in ["edge", "order", "compensator"] {
+        let path = format!("services/{service}/src/main.rs");
+        let code = code_only(&read(&path));
+        let body = code.split("fn main() -> anyhow::Result<()> {").nth(1).unwrap_or_else(|| panic!("{path}: no main"));
+        let body = body[..body.rfind('}').expect("main's closing brace")].trim();
+        assert!(
+            body.starts_with("seckill_shared::ops::host::run::<") && !body.contains(';'),
+            "{path}: main is not one call to host::run: {body}"
+        );
+    }
+}
