@@ -3,6 +3,8 @@
 //! they need no server, so `cargo test --test code` runs them anywhere, in
 //! a second.
 
+#[path = "code/answer_tables.rs"]
+mod answer_tables;
 #[path = "code/architecture.rs"]
 mod architecture;
 #[path = "code/code_map.rs"]

@@ -1,13 +1,13 @@
 //! The metrics the edge exports, each with its help text; described and
 //! exposed from the start by [`seckill_shared::ops::catalogue::publish`].
 
-use crate::http::bodies::ErrorCode;
+use crate::http::order_answers::OrderAnswer;
 use seckill_shared::ops::catalogue::{self, Metric};
 
-/// Every outcome `seckill_edge_orders_total` counts: `QUEUED` (202) or an
-/// error code.
+/// Every outcome `seckill_edge_orders_total` counts: the answers of the
+/// order table.
 fn order_outcomes() -> Vec<&'static str> {
-    std::iter::once("QUEUED").chain(ErrorCode::ALL.iter().map(|code| code.as_str())).collect()
+    OrderAnswer::ALL.iter().map(|answer| answer.code()).collect()
 }
 
 /// The edge's own metrics.
@@ -16,7 +16,7 @@ const EDGE: &[Metric] = &[
         "seckill_edge_orders_total",
         "outcome",
         order_outcomes,
-        "Orders answered, by outcome: QUEUED (202) or the error code",
+        "Orders answered, by outcome: the answer of the order table (QUEUED, UNCONFIRMED or an error code)",
     ),
     Metric::histogram("seckill_edge_request_seconds", "Time from a request's arrival to its answer, every route"),
     Metric::histogram("seckill_edge_deduct_seconds", "Time an order's deduction in Redis took"),

@@ -250,6 +250,49 @@ impl TicketState {
     pub fn parse(letter: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.letter() == letter)
     }
+
+    /// What the state means, what a poll of the ticket reads in it (a closed
+    /// room reads `CLOSED` whatever the state), and what the buyer may do.
+    pub fn row(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Self::Waiting => (
+                "in the line (before the start: in the shuffled pre-queue)",
+                "`WAITING` with its place (0 before the start), or `SOLD_OUT` once the room is",
+                "poll; a ticket not polled for the room's abandon time is abandoned",
+            ),
+            Self::Admitted => (
+                "admitted by a pass, its token not yet used",
+                "`ADMITTED` with the token's expiry",
+                "order once with the `Seckill-Admission` token before it expires",
+            ),
+            Self::Claimed => (
+                "an order with the token in flight",
+                "`ADMITTED`",
+                "wait for the order's answer: it spends the claim (order kept) or releases it (nothing kept)",
+            ),
+            Self::Used => ("the token placed an order", "`ADMITTED`", "follow the order"),
+            Self::Expired => (
+                "admitted and not used before the token's expiry",
+                "`WAITING` at the back of the line (the poll rejoins it), or `SOLD_OUT`",
+                "poll again",
+            ),
+            Self::Abandoned => (
+                "waiting and not polled for the room's abandon time: its place given up",
+                "`WAITING` at the back of the line (the poll rejoins it), or `SOLD_OUT`",
+                "poll again",
+            ),
+        }
+    }
+
+    /// The states as a markdown table, as the docs show it.
+    pub fn table() -> String {
+        let mut out = String::from("| state (letter) | means | a poll reads | the buyer may |\n|---|---|---|---|\n");
+        for state in Self::ALL {
+            let (means, reads, may) = state.row();
+            out.push_str(&format!("| {state:?} (`{}`) | {means} | {reads} | {may} |\n", state.letter()));
+        }
+        out
+    }
 }
 
 #[cfg(test)]

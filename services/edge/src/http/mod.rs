@@ -18,6 +18,7 @@ mod observe;
 pub mod openapi;
 mod order;
 mod order_admission;
+pub mod order_answers;
 mod order_outcome;
 mod order_request;
 mod payments;

@@ -70,11 +70,8 @@ pub(super) async fn place_order(
     let orders = state.orders.clone();
     let order = async move {
         let result = place_order_inner(&state, client, &headers, request).await;
-        let outcome = match &result {
-            Ok(_) => "QUEUED",
-            Err(error) => error.code().as_str(),
-        };
-        metrics::counter!("seckill_edge_orders_total", "outcome" => outcome).increment(1);
+        let answer = super::order_answers::OrderAnswer::of(&result);
+        metrics::counter!("seckill_edge_orders_total", "outcome" => answer.code()).increment(1);
         result
     };
     orders

@@ -1,0 +1,261 @@
+//! Every way `POST /api/seckill/order` can end, in one table: each answer
+//! with its HTTP status and code, what Redis and PostgreSQL hold after it,
+//! and what the buyer may rely on. Every error path maps into it here
+//! ([`OrderAnswer::of`]), every code of `lua/deduct.lua` too
+//! ([`OrderAnswer::of_deduction`]); `seckill_edge_orders_total` counts by
+//! it. docs/buyers-api.md and ARCHITECTURE.md show [`OrderAnswer::table`];
+//! a test fails when they differ, or when a deduction code has no row.
+
+use super::ApiError;
+use seckill_shared::stock::protocol::deduct;
+
+/// One way an order request ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderAnswer {
+    Queued,
+    Unconfirmed,
+    AlreadyPurchased,
+    SoldOut,
+    SaleNotFound,
+    SaleNotActive,
+    AdmissionRequired,
+    Unauthorized,
+    Forbidden,
+    RateLimited,
+    InvalidRequest,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    RequestTimeout,
+    MethodNotAllowed,
+    TryAgain,
+    Internal,
+}
+
+/// An answer's row: HTTP status and code, when it is answered, what Redis
+/// and PostgreSQL hold afterwards, what the buyer may rely on.
+pub struct Row {
+    pub status: u16,
+    pub code: &'static str,
+    pub when: &'static str,
+    pub redis: &'static str,
+    pub postgres: &'static str,
+    pub promise: &'static str,
+}
+
+const NOTHING: &str = "nothing of this request";
+
+impl OrderAnswer {
+    /// Every answer, in the table's order.
+    pub const ALL: [OrderAnswer; 17] = [
+        Self::Queued,
+        Self::Unconfirmed,
+        Self::AlreadyPurchased,
+        Self::SoldOut,
+        Self::SaleNotFound,
+        Self::SaleNotActive,
+        Self::AdmissionRequired,
+        Self::Unauthorized,
+        Self::Forbidden,
+        Self::RateLimited,
+        Self::InvalidRequest,
+        Self::PayloadTooLarge,
+        Self::UnsupportedMediaType,
+        Self::RequestTimeout,
+        Self::MethodNotAllowed,
+        Self::TryAgain,
+        Self::Internal,
+    ];
+
+    /// The answer's row.
+    pub fn row(self) -> Row {
+        let row = |status, code, when, redis, postgres, promise| Row { status, code, when, redis, postgres, promise };
+        let refused = |status, code, when| row(status, code, when, NOTHING, NOTHING, "nothing was kept");
+        match self {
+            Self::Queued => row(
+                202,
+                "QUEUED",
+                "the unit deducted and its record delivered to Kafka (or maybe delivered: the sweeper publishes it again)",
+                "a unit taken, the order QUEUED and reserved (confirmed by the replicas)",
+                "the order's row, CREATED once the order service writes it",
+                "the buyer gets the order unless they cancel it or let the payment window lapse",
+            ),
+            Self::Unconfirmed => row(
+                202,
+                "UNCONFIRMED",
+                "neither the deduction nor its void (or rollback) confirmed by Redis in time",
+                "a unit taken or not: the void (or rollback) goes on in the background",
+                "maybe the order's row, later",
+                "nothing yet: poll the order (its id, when known) or the user's result",
+            ),
+            Self::AlreadyPurchased => row(
+                409,
+                "ALREADY_PURCHASED",
+                "the user holds an order of the round",
+                "the user's earlier order, unchanged",
+                "the earlier order's row",
+                "nothing new was kept; the user holds their order",
+            ),
+            Self::SoldOut => refused(410, "SOLD_OUT", "no unit left in any bucket (or the local sold-out flag)"),
+            Self::SaleNotFound => refused(404, "SALE_NOT_FOUND", "no round of the sale in Redis"),
+            Self::SaleNotActive => refused(403, "SALE_NOT_ACTIVE", "before the sale's start or after its end"),
+            Self::AdmissionRequired => {
+                refused(403, "ADMISSION_REQUIRED", "a room-guarded sale and no valid admission token")
+            }
+            Self::Unauthorized => refused(401, "UNAUTHORIZED", "user auth on, the token missing or invalid"),
+            Self::Forbidden => refused(403, "FORBIDDEN", "the token names another user"),
+            Self::RateLimited => refused(429, "RATE_LIMITED", "over the global, per-client or per-user limit"),
+            Self::InvalidRequest => refused(400, "INVALID_REQUEST", "a body that is not the contract's"),
+            Self::PayloadTooLarge => refused(413, "PAYLOAD_TOO_LARGE", "a body over the limit"),
+            Self::UnsupportedMediaType => refused(415, "UNSUPPORTED_MEDIA_TYPE", "a body not declared JSON"),
+            Self::RequestTimeout => refused(408, "REQUEST_TIMEOUT", "a body not received in time"),
+            Self::MethodNotAllowed => refused(405, "METHOD_NOT_ALLOWED", "a method the route does not serve"),
+            Self::TryAgain => row(
+                503,
+                "TRY_AGAIN",
+                "Redis, Kafka or the edge's capacity unavailable, a call voided, a warm-up replacing the round",
+                "nothing of this request: a deduction undone is on the replicas before this is answered",
+                NOTHING,
+                "nothing was kept; the same request may be sent again",
+            ),
+            Self::Internal => {
+                row(500, "INTERNAL", "an unexpected failure (a bug)", "unknown", "unknown", "nothing: poll the user's result")
+            }
+        }
+    }
+
+    /// The contract's code (and `seckill_edge_orders_total`'s label).
+    pub fn code(self) -> &'static str {
+        self.row().code
+    }
+
+    /// The answer a placed order's result is: the one place every error
+    /// path of the route maps into. An error the order route never answers
+    /// counts as `INTERNAL` (it would be a bug).
+    pub fn of<T>(result: &Result<T, ApiError>) -> Self {
+        let Err(error) = result else { return Self::Queued };
+        match error {
+            ApiError::Unconfirmed(_) => Self::Unconfirmed,
+            ApiError::AlreadyPurchased(_) => Self::AlreadyPurchased,
+            ApiError::SoldOut => Self::SoldOut,
+            ApiError::SaleNotFound => Self::SaleNotFound,
+            ApiError::SaleNotActive | ApiError::NotOpenYet(_) => Self::SaleNotActive,
+            ApiError::AdmissionRequired(_) => Self::AdmissionRequired,
+            ApiError::Unauthorized(_) => Self::Unauthorized,
+            ApiError::Forbidden(_) => Self::Forbidden,
+            ApiError::RateLimited(_) => Self::RateLimited,
+            ApiError::InvalidRequest(_) => Self::InvalidRequest,
+            ApiError::PayloadTooLarge(_) => Self::PayloadTooLarge,
+            ApiError::UnsupportedMediaType(_) => Self::UnsupportedMediaType,
+            ApiError::RequestTimeout(_) => Self::RequestTimeout,
+            ApiError::MethodNotAllowed => Self::MethodNotAllowed,
+            ApiError::TryAgain(_) => Self::TryAgain,
+            ApiError::Internal(_)
+            | ApiError::ChallengeFailed(_)
+            | ApiError::OrderNotFound
+            | ApiError::OrderPending
+            | ApiError::PaymentConflict
+            | ApiError::AlreadyPaid
+            | ApiError::OrderFailed(_)
+            | ApiError::NotFound
+            | ApiError::SaleBusy(_) => Self::Internal,
+        }
+    }
+
+    /// The answer a code of `lua/deduct.lua` becomes (a code it does not
+    /// know: `None`).
+    pub fn of_deduction(code: i64) -> Option<Self> {
+        Some(match code {
+            deduct::ACCEPTED => Self::Queued,
+            deduct::SALE_NOT_FOUND => Self::SaleNotFound,
+            deduct::SALE_NOT_ACTIVE => Self::SaleNotActive,
+            deduct::ALREADY_PURCHASED => Self::AlreadyPurchased,
+            deduct::SOLD_OUT => Self::SoldOut,
+            deduct::VOIDED | deduct::OTHER_BUCKET | deduct::WARMING => Self::TryAgain,
+            deduct::ADMISSION_REQUIRED => Self::AdmissionRequired,
+            _ => return None,
+        })
+    }
+
+    /// The table as markdown, as the docs show it: the `deduct.lua` codes
+    /// each answer comes from are read from the protocol.
+    pub fn table() -> String {
+        let mut out = String::from(
+            "| answer | when | from `deduct.lua` | Redis holds after it | PostgreSQL holds after it | the buyer may rely on |\n\
+             |---|---|---|---|---|---|\n",
+        );
+        for answer in Self::ALL {
+            let r = answer.row();
+            let codes: Vec<String> = deduct::ANSWERS
+                .codes
+                .iter()
+                .filter(|(code, _, _)| Self::of_deduction(*code) == Some(answer))
+                .map(|(code, name, _)| format!("{code} {name}"))
+                .collect();
+            let from = if codes.is_empty() { "-".to_owned() } else { codes.join(", ") };
+            out.push_str(&format!(
+                "| {} `{}` | {} | {from} | {} | {} | {} |\n",
+                r.status, r.code, r.when, r.redis, r.postgres, r.promise
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_deduction_code_has_a_row_and_every_row_its_contract_code() {
+        for (code, name, _) in deduct::ANSWERS.codes {
+            let answer = OrderAnswer::of_deduction(*code).unwrap_or_else(|| panic!("deduct.lua's {name} has no row"));
+            assert_ne!(answer, OrderAnswer::Internal, "{name}");
+        }
+        assert_eq!(OrderAnswer::of_deduction(-99), None);
+        for answer in OrderAnswer::ALL {
+            let known =
+                std::iter::once("QUEUED").chain(super::super::bodies::ErrorCode::ALL.iter().map(|c| c.as_str()));
+            assert!(known.clone().any(|c| c == answer.code()), "{answer:?}");
+        }
+    }
+
+    /// An error of each answer but `QUEUED`.
+    fn sample(answer: OrderAnswer) -> Option<ApiError> {
+        let why = || anyhow::anyhow!("x");
+        Some(match answer {
+            OrderAnswer::Queued => return None,
+            OrderAnswer::Unconfirmed => ApiError::Unconfirmed(None),
+            OrderAnswer::AlreadyPurchased => ApiError::AlreadyPurchased(None),
+            OrderAnswer::SoldOut => ApiError::SoldOut,
+            OrderAnswer::SaleNotFound => ApiError::SaleNotFound,
+            OrderAnswer::SaleNotActive => ApiError::SaleNotActive,
+            OrderAnswer::AdmissionRequired => ApiError::AdmissionRequired("x".into()),
+            OrderAnswer::Unauthorized => ApiError::Unauthorized("x".into()),
+            OrderAnswer::Forbidden => ApiError::Forbidden("x".into()),
+            OrderAnswer::RateLimited => ApiError::RateLimited(std::time::Duration::from_secs(1)),
+            OrderAnswer::InvalidRequest => ApiError::InvalidRequest("x".into()),
+            OrderAnswer::PayloadTooLarge => ApiError::PayloadTooLarge(1),
+            OrderAnswer::UnsupportedMediaType => ApiError::UnsupportedMediaType("x".into()),
+            OrderAnswer::RequestTimeout => ApiError::RequestTimeout(std::time::Duration::from_secs(1)),
+            OrderAnswer::MethodNotAllowed => ApiError::MethodNotAllowed,
+            OrderAnswer::TryAgain => ApiError::TryAgain(why()),
+            OrderAnswer::Internal => ApiError::Internal(why()),
+        })
+    }
+
+    #[test]
+    fn each_row_says_what_its_answer_does() {
+        for answer in OrderAnswer::ALL {
+            let row = answer.row();
+            let Some(error) = sample(answer) else {
+                assert_eq!((row.status, OrderAnswer::of(&Ok::<(), ApiError>(()))), (202, answer));
+                continue;
+            };
+            assert_eq!(OrderAnswer::of(&Err::<(), _>(sample(answer).expect("a sample"))), answer);
+            assert_eq!(error.status_code().as_u16(), row.status, "{answer:?}");
+            assert_eq!(error.code().as_str(), row.code, "{answer:?}");
+            let kept_nothing = row.promise.starts_with("nothing was kept") || row.promise.starts_with("nothing new");
+            assert_eq!(error.may_have_kept(), !kept_nothing, "{answer:?}");
+        }
+    }
+}
