@@ -9,9 +9,25 @@
 use super::ApiError;
 use seckill_shared::stock::protocol::deduct;
 
-/// One way an order request ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OrderAnswer {
+/// Declares the answers once: the enum and [`OrderAnswer::ALL`] in the
+/// table's order, so a new answer is in the table (its row is asked for by
+/// [`OrderAnswer::row`]'s match) the moment it exists.
+macro_rules! order_answers {
+    ($($variant:ident),* $(,)?) => {
+        /// One way an order request ends.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum OrderAnswer {
+            $($variant,)*
+        }
+
+        impl OrderAnswer {
+            /// Every answer, in the table's order.
+            pub const ALL: &'static [OrderAnswer] = &[$(Self::$variant,)*];
+        }
+    };
+}
+
+order_answers! {
     Queued,
     Unconfirmed,
     AlreadyPurchased,
@@ -45,27 +61,6 @@ pub struct Row {
 const NOTHING: &str = "nothing of this request";
 
 impl OrderAnswer {
-    /// Every answer, in the table's order.
-    pub const ALL: [OrderAnswer; 17] = [
-        Self::Queued,
-        Self::Unconfirmed,
-        Self::AlreadyPurchased,
-        Self::SoldOut,
-        Self::SaleNotFound,
-        Self::SaleNotActive,
-        Self::AdmissionRequired,
-        Self::Unauthorized,
-        Self::Forbidden,
-        Self::RateLimited,
-        Self::InvalidRequest,
-        Self::PayloadTooLarge,
-        Self::UnsupportedMediaType,
-        Self::RequestTimeout,
-        Self::MethodNotAllowed,
-        Self::TryAgain,
-        Self::Internal,
-    ];
-
     /// The answer's row.
     pub fn row(self) -> Row {
         let row = |status, code, when, redis, postgres, promise| Row { status, code, when, redis, postgres, promise };
@@ -183,7 +178,7 @@ impl OrderAnswer {
             "| answer | when | from `deduct.lua` | Redis holds after it | PostgreSQL holds after it | the buyer may rely on |\n\
              |---|---|---|---|---|---|\n",
         );
-        for answer in Self::ALL {
+        for &answer in Self::ALL {
             let r = answer.row();
             let codes: Vec<String> = deduct::ANSWERS
                 .codes
@@ -212,7 +207,7 @@ mod tests {
             assert_ne!(answer, OrderAnswer::Internal, "{name}");
         }
         assert_eq!(OrderAnswer::of_deduction(-99), None);
-        for answer in OrderAnswer::ALL {
+        for &answer in OrderAnswer::ALL {
             let known =
                 std::iter::once("QUEUED").chain(super::super::bodies::ErrorCode::ALL.iter().map(|c| c.as_str()));
             assert!(known.clone().any(|c| c == answer.code()), "{answer:?}");
@@ -245,7 +240,7 @@ mod tests {
 
     #[test]
     fn each_row_says_what_its_answer_does() {
-        for answer in OrderAnswer::ALL {
+        for &answer in OrderAnswer::ALL {
             let row = answer.row();
             let Some(error) = sample(answer) else {
                 assert_eq!((row.status, OrderAnswer::of(&Ok::<(), ApiError>(()))), (202, answer));
