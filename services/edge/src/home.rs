@@ -42,9 +42,11 @@ const LIST_KEPT: Duration = Duration::from_secs(1);
 /// Lists kept before the stale ones are dropped.
 const MOST_LISTS: usize = 4_096;
 
-/// Why a request was not decided: nothing is kept in either case.
+/// Why the home bucket did not decide a request (the batcher's own reasons
+/// are [`crate::batch::NotDecided`]): nothing is kept, or its batcher says
+/// it is not known (`UNCONFIRMED`).
 #[derive(Debug, thiserror::Error)]
-pub enum NotDecided {
+pub enum Undecided {
     #[error(transparent)]
     Batcher(#[from] Arc<crate::batch::NotDecided>),
     #[error("redis: {0}")]
@@ -79,7 +81,7 @@ impl Homes {
         sale: SaleKey,
         request: DeductRequest,
         publish_deadline: Duration,
-    ) -> Result<Deduction, NotDecided> {
+    ) -> Result<Deduction, Undecided> {
         // Bucket 0 not heard and no list kept: bucket 0 decides (the
         // deduction asks again as it does for any sale; a sale in buckets
         // answers OTHER_BUCKET for the users it does not serve).
@@ -123,7 +125,7 @@ impl Homes {
             }
         }
         metrics::counter!("seckill_edge_borrow_gave_up_total").increment(1);
-        Err(NotDecided::StillMoving)
+        Err(Undecided::StillMoving)
     }
 
     /// Forgets what this edge knows of `sale`'s buckets (it was warmed up

@@ -92,9 +92,9 @@ pub(super) async fn published(
 
 /// The answer the buyer gets when the batcher did not decide: 503 where
 /// nothing was kept, 202 `UNCONFIRMED` where that is not known.
-pub(super) fn not_decided(error: crate::home::NotDecided) -> ApiError {
+pub(super) fn not_decided(error: crate::home::Undecided) -> ApiError {
     match &error {
-        crate::home::NotDecided::Batcher(inner) => match inner.as_ref() {
+        crate::home::Undecided::Batcher(inner) => match inner.as_ref() {
             crate::batch::NotDecided::Unconfirmed(order_id) => {
                 ApiError::Unconfirmed(order_id.as_ref().map(ToString::to_string))
             }
