@@ -64,7 +64,7 @@ async fn seed_deduct(reference: &Reference, sale: SaleKey, user: UserId) -> Resu
             Deduction::Accepted {
                 order_id,
                 round: 1,
-                stock_left: 0,
+                stock_left: None,
                 accepted_at: chrono::Utc::now().timestamp_millis(),
             }
         }

@@ -286,7 +286,7 @@ fn answers_after_void(voided: Vec<Voided>, why: NotDecided) -> Vec<Answer> {
         .map(|voided| match voided {
             Voided::Undone | Voided::Nothing => Err(why.clone()),
             Voided::Stands { order_id, round, accepted_at } => {
-                Ok(Deduction::Accepted { order_id, round, stock_left: 0, accepted_at })
+                Ok(Deduction::Accepted { order_id, round, stock_left: None, accepted_at })
             }
         })
         .collect()

@@ -22,8 +22,10 @@ static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Deduction {
     /// A unit is the user's; the order id is new; `accepted_at` is Redis's
-    /// clock (ms) at the deduction.
-    Accepted { order_id: OrderId, round: i64, stock_left: i64, accepted_at: i64 },
+    /// clock (ms) at the deduction; `stock_left` the bucket's units after it,
+    /// when the answer says (an order that stood through its call's void
+    /// does not).
+    Accepted { order_id: OrderId, round: i64, stock_left: Option<i64>, accepted_at: i64 },
     /// No such sale in Redis (never warmed, expired, or Redis lost it).
     SaleNotFound,
     /// Outside the sale window.
@@ -197,7 +199,7 @@ fn parse_deduction(answer: &[redis::Value]) -> Result<Deduction, RedisCallError>
             Ok(Deduction::Accepted {
                 order_id,
                 round: int(1).unwrap_or(0),
-                stock_left: int(3).unwrap_or(0),
+                stock_left: int(3),
                 accepted_at: int(4).ok_or_else(unexpected)?,
             })
         }

@@ -114,6 +114,6 @@ impl Stock {
             .zadd(&k.reserved, order_id.as_str(), now + publish_deadline.as_millis() as i64)
             .ignore();
         self.conn.pipe::<()>(&write).await?;
-        Ok(Deduction::Accepted { order_id, round, stock_left: left, accepted_at: now })
+        Ok(Deduction::Accepted { order_id, round, stock_left: Some(left), accepted_at: now })
     }
 }
