@@ -83,8 +83,8 @@ async fn freshly_started_services_expose_every_metric_the_dashboard_and_the_aler
     for (service, text) in [("edge", edge_text), ("order", order_text), ("compensator", compensator_text)] {
         assert_eq!(undescribed(text), Vec::<String>::new(), "the {service}'s metrics without a # HELP line");
     }
-    let outcomes =
-        std::iter::once("QUEUED").chain(seckill_edge::http::bodies::ErrorCode::ALL.iter().map(|c| c.as_str()));
+    // Every answer of the order table (OrderAnswer), the edge's outcomes.
+    let outcomes = seckill_edge::http::order_answers::OrderAnswer::ALL.iter().map(|answer| answer.code());
     for outcome in outcomes {
         let series = format!("seckill_edge_orders_total{{outcome=\"{outcome}\"}} 0");
         assert!(edge_text.contains(&series), "{series} on the fresh edge:\n{edge_text}");

@@ -52,6 +52,7 @@ impl Membership {
         self.rejoins = Some(rejoins);
     }
 
+    /// The member's consumer as it is now.
     pub fn consumer(&self) -> Arc<StreamConsumer<kafka::Observed>> {
         self.consumer.read().clone()
     }
