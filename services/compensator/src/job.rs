@@ -10,12 +10,14 @@
 
 use crate::settle::{self, SettleError};
 use crate::Settings;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::db::{dead_letters, within};
 use seckill_shared::domain::{FailReason, OrderRecord};
+use seckill_shared::kafka::membership::{Joining, Membership};
 use seckill_shared::kafka::stall::{partitions_of, Progress};
+use seckill_shared::kafka::standstill::StandStill;
 use seckill_shared::kafka::{self, dlq_header, header_str, Trace};
 use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::retry::{retry_then_park, retry_until, Attempt, Ended};
@@ -28,7 +30,8 @@ use tracing::Instrument;
 pub struct DlqJob {
     settings: Arc<Settings>,
     deps: Connections,
-    consumer: StreamConsumer<kafka::Observed>,
+    /// Its consumer (made anew when it joins the group again).
+    member: Membership,
     /// Its consumer group (an attribute of each record's span).
     group: String,
     /// The record in hand since when, for the stall watch.
@@ -41,12 +44,22 @@ impl DlqJob {
         let group = kafka::compensator_group(&settings.servers.kafka);
         // A job that has not polled for the stall bound (its record not
         // settled) leaves the group: another compensator takes over.
-        let consumer: StreamConsumer<kafka::Observed> = kafka::consumer_config(&settings.servers.kafka, &group)
-            .set("max.poll.interval.ms", settings.service.consumer.max_poll_interval_ms())
-            .create_with_context(kafka::Observed::new(&group))?;
-        consumer.subscribe(&[deps.topics.dlq.as_str()])?;
+        let joining = Joining {
+            kafka: settings.servers.kafka.clone(),
+            group: group.clone(),
+            topic: deps.topics.dlq.clone(),
+            max_poll_interval_ms: settings.service.consumer.max_poll_interval_ms(),
+        };
+        let member = Membership::join("dead-letter job".into(), joining)?;
         let progress = deps.stalls.member("dead-letter job".into());
-        Ok(Self { settings, deps, consumer, group, progress })
+        Ok(Self { settings, deps, member, group, progress })
+    }
+
+    /// Joins the group again, with a consumer made anew, whenever `rejoins`
+    /// is bumped and the job is not settling a record.
+    pub fn rejoining_on(mut self, rejoins: tokio::sync::watch::Receiver<u64>) -> Self {
+        self.member.rejoining_on(rejoins);
+        self
     }
 
     /// Consumes until `shutdown`, once the index's rows from before it knew
@@ -67,10 +80,17 @@ impl DlqJob {
             None => return Ok(()),
         }
         loop {
+            let consumer = self.member.consumer();
             let message = tokio::select! {
                 // Safe point: the previous record is committed.
                 _ = shutdown.cancelled() => break,
-                received = self.consumer.recv() => match received {
+                // The group stands still: join it again, then wait on.
+                asked = self.member.rejoin_asked() => {
+                    drop(consumer);
+                    self.member.rejoin(asked);
+                    continue;
+                }
+                received = consumer.recv() => match received {
                     Ok(message) => message,
                     Err(error) => {
                         tracing::warn!(%error, "dead-letter consumer error");
@@ -90,13 +110,13 @@ impl DlqJob {
             // commit lost with a crash replays it too: settling is
             // idempotent). Asynchronous, so a coordinator that does not
             // answer holds no thread of the runtime.
-            if let Err(error) = self.consumer.commit_message(&message, CommitMode::Async) {
+            if let Err(error) = consumer.commit_message(&message, CommitMode::Async) {
                 tracing::warn!(%error, "offset commit failed; the record will be replayed");
             }
             self.progress.idle();
         }
         self.progress.idle();
-        self.consumer.unsubscribe();
+        self.member.consumer().unsubscribe();
         Ok(())
     }
 
@@ -202,4 +222,25 @@ fn record_span(message: &BorrowedMessage<'_>, group: &str) -> tracing::Span {
     );
     seckill_shared::ops::trace_export::continue_from(&span, trace.traceparent);
     span
+}
+
+/// Every few seconds until `shutdown`, the dead-letter group's lag on
+/// `topic`: when a partition stands still past `consumer.stall_secs` with
+/// records waiting, `rejoin` is bumped and the job joins its group again
+/// ([`seckill_shared::kafka::standstill`]).
+pub async fn watch_group(
+    settings: Arc<Settings>,
+    topic: String,
+    rejoin: tokio::sync::watch::Sender<u64>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let group = kafka::compensator_group(&settings.servers.kafka);
+    let standstill = parking_lot::Mutex::new(StandStill::new(settings.service.consumer.stall()));
+    seckill_shared::ops::shutdown::every("dead-letter group watch", Duration::from_secs(5), shutdown, || async {
+        let (kafka_settings, name, dlq) = (settings.servers.kafka.clone(), group.clone(), topic.clone());
+        let lag = tokio::task::spawn_blocking(move || kafka::lag::lag(&kafka_settings, &name, &dlq)).await??;
+        standstill.lock().report(&group, &topic, &lag, &rejoin);
+        Ok::<(), anyhow::Error>(())
+    })
+    .await
 }

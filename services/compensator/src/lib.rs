@@ -95,11 +95,16 @@ impl Hosted for Settings {
         (&self.service, &self.servers)
     }
 
-    /// The DLQ consumer and (when enabled) the sweeper and the deadline
-    /// worker.
+    /// The DLQ consumer (and the watch that has it join its group again
+    /// when the group stands still) and, when enabled, the sweeper and the
+    /// deadline worker.
     fn start(settings: Arc<Self>, connections: Connections, background: &Background) -> anyhow::Result<()> {
-        let dlq = job::DlqJob::new(settings.clone(), connections.clone())?;
+        let (rejoin, rejoins) = tokio::sync::watch::channel(0);
+        let dlq = job::DlqJob::new(settings.clone(), connections.clone())?.rejoining_on(rejoins);
         background.spawn("dlq consumer", dlq.run(background.shutdown().clone()));
+        let watch =
+            job::watch_group(settings.clone(), connections.topics.dlq.clone(), rejoin, background.shutdown().clone());
+        background.spawn("dead-letter group watch", watch);
         if settings.sweeper.enabled {
             let sweeper = sweeper::Sweeper::new(settings.clone(), connections.clone(), background.clone())?;
             background.spawn("reservation sweeper", sweeper.run(background.shutdown().clone()));

@@ -4,7 +4,6 @@
 //! one turn of it, for tests that drive the worker step by step.
 
 use crate::dead_letters::{DeadLetterError, DeadLetters};
-use crate::membership::Membership;
 use crate::record_spans::RecordSpans;
 use crate::store::{self, WriteError};
 use crate::Settings;
@@ -13,8 +12,9 @@ use rdkafka::message::{Message, OwnedMessage};
 use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::db::within;
 use seckill_shared::domain::{FailReason, Fate, OrderId, OrderRecord, RecordError, UserId};
+use seckill_shared::kafka::membership::{Joining, Membership};
 use seckill_shared::kafka::stall::{partitions_of, Progress};
-use seckill_shared::kafka::Trace;
+use seckill_shared::kafka::{self, Trace};
 use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::retry::{retry_then_park, retry_until, Attempt, Ended};
 use seckill_shared::orders::fate::{self, FollowError};
@@ -80,7 +80,13 @@ impl Worker {
         deps: Connections,
         dead_letters: DeadLetters,
     ) -> anyhow::Result<Self> {
-        let member = Membership::join(index, settings.clone(), &deps.topics.orders)?;
+        let joining = Joining {
+            kafka: settings.servers.kafka.clone(),
+            group: kafka::order_group(&settings.servers.kafka),
+            topic: deps.topics.orders.clone(),
+            max_poll_interval_ms: settings.service.consumer.max_poll_interval_ms(),
+        };
+        let member = Membership::join(format!("order worker {index}"), joining)?;
         let progress = deps.stalls.member(format!("order worker {index}"));
         Ok(Self { index, settings, deps, dead_letters, member, unfinished: Default::default(), progress })
     }

@@ -15,12 +15,10 @@ pub const ABOUT: &str = "The order service: consumes seckill.orders in the secki
 pub mod consumer;
 pub mod dead_letters;
 pub mod lag;
-pub mod membership;
 pub mod metrics;
 pub mod record_spans;
 pub mod relay;
 pub mod relay_waves;
-pub mod standstill;
 pub mod store;
 
 use seckill_shared::config::Servers;

@@ -19,11 +19,6 @@ const ORDER: &[Metric] = &[
     Metric::histogram("seckill_order_batch_seconds", "Time to handle one batch, from consumed to offsets committed"),
     Metric::histogram("seckill_order_transaction_seconds", "Time of one batch's PostgreSQL transaction"),
     Metric::gauge("seckill_order_consumer_lag", "Records on the orders topic not yet consumed, by partition"),
-    Metric::counter(
-        "seckill_order_group_standstills_total",
-        "Times a partition's committed offset stood still for consumer.stall_secs while records waited",
-    ),
-    Metric::counter("seckill_order_rejoins_total", "Times a member joined its group again with a consumer made anew"),
     Metric::counter("seckill_events_relayed_total", "Order events sent from the outbox to the events topic"),
     Metric::gauge_zero(
         "seckill_relay_events_held_back",

@@ -7,10 +7,12 @@ pub mod cloud_event;
 pub mod context;
 pub mod headers;
 pub mod lag;
+pub mod membership;
 pub mod read;
 pub mod renewing;
 pub mod spans;
 pub mod stall;
+pub mod standstill;
 
 pub use context::Observed;
 pub use headers::{

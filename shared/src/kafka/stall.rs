@@ -17,7 +17,7 @@
 //!   `/healthz`, so an orchestrator's liveness probe restarts the process.
 //!
 //! A member that is not busy but fetches nothing is the order service's
-//! stand-still watch's (`services/order/src/standstill.rs`).
+//! stand-still watch's ([`super::standstill`]).
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};

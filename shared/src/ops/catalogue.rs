@@ -143,6 +143,14 @@ pub const CONSUMING: &[Metric] = &[
         "seckill_consumer_stalled_members",
         "Group members of this process whose batch (or record) has not been done for consumer.stall_secs",
     ),
+    Metric::counter_per(
+        "seckill_consumer_standstills_total",
+        "Times a partition's committed offset stood still for consumer.stall_secs while records waited, by consumer group",
+    ),
+    Metric::counter_per(
+        "seckill_consumer_rejoins_total",
+        "Times a member joined its group again with a consumer made anew, by consumer group",
+    ),
 ];
 
 /// Producers made anew after a fatal error (`kafka::renewing`).

@@ -1,25 +1,34 @@
-//! One member's place in the `seckill-order` group: its consumer, made
-//! anew when the member joins the group again (the group stood still while
-//! records waited, [`crate::standstill`]), and its offset commits.
+//! One member's place in its consumer group: its consumer, made anew when
+//! the member joins the group again (the group stood still while records
+//! waited, [`super::standstill`]), and its offset commits. The order
+//! service's workers and the compensator's dead-letter job are members.
 
-use crate::Settings;
+use crate::config::KafkaSettings;
+use crate::kafka;
 use parking_lot::RwLock;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
-use seckill_shared::kafka;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::watch;
 
+/// How a member's consumer is made: its group, its topic, and the stall
+/// bound it leaves the group after (`max.poll.interval.ms`).
+#[derive(Clone)]
+pub struct Joining {
+    pub kafka: KafkaSettings,
+    pub group: String,
+    pub topic: String,
+    pub max_poll_interval_ms: String,
+}
+
 /// A member's consumer, and what asks it to join again.
 pub struct Membership {
-    /// The worker's number, for the log.
-    index: usize,
-    settings: Arc<Settings>,
-    /// The orders topic.
-    topic: String,
+    /// The member's name, for the log (`order worker 0`).
+    name: String,
+    joining: Joining,
     /// Shared with the bounded final commit, which runs on a thread of its
     /// own (a synchronous commit blocks until the coordinator answers);
     /// made anew when the member joins its group again.
@@ -32,13 +41,12 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// Creates the consumer and subscribes it to `topic`.
-    pub fn join(index: usize, settings: Arc<Settings>, topic: &str) -> anyhow::Result<Self> {
-        let consumer = subscribed(&settings, topic)?;
+    /// Creates the consumer and subscribes it to its topic.
+    pub fn join(name: String, joining: Joining) -> anyhow::Result<Self> {
+        let consumer = subscribed(&joining)?;
         Ok(Self {
-            index,
-            settings,
-            topic: topic.to_owned(),
+            name,
+            joining,
             consumer: Arc::new(RwLock::new(Arc::new(consumer))),
             rejoins: None,
             rejoined: AtomicU64::new(0),
@@ -75,15 +83,15 @@ impl Membership {
     /// long to close) and joins it with a new one.
     pub fn rejoin(&self, asked: u64) {
         self.rejoined.store(asked, Ordering::Relaxed);
-        match subscribed(&self.settings, &self.topic) {
+        match subscribed(&self.joining) {
             Ok(fresh) => {
                 let old = std::mem::replace(&mut *self.consumer.write(), Arc::new(fresh));
                 tokio::task::spawn_blocking(move || drop(old));
-                metrics::counter!("seckill_order_rejoins_total").increment(1);
-                tracing::warn!(worker = self.index, "joined the order group again with a new consumer");
+                metrics::counter!("seckill_consumer_rejoins_total", "group" => self.joining.group.clone()).increment(1);
+                tracing::warn!(member = %self.name, group = %self.joining.group, "joined its group again with a new consumer");
             }
             Err(error) => {
-                tracing::error!(worker = self.index, %error, "could not make a new consumer; keeping the old one")
+                tracing::error!(member = %self.name, %error, "could not make a new consumer; keeping the old one")
             }
         }
     }
@@ -123,19 +131,18 @@ impl Membership {
         // A failed commit (the partition moved to another member in a
         // rebalance) is not fatal: the new owner replays, idempotently.
         if let Err(error) = self.consumer().commit(list, mode) {
-            tracing::warn!(worker = self.index, %error, "offset commit failed; the records will be replayed");
+            tracing::warn!(member = %self.name, %error, "offset commit failed; the records will be replayed");
         }
     }
 }
 
-/// A consumer of `topic` in the order group. A member that has not polled
-/// for the stall bound (its batch not done) leaves the group: the others
-/// take its partitions.
-fn subscribed(settings: &Settings, topic: &str) -> anyhow::Result<StreamConsumer<kafka::Observed>> {
-    let group = kafka::order_group(&settings.servers.kafka);
-    let consumer: StreamConsumer<kafka::Observed> = kafka::consumer_config(&settings.servers.kafka, &group)
-        .set("max.poll.interval.ms", settings.service.consumer.max_poll_interval_ms())
-        .create_with_context(kafka::Observed::new(&group))?;
-    consumer.subscribe(&[topic])?;
+/// A consumer of the topic in the group. A member that has not polled for
+/// the stall bound (its work not done) leaves the group: the others take
+/// its partitions.
+fn subscribed(joining: &Joining) -> anyhow::Result<StreamConsumer<kafka::Observed>> {
+    let consumer: StreamConsumer<kafka::Observed> = kafka::consumer_config(&joining.kafka, &joining.group)
+        .set("max.poll.interval.ms", &joining.max_poll_interval_ms)
+        .create_with_context(kafka::Observed::new(&joining.group))?;
+    consumer.subscribe(&[joining.topic.as_str()])?;
     Ok(consumer)
 }

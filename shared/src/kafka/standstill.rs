@@ -2,18 +2,19 @@
 //! topic whose committed offset has not moved for `consumer.stall_secs`
 //! while records wait behind it.
 //!
-//! The stall watch ([`seckill_shared::kafka::stall`]) covers a member busy
-//! with a batch it cannot finish. This covers the member that is not busy
-//! at all: its consumer fetches nothing (a client left without its
-//! partitions, or holding them without fetching, after its coordinator
-//! vanished mid-rebalance), or its last commit was lost and nothing new
+//! The stall watch ([`super::stall`]) covers a member busy with work it
+//! cannot finish. This covers the member that is not busy at all: its
+//! consumer fetches nothing (a client left without its partitions, or
+//! holding them without fetching, after its coordinator vanished
+//! mid-rebalance — seen in the replicated chaos suite, on the order and the
+//! dead-letter groups alike), or its last commit was lost and nothing new
 //! arrives to commit again. Nobody else takes those partitions, because the
-//! member still heartbeats. The lag reporter feeds [`StandStill`] every
-//! turn; when a partition stands still, every member of this process that
-//! is not busy joins its group again with a consumer made anew
-//! (`consumer::Worker`), so the group assigns the partitions again and
-//! their new owner consumes from the committed offset (replays are
-//! idempotent).
+//! member still heartbeats. Each service measures its group's lag every few
+//! seconds and hands it to [`StandStill::report`]; when a partition stands
+//! still, every member of that process that is not busy joins its group
+//! again with a consumer made anew ([`super::membership`]), so the group
+//! assigns the partitions again and their new owner consumes from the
+//! committed offset (replays are idempotent).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -42,6 +43,33 @@ impl StandStill {
     /// Partitions stand still after `bound`.
     pub fn new(bound: Duration) -> Self {
         Self { bound, since: BTreeMap::new() }
+    }
+
+    /// Takes `group`'s lag on `topic` now; when partitions stand still,
+    /// logs them, counts it and bumps `rejoin` (the members join again).
+    pub fn report(
+        &mut self,
+        group: &str,
+        topic: &str,
+        lag: &super::lag::Lag,
+        rejoin: &tokio::sync::watch::Sender<u64>,
+    ) {
+        let still = self.observe(Instant::now(), &lag.highs, &lag.partitions);
+        if still.is_empty() {
+            return;
+        }
+        let which: Vec<String> = still
+            .iter()
+            .map(|s| format!("{topic}[{}]: {} waiting for {} s", s.partition, s.waiting, s.for_.as_secs()))
+            .collect();
+        tracing::error!(
+            group,
+            stall_secs = self.bound.as_secs(),
+            "the group stands still while records wait ({}); this process's idle members join it again",
+            which.join(", ")
+        );
+        metrics::counter!("seckill_consumer_standstills_total", "group" => group.to_owned()).increment(1);
+        rejoin.send_modify(|n| *n += 1);
     }
 
     /// Takes the group's position at `now` (per partition: high watermark
