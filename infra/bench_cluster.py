@@ -38,7 +38,8 @@ def start_edges(suffix, extra=None):
     """Both edges behind HAProxy, each with its share of the global rate
     limit, once ready."""
     edges = [b.start([str(b.BIN / "seckill-edge")], f"cluster-edge{i}{suffix}",
-                     {"SECKILL_HTTP_ADDR": addr, "SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND": "100000", **(extra or {})})
+                     {"SECKILL_HTTP_ADDR": addr, "SECKILL_ADMIN_ADDR": "127.0.0.1:0",
+                      "SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND": "100000", **(extra or {})})
              for i, addr in enumerate(EDGES)]
     for addr in EDGES + [LB]:
         b.wait_http(f"http://{addr}/readyz")

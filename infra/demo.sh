@@ -34,9 +34,11 @@ if (( CLUSTER )); then
   export SECKILL_KAFKA_BROKERS="127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096"
   EDGE=127.0.0.1:8080   # HAProxy
   EDGE_ADDRS=(127.0.0.1:8081 127.0.0.1:8082)
+  CONSOLE=127.0.0.1:9081   # the first edge's operators' console
   HEALTH_ADDRS=(127.0.0.1:9101 127.0.0.1:9103 127.0.0.1:9102 127.0.0.1:9104)
 else
   EDGE_ADDRS=("$EDGE")
+  CONSOLE="${SECKILL_ADMIN_ADDR:-127.0.0.1:9080}"
   HEALTH_ADDRS=(127.0.0.1:9101 127.0.0.1:9102)
 fi
 
@@ -134,18 +136,25 @@ if (( CLUSTER )); then
   start seckill-compensator -1 SECKILL__METRICS_ADDR=127.0.0.1:9102
   start seckill-compensator -2 SECKILL__METRICS_ADDR=127.0.0.1:9104
   # Each edge takes its share of the global rate limit.
-  start seckill-edge -1 SECKILL_HTTP_ADDR=127.0.0.1:8081 SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND=100000 "${EDGE_ENV[@]}"
-  start seckill-edge -2 SECKILL_HTTP_ADDR=127.0.0.1:8082 SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND=100000 "${EDGE_ENV[@]}"
+  start seckill-edge -1 SECKILL_HTTP_ADDR=127.0.0.1:8081 SECKILL_ADMIN_ADDR=127.0.0.1:9081 SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND=100000 "${EDGE_ENV[@]}"
+  start seckill-edge -2 SECKILL_HTTP_ADDR=127.0.0.1:8082 SECKILL_ADMIN_ADDR=127.0.0.1:9082 SECKILL__RATE_LIMIT__GLOBAL_PER_SECOND=100000 "${EDGE_ENV[@]}"
 else
   start seckill-order ""
   start seckill-compensator ""
   start seckill-edge "" "${EDGE_ENV[@]}"
 fi
 for addr in "${EDGE_ADDRS[@]}"; do wait_ready seckill-edge "http://$addr/readyz"; done
+wait_ready "the operators' console" "http://$CONSOLE/readyz"
+# The operators' routes answer on the console's address alone.
+buyers_admin=$(curl -s -o /dev/null -w '%{http_code}' "http://${EDGE_ADDRS[0]}/admin/dashboard")
+console_admin=$(curl -s -o /dev/null -w '%{http_code}' "http://$CONSOLE/admin/dashboard")
+echo "  /admin/dashboard: $buyers_admin on the buyers' address, $console_admin on the console's"
+[[ $buyers_admin == 404 && $console_admin == 200 ]] || { echo "demo: the console is not apart from the buyers' address" >&2; exit 1; }
 for addr in "${HEALTH_ADDRS[@]}"; do wait_ready "service on $addr" "http://$addr/readyz"; done
 (( CLUSTER )) && wait_ready "haproxy" "http://$EDGE/readyz"
-# Sessions live in the edge that signed the browser in: one edge, directly.
-echo "  dashboard: http://${EDGE_ADDRS[0]}/admin/dashboard (up while the demo runs; sign in with the admin token$(
+# Sessions live in the edge that signed the browser in: one edge's console,
+# on its own address (admin_addr), never behind the buyers' load balancer.
+echo "  dashboard: http://$CONSOLE/admin/dashboard (up while the demo runs; sign in with the admin token$(
   [[ $SECKILL_ADMIN_TOKEN == demo-admin-token ]] && echo ": demo-admin-token" || echo " in SECKILL_ADMIN_TOKEN"))"
 
 CTL="$BIN/seckillctl"

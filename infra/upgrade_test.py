@@ -116,7 +116,8 @@ OLD_LIMITS_READS = old_has("services/edge/src/status_reads.rs")
 
 def service(bin_dir, which, version):
     if which == "edge":
-        extra = {"SECKILL_HTTP_ADDR": EDGES[version]}
+        # An older edge ignores SECKILL_ADMIN_ADDR (it has no console address).
+        extra = {"SECKILL_HTTP_ADDR": EDGES[version], "SECKILL_ADMIN_ADDR": "127.0.0.1:0"}
         if version == "new" or OLD_LIMITS_READS:
             # Every buyer here is 127.0.0.1: one client to the per-client
             # limit of status reads, which the read-back would trip.

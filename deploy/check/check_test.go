@@ -92,6 +92,8 @@ func TestEachBreakIsFound(t *testing.T) {
 		{"longer drain set", "k8s/base/settings.env", "RUST_LOG=info", "RUST_LOG=info\nSECKILL__SHUTDOWN_TIMEOUT_MS=60000", "not longer than preStop + drain"},
 		{"no memory limit", "k8s/base/compensator.yaml", "memory: 256Mi", "", "no memory limit"},
 		{"variable used before defined", "k8s/base/pod-defaults.yaml", "@$(DATABASE_HOST)", "@$(DATABASE_HOSTNAME)", "before it is defined"},
+		{"console beside the buyers", "k8s/base/edge.yaml", "      port: 80\n      targetPort: http\n", "      port: 80\n      targetPort: http\n    - name: admin\n      port: 9080\n      targetPort: admin\n", "serves the buyers' port and the operators' console together"},
+		{"console outside the cluster", "k8s/base/edge.yaml", "  type: ClusterIP\n", "  type: NodePort\n", "published outside the cluster"},
 		{"no budget", "k8s/base/order.yaml", "  name: seckill-order\nspec:\n  maxUnavailable", "  name: seckill-order\nspec:\n  selector: {matchLabels: {x: y}}\n  maxUnavailable", "no PodDisruptionBudget"},
 	}
 	for _, b := range breaks {
@@ -113,6 +115,7 @@ func TestComposeBreaksAreFound(t *testing.T) {
 	}{
 		{"token in the file", "SECKILL_ADMIN_TOKEN: ${SECKILL_ADMIN_TOKEN:?set SECKILL_ADMIN_TOKEN}\n    # No value", "SECKILL_ADMIN_TOKEN: hunter2\n    # No value", "written in the file"},
 		{"not in the schema", "  read_only: true\n  user: \"65532:65532\"\n  depends_on:", "  read_only: true\n  readonly: true\n  user: \"65532:65532\"\n  depends_on:", "readonly"},
+		{"console on every interface", "127.0.0.1:9081:9080", "9081:9080", "port 9080 published beyond this host's loopback"},
 		{"writable", "  read_only: true\n  user: \"65532:65532\"\n  depends_on:", "  read_only: false\n  user: \"65532:65532\"\n  depends_on:", "not read-only"},
 	}
 	for _, b := range breaks {

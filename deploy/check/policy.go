@@ -121,6 +121,7 @@ func policy(objects []runtime.Object) []string {
 			}
 		}
 	}
+	problems = append(problems, w.console()...)
 	for _, h := range w.autoscalers {
 		if h.Spec.ScaleTargetRef.Kind != "Deployment" || w.deployment(h.Spec.ScaleTargetRef.Name) == nil {
 			problems = append(problems, fmt.Sprintf("HorizontalPodAutoscaler %s: scales no Deployment here", h.Name))
@@ -388,12 +389,43 @@ func composePolicy(project *types.Project) []string {
 		if !oneShot && (service.HealthCheck == nil || len(service.HealthCheck.Test) == 0) {
 			problems = append(problems, name+": no health check")
 		}
+		for _, port := range service.Ports {
+			if port.Published != "" && port.HostIP != "127.0.0.1" {
+				problems = append(problems, fmt.Sprintf("%s: port %d published beyond this host's loopback", name, port.Target))
+			}
+		}
 		if token, ok := service.Environment["SECKILL_ADMIN_TOKEN"]; ok && (token == nil || *token != composeAdminToken) {
 			problems = append(problems, name+": SECKILL_ADMIN_TOKEN is written in the file, not taken from the environment")
 		}
 	}
 	if ours < 7 {
 		problems = append(problems, fmt.Sprintf("%d of the project's services (want migrate, two edges, two order services, a compensator, ctl)", ours))
+	}
+	return problems
+}
+
+// console: the edge's operators' port is published by a ClusterIP Service
+// of its own, never beside the buyers' port (an ingress routing that
+// Service would publish /admin) and never outside the cluster.
+func (w *world) console() []string {
+	var problems []string
+	for _, s := range w.services {
+		targets := map[string]bool{}
+		for _, port := range s.Spec.Ports {
+			targets[port.TargetPort.StrVal] = true
+		}
+		if !targets["admin"] {
+			continue
+		}
+		if targets["http"] {
+			problems = append(problems, fmt.Sprintf("Service %s: serves the buyers' port and the operators' console together", s.Name))
+		}
+		if s.Spec.Type != "" && s.Spec.Type != corev1.ServiceTypeClusterIP {
+			problems = append(problems, fmt.Sprintf("Service %s: the operators' console published outside the cluster (%s)", s.Name, s.Spec.Type))
+		}
+	}
+	if edge := w.deployment("seckill-edge"); edge != nil && !hasPort(edge.Spec.Template.Spec.Containers, "admin") {
+		problems = append(problems, "the edge has no admin port: its console would be on loopback, out of reach")
 	}
 	return problems
 }

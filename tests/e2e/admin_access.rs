@@ -1,7 +1,9 @@
-//! Admin access is not guessable and sessions end: failed admin
-//! authentications are throttled per client, a token configured with a
-//! trailing newline works, a dashboard stream ends at sign-out, the cookie
-//! is `Secure` behind TLS, and short secrets are refused at start.
+//! Admin access is apart, not guessable, and sessions end: the operators'
+//! routes answer only on `admin_addr` (unless it is set to the buyers'
+//! address), failed admin authentications are throttled per client, a
+//! token configured with a trailing newline works, a dashboard stream ends
+//! at sign-out, the cookie is `Secure` behind TLS, and short secrets are
+//! refused at start.
 
 use hyper::Method;
 use seckill_e2e::http::{assert_error, Client, Reply};
@@ -10,11 +12,72 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Every operators' path, as a request with the admin token would ask it.
+fn operators_paths(sale: seckill_shared::domain::SaleKey) -> Vec<(Method, String)> {
+    let sale_path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
+    vec![
+        (Method::GET, sale_path.clone()),
+        (Method::PUT, sale_path.clone()),
+        (Method::POST, format!("{sale_path}/close")),
+        (Method::GET, "/admin/dashboard".into()),
+        (Method::GET, "/admin/dashboard/snapshot".into()),
+        (Method::GET, "/admin/dashboard/app.js".into()),
+        (Method::POST, "/admin/login".into()),
+        (Method::POST, "/admin/logout".into()),
+        (Method::GET, "/admin/dead-letters".into()),
+        (Method::GET, "/admin/dead-letters/stats".into()),
+        (Method::GET, "/admin/dead-letters/records".into()),
+        (Method::GET, "/admin/dead-letters/runs".into()),
+        (Method::POST, "/admin/dead-letters/runs".into()),
+        (Method::GET, "/admin/dead-letters/runs/1".into()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_routes_answer_only_on_the_admin_address() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 3).await;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    assert_ne!(edge.addr, edge.console, "two listeners");
+    let (buyers, console) = (Client::new(edge.url()), Client::new(edge.console_url()));
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    for (method, path) in operators_paths(sale) {
+        let reply = buyers.send(method.clone(), &path, None, &[("authorization", &bearer)]).await;
+        assert_error(&reply, 404, "NOT_FOUND", &format!("{method} {path} on the buyers' address"));
+    }
+    let report = console
+        .send(Method::GET, &format!("/admin/sales/{}/{}", sale.activity, sale.sku), None, &[("authorization", &bearer)])
+        .await;
+    assert_ne!(report.status.as_u16(), 404, "{}", report.text);
+    // The console serves no buyer: an order there is not found, and the
+    // sale keeps its stock.
+    let order = console.order(sale.activity.get(), sale.sku.get(), 7).await;
+    assert_error(&order, 404, "NOT_FOUND", "an order on the console's address");
+    assert_eq!(console.get("/healthz").await.status, 200, "the console is probed too");
+    assert_eq!(console.get("/metrics").await.status, 404, "metrics are the buyers' address's");
+    assert_eq!(env.redis_stock(sale).await, 3);
+    edge.stop().await;
+
+    // Set to the buyers' address, one listener serves both.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut settings = env.edge_settings();
+    (settings.http_addr, settings.admin_addr) = (port.to_string(), port.to_string());
+    let shared = env.spawn_edge(settings).await;
+    assert_eq!(shared.addr, shared.console);
+    let both = Client::new(shared.url());
+    let report = both
+        .send(Method::GET, &format!("/admin/sales/{}/{}", sale.activity, sale.sku), None, &[("authorization", &bearer)])
+        .await;
+    assert_eq!(report.status, 200, "{}", report.text);
+    shared.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_admin_tokens_are_throttled_per_client() {
     let env = TestEnv::new().await;
     let edge = env.spawn_edge(env.edge_settings()).await;
-    let client = Client::new(edge.url());
+    let client = Client::new(edge.console_url());
     let sale = env.sale();
     env.warmup(sale, 1).await;
     let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
@@ -32,7 +95,7 @@ async fn wrong_admin_tokens_are_throttled_per_client() {
     let right = client.send(Method::GET, &path, None, &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))]).await;
     assert_error(&right, 429, "RATE_LIMITED", "a client that guessed is throttled");
     assert!(right.headers.contains_key("retry-after"));
-    let metrics = client.get("/metrics").await.text;
+    let metrics = Client::new(edge.url()).get("/metrics").await.text;
     let failures = metrics.lines().find(|l| l.starts_with("seckill_edge_admin_auth_failures_total")).unwrap();
     assert!(failures.ends_with(" 11"), "{failures}");
     // The login form counts the same.
@@ -69,7 +132,7 @@ async fn a_dashboard_stream_ends_at_sign_out_and_the_cookie_is_secure_behind_tls
     settings.admin_token = Some(format!("{ADMIN_TOKEN}\n").into());
     settings.behind_tls = true;
     let edge = env.spawn_edge(settings).await;
-    let client = Client::new(edge.url());
+    let client = Client::new(edge.console_url());
     let login = log_in(&client).await;
     assert!(login.headers["set-cookie"].to_str().unwrap().ends_with("; Secure"), "{:?}", login.headers);
     let bearer = format!("Bearer {ADMIN_TOKEN}");
@@ -89,7 +152,7 @@ async fn a_dashboard_stream_ends_at_sign_out_and_the_cookie_is_secure_behind_tls
     .await;
 
     let cookie = sign_in(&client).await;
-    let mut stream = TcpStream::connect(edge.addr).await.unwrap();
+    let mut stream = TcpStream::connect(edge.console).await.unwrap();
     let request = format!("GET /admin/dashboard/events HTTP/1.1\r\nHost: edge\r\nCookie: {cookie}\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut seen = String::new();

@@ -47,7 +47,7 @@ async fn one_admitted(
     let edge = env.spawn_edge(edge_settings).await;
     let client = Client::new(edge.url());
     let room = format!(r#"{{"activeBuyers":1,"tokenTtlSeconds":{ttl_seconds}}}"#);
-    warm_with_room(&client, sale, 10, &room, "").await;
+    warm_with_room(&edge, sale, 10, &room, "").await;
     let admitted = admitted_user(&client, sale, 1).await;
     let next = join(&client, sale, 2, None).await.json["ticket"].as_str().unwrap().to_owned();
     (edge, client, admitted, next)
@@ -180,7 +180,7 @@ async fn an_edge_killed_mid_order_leaves_the_room_admitting() {
     let (_port, kafka) = kafka_proxy().await;
     let survivor = env.spawn_edge(settings(&env)).await;
     let client = Client::new(survivor.url());
-    warm_with_room(&client, sale, 10, r#"{"activeBuyers":1,"tokenTtlSeconds":10}"#, "").await;
+    warm_with_room(&survivor, sale, 10, r#"{"activeBuyers":1,"tokenTtlSeconds":10}"#, "").await;
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let mut child_env = env.child_env();
     for (name, value) in [

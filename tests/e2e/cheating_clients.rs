@@ -16,12 +16,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
 /// An edge of its own process (its memory and `/metrics` are its own),
-/// with `extra` settings; its URL.
-async fn edge_process(env: &TestEnv, extra: &[(&str, &str)]) -> (Child, Client, SocketAddr) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+/// with `extra` settings; its URL, its address and its console's.
+async fn edge_process(env: &TestEnv, extra: &[(&str, &str)]) -> (Child, Client, SocketAddr, SocketAddr) {
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (addr, console) = (free(), free());
     let mut child_env = env.child_env();
     child_env.push(("SECKILL_HTTP_ADDR".into(), addr.to_string()));
+    child_env.push(("SECKILL_ADMIN_ADDR".into(), console.to_string()));
     child_env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let edge = Child::start("seckill-edge", &child_env);
     let client = Client::new(format!("http://{addr}"));
@@ -32,7 +33,7 @@ async fn edge_process(env: &TestEnv, extra: &[(&str, &str)]) -> (Child, Client, 
         }
     })
     .await;
-    (edge, client, addr)
+    (edge, client, addr, console)
 }
 
 /// The resident memory of process `pid`, in KiB.
@@ -75,7 +76,7 @@ fn loopback(n: u32) -> Ipv4Addr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_thousand_guessing_addresses_leave_memory_flat_and_the_operator_in() {
     let env = TestEnv::new().await;
-    let (edge, client, addr) = edge_process(&env, &[]).await;
+    let (edge, client, _addr, addr) = edge_process(&env, &[]).await;
     let operator = admin_request(ADMIN_TOKEN, None);
     let localhost = Ipv4Addr::LOCALHOST;
     // Warm the paths up before the first reading.
@@ -120,7 +121,7 @@ async fn a_hundred_thousand_guessing_addresses_leave_memory_flat_and_the_operato
 async fn behind_a_trusted_proxy_the_guesser_is_blocked_and_the_operator_is_not() {
     let env = TestEnv::new().await;
     let proxy_list = [("SECKILL__AUTH__TRUSTED_PROXIES", "127.0.0.1/32, 10.0.0.0/8")];
-    let (edge, _client, addr) = edge_process(&env, &proxy_list).await;
+    let (edge, _client, _addr, addr) = edge_process(&env, &proxy_list).await;
     let proxy = Ipv4Addr::LOCALHOST;
     let guesses: Vec<u16> = stream::iter(0..30)
         .then(|n| {
@@ -163,7 +164,7 @@ async fn one_address_with_a_thousand_user_ids_is_limited_per_client() {
     let sale = env.sale();
     env.warmup(sale, 5_000).await;
     let limits = [("SECKILL__RATE_LIMIT__PER_CLIENT_PER_SECOND", "5"), ("SECKILL__RATE_LIMIT__PER_CLIENT_BURST", "20")];
-    let (edge, _client, addr) = edge_process(&env, &limits).await;
+    let (edge, _client, addr, _console) = edge_process(&env, &limits).await;
     let order = |user: i64| {
         let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{user}}}"#, sale.activity, sale.sku);
         format!(
@@ -210,7 +211,7 @@ async fn a_readyz_flood_asks_the_brokers_nothing_more() {
     let env = TestEnv::new().await;
     let sale = env.sale();
     env.warmup(sale, 100_000).await;
-    let (edge, client, addr) = edge_process(&env, &[]).await;
+    let (edge, client, addr, _console) = edge_process(&env, &[]).await;
     // librdkafka's statistics come once a second: wait for two.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = client.get("/metrics").await.text;

@@ -85,12 +85,13 @@ async fn sale_states_answer_per_the_contract() {
     );
     assert!(!env.stock.snapshot(unknown).await.unwrap().exists);
 
+    let console = Client::new(edge.console_url());
     // Not started yet, and already over: 403.
     let future = env.sale();
     let starts = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
     let body = format!(r#"{{"stock":5,"startsAt":"{starts}"}}"#);
     let path = format!("/admin/sales/{}/{}", future.activity, future.sku);
-    let warmed = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
+    let warmed = console.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
     assert_eq!(warmed.status.as_u16(), 200, "{}", warmed.text);
     let before = state(&env, future).await;
     assert_error(
@@ -110,19 +111,19 @@ async fn sale_states_answer_per_the_contract() {
     let body = format!(r#"{{"stock":5,"startsAt":"{s}","endsAt":"{e}"}}"#);
     let path = format!("/admin/sales/{}/{}", past.activity, past.sku);
     assert_eq!(
-        client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await.status.as_u16(),
+        console.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await.status.as_u16(),
         200
     );
-    let closed = client.send(Method::POST, &format!("{path}/close"), None, &[("authorization", &auth)]).await;
+    let closed = console.send(Method::POST, &format!("{path}/close"), None, &[("authorization", &auth)]).await;
     assert_eq!(closed.status.as_u16(), 200, "{}", closed.text);
     assert_error(&client.order(past.activity.get(), past.sku.get(), 1).await, 403, "SALE_NOT_ACTIVE", "after the end");
 
     // A bad warm-up body is a 400 and warms nothing.
     let bad = env.sale();
     let path = format!("/admin/sales/{}/{}", bad.activity, bad.sku);
-    let reply = client.send(Method::PUT, &path, Some(br#"{"stock":-1}"#), &[("authorization", &auth)]).await;
+    let reply = console.send(Method::PUT, &path, Some(br#"{"stock":-1}"#), &[("authorization", &auth)]).await;
     assert_error(&reply, 400, "INVALID_REQUEST", "negative stock");
-    let reply = client.send(Method::PUT, &path, Some(br#"{"stocks":1}"#), &[("authorization", &auth)]).await;
+    let reply = console.send(Method::PUT, &path, Some(br#"{"stocks":1}"#), &[("authorization", &auth)]).await;
     assert_error(&reply, 400, "INVALID_REQUEST", "misspelt field");
     // A warm-up that could not be honoured, refused as bad, the field
     // named (before: an end in the past was answered 503 TRY_AGAIN, and
@@ -131,7 +132,7 @@ async fn sale_states_answer_per_the_contract() {
         (r#"{"stock":5,"endsAt":"2000-01-01T00:00:00Z"}"#, "endsAt"),
         (r#"{"stock":5,"startsAt":"2031-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z"}"#, "startsAt"),
     ] {
-        let reply = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
+        let reply = console.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
         assert_error(&reply, 400, "INVALID_REQUEST", body);
         assert!(reply.json["message"].as_str().is_some_and(|m| m.contains(field)), "{body}: {}", reply.text);
     }

@@ -31,7 +31,7 @@ async fn an_operator_watches_a_sale_sell_out_in_a_real_browser() {
     let bench = binary("seckillctl");
     let run = tokio::process::Command::new(&python)
         .arg(repo.join("tests/browser/dashboard_watch.py"))
-        .args([edge.url().as_str(), seckill_e2e::ADMIN_TOKEN, &activity, &sku])
+        .args([edge.console_url().as_str(), seckill_e2e::ADMIN_TOKEN, &activity, &sku])
         .arg(&screenshot)
         .arg("--")
         .arg(&bench)

@@ -3,8 +3,8 @@
 //! the page in headless Chromium — a dry run, then the run with a note,
 //! clicked twice and sent again — after which the buyers read their orders
 //! back as CREATED and the audit trail names the operator and the note,
-//! once. And the JSON behind it: who may act, and a submission sent twice
-//! runs once.
+//! once. And the JSON behind it: who may act, a submission sent twice
+//! runs once, and a run is `seckillctl` in a process of its own.
 
 use seckill_e2e::http::Client;
 use seckill_e2e::{binary, eventually, TestEnv, ADMIN_TOKEN};
@@ -48,7 +48,7 @@ async fn an_operator_redrives_a_wave_from_the_page_in_a_real_browser() {
     let note = "bad release rolled back";
     let run = tokio::process::Command::new(&python)
         .arg(repo.join("tests/browser/dead_letters_page.py"))
-        .args([edge.url().as_str(), ADMIN_TOKEN, "ops-lin", &sale.to_string(), "DB_REJECTED", "10", note])
+        .args([edge.console_url().as_str(), ADMIN_TOKEN, "ops-lin", &sale.to_string(), "DB_REJECTED", "10", note])
         .arg(&screenshot)
         .kill_on_drop(true)
         .output();
@@ -102,7 +102,7 @@ async fn a_run_needs_an_admin_and_a_submission_runs_once() {
     for record in &records {
         env.dead_letter(record, "DB_REJECTED").await;
     }
-    let client = Client::new(edge.url());
+    let client = Client::new(edge.console_url());
     let post = |body: serde_json::Value, auth: bool| {
         let client = client.clone();
         async move {
@@ -150,4 +150,51 @@ async fn a_run_needs_an_admin_and_a_submission_runs_once() {
     let dry = post(dry, true).await;
     assert_eq!(dry.json["run"]["operator"].as_str().map(str::len), Some(64), "{}", dry.text);
     edge.stop().await;
+}
+
+/// A run asked for on the console is `seckillctl`, in a process of its own:
+/// the edge (in this test's process) runs a wrapper that notes its pid and
+/// arguments before it becomes the tool; without the tool, no run starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_from_the_console_is_the_tool_in_a_process_of_its_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 3).await;
+    let record = env.order_records(sale, 1..2).remove(0);
+    env.dead_letter(&record, "DB_REJECTED").await;
+    let dir = std::env::temp_dir().join(format!("console-run-{}", rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (wrapper, seen) = (dir.join("seckillctl"), dir.join("seen"));
+    let script =
+        format!("#!/bin/sh\necho \"$$ $*\" >> {}\nexec {} \"$@\"\n", seen.display(), binary("seckillctl").display());
+    std::fs::write(&wrapper, script).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let ask = |submission: &str| {
+        serde_json::json!({"kind": "redrive", "filter": {"sale": sale.to_string()}, "dryRun": true,
+                           "submission": submission, "operator": "ops-ann"})
+        .to_string()
+    };
+    for (tool, submission, want) in
+        [("/nonexistent/seckillctl", "missing", 500), (wrapper.to_str().unwrap(), "apart", 200)]
+    {
+        let mut settings = env.edge_settings();
+        settings.console.ctl_binary = tool.to_owned();
+        let edge = env.spawn_edge(settings).await;
+        let body = ask(submission);
+        let reply = Client::new(edge.console_url())
+            .send(hyper::Method::POST, "/admin/dead-letters/runs", Some(body.as_bytes()), &[("authorization", &bearer)])
+            .await;
+        assert_eq!(reply.status.as_u16(), want, "{tool}: {}", reply.text);
+        edge.stop().await;
+    }
+    let runs: Vec<serde_json::Value> = serde_json::from_str(&env.ctl(&["dlq", "runs", "--json"]).await.stdout).unwrap();
+    assert_eq!(runs.len(), 1, "no tool, no run: {runs:#?}");
+    assert_eq!(runs[0]["operator"], "ops-ann");
+    let seen = std::fs::read_to_string(&seen).expect("the wrapper ran");
+    let (pid, args) = seen.trim().split_once(' ').unwrap();
+    assert_ne!(pid.parse::<u32>().unwrap(), std::process::id(), "another process than the edge's");
+    assert!(args.starts_with("dlq redrive --sale") && args.contains("--submission apart --dry-run"), "{args}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

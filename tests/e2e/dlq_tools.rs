@@ -178,7 +178,7 @@ async fn dlq_stats_count_a_known_set_and_metrics_agree() {
 
     // The dashboard shows the same counts.
     let edge = env.spawn_edge(env.edge_settings()).await;
-    let admin = seckill_e2e::http::Client::new(edge.url());
+    let admin = seckill_e2e::http::Client::new(edge.console_url());
     let bearer = format!("Bearer {}", seckill_e2e::ADMIN_TOKEN);
     let figures = admin.send(Method::GET, "/admin/dashboard/snapshot", None, &[("authorization", &bearer)]).await;
     let shown = &figures.json["deadLetters"];

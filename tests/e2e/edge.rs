@@ -76,7 +76,7 @@ async fn warmup_sets_stock_and_requires_the_admin_token() {
     let env = TestEnv::new().await;
     let edge = env.spawn_edge(env.edge_settings()).await;
     let sale = env.sale();
-    let client = Client::new(edge.url());
+    let client = Client::new(edge.console_url());
     let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
     let auth = format!("Bearer {ADMIN_TOKEN}");
 
@@ -167,8 +167,9 @@ async fn order_ids_never_repeat() {
     let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let body = format!(r#"{{"stock":5,"endsAt":"{ends}"}}"#);
+    let console = Client::new(edge.console_url());
     for _ in 0..2 {
-        let warmed = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
+        let warmed = console.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
         assert_eq!(warmed.status, 200, "{}", warmed.text);
     }
     let seq = format!("{}seckill:{{{}:{}}}:seq", env.redis.key_prefix, sale.activity, sale.sku);

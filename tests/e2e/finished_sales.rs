@@ -96,17 +96,18 @@ async fn closing_a_sale_ends_it_and_schedules_its_keys_expiry() {
         assert!(!forever.is_empty(), "a sale without an end keeps its keys");
     }
 
+    let console = Client::new(edge.console_url());
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let path = format!("/admin/sales/{}/{}/close", by_api.activity, by_api.sku);
-    let closed = client.send(Method::POST, &path, None, &[("authorization", &auth)]).await;
+    let closed = console.send(Method::POST, &path, None, &[("authorization", &auth)]).await;
     assert_eq!(closed.status, 200, "{}", closed.text);
     assert!(closed.json["endsAt"].is_string(), "{}", closed.text);
-    let again = client.send(Method::POST, &path, None, &[("authorization", &auth)]).await;
+    let again = console.send(Method::POST, &path, None, &[("authorization", &auth)]).await;
     assert_eq!(again.json["endsAt"], closed.json["endsAt"], "closing again moves nothing");
-    let unauthorized = client.send(Method::POST, &path, None, &[]).await;
+    let unauthorized = console.send(Method::POST, &path, None, &[]).await;
     assert_error(&unauthorized, 401, "UNAUTHORIZED", "closing needs the admin token");
     let unknown = env.sale();
-    let missing = client
+    let missing = console
         .send(
             Method::POST,
             &format!("/admin/sales/{}/{}/close", unknown.activity, unknown.sku),

@@ -43,6 +43,10 @@ async fn schemathesis_finds_nothing_and_changes_nothing() {
     // test, admin_access).
     let mut settings = env.edge_settings();
     settings.admin_auth.failure_burst = 1_000_000;
+    // The document describes both rooms: one address serves them here
+    // (admin_addr set to http_addr).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    (settings.http_addr, settings.admin_addr) = (port.to_string(), port.to_string());
     let edge = env.spawn_edge(settings).await;
     let client = Client::new(edge.url());
     let served = client.get("/openapi.json").await;

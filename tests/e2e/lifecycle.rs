@@ -191,14 +191,16 @@ async fn without_identity_nobody_cancels_or_reads_for_another_user() {
     let ready = seckill_e2e::wait_ready(&client).await;
     assert_eq!(ready.text, "ready", "anonymous access is off");
     let bearer = format!("Bearer {}", seckill_e2e::ADMIN_TOKEN);
-    let page = client.send(Method::GET, "/admin/dashboard", None, &[("authorization", &bearer)]).await;
+    let console = Client::new(edge.console_url());
+    let page = console.send(Method::GET, "/admin/dashboard", None, &[("authorization", &bearer)]).await;
     assert!(page.status == 200 && !page.text.contains(r#"id="anonymous""#), "{}", page.text);
     // Turned on, it says so where an operator looks.
     let open = env.spawn_edge(env.edge_settings()).await;
     let open_client = Client::new(open.url());
     let ready = seckill_e2e::wait_ready(&open_client).await;
     assert_eq!(ready.text, "ready (auth.allow_anonymous: no user identity)");
-    let page = open_client.send(Method::GET, "/admin/dashboard", None, &[("authorization", &bearer)]).await;
+    let open_console = Client::new(open.console_url());
+    let page = open_console.send(Method::GET, "/admin/dashboard", None, &[("authorization", &bearer)]).await;
     assert!(page.text.contains(r#"id="anonymous""#), "{}", page.text);
     open.stop().await;
     edge.stop().await;

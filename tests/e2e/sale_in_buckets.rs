@@ -59,10 +59,11 @@ async fn a_sale_in_three_buckets_sells_exactly_its_stock_once_per_user_through_t
     let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let headers = [("authorization", auth.as_str())];
-    let too_many = client.send(Method::PUT, &path, Some(br#"{"stock":100,"buckets":65}"#), &headers).await;
+    let console = Client::new(edge.console_url());
+    let too_many = console.send(Method::PUT, &path, Some(br#"{"stock":100,"buckets":65}"#), &headers).await;
     assert_error(&too_many, 400, "INVALID_REQUEST", "65 buckets");
     assert!(!env.stock.snapshot(sale).await.unwrap().exists, "a refused warm-up creates nothing");
-    let warmed = client.send(Method::PUT, &path, Some(br#"{"stock":100,"buckets":3}"#), &headers).await;
+    let warmed = console.send(Method::PUT, &path, Some(br#"{"stock":100,"buckets":3}"#), &headers).await;
     assert_eq!(warmed.status.as_u16(), 200, "{}", warmed.text);
 
     let list = env.stock.directory(sale).await.unwrap();

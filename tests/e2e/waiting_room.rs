@@ -7,7 +7,7 @@
 use futures::stream::{self, StreamExt};
 use hyper::Method;
 use seckill_e2e::http::{Client, Reply};
-use seckill_e2e::{eventually, TestEnv, ADMIN_TOKEN};
+use seckill_e2e::{eventually, Running, TestEnv, ADMIN_TOKEN};
 use seckill_shared::domain::SaleKey;
 use seckill_shared::stock::protocol::TicketState;
 use std::time::Duration;
@@ -27,8 +27,9 @@ pub(crate) fn settings(env: &TestEnv) -> seckill_edge::Settings {
 }
 
 /// Warms `sale` up with `stock` units behind a room of `admission` (JSON),
-/// through the admin API; `extra`: more fields of the body.
-pub(crate) async fn warm_with_room(client: &Client, sale: SaleKey, stock: i64, admission: &str, extra: &str) {
+/// through `edge`'s admin API; `extra`: more fields of the body.
+pub(crate) async fn warm_with_room(edge: &Running, sale: SaleKey, stock: i64, admission: &str, extra: &str) {
+    let client = Client::new(edge.console_url());
     let body = format!(r#"{{"stock":{stock},"force":true,"admission":{admission}{extra}}}"#);
     let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
     let auth = format!("Bearer {ADMIN_TOKEN}");
@@ -84,7 +85,7 @@ async fn the_pre_queue_is_shuffled_at_the_start_whoever_came_first() {
     let client = Client::new(edge.url());
     let starts = chrono::Utc::now() + chrono::Duration::seconds(12);
     let extra = format!(r#","startsAt":"{}""#, starts.to_rfc3339());
-    warm_with_room(&client, sale, 2_000, r#"{"activeBuyers":2000,"overbook":1.0}"#, &extra).await;
+    warm_with_room(&edge, sale, 2_000, r#"{"activeBuyers":2000,"overbook":1.0}"#, &extra).await;
     let mut tickets = Vec::new();
     for user in 1..=2_000i64 {
         let reply = join(&client, sale, user, None).await;
@@ -148,7 +149,7 @@ async fn admission_keeps_to_its_rate_and_its_active_buyers() {
     let sale = env.sale();
     let edge = env.spawn_edge(settings(&env)).await;
     let client = Client::new(edge.url());
-    warm_with_room(&client, sale, 1_000, r#"{"activeBuyers":5,"admitPerMinute":600}"#, "").await;
+    warm_with_room(&edge, sale, 1_000, r#"{"activeBuyers":5,"admitPerMinute":600}"#, "").await;
     let mut tickets = Vec::new();
     for user in 1..=100i64 {
         let reply = join(&client, sale, user, None).await;
@@ -206,7 +207,7 @@ async fn every_waiting_ticket_reads_sold_out_once_the_last_unit_is_taken() {
     let edge = env.spawn_edge(settings(&env)).await;
     let order_service = env.spawn_order(env.order_settings()).await;
     let client = Client::new(edge.url());
-    warm_with_room(&client, sale, 100, r#"{"activeBuyers":100,"overbook":1.0}"#, "").await;
+    warm_with_room(&edge, sale, 100, r#"{"activeBuyers":100,"overbook":1.0}"#, "").await;
     let joined: Vec<(i64, String)> = stream::iter(1..=2_000i64)
         .map(|user| {
             let client = client.clone();

@@ -37,7 +37,7 @@ async fn refused_without_an_admission(mode: DeductionMode) {
     settings.deduction = mode;
     let edge = env.spawn_edge(settings).await;
     let client = Client::new(edge.url());
-    warm_with_room(&client, sale, 10, r#"{"activeBuyers":10}"#, "").await;
+    warm_with_room(&edge, sale, 10, r#"{"activeBuyers":10}"#, "").await;
     let ticket = join(&client, sale, 1, None).await.json["ticket"].as_str().unwrap().to_owned();
     let token = admitted(&client, &ticket).await;
     let before = env.stock.snapshot(sale).await.unwrap();
@@ -79,7 +79,7 @@ async fn two_edges_serve_one_room_and_a_restart_loses_no_ticket() {
     let sale = env.sale();
     let (first, second) = (env.spawn_edge(settings(&env)).await, env.spawn_edge(settings(&env)).await);
     let (a, b) = (Client::new(first.url()), Client::new(second.url()));
-    warm_with_room(&a, sale, 10, r#"{"activeBuyers":1}"#, "").await;
+    warm_with_room(&first, sale, 10, r#"{"activeBuyers":1}"#, "").await;
     let one = join(&a, sale, 1, None).await.json["ticket"].as_str().unwrap().to_owned();
     let two = join(&b, sale, 2, None).await.json["ticket"].as_str().unwrap().to_owned();
     let token = admitted(&b, &one).await;
@@ -103,7 +103,7 @@ async fn the_proof_of_work_refuses_missing_wrong_expired_and_replayed() {
     let sale = env.sale();
     let edge = env.spawn_edge(settings(&env)).await;
     let client = Client::new(edge.url());
-    warm_with_room(&client, sale, 10, r#"{"activeBuyers":10,"challenge":{"kind":"pow","bits":12}}"#, "").await;
+    warm_with_room(&edge, sale, 10, r#"{"activeBuyers":10,"challenge":{"kind":"pow","bits":12}}"#, "").await;
     let path = format!("/api/seckill/queue/challenge?activityId={}&skuId={}&userId=1", sale.activity, sale.sku);
     let issued = client.get(&path).await;
     assert_eq!((issued.status.as_u16(), issued.json["bits"].as_u64()), (200, Some(12)), "{}", issued.text);
@@ -141,8 +141,7 @@ async fn the_queue_page_joins_buys_and_says_sold_out_and_closed_in_a_real_browse
     let sale = env.sale();
     let edge = env.spawn_edge(settings(&env)).await;
     let order_service = env.spawn_order(env.order_settings()).await;
-    let client = Client::new(edge.url());
-    warm_with_room(&client, sale, 1, r#"{"activeBuyers":1,"challenge":{"kind":"pow","bits":8}}"#, "").await;
+    warm_with_room(&edge, sale, 1, r#"{"activeBuyers":1,"challenge":{"kind":"pow","bits":8}}"#, "").await;
     let logs = seckill_e2e::binary("seckillctl").parent().expect("target dir").join("e2e-logs");
     std::fs::create_dir_all(&logs).expect("the log folder");
     let prefix = logs.join("queue-page");
@@ -168,7 +167,8 @@ async fn the_queue_page_joins_buys_and_says_sold_out_and_closed_in_a_real_browse
     assert!(bought.contains("CREATED"), "{bought}");
     let path = format!("/admin/sales/{}/{}/close", sale.activity, sale.sku);
     let auth = format!("Bearer {ADMIN_TOKEN}");
-    assert_eq!(client.send(Method::POST, &path, None, &[("authorization", &auth)]).await.status, 200);
+    let console = Client::new(edge.console_url());
+    assert_eq!(console.send(Method::POST, &path, None, &[("authorization", &auth)]).await.status, 200);
     browse(&["3:The sale is closed"]).await;
     let png = std::fs::read(logs.join("queue-page-1.png")).expect("the screenshot");
     assert!(png.starts_with(b"\x89PNG") && png.len() > 5_000, "a real screenshot");
@@ -226,7 +226,8 @@ async fn operators_see_the_room_in_seckillctl_and_metrics() {
     assert!(metrics.contains("seckill_queue_wait_seconds"), "the estimated wait is shown");
     // The dashboard's figures carry the room in the sale's card.
     let auth = format!("Bearer {ADMIN_TOKEN}");
-    let snapshot = client.send(Method::GET, "/admin/dashboard/snapshot", None, &[("authorization", &auth)]).await;
+    let console = Client::new(edge.console_url());
+    let snapshot = console.send(Method::GET, "/admin/dashboard/snapshot", None, &[("authorization", &auth)]).await;
     let card = snapshot.json["sales"]
         .as_array()
         .and_then(|sales| sales.iter().find(|c| c["activityId"].as_i64() == Some(sale.activity.get())).cloned());

@@ -52,7 +52,7 @@ async fn a_client_that_hangs_up_does_not_cut_a_warm_up_in_half() {
     settings.servers.redis.timeout_ms = 30_000;
     let edge = env.spawn_edge(settings).await;
     let body = warmup_body(60, 3, None);
-    let mut stream = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
+    let mut stream = tokio::net::TcpStream::connect(edge.console).await.unwrap();
     let request = format!(
         "PUT /admin/sales/{}/{} HTTP/1.1\r\nHost: edge\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         sale.activity, sale.sku, body.len()
@@ -146,7 +146,7 @@ async fn a_warm_up_no_replica_confirmed_is_not_answered_200() {
     settings.servers.redis.min_replica_acks = Some(1);
     settings.servers.redis.replica_ack_timeout_ms = 100;
     let edge = env.spawn_edge(settings).await;
-    let client = Client::new(edge.url());
+    let client = Client::new(edge.console_url());
     let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let body = warmup_body(10, 1, Some("confirm-1"));
@@ -157,7 +157,7 @@ async fn a_warm_up_no_replica_confirmed_is_not_answered_200() {
     edge.stop().await;
 
     let edge = env.spawn_edge(env.edge_settings()).await;
-    let client = Client::new(edge.url());
+    let client = Client::new(edge.console_url());
     let done = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
     assert_eq!(done.status, 200, "{}", done.text);
     assert_eq!(done.headers["seckill-warmup-id"], "confirm-1");

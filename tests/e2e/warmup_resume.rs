@@ -30,7 +30,7 @@ async fn a_warm_up_cut_by_a_redis_pause_finishes_by_itself() {
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let body = r#"{"stock":640,"buckets":64,"warmupId":"cut-1"}"#;
     let warming = {
-        let (client, path, auth) = (client.clone(), path.clone(), auth.clone());
+        let (client, path, auth) = (Client::new(edge.console_url()), path.clone(), auth.clone());
         tokio::spawn(async move {
             client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await
         })
@@ -86,11 +86,12 @@ async fn a_close_replaces_a_warm_up_cut_short() {
     settings.servers.redis.replica_ack_timeout_ms = 100;
     settings.warmup_resume.every_ms = 60_000;
     let edge = env.spawn_edge(settings).await;
-    let client = Client::new(edge.url());
     let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let body = r#"{"stock":10,"warmupId":"closed-1"}"#;
-    let cut = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
+    let cut = Client::new(edge.console_url())
+        .send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)])
+        .await;
     assert_eq!(cut.status, 503, "{}", cut.text);
     edge.stop().await;
     let (a, s) = (sale.activity.to_string(), sale.sku.to_string());
@@ -110,7 +111,9 @@ async fn a_close_replaces_a_warm_up_cut_short() {
     })
     .await;
     assert_eq!(warmup_rows::find(&env.db, "closed-1").await.unwrap().map(|w| w.step), Some(Step::Closed));
-    let again = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
+    let again = Client::new(edge.console_url())
+        .send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)])
+        .await;
     assert_eq!((again.status.as_u16(), again.code()), (400, "INVALID_REQUEST"), "{}", again.text);
     assert!(again.text.contains("replaced by a close"), "{}", again.text);
     edge.stop().await;

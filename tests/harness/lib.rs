@@ -179,10 +179,16 @@ impl TestEnv {
         seckill_shared::kafka::Topics::new(&self.kafka)
     }
 
-    /// Edge settings for this test (port 0, admin token set).
+    /// Edge settings for this test (port 0 for buyers and for operators,
+    /// admin token set).
     pub fn edge_settings(&self) -> seckill_edge::Settings {
         seckill_edge::Settings {
             http_addr: "127.0.0.1:0".into(),
+            admin_addr: "127.0.0.1:0".into(),
+            console: seckill_edge::settings::ConsoleSettings {
+                ctl_binary: binary("seckillctl").display().to_string(),
+                ..Default::default()
+            },
             admin_token: Some(ADMIN_TOKEN.into()),
             payment_webhook_secret: Some(http::WEBHOOK_SECRET.into()),
             // The tests act for users by id; tests of identity turn it off.

@@ -36,7 +36,8 @@ impl TestEnv {
     /// Runs an edge the test built itself (to keep a handle on its parts).
     pub fn run_edge(app: seckill_edge::Application) -> Running {
         let addr = app.local_addr();
-        Running::spawn(addr, |shutdown| app.run(shutdown))
+        let console = app.console_addr();
+        Running { console, ..Running::spawn(addr, |shutdown| app.run(shutdown)) }
     }
 
     /// Everything the consuming services work with, over this test's servers.
@@ -74,6 +75,8 @@ impl TestEnv {
             ("SECKILL__KAFKA__SESSION_TIMEOUT_MS".into(), self.kafka.session_timeout_ms.to_string()),
             ("SECKILL_DATABASE_URL".into(), self.database.url.clone()),
             ("SECKILL_ADMIN_TOKEN".into(), ADMIN_TOKEN.into()),
+            // An edge's console on a free port: tests run side by side.
+            ("SECKILL_ADMIN_ADDR".into(), "127.0.0.1:0".into()),
             ("RUST_LOG".into(), std::env::var("SECKILL_TEST_CHILD_LOG").unwrap_or_else(|_| "warn".into())),
         ]
     }
@@ -81,8 +84,10 @@ impl TestEnv {
 
 /// A service running in this process.
 pub struct Running {
-    /// Its HTTP (edge) or health (others) address.
+    /// Its HTTP (edge: the buyers') or health (others) address.
     pub addr: SocketAddr,
+    /// The edge's operators' console (the same as `addr` elsewhere).
+    pub console: SocketAddr,
     shutdown: CancellationToken,
     handle: JoinHandle<anyhow::Result<()>>,
 }
@@ -95,12 +100,17 @@ impl Running {
     {
         let shutdown = CancellationToken::new();
         let handle = tokio::spawn(run(shutdown.clone()));
-        Self { addr, shutdown, handle }
+        Self { addr, console: addr, shutdown, handle }
     }
 
     /// `http://addr`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// `http://console`: the edge's operators' routes.
+    pub fn console_url(&self) -> String {
+        format!("http://{}", self.console)
     }
 
     /// Stops it gracefully and waits (bounded).

@@ -35,15 +35,23 @@ use anyhow::Context;
 use http::AppState;
 use seckill_shared::ops::host::Binary;
 use seckill_shared::ops::shutdown::Background;
+use settings::ConnectionSettings;
 pub use settings::Settings;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// A built edge: bound to its port, connected, ready to serve.
+/// Connections the operators' console holds open at most (its deadlines
+/// are the buyers').
+const CONSOLE_MAX_CONNECTIONS: usize = 256;
+
+/// A built edge: bound to its ports, connected, ready to serve.
 pub struct Application {
     listener: tokio::net::TcpListener,
+    /// The operators' listener (`admin_addr`); `None` when the console
+    /// shares the buyers' address.
+    console: Option<tokio::net::TcpListener>,
     state: AppState,
     /// The edge's background tasks (lock watchdogs, limiter clean-up),
     /// stopped after the last request is answered.
@@ -80,9 +88,15 @@ impl Application {
         let listener = tokio::net::TcpListener::bind(&settings.http_addr)
             .await
             .with_context(|| format!("binding {}", settings.http_addr))?;
+        let console = if settings.console_shares_address() {
+            None
+        } else {
+            let bound = tokio::net::TcpListener::bind(&settings.admin_addr).await;
+            Some(bound.with_context(|| format!("binding admin_addr {}", settings.admin_addr))?)
+        };
         let background = Background::new(CancellationToken::new());
         let state = AppState::new(Arc::new(settings), stock, db, publisher, &background)?;
-        Ok(Self { listener, state, background })
+        Ok(Self { listener, console, state, background })
     }
 
     /// The edge's producer, for tests that inject its faults.
@@ -91,9 +105,14 @@ impl Application {
         self.state.publisher.clone()
     }
 
-    /// The address the edge listens on.
+    /// The address the edge listens on for buyers.
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// The address of the operators' console (the buyers' when shared).
+    pub fn console_addr(&self) -> SocketAddr {
+        self.console.as_ref().map_or_else(|| self.local_addr(), |l| l.local_addr().expect("a bound listener"))
     }
 
     /// Serves until `shutdown` (see [`Binary::run`]).
@@ -128,15 +147,37 @@ impl Binary for Application {
     /// publishes complete or roll back), flushes the producer and stops the
     /// background tasks.
     async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let Self { listener, state, background } = self;
-        tracing::info!(addr = %listener.local_addr()?, deduction = ?state.settings.deduction, "edge listening");
+        let console_addr = self.console_addr();
+        let Self { listener, console, state, background } = self;
+        tracing::info!(
+            addr = %listener.local_addr()?, console = %console_addr, deduction = ?state.settings.deduction,
+            "edge listening"
+        );
         let publisher = state.publisher.clone();
         let timeout = Duration::from_millis(state.settings.shutdown_timeout_ms);
         let connections = state.settings.connections.clone();
         let proxies = state.proxies.clone();
         let orders = state.orders.clone();
-        let router = http::router(state);
-        serve::serve(listener, router, &connections, proxies, shutdown, timeout).await;
+        let buyers = serve::serve(
+            listener,
+            http::public_router(state.clone()),
+            &connections,
+            proxies.clone(),
+            shutdown.clone(),
+            timeout,
+        );
+        let console_connections = ConnectionSettings {
+            max_connections: connections.max_connections.min(CONSOLE_MAX_CONNECTIONS),
+            ..connections.clone()
+        };
+        let operators = async {
+            if let Some(console) = console {
+                let router = http::console_router(state.clone());
+                serve::serve(console, router, &console_connections, proxies, shutdown, timeout).await;
+            }
+        };
+        tokio::join!(buyers, operators);
+        drop(state);
         // Orders whose clients left (or whose connections the drain ended)
         // finish before the producer is flushed.
         orders.close();

@@ -1,4 +1,5 @@
-//! How the edge holds its connections, so that slow or idle clients cannot
+//! How the edge holds its connections (on each of its listeners: the
+//! buyers' and the operators'), so that slow or idle clients cannot
 //! pin it: nothing stands in front of it in the Compose and Kubernetes
 //! files, so it defends itself.
 //!
@@ -14,9 +15,10 @@
 //! - a response not written within `connections.write_timeout_ms` of the
 //!   first write the client's socket could not take ends the connection
 //!   ([`crate::write_deadline`]): a client that never reads holds no permit;
-//! - at most `connections.max_in_flight` requests are handled at once
-//!   (health probes and metrics aside, [`crate::http::router`]); one more
-//!   is answered 503 at once, nothing kept.
+//! - at most `connections.max_in_flight` buyers' requests are handled at
+//!   once (health probes and metrics aside, [`crate::http::public_router`]),
+//!   and `console.max_in_flight` operators' ([`crate::http::console_router`]);
+//!   one more is answered 503 at once, nothing kept.
 //!
 //! Every request carries its [`ClientAddr`]: the TCP peer, or the client a
 //! trusted proxy names ([`crate::client_addr`]).

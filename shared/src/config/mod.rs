@@ -44,6 +44,7 @@ const CONTRACT_VARS: &[(&str, &[&str])] = &[
     ("SECKILL_KAFKA_BROKERS", &["kafka", "brokers"]),
     ("SECKILL_TOPIC_PREFIX", &["kafka", "topic_prefix"]),
     ("SECKILL_HTTP_ADDR", &["http_addr"]),
+    ("SECKILL_ADMIN_ADDR", &["admin_addr"]),
     ("SECKILL_ADMIN_TOKEN", &["admin_token"]),
     ("SECKILL_USER_JWT_SECRET", &["user_jwt_secret"]),
     ("SECKILL_PAYMENT_WEBHOOK_SECRET", &["payment_webhook_secret"]),

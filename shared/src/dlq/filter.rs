@@ -111,6 +111,23 @@ impl Filter {
         true
     }
 
+    /// The same filter as `seckillctl dlq` arguments (the console's runs are
+    /// that tool, in a process of its own).
+    pub fn args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        let mut given = |flag: &str, value: Option<String>| {
+            if let Some(value) = value {
+                args.extend([flag.to_owned(), value]);
+            }
+        };
+        given("--reason", self.reason.clone());
+        given("--order", self.order.clone());
+        given("--since", self.since.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)));
+        given("--sale", self.sale.map(|s| s.to_string()));
+        given("--position", self.position.map(|(partition, offset)| format!("{partition}:{offset}")));
+        args
+    }
+
     /// A stable name for this filter, for the replay group: the text is the
     /// one versions before `--sale` and `--position` hashed (so a replay
     /// begun by one resumes after an upgrade), those two added when given.
@@ -168,6 +185,26 @@ pub fn entry(message: &OwnedMessage) -> Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filter_as_arguments_is_read_back_the_same() {
+        #[derive(clap::Parser)]
+        struct Tool {
+            #[command(flatten)]
+            filter: Filter,
+        }
+        use clap::Parser;
+        let filter = Filter {
+            reason: Some("DB_REJECTED".into()),
+            order: Some("o-1".into()),
+            since: Some(chrono::DateTime::parse_from_rfc3339("2026-12-05T10:00:00.123456789Z").unwrap().to_utc()),
+            sale: Some(SaleKey::from_raw(1, 2).unwrap()),
+            position: Some((3, 42)),
+        };
+        let read = Tool::parse_from(std::iter::once("tool".to_owned()).chain(filter.args())).filter;
+        assert_eq!(read.group_suffix(), filter.group_suffix(), "{:?}", filter.args());
+        assert!(Filter::default().args().is_empty());
+    }
 
     #[test]
     fn a_filter_names_the_replay_group_of_earlier_versions() {

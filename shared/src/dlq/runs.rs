@@ -193,6 +193,14 @@ pub struct RunRow {
     pub error: Option<String>,
 }
 
+/// The run a submission named, when one did.
+pub async fn by_submission(db: &PgPool, submission: &str) -> Result<Option<i64>, RunError> {
+    sqlx::query_scalar!("SELECT run_id FROM dlq_runs WHERE submission = $1", submission)
+        .fetch_optional(db)
+        .await
+        .map_err(RunError::unreadable)
+}
+
 /// The latest runs, newest first (`runs`, the dashboard's audit trail);
 /// only run `id` when given.
 pub async fn latest(db: &PgPool, limit: i64, id: Option<i64>) -> Result<Vec<RunRow>, RunError> {

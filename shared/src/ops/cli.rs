@@ -24,6 +24,7 @@ TOML file named by SECKILL_CONFIG, then environment variables:
   SECKILL_TOPIC_PREFIX     kafka.topic_prefix (topics and consumer groups)
   SECKILL_KEY_PREFIX       redis.key_prefix
   SECKILL_HTTP_ADDR        http_addr        (edge) 127.0.0.1:8080
+  SECKILL_ADMIN_ADDR       admin_addr       (edge) 127.0.0.1:9080 (operators' console)
   SECKILL_ADMIN_TOKEN      admin_token      (edge) admin API refused when unset
   SECKILL_USER_JWT_SECRET  user_jwt_secret  (edge) user JWT auth off when unset
 

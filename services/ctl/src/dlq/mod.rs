@@ -126,6 +126,10 @@ pub struct RunArgs {
     /// Also records already replayed `dlq.max_replays` times.
     #[arg(long)]
     force: bool,
+    /// The caller's one-time name for the run (the console's form key):
+    /// a run with this name started before is not started again.
+    #[arg(long)]
+    submission: Option<String>,
 }
 
 impl RunArgs {
@@ -138,7 +142,7 @@ impl RunArgs {
             limit: self.limit,
             dry_run: self.dry_run,
             force: self.force,
-            submission: None,
+            submission: self.submission.clone(),
         }
     }
 }

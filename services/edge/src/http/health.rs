@@ -13,9 +13,14 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Health routes.
+/// Health routes: the probes and metrics (the buyers' address).
 pub fn router() -> Router<AppState> {
-    Router::new().route("/healthz", get(healthz)).route("/readyz", get(ready)).route("/metrics", get(metrics))
+    probes().route("/metrics", get(metrics))
+}
+
+/// The probes alone (the operators' address too).
+pub fn probes() -> Router<AppState> {
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(ready))
 }
 
 /// Liveness: the process answers (no dependency is checked).

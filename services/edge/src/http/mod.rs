@@ -1,31 +1,23 @@
-//! The edge's HTTP surface: shared state and the router. Each submodule
-//! owns its routes; [`observe`] wraps every request (ids, span, metrics,
-//! the one log line of a failure); [`extract`] is the one way a JSON body is
-//! read.
+//! The edge's HTTP surface: shared state and the two listeners' routers.
+//! Its rooms are by audience, each a folder with its own router:
+//! [`buyers`] and the payment [`provider`] on `http_addr`, the
+//! [`operators`] on `admin_addr`. Beside them: [`observe`] wraps every
+//! request (ids, span, metrics, the one log line of a failure);
+//! [`extract`] is the one way a JSON body is read; [`auth`] checks the
+//! admin token, sessions and user tokens; [`health`] and [`openapi`] are
+//! served on the buyers' address.
 
-mod admin;
-mod admin_guard;
 mod auth;
 pub mod bodies;
-mod checkout;
-mod cors;
-mod dashboard;
-mod dead_letters;
+pub mod buyers;
 mod error;
 mod extract;
 mod health;
 mod observe;
 pub mod openapi;
-mod order;
-mod order_admission;
-pub mod order_answers;
-mod order_outcome;
-mod order_request;
-mod payments;
-mod queue;
-mod queue_bodies;
-mod queue_page;
-mod session;
+pub mod operators;
+mod pages;
+pub mod provider;
 
 pub use error::ApiError;
 
@@ -63,8 +55,10 @@ impl std::ops::Deref for AppState {
 pub struct Shared {
     pub settings: Arc<Settings>,
     pub stock: Stock,
-    /// PostgreSQL: warm-up, pay, cancel, reconciliation.
+    /// PostgreSQL: pay, cancel, status fall-backs, the warm-up resumer.
     pub db: PgPool,
+    /// PostgreSQL for the operators' console: a pool of its own.
+    pub console_db: PgPool,
     /// PostgreSQL for buyers' status reads: a pool of their own.
     pub status_db: PgPool,
     /// Per-client limits and remembered misses of status reads.
@@ -77,9 +71,9 @@ pub struct Shared {
     /// How requests name their user; `None`: no identity configured.
     pub identity: Option<Arc<crate::identity::Identity>>,
     /// The dashboard's browser sessions.
-    pub sessions: session::Sessions,
+    pub sessions: operators::session::Sessions,
     /// Failed admin authentications, per client.
-    pub admin_throttle: Arc<admin_guard::AdminThrottle>,
+    pub admin_throttle: Arc<operators::admin_guard::AdminThrottle>,
     /// The proxies whose word about a request's client is taken.
     pub proxies: Arc<crate::client_addr::TrustedProxies>,
     /// What `/readyz` answers, as the background check last found it.
@@ -121,15 +115,20 @@ impl AppState {
             max_connections: settings.status_reads.pool_connections,
             ..settings.servers.database.clone()
         })?;
+        let console_db = seckill_shared::db::connect_lazy(&seckill_shared::config::DbSettings {
+            max_connections: settings.console.pool_connections,
+            ..settings.servers.database.clone()
+        })?;
         let status_reads = Arc::new(crate::status_reads::StatusReads::new(&settings.status_reads));
-        let admin_throttle = Arc::new(admin_guard::AdminThrottle::new(&settings.admin_auth));
+        let admin_throttle = Arc::new(operators::admin_guard::AdminThrottle::new(&settings.admin_auth));
         let proxies = Arc::new(crate::client_addr::TrustedProxies::parse(
             &settings.auth.trusted_proxies,
             settings.auth.client_address_header,
         )?);
         let forgetting = (limits.clone(), status_reads.clone(), admin_throttle.clone());
         background.spawn("limiter clean-up", forget_quiet_clients(forgetting, background.shutdown().clone()));
-        let dashboard = crate::dashboard::Dashboard::new(stock.clone(), db.clone(), settings.servers.kafka.clone());
+        let dashboard =
+            crate::dashboard::Dashboard::new(stock.clone(), console_db.clone(), settings.servers.kafka.clone());
         let state = Self(Arc::new(Shared {
             batcher: crate::batch::Batcher::new(
                 stock.clone(),
@@ -143,7 +142,8 @@ impl AppState {
             homes: crate::home::Homes::new(stock.clone()),
             orders: tokio_util::task::TaskTracker::new(),
             signer: crate::admission::Signer::new(settings.admission.signing_key.as_ref().map(|k| k.expose())),
-            sessions: session::Sessions::new(settings.behind_tls),
+            sessions: operators::session::Sessions::new(settings.behind_tls),
+            console_db,
             status_reads: status_reads.clone(),
             status_db,
             admin_throttle,
@@ -178,7 +178,7 @@ impl AppState {
 }
 
 /// The limiters that keep a state per user or client.
-type Forgetting = (Arc<RateLimits>, Arc<crate::status_reads::StatusReads>, Arc<admin_guard::AdminThrottle>);
+type Forgetting = (Arc<RateLimits>, Arc<crate::status_reads::StatusReads>, Arc<operators::admin_guard::AdminThrottle>);
 
 /// Forgets limiter state of users and clients who went quiet, blocks that
 /// ended and misses remembered past their time, until shutdown.
@@ -195,55 +195,53 @@ async fn forget_quiet_clients(
     .await
 }
 
-/// The whole edge router. CORS covers the buyer's API only; every path or
-/// method nothing serves answers the contract's JSON error.
-pub fn router(state: AppState) -> Router {
-    // Each group answers a wrong method itself, inside its layers: a CORS
-    // preflight to the buyer's API is answered by its CORS layer first.
+/// The router of `http_addr`: the buyers' and the provider's routes within
+/// `connections.max_in_flight`, the operators' too (within their own
+/// budget) when the console shares the address; the probes, metrics and
+/// the API document outside any budget, so an edge at its limit is still
+/// seen alive and ready.
+pub fn public_router(state: AppState) -> Router {
+    let rooms = within(
+        buyers::router(&state).merge(provider::router()),
+        state.settings.connections.max_in_flight,
+        "connections.max_in_flight",
+    );
+    let rooms = if state.settings.console_shares_address() { rooms.merge(console(&state)) } else { rooms };
     let method_not_allowed = || async { ApiError::MethodNotAllowed };
-    let api = order::router()
-        .merge(checkout::router())
-        .merge(queue::router())
-        .method_not_allowed_fallback(method_not_allowed);
-    // Gateway mode only: the hot path pays for no layer it does not need.
-    let api = match state.identity.as_deref() {
-        Some(crate::identity::Identity::Gateway { .. }) => {
-            api.layer(middleware::from_fn_with_state(state.clone(), auth::gateway_header_from_trusted_proxies))
-        }
-        _ => api,
-    };
-    // The provider's servers call it, never a browser: outside CORS.
-    let notifications = payments::router().method_not_allowed_fallback(method_not_allowed);
-    let api = match cors::layer(&state.settings.cors) {
-        Some(cors) => api.layer(cors).layer(middleware::map_response(cors::preflight_no_content)),
-        None => api,
-    };
-    // Failed admin authentications are counted, logged and throttled per
-    // client around both admin surfaces.
-    let admin = admin::router()
-        .method_not_allowed_fallback(method_not_allowed)
-        .merge(dashboard::router().method_not_allowed_fallback(method_not_allowed))
-        .merge(dead_letters::router().method_not_allowed_fallback(method_not_allowed))
-        .layer(middleware::from_fn_with_state(state.clone(), admin_guard::guard));
-    // Requests beyond connections.max_in_flight are answered 503 at once;
-    // the probes and metrics stay outside the limit, so an edge at its
-    // limit is still seen alive and ready.
-    // The waiting room's page: a browser's, outside CORS (same origin).
-    let queue_page = queue_page::router().method_not_allowed_fallback(method_not_allowed);
-    let limited = Router::new().merge(api).merge(notifications).merge(admin).merge(queue_page).layer(
+    finish(
+        rooms.merge(health::router().method_not_allowed_fallback(method_not_allowed)).merge(openapi::router()),
+        state,
+    )
+}
+
+/// The router of `admin_addr`: the operators' routes and the probes.
+pub fn console_router(state: AppState) -> Router {
+    let method_not_allowed = || async { ApiError::MethodNotAllowed };
+    finish(console(&state).merge(health::probes().method_not_allowed_fallback(method_not_allowed)), state)
+}
+
+/// The operators' routes within their own budget.
+fn console(state: &AppState) -> Router<AppState> {
+    within(operators::router(state), state.settings.console.max_in_flight, "console.max_in_flight")
+}
+
+/// `routes`, with requests beyond `max` answered 503 at once, nothing done.
+fn within(routes: Router<AppState>, max: usize, setting: &'static str) -> Router<AppState> {
+    routes.layer(
         ServiceBuilder::new()
-            .layer(HandleErrorLayer::new(|_: BoxError| async {
-                ApiError::TryAgain(anyhow::anyhow!("the edge is at connections.max_in_flight"))
+            .layer(HandleErrorLayer::new(move |_: BoxError| async move {
+                ApiError::TryAgain(anyhow::anyhow!("the edge is at {setting}"))
             }))
             .load_shed()
-            .layer(GlobalConcurrencyLimitLayer::new(state.settings.connections.max_in_flight)),
-    );
-    // The body limit is enforced by our own extractor (413 with the
-    // contract's body); axum's default limit must not answer first.
-    Router::new()
-        .merge(limited)
-        .merge(health::router().method_not_allowed_fallback(method_not_allowed))
-        .merge(openapi::router())
+            .layer(GlobalConcurrencyLimitLayer::new(max)),
+    )
+}
+
+/// Every path or method nothing serves answers the contract's JSON error;
+/// the body limit is enforced by our own extractor (413 with the
+/// contract's body), so axum's default limit must not answer first.
+fn finish(routes: Router<AppState>, state: AppState) -> Router {
+    routes
         .fallback(|| async { ApiError::NotFound })
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(observe::observe))

@@ -30,8 +30,15 @@ pub const MIN_WEBHOOK_SECRET_LEN: usize = 32;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
-    /// Where to listen.
+    /// Where the buyers' and the payment provider's routes listen (with
+    /// health, metrics and the API document).
     pub http_addr: String,
+    /// Where the operators' console listens: the admin API, the dashboard
+    /// and the dead-letters page (with health). Loopback by default; the
+    /// same address as `http_addr` serves both on one listener — only when
+    /// set so. Port 0 picks a free port (for tests), so two port-0
+    /// addresses are two listeners.
+    pub admin_addr: String,
     /// Bearer token of the admin API; the admin API refuses everything when unset.
     pub admin_token: Option<Secret>,
     /// HS256 secret; when set, `/api/*` requires a JWT whose `sub` is the user.
@@ -84,6 +91,9 @@ pub struct Settings {
     pub connections: ConnectionSettings,
     /// Throttling of failed admin authentications.
     pub admin_auth: AdminAuthSettings,
+    /// The operators' console: its in-flight budget, its database pool,
+    /// the tool its dead-letter runs are.
+    pub console: ConsoleSettings,
     /// Limits and the pool of buyers' status reads.
     pub status_reads: StatusReadSettings,
     /// The waiting rooms: the tokens' signing key, the admission passes.
@@ -111,6 +121,12 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Whether the operators' console shares the buyers' listener
+    /// (`admin_addr` set to `http_addr`, a port other than 0).
+    pub fn console_shares_address(&self) -> bool {
+        self.admin_addr.trim() == self.http_addr.trim() && !self.http_addr.trim().ends_with(":0")
+    }
+
     /// Refuses what would start an edge that is open, or closed, by
     /// accident: a secret that is set but empty.
     pub fn validate(&self) -> anyhow::Result<()> {
@@ -219,6 +235,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             http_addr: "127.0.0.1:8080".into(),
+            admin_addr: "127.0.0.1:9080".into(),
             admin_token: None,
             user_jwt_secret: None,
             payment_webhook_secret: None,
@@ -241,6 +258,7 @@ impl Default for Settings {
             cors: CorsSettings::default(),
             connections: ConnectionSettings::default(),
             admin_auth: AdminAuthSettings::default(),
+            console: ConsoleSettings::default(),
             status_reads: StatusReadSettings::default(),
             admission: AdmissionSettings::default(),
             warmup_resume: Default::default(),

@@ -141,6 +141,30 @@ impl Default for AdminAuthSettings {
     }
 }
 
+/// The operators' console ([`crate::http::operators`]): apart from the
+/// buyers' budget and pool, so a busy sale and a busy operator do not
+/// starve each other.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleSettings {
+    /// Most console requests handled at once; one more is answered 503
+    /// `TRY_AGAIN` at once, nothing done.
+    pub max_in_flight: usize,
+    /// PostgreSQL connections of the console (warm-ups, closes, reports,
+    /// the dashboard, the dead-letter figures), apart from the buyers'.
+    pub pool_connections: u32,
+    /// The `seckillctl` a dead-letter run from the console is (a process
+    /// of its own, not the edge's): a path, or a name looked up beside
+    /// this binary, then on `PATH`.
+    pub ctl_binary: String,
+}
+
+impl Default for ConsoleSettings {
+    fn default() -> Self {
+        Self { max_in_flight: 64, pool_connections: 4, ctl_binary: "seckillctl".into() }
+    }
+}
+
 /// Buyers' identity beyond the JWT.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]

@@ -1,9 +1,9 @@
 //! The operator's API: warm a sale up, close it, and read its
 //! reconciliation.
 
-use super::bodies::{ErrorBody, WarmupBody};
-use super::extract::{from_serde, FromJsonBody, JsonBody};
-use super::{auth, ApiError, AppState};
+use crate::http::bodies::{ErrorBody, WarmupBody};
+use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
+use crate::http::{auth, ApiError, AppState};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::routing::{post, put};
@@ -51,7 +51,7 @@ fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
         (status = 503, description = "TRY_AGAIN: Redis or PostgreSQL unavailable, or the replicas did not confirm the warm-up: repeat it with the same warmupId to finish it", body = ErrorBody),
     )
 )]
-pub(super) async fn warm_up(
+pub(crate) async fn warm_up(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
@@ -77,7 +77,9 @@ pub(super) async fn warm_up(
     // in half (it runs to its end; repeating the id answers it).
     let job = tokio::spawn({
         let state = state.clone();
-        async move { sales::warmup(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, &request).await }
+        async move {
+            sales::warmup(&state.stock, &state.console_db, &state.locks, &state.settings.warmup_lock, &request).await
+        }
     });
     let row = job.await.map_err(|e| ApiError::Internal(e.into()))?.map_err(warmup_refusal)?;
     // Units may have come back: this edge stops trusting its flag at once
@@ -108,14 +110,14 @@ pub(super) async fn warm_up(
         (status = 503, description = "TRY_AGAIN: Redis or PostgreSQL unavailable", body = ErrorBody),
     )
 )]
-pub(super) async fn close(
+pub(crate) async fn close(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
 ) -> Result<Json<SaleRow>, ApiError> {
     auth::require_admin(&state, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
-    let row = sales::close(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, sale)
+    let row = sales::close(&state.stock, &state.console_db, &state.locks, &state.settings.warmup_lock, sale)
         .await
         .map_err(warmup_refusal)?;
     tracing::info!(sale = %sale, ends_at = ?row.ends_at, "sale closed");
@@ -150,14 +152,14 @@ fn warmup_refusal(error: WarmupError) -> ApiError {
         (status = 503, description = "TRY_AGAIN: a source could not be read", body = ErrorBody),
     )
 )]
-pub(super) async fn report(
+pub(crate) async fn report(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
 ) -> Result<Json<Report>, ApiError> {
     auth::require_admin(&state, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
-    let report = books::reconcile(&state.stock, &state.db, Some(&state.settings.servers.kafka), sale, false)
+    let report = books::reconcile(&state.stock, &state.console_db, Some(&state.settings.servers.kafka), sale, false)
         .await
         .map_err(|error| match error {
             ReconcileError::SaleNotFound(_) => ApiError::SaleNotFound,

@@ -3,8 +3,8 @@
 //! and the batcher's refusals (503 where nothing was kept, 202
 //! `UNCONFIRMED` where that is not known).
 
-use super::bodies::QueuedBody;
-use super::{auth, ApiError, AppState};
+use crate::http::bodies::QueuedBody;
+use crate::http::{auth, ApiError, AppState};
 use crate::publish::PublishOutcome;
 use axum::http::StatusCode;
 use axum::Json;

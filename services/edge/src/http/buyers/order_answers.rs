@@ -6,7 +6,7 @@
 //! it. docs/buyers-api.md and ARCHITECTURE.md show [`OrderAnswer::table`];
 //! a test fails when they differ, or when a deduction code has no row.
 
-use super::ApiError;
+use crate::http::ApiError;
 use seckill_shared::stock::protocol::deduct;
 
 /// Declares the answers once: the enum and [`OrderAnswer::ALL`] in the
@@ -208,8 +208,7 @@ mod tests {
         }
         assert_eq!(OrderAnswer::of_deduction(-99), None);
         for &answer in OrderAnswer::ALL {
-            let known =
-                std::iter::once("QUEUED").chain(super::super::bodies::ErrorCode::ALL.iter().map(|c| c.as_str()));
+            let known = std::iter::once("QUEUED").chain(crate::http::bodies::ErrorCode::ALL.iter().map(|c| c.as_str()));
             assert!(known.clone().any(|c| c == answer.code()), "{answer:?}");
         }
     }

@@ -2,13 +2,13 @@
 //! challenge. The room is Redis's (`seckill_shared::stock::queue`); this
 //! edge signs the admission tokens and checks the challenges.
 
-use super::bodies::ErrorBody;
-use super::extract::JsonBody;
 use super::queue_bodies::{ChallengeBody, JoinBody, TicketBody};
-use super::{auth, ApiError, AppState};
 use crate::admission::challenge::Challenge;
 use crate::admission::token::Token;
 use crate::client_addr::ClientAddr;
+use crate::http::bodies::ErrorBody;
+use crate::http::extract::JsonBody;
+use crate::http::{auth, ApiError, AppState};
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
@@ -106,7 +106,7 @@ fn redis(error: impl Into<anyhow::Error>) -> ApiError {
         (status = 503, description = "TRY_AGAIN: Redis unavailable", body = ErrorBody),
     )
 )]
-pub(super) async fn join(
+pub(crate) async fn join(
     State(state): State<AppState>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
@@ -152,7 +152,7 @@ pub(super) async fn join(
         (status = 503, description = "TRY_AGAIN: Redis unavailable", body = ErrorBody),
     )
 )]
-pub(super) async fn poll(
+pub(crate) async fn poll(
     State(state): State<AppState>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
@@ -191,7 +191,7 @@ pub(super) async fn poll(
         (status = 503, description = "TRY_AGAIN: Redis unavailable", body = ErrorBody),
     )
 )]
-pub(super) async fn challenge(
+pub(crate) async fn challenge(
     State(state): State<AppState>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,

@@ -1,12 +1,12 @@
 //! The buyer's API: place an order, read an order, read a user's result.
 
-use super::bodies::{ErrorBody, OrderRequestBody, OrderStatusBody, QueuedBody};
-use super::extract::JsonBody;
 use super::order_admission;
 use super::order_outcome as outcome;
 use super::order_request::OrderRequest;
-use super::{auth, ApiError, AppState};
 use crate::client_addr::ClientAddr;
+use crate::http::bodies::{ErrorBody, OrderRequestBody, OrderStatusBody, QueuedBody};
+use crate::http::extract::JsonBody;
+use crate::http::{auth, ApiError, AppState};
 use crate::lookup::{self, LookupError, OrderView};
 use crate::settings::DeductionMode;
 use axum::extract::{Extension, Path, Query, State};
@@ -58,7 +58,7 @@ pub fn router() -> Router<AppState> {
         (status = 503, description = "TRY_AGAIN: Redis or Kafka unavailable, or the edge at connections.max_in_flight; nothing was kept (a deduction undone is on the replicas before this is answered)", body = ErrorBody),
     )
 )]
-pub(super) async fn place_order(
+pub(crate) async fn place_order(
     State(state): State<AppState>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
@@ -211,7 +211,7 @@ fn lookup_error(error: LookupError) -> ApiError {
         (status = 503, description = "TRY_AGAIN: neither Redis nor PostgreSQL answered", body = ErrorBody),
     )
 )]
-pub(super) async fn get_order(
+pub(crate) async fn get_order(
     State(state): State<AppState>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
@@ -263,7 +263,7 @@ pub(super) async fn get_order(
         (status = 503, description = "TRY_AGAIN", body = ErrorBody),
     )
 )]
-pub(super) async fn get_result(
+pub(crate) async fn get_result(
     State(state): State<AppState>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,

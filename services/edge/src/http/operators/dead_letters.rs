@@ -2,27 +2,29 @@
 //! JSON it works with: the figures (`/admin/dead-letters/stats`, as `dlq
 //! stats`), the records a filter takes (`/admin/dead-letters/records`, as
 //! `dlq list`), and runs — a dry run, then the run itself
-//! (`POST /admin/dead-letters/runs`), through the same audited replay and
-//! redrive as `seckillctl dlq` (`seckill_shared::dlq`). Only a signed-in
+//! (`POST /admin/dead-letters/runs`), which is `seckillctl dlq` itself in a
+//! process of its own (`seckill_shared::dlq`'s audited replay and redrive). Only a signed-in
 //! admin acts: the session's name (or, with the bearer token, the body's
 //! `operator`) is the run's operator, and every run — dry or not — is in
 //! the audit trail (`/admin/dead-letters/runs`, `dlq runs`). A run names
 //! its submission: the same form sent twice runs once. The run goes on in
-//! a task of its own, so a browser that leaves does not cut it in half.
+//! its own process, so a browser that leaves does not cut it in half.
 
-use super::dashboard::{asset, html, login_page};
-use super::extract::{from_serde, FromJsonBody, JsonBody};
-use super::{auth, ApiError, AppState};
+use super::dashboard::login_page;
+use super::dead_letter_run;
+use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
+use crate::http::pages::{asset, html};
+use crate::http::{auth, ApiError, AppState};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use seckill_shared::db::dead_letters::Scope;
-use seckill_shared::dlq::{self, runs::RunRow, Entry, Filter, RecordDone, RunError, RunOptions, RunReport, Tools};
+use seckill_shared::dlq::{self, runs::RunRow, Entry, Filter, RecordDone, RunError};
 
-const PAGE: &str = include_str!("../../assets/dead_letters.html");
-const SCRIPT: &str = include_str!("../../assets/dead_letters.js");
+const PAGE: &str = include_str!("../../../assets/dead_letters.html");
+const SCRIPT: &str = include_str!("../../../assets/dead_letters.js");
 
 /// The most records a list answers.
 const MOST_LISTED: usize = 1_000;
@@ -76,7 +78,7 @@ async fn stats(
         query.sale.filter(|s| !s.is_empty()).map(|s| dlq::parse_sale(&s)).transpose().map_err(ApiError::invalid)?;
     let kafka = &state.settings.servers.kafka;
     let topic = seckill_shared::kafka::Topics::new(kafka).dlq;
-    let report = dlq::stats::report(kafka, &state.db, &topic, Scope { since: query.since, sale })
+    let report = dlq::stats::report(kafka, &state.console_db, &topic, Scope { since: query.since, sale })
         .await
         .map_err(ApiError::TryAgain)?;
     Ok(Json(report))
@@ -176,8 +178,8 @@ fn operator(state: &AppState, headers: &HeaderMap, asked: Option<&str>) -> Resul
         .ok_or_else(|| ApiError::invalid("operator: who runs it (a script with the admin token names itself)"))
 }
 
-/// Starts a run and answers once it ended; the run goes on if the caller
-/// leaves.
+/// Starts a run (`seckillctl`, a process of its own: [`dead_letter_run`])
+/// and answers once it ended; the run goes on if the caller leaves.
 async fn start_run(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -193,42 +195,34 @@ async fn start_run(
     if request.kind == Kind::Redrive && request.to.is_some() {
         return Err(ApiError::invalid("to: a redrive places orders on the orders topic; only a replay takes a topic"));
     }
-    if let Some(topic) = &request.to {
-        dlq::replay::target_exists(&state.settings.servers.kafka, topic, false).await?;
-    }
-    let tools =
-        Tools::new(state.settings.servers.clone(), state.db.clone(), state.stock.clone(), state.settings.dlq.clone());
-    let options = RunOptions {
+    let asked = dead_letter_run::Asked {
+        kind: match request.kind {
+            Kind::Replay => "replay",
+            Kind::Redrive => "redrive",
+        },
+        filter: request.filter,
+        to: request.to,
         note: request.note.trim().to_owned(),
-        operator: Some(operator),
-        rate: None,
+        operator,
+        submission: request.submission,
         limit: request.limit,
         dry_run: request.dry_run,
         force: request.force,
-        submission: Some(request.submission),
     };
-    let (kind, filter, to) = (request.kind, request.filter, request.to);
-    let running = tokio::spawn(async move {
-        let mut ignore = |_: &RecordDone| {};
-        match kind {
-            Kind::Replay => dlq::replay::replay(&tools, filter, to, &options, &mut ignore).await,
-            Kind::Redrive => dlq::redrive::redrive(&tools, filter, &options, &mut ignore).await,
-        }
-    });
-    let report: RunReport = running.await.map_err(|e| ApiError::Internal(e.into()))??;
-    Ok(Json(run_body(&state, report.run_id).await?))
+    let run_id = dead_letter_run::run(&state, asked).await?;
+    Ok(Json(run_body(&state, run_id).await?))
 }
 
 async fn run_body(state: &AppState, run_id: i64) -> Result<RunBody, ApiError> {
-    let run = dlq::runs::latest(&state.db, 1, Some(run_id)).await?.pop().ok_or(ApiError::NotFound)?;
-    let records = dlq::runs::records(&state.db, run_id).await?;
+    let run = dlq::runs::latest(&state.console_db, 1, Some(run_id)).await?.pop().ok_or(ApiError::NotFound)?;
+    let records = dlq::runs::records(&state.console_db, run_id).await?;
     Ok(RunBody { run, records })
 }
 
 /// The latest runs, newest first: the audit trail.
 async fn latest_runs(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<RunRow>>, ApiError> {
     auth::require_admin_or_session(&state, &headers)?;
-    Ok(Json(dlq::runs::latest(&state.db, 50, None).await?))
+    Ok(Json(dlq::runs::latest(&state.console_db, 50, None).await?))
 }
 
 /// One run, with what it did with each record.

@@ -6,12 +6,11 @@
 //! session cookie or the admin bearer token. The page's script and style
 //! are embedded in the binary: nothing is fetched from elsewhere.
 
-use super::{auth, ApiError, AppState};
 use crate::dashboard::Figures;
+use crate::http::pages::{asset, html};
+use crate::http::{auth, ApiError, AppState};
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, LOCATION, SET_COOKIE, X_CONTENT_TYPE_OPTIONS,
-};
+use axum::http::header::{LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -20,10 +19,10 @@ use axum::{Form, Json, Router};
 use std::convert::Infallible;
 use std::sync::Arc;
 
-const PAGE: &str = include_str!("../../assets/dashboard.html");
-const LOGIN: &str = include_str!("../../assets/login.html");
-const SCRIPT: &str = include_str!("../../assets/dashboard.js");
-const STYLE: &str = include_str!("../../assets/dashboard.css");
+const PAGE: &str = include_str!("../../../assets/dashboard.html");
+const LOGIN: &str = include_str!("../../../assets/login.html");
+const SCRIPT: &str = include_str!("../../../assets/dashboard.js");
+const STYLE: &str = include_str!("../../../assets/dashboard.css");
 
 /// Dashboard routes.
 pub fn router() -> Router<AppState> {
@@ -35,23 +34,6 @@ pub fn router() -> Router<AppState> {
         .route("/admin/dashboard/events", get(events))
         .route("/admin/login", post(login).layer(DefaultBodyLimit::max(4096)))
         .route("/admin/logout", post(logout))
-}
-
-/// The page's own origin only; no framing.
-const POLICY: &str = "default-src 'self'; frame-ancestors 'none'; form-action 'self'";
-
-pub(super) fn html(status: StatusCode, body: String) -> Response {
-    let headers = [
-        (CONTENT_TYPE, "text/html; charset=utf-8"),
-        (CONTENT_SECURITY_POLICY, POLICY),
-        (CACHE_CONTROL, "no-store"),
-        (X_CONTENT_TYPE_OPTIONS, "nosniff"),
-    ];
-    (status, headers, body).into_response()
-}
-
-pub(super) fn asset(kind: &'static str, body: &'static str) -> Response {
-    ([(CONTENT_TYPE, kind), (X_CONTENT_TYPE_OPTIONS, "nosniff"), (CACHE_CONTROL, "no-cache")], body).into_response()
 }
 
 /// The pages a sign-in may lead back to.

@@ -1,10 +1,10 @@
 //! The buyer's cancel of a CREATED order. (Payments come from the payment
-//! provider: [`super::payments`].)
+//! provider: [`crate::http::provider::payments`].)
 
-use super::bodies::{ErrorBody, OrderOwnerBody, OrderStatusBody};
-use super::extract::{from_serde, FromJsonBody, JsonBody};
 use super::order::status_body;
-use super::{auth, ApiError, AppState};
+use crate::http::bodies::{ErrorBody, OrderOwnerBody, OrderStatusBody};
+use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
+use crate::http::{auth, ApiError, AppState};
 use crate::ledger::{self, PaymentError};
 use crate::lookup::LookupError;
 use axum::extract::{Path, State};
@@ -40,7 +40,7 @@ fn admit(
     Ok((order_id, user))
 }
 
-pub(super) fn refusal(error: PaymentError) -> ApiError {
+pub(crate) fn refusal(error: PaymentError) -> ApiError {
     match error {
         PaymentError::NotFound | PaymentError::Lookup(LookupError::NotFound) => ApiError::OrderNotFound,
         PaymentError::Pending => ApiError::OrderPending,
@@ -73,7 +73,7 @@ pub(super) fn refusal(error: PaymentError) -> ApiError {
         (status = 503, description = "TRY_AGAIN: PostgreSQL unavailable; nothing changed", body = ErrorBody),
     )
 )]
-pub(super) async fn cancel(
+pub(crate) async fn cancel(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(raw): Path<String>,

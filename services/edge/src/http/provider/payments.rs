@@ -6,10 +6,10 @@
 //! being written is answered 409 `ORDER_PENDING` (`Retry-After`) so the
 //! provider comes back; a refund due is answered 200 — it is recorded.
 
-use super::bodies::{ErrorBody, PaymentNotificationBody, PaymentOutcomeCode, PaymentRecordedBody};
-use super::checkout::refusal;
-use super::extract::{FromJsonBody, JsonBody};
-use super::{ApiError, AppState};
+use crate::http::bodies::{ErrorBody, PaymentNotificationBody, PaymentOutcomeCode, PaymentRecordedBody};
+use crate::http::buyers::checkout::refusal;
+use crate::http::extract::{FromJsonBody, JsonBody};
+use crate::http::{ApiError, AppState};
 use crate::ledger::{self, Outcome, Payment};
 use crate::signature;
 use axum::extract::State;
@@ -25,7 +25,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// A body kept as sent: the signature covers these exact bytes.
-pub(super) struct RawBody(Vec<u8>);
+pub(crate) struct RawBody(Vec<u8>);
 
 impl FromJsonBody for RawBody {
     fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
@@ -50,7 +50,7 @@ impl FromJsonBody for RawBody {
         (status = 503, description = "TRY_AGAIN: PostgreSQL or Redis unavailable; nothing changed", body = ErrorBody),
     )
 )]
-pub(super) async fn notify(
+pub(crate) async fn notify(
     State(state): State<AppState>,
     headers: HeaderMap,
     JsonBody(RawBody(raw)): JsonBody<RawBody>,

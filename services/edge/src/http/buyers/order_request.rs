@@ -2,15 +2,15 @@
 //! positive integer within i64 (`1.0` counts, as in JSON Schema); every
 //! refusal names the field.
 
-use super::bodies::OrderRequestBody;
-use super::extract::FromJsonBody;
-use super::ApiError;
+use crate::http::bodies::OrderRequestBody;
+use crate::http::extract::FromJsonBody;
+use crate::http::ApiError;
 use seckill_shared::domain::{integer, ActivityId, SkuId, UserId};
 use serde_json::{Map, Value};
 
 /// A validated order request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct OrderRequest {
+pub(crate) struct OrderRequest {
     pub(super) activity: ActivityId,
     pub(super) sku: SkuId,
     pub(super) user: UserId,

@@ -3,8 +3,8 @@
 //! and its status. No build step: the page, script and style are embedded
 //! in the binary, as the dashboard's are.
 
-use super::dashboard::{asset, html};
-use super::{ApiError, AppState};
+use crate::http::pages::{asset, html};
+use crate::http::{ApiError, AppState};
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -12,9 +12,9 @@ use axum::routing::get;
 use axum::Router;
 use seckill_shared::domain::SaleKey;
 
-const PAGE: &str = include_str!("../../assets/queue.html");
-const SCRIPT: &str = include_str!("../../assets/queue.js");
-const STYLE: &str = include_str!("../../assets/queue.css");
+const PAGE: &str = include_str!("../../../assets/queue.html");
+const SCRIPT: &str = include_str!("../../../assets/queue.js");
+const STYLE: &str = include_str!("../../../assets/queue.css");
 
 /// The page's routes.
 pub fn router() -> Router<AppState> {

@@ -7,8 +7,8 @@
 //! requests cost nothing. The address is the TCP peer's: behind a proxy,
 //! the proxy is the client.
 
-use super::{ApiError, AppState};
 use crate::client_addr::ClientAddr;
+use crate::http::{ApiError, AppState};
 use crate::limit::KeyedLimiter;
 use crate::settings::AdminAuthSettings;
 use axum::extract::{Request, State};

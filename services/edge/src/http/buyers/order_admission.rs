@@ -3,8 +3,8 @@
 //! claimed in Redis for this order alone before the deduction, then spent
 //! once the order is kept, or released when nothing was.
 
-use super::{ApiError, AppState};
 use crate::admission::token::{self, Token};
+use crate::http::{ApiError, AppState};
 use axum::http::HeaderMap;
 use seckill_shared::domain::{SaleKey, UserId};
 use seckill_shared::stock::queue::Claim;

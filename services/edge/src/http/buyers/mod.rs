@@ -1,0 +1,44 @@
+//! The buyers' room: placing an order and reading it, cancelling it, the
+//! waiting room (join, poll, proof of work) and its page. Served on
+//! `http_addr`, inside the buyers' `connections.max_in_flight` budget; the
+//! API (not the page) under CORS and, in gateway mode, the gateway's header
+//! check.
+
+pub(crate) mod checkout;
+mod cors;
+pub(crate) mod order;
+mod order_admission;
+pub mod order_answers;
+mod order_outcome;
+pub(crate) mod order_request;
+pub(crate) mod queue;
+pub(crate) mod queue_bodies;
+mod queue_page;
+
+use super::{auth, ApiError, AppState};
+use axum::{middleware, Router};
+
+/// The buyers' routes.
+pub fn router(state: &AppState) -> Router<AppState> {
+    // Each group answers a wrong method itself, inside its layers: a CORS
+    // preflight to the buyer's API is answered by its CORS layer first.
+    let method_not_allowed = || async { ApiError::MethodNotAllowed };
+    let api = order::router()
+        .merge(checkout::router())
+        .merge(queue::router())
+        .method_not_allowed_fallback(method_not_allowed);
+    // Gateway mode only: the hot path pays for no layer it does not need.
+    let api = match state.identity.as_deref() {
+        Some(crate::identity::Identity::Gateway { .. }) => {
+            api.layer(middleware::from_fn_with_state(state.clone(), auth::gateway_header_from_trusted_proxies))
+        }
+        _ => api,
+    };
+    let api = match cors::layer(&state.settings.cors) {
+        Some(cors) => api.layer(cors).layer(middleware::map_response(cors::preflight_no_content)),
+        None => api,
+    };
+    // The waiting room's page: a browser's, outside CORS (same origin).
+    let page = queue_page::router().method_not_allowed_fallback(method_not_allowed);
+    api.merge(page)
+}

@@ -1,0 +1,26 @@
+//! The operators' room: the admin API (warm a sale up, close it, its
+//! books), the dashboard with its sign-in, and the dead-letters page.
+//! Served on `admin_addr` (loopback unless set otherwise), with a budget
+//! (`console.max_in_flight`) and a database pool (`console.pool_connections`)
+//! of its own; failed admin authentications are counted, logged and
+//! throttled per client around all of it ([`admin_guard`]).
+
+pub(crate) mod admin;
+pub mod admin_guard;
+mod dashboard;
+mod dead_letter_run;
+mod dead_letters;
+pub mod session;
+
+use super::{ApiError, AppState};
+use axum::{middleware, Router};
+
+/// The operators' routes.
+pub fn router(state: &AppState) -> Router<AppState> {
+    let method_not_allowed = || async { ApiError::MethodNotAllowed };
+    admin::router()
+        .method_not_allowed_fallback(method_not_allowed)
+        .merge(dashboard::router().method_not_allowed_fallback(method_not_allowed))
+        .merge(dead_letters::router().method_not_allowed_fallback(method_not_allowed))
+        .layer(middleware::from_fn_with_state(state.clone(), admin_guard::guard))
+}

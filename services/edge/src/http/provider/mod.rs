@@ -1,0 +1,12 @@
+//! The payment provider's room: its signed notifications. Its servers call
+//! it, never a browser: outside CORS, on `http_addr` beside the buyers'.
+
+pub(crate) mod payments;
+
+use super::{ApiError, AppState};
+use axum::Router;
+
+/// The provider's routes.
+pub fn router() -> Router<AppState> {
+    payments::router().method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+}
