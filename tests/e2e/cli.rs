@@ -138,6 +138,8 @@ fn check_config_says_whether_the_settings_would_start() {
         ("SECKILL_USER_JWT_SECRET", "", "SECKILL_USER_JWT_SECRET"),
         ("SECKILL__DEDUCT_BATCH_MAX", "4000", "deduct_batch_max"),
         ("SECKILL__CONNECTIONS__MAX_IN_FLIGHT", "0", "max_in_flight"),
+        ("SECKILL__CONSOLE__MAX_IN_FLIGHT", "0", "console.max_in_flight"),
+        ("SECKILL__CONSOLE__POOL_CONNECTIONS", "0", "console.pool_connections"),
         ("SECKILL_REDIS_URL", "redis+sentinel://127.0.0.1:26379", "no master name"),
         ("SECKILL_REDIS_URL", "redis+cluster://127.0.0.1:7000/1", "a cluster has no database"),
         ("SECKILL__AUTH__TRUSTED_PROXIES", "127.0.0.1/32, 10.0.0.0/40", "is not an IP address or a CIDR"),

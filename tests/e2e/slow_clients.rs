@@ -15,6 +15,8 @@ const HALF_HEADERS: &[u8] = b"POST /api/seckill/order HTTP/1.1\r\nHost: edge\r\n
 
 /// Whole headers, then a body that never arrives in full.
 const HALF_BODY: &[u8] = b"POST /api/seckill/order HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\nContent-Length: 64\r\n\r\n{\"activityId\":";
+/// The same, a warm-up on the operators' console.
+const HALF_WARMUP: &[u8] = b"PUT /admin/sales/1/1 HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\nContent-Length: 64\r\n\r\n{\"stock\":";
 
 /// Opens `count` connections that each send `bytes` and then nothing.
 async fn slow_clients(addr: std::net::SocketAddr, count: usize, bytes: &'static [u8]) -> Vec<TcpStream> {
@@ -45,6 +47,32 @@ async fn closed_within(stream: &mut TcpStream, within: Duration) -> Option<Vec<u
 }
 
 /// Whether the edge already answered (or closed) `stream`.
+/// Holds `count` places of `addr` with requests whose bodies never come
+/// (`bytes`), until `probe` is answered 503. The probe takes a place while
+/// it is answered, so a holder arriving then is itself shed (answered 503):
+/// such a holder is replaced by a new one.
+async fn hold_places<F, Fut>(addr: std::net::SocketAddr, count: usize, bytes: &'static [u8], probe: F) -> Vec<TcpStream>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = seckill_e2e::http::Reply>,
+{
+    let mut holders = slow_clients(addr, count, bytes).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = probe().await;
+        if reply.status == 503 {
+            return holders;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{count} places were not taken within 30 s: {reply:?}");
+        for holder in &mut holders {
+            if answered(holder) {
+                *holder = slow_clients(addr, 1, bytes).await.remove(0);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn answered(stream: &TcpStream) -> bool {
     let mut buffer = [0u8; 256];
     !matches!(stream.try_read(&mut buffer), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
@@ -106,24 +134,9 @@ async fn requests_beyond_the_in_flight_limit_are_answered_503_at_once() {
     let client = Client::new(edge.url());
     seckill_e2e::wait_ready(&client).await;
 
-    // Four requests whose bodies never come hold the four places. The probe
-    // takes a place while it is answered, so a holder arriving then is
-    // itself shed (answered 503): such a holder is replaced by a new one.
-    let mut holders = slow_clients(edge.addr, 4, HALF_BODY).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let reply = client.get("/api/seckill/order/00000000-0000-0000-0000-000000000000").await;
-        if reply.status == 503 {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the four places were not taken within 30 s: {reply:?}");
-        for holder in &mut holders {
-            if answered(holder) {
-                *holder = slow_clients(edge.addr, 1, HALF_BODY).await.remove(0);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Four requests whose bodies never come hold the four places.
+    let probe = || client.get("/api/seckill/order/00000000-0000-0000-0000-000000000000");
+    let holders = hold_places(edge.addr, 4, HALF_BODY, probe).await;
     let reply = client.order(sale.activity.get(), sale.sku.get(), 3).await;
     assert_error(&reply, 503, "TRY_AGAIN", "beyond max_in_flight");
     assert_eq!(env.redis_stock(sale).await, 10, "a shed request kept nothing");
@@ -139,6 +152,49 @@ async fn requests_beyond_the_in_flight_limit_are_answered_503_at_once() {
         }
     })
     .await;
+    edge.stop().await;
+}
+
+/// The buyers and the operators each have their own budget: a console
+/// request is answered while the buyers' places are taken, and a buyer
+/// orders while the console's are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_and_the_buyers_each_have_their_own_in_flight_budget() {
+    let env = TestEnv::new().await;
+    let mut settings = env.edge_settings();
+    settings.connections.max_in_flight = 2;
+    settings.console.max_in_flight = 2;
+    settings.connections.body_timeout_ms = 60_000;
+    let edge = env.spawn_edge(settings).await;
+    let sale = env.sale();
+    env.warmup(sale, 10).await;
+    let (buyers, console) = (Client::new(edge.url()), Client::new(edge.console_url()));
+    seckill_e2e::wait_ready(&buyers).await;
+    let bearer = format!("Bearer {}", seckill_e2e::ADMIN_TOKEN);
+    let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
+    let headers = [("authorization", bearer.as_str())];
+    let report = || console.send(hyper::Method::GET, &path, None, &headers);
+
+    let buyers_probe = || buyers.get("/api/seckill/order/00000000-0000-0000-0000-000000000000");
+    let holders = hold_places(edge.addr, 2, HALF_BODY, buyers_probe).await;
+    assert_error(&buyers.order(sale.activity.get(), sale.sku.get(), 3).await, 503, "TRY_AGAIN", "buyers full");
+    let answered = report().await;
+    assert_eq!(answered.status, 200, "the console answers while the buyers' budget is spent: {}", answered.text);
+    drop(holders);
+
+    let held = hold_places(edge.console, 2, HALF_WARMUP, report).await;
+    assert_error(&report().await, 503, "TRY_AGAIN", "beyond console.max_in_flight");
+    seckill_e2e::eventually("a buyer orders while the console is full", Duration::from_secs(10), || async {
+        let reply = buyers.order(sale.activity.get(), sale.sku.get(), 3).await;
+        if reply.status == 202 {
+            Ok(())
+        } else {
+            Err(format!("{}", reply.status))
+        }
+    })
+    .await;
+    assert_eq!(env.redis_stock(sale).await, 9, "one order, the buyer's; the shed requests kept nothing");
+    drop(held);
     edge.stop().await;
 }
 

@@ -185,6 +185,8 @@ impl Settings {
             (connections.max_connections as u64, "connections.max_connections"),
             (connections.max_in_flight as u64, "connections.max_in_flight"),
             (u64::from(self.status_reads.pool_connections), "status_reads.pool_connections"),
+            (self.console.max_in_flight as u64, "console.max_in_flight"),
+            (u64::from(self.console.pool_connections), "console.pool_connections"),
             (self.admission.tick_ms, "admission.tick_ms"),
             (self.admission.challenge_ttl_secs, "admission.challenge_ttl_secs"),
             (self.warmup_resume.every_ms, "warmup_resume.every_ms"),
