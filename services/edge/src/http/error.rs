@@ -84,12 +84,6 @@ pub enum ApiError {
     /// was kept. The cause is logged, never answered.
     #[error("temporarily unavailable; nothing was kept, try again")]
     TryAgain(#[source] anyhow::Error),
-    /// Redis did not confirm in time whether the request kept a unit (the
-    /// deduction or its undoing was not heard, or not on the replicas):
-    /// neither a promise nor "nothing kept". Answered 202 with the order's
-    /// id when it is known; the buyer polls it (or the user's result).
-    #[error("whether this request holds a unit is not confirmed yet; poll the order (or the user's result)")]
-    Unconfirmed(Option<String>),
     /// A bug or an unexpected failure. The client sees a generic message.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -107,39 +101,6 @@ impl ApiError {
     /// A 400 saying what is wrong with the input.
     pub fn invalid(why: impl std::fmt::Display) -> Self {
         Self::InvalidRequest(why.to_string())
-    }
-
-    /// Whether the request may have kept something (a unit, an admission's
-    /// claim): every refusal and every 503 `TRY_AGAIN` kept nothing; an
-    /// outcome not confirmed (`UNCONFIRMED`) or an unexpected failure may
-    /// have. Every answer says which, here: a new one must too.
-    pub fn may_have_kept(&self) -> bool {
-        match self {
-            Self::Unconfirmed(_) | Self::Internal(_) => true,
-            Self::InvalidRequest(_)
-            | Self::PayloadTooLarge(_)
-            | Self::RequestTimeout(_)
-            | Self::UnsupportedMediaType(_)
-            | Self::Unauthorized(_)
-            | Self::Forbidden(_)
-            | Self::RateLimited(_)
-            | Self::SaleNotFound
-            | Self::SaleNotActive
-            | Self::NotOpenYet(_)
-            | Self::AdmissionRequired(_)
-            | Self::ChallengeFailed(_)
-            | Self::AlreadyPurchased(_)
-            | Self::SoldOut
-            | Self::OrderNotFound
-            | Self::OrderPending
-            | Self::PaymentConflict
-            | Self::AlreadyPaid
-            | Self::OrderFailed(_)
-            | Self::NotFound
-            | Self::MethodNotAllowed
-            | Self::SaleBusy(_)
-            | Self::TryAgain(_) => false,
-        }
     }
 
     /// The contract's stable code.
@@ -167,7 +128,6 @@ impl ApiError {
             Self::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             Self::SaleBusy(_) => ErrorCode::SaleBusy,
             Self::TryAgain(_) => ErrorCode::TryAgain,
-            Self::Unconfirmed(_) => ErrorCode::Unconfirmed,
             Self::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -195,7 +155,6 @@ impl ApiError {
             | Self::AlreadyPaid
             | Self::OrderFailed(_) => StatusCode::CONFLICT,
             Self::SoldOut => StatusCode::GONE,
-            Self::Unconfirmed(_) => StatusCode::ACCEPTED,
             Self::TryAgain(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -214,7 +173,7 @@ impl ApiError {
             other => other.to_string(),
         };
         let order_id = match self {
-            Self::AlreadyPurchased(order_id) | Self::Unconfirmed(order_id) => order_id.clone(),
+            Self::AlreadyPurchased(order_id) => order_id.clone(),
             _ => None,
         };
         let opens_at = match self {
@@ -241,7 +200,7 @@ impl IntoResponse for ApiError {
                 let secs = retry_after_secs(*wait).max(1);
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
-            Self::OrderPending | Self::Unconfirmed(_) => {
+            Self::OrderPending => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
             }
             _ => {}
@@ -256,21 +215,6 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_an_unconfirmed_or_unexpected_answer_may_have_kept_something() {
-        assert!(ApiError::Unconfirmed(None).may_have_kept());
-        assert!(ApiError::Internal(anyhow::anyhow!("x")).may_have_kept());
-        for kept_nothing in [
-            ApiError::TryAgain(anyhow::anyhow!("x")),
-            ApiError::SoldOut,
-            ApiError::AlreadyPurchased(None),
-            ApiError::AdmissionRequired("x".into()),
-            ApiError::RateLimited(Duration::from_secs(1)),
-        ] {
-            assert!(!kept_nothing.may_have_kept(), "{kept_nothing:?}");
-        }
-    }
 
     #[test]
     fn every_error_has_its_contract_status() {
@@ -294,7 +238,6 @@ mod tests {
             (ApiError::NotFound, 404, "NOT_FOUND"),
             (ApiError::MethodNotAllowed, 405, "METHOD_NOT_ALLOWED"),
             (ApiError::TryAgain(anyhow::anyhow!("x")), 503, "TRY_AGAIN"),
-            (ApiError::Unconfirmed(None), 202, "UNCONFIRMED"),
         ] {
             assert_eq!(error.status_code().as_u16(), status, "{code}");
             assert_eq!(error.code().as_str(), code);

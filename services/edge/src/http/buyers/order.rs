@@ -1,7 +1,7 @@
 //! The buyer's API: place an order, read an order, read a user's result.
 
 use super::order_admission;
-use super::order_outcome as outcome;
+use super::order_outcome::{self as outcome, Placed};
 use super::order_request::OrderRequest;
 use crate::client_addr::ClientAddr;
 use crate::http::bodies::{ErrorBody, OrderRequestBody, OrderStatusBody, QueuedBody};
@@ -10,7 +10,7 @@ use crate::http::{auth, ApiError, AppState};
 use crate::lookup::{self, LookupError, OrderView};
 use crate::settings::DeductionMode;
 use axum::extract::{Extension, Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use seckill_shared::db::within;
@@ -63,7 +63,7 @@ pub(crate) async fn place_order(
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     JsonBody(request): JsonBody<OrderRequest>,
-) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
+) -> Placed {
     // A task of its own: a client that hangs up (or a drain that ends)
     // drops this request, not the order. Its claim, deduction, publish,
     // rollback and settling run to their end, and are answered to no one.
@@ -80,12 +80,7 @@ pub(crate) async fn place_order(
         .unwrap_or_else(|error| Err(ApiError::Internal(anyhow::anyhow!("placing the order stopped: {error}"))))
 }
 
-async fn place_order_inner(
-    state: &AppState,
-    client: ClientAddr,
-    headers: &HeaderMap,
-    request: OrderRequest,
-) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
+async fn place_order_inner(state: &AppState, client: ClientAddr, headers: &HeaderMap, request: OrderRequest) -> Placed {
     auth::require_user(state, headers, request.user)?;
     let sale = SaleKey::new(request.activity, request.sku);
     // A sale known sold out is answered before the rate limits: the answer
@@ -119,7 +114,7 @@ async fn deduct_and_publish(
     admitted: bool,
     trace: crate::publish::Trace<'_>,
     permit: crate::publish::Admission<'_>,
-) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
+) -> Placed {
     let deadline = state.publisher.deadline();
     let started = Instant::now();
     let span = trace_export::span_in(trace.traceparent, || {
@@ -134,7 +129,12 @@ async fn deduct_and_publish(
     });
     let deduction = deduct(state, sale, user, admitted, trace, deadline).instrument(span).await;
     metrics::histogram!("seckill_edge_deduct_seconds").record(started.elapsed().as_secs_f64());
-    let (order_id, round, accepted_at) = outcome::accepted(state, sale, deduction?)?;
+    // Not decided: answered without a deduction (503, or 202 UNCONFIRMED).
+    let deduction = match deduction {
+        Ok(deduction) => deduction,
+        Err(answer) => return answer,
+    };
+    let (order_id, round, accepted_at) = outcome::accepted(state, sale, deduction)?;
     tracing::Span::current().record("order_id", order_id.as_str());
 
     let record = OrderRecord::new(order_id.clone(), sale, user, accepted_at).in_round(round);
@@ -147,9 +147,10 @@ async fn deduct_and_publish(
 }
 
 /// The deduction, as the settings choose it: the Lua script in the user's
-/// home bucket (through the batcher), or the seed's lock. Every refusal of
-/// the batcher keeps nothing (it resolves or voids a call it did not hear,
-/// and confirms the void) but an unconfirmed one.
+/// home bucket (through the batcher), or the seed's lock; when neither
+/// decided, the answer instead. Every refusal of the batcher keeps nothing
+/// (it resolves or voids a call it did not hear, and confirms the void) but
+/// an unconfirmed one; the lock not had within its wait kept nothing.
 async fn deduct(
     state: &AppState,
     sale: SaleKey,
@@ -157,7 +158,7 @@ async fn deduct(
     admitted: bool,
     trace: crate::publish::Trace<'_>,
     deadline: std::time::Duration,
-) -> Result<Option<Deduction>, ApiError> {
+) -> Result<Deduction, Placed> {
     // 64 random bits: ids stay unique even if the order counter went back.
     let nonce = format!("{:016x}", rand::random::<u64>());
     match state.settings.deduction {
@@ -169,15 +170,16 @@ async fn deduct(
                 traceparent: trace.traceparent.unwrap_or_default().to_owned(),
                 admitted,
             };
-            state.homes.deduct(&state.batcher, sale, deduct, deadline).await.map(Some).map_err(outcome::not_decided)
+            state.homes.deduct(&state.batcher, sale, deduct, deadline).await.map_err(outcome::not_decided)
         }
         DeductionMode::Lock => {
             let (locks, lock) = (&state.locks, &state.settings.lock);
-            state
-                .stock
-                .deduct_with_lock(locks, lock, sale, user, admitted, &nonce, deadline)
-                .await
-                .map_err(|e| ApiError::TryAgain(e.into()))
+            let deduction = state.stock.deduct_with_lock(locks, lock, sale, user, admitted, &nonce, deadline).await;
+            match deduction {
+                Ok(Some(deduction)) => Ok(deduction),
+                Ok(None) => Err(Err(outcome::nothing_kept("the sale's lock was not had within its wait"))),
+                Err(error) => Err(Err(ApiError::TryAgain(error.into()))),
+            }
         }
     }
 }

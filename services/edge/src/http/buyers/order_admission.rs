@@ -50,8 +50,8 @@ pub(super) async fn claim(
 /// The claimed `token` after its order: spent when the order may be kept
 /// (accepted, or not known: one token places at most one order), released
 /// when the order kept nothing (the buyer may try again with it).
-pub(super) async fn settle<T>(state: &AppState, token: &Token, result: &Result<T, ApiError>) {
-    let kept = result.as_ref().err().is_none_or(ApiError::may_have_kept);
+pub(super) async fn settle(state: &AppState, token: &Token, result: &super::order_outcome::Placed) {
+    let kept = super::order_answers::OrderAnswer::of(result).may_have_kept();
     settle_step(state, token, kept).await;
 }
 

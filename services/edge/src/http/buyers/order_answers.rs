@@ -6,6 +6,7 @@
 //! it. docs/buyers-api.md and ARCHITECTURE.md show [`OrderAnswer::table`];
 //! a test fails when they differ, or when a deduction code has no row.
 
+use super::order_outcome::{Placed, Taken};
 use crate::http::ApiError;
 use seckill_shared::stock::protocol::deduct;
 
@@ -118,6 +119,30 @@ impl OrderAnswer {
         }
     }
 
+    /// Whether the request may have kept something (a unit, an admission's
+    /// claim): a 202 `QUEUED` did, a 202 `UNCONFIRMED` or an unexpected
+    /// failure may have; every refusal and every 503 `TRY_AGAIN` kept
+    /// nothing. Every answer says which, here: a new one must too.
+    pub fn may_have_kept(self) -> bool {
+        match self {
+            Self::Queued | Self::Unconfirmed | Self::Internal => true,
+            Self::AlreadyPurchased
+            | Self::SoldOut
+            | Self::SaleNotFound
+            | Self::SaleNotActive
+            | Self::AdmissionRequired
+            | Self::Unauthorized
+            | Self::Forbidden
+            | Self::RateLimited
+            | Self::InvalidRequest
+            | Self::PayloadTooLarge
+            | Self::UnsupportedMediaType
+            | Self::RequestTimeout
+            | Self::MethodNotAllowed
+            | Self::TryAgain => false,
+        }
+    }
+
     /// The contract's code (and `seckill_edge_orders_total`'s label).
     pub fn code(self) -> &'static str {
         self.row().code
@@ -126,10 +151,13 @@ impl OrderAnswer {
     /// The answer a placed order's result is: the one place every error
     /// path of the route maps into. An error the order route never answers
     /// counts as `INTERNAL` (it would be a bug).
-    pub fn of<T>(result: &Result<T, ApiError>) -> Self {
-        let Err(error) = result else { return Self::Queued };
+    pub fn of(result: &Placed) -> Self {
+        let error = match result {
+            Ok(Taken::Queued(_)) => return Self::Queued,
+            Ok(Taken::Unconfirmed(_)) => return Self::Unconfirmed,
+            Err(error) => error,
+        };
         match error {
-            ApiError::Unconfirmed(_) => Self::Unconfirmed,
             ApiError::AlreadyPurchased(_) => Self::AlreadyPurchased,
             ApiError::SoldOut => Self::SoldOut,
             ApiError::SaleNotFound => Self::SaleNotFound,
@@ -213,12 +241,14 @@ mod tests {
         }
     }
 
-    /// An error of each answer but `QUEUED`.
-    fn sample(answer: OrderAnswer) -> Option<ApiError> {
+    /// A placed order's result of each answer.
+    fn sample(answer: OrderAnswer) -> Placed {
         let why = || anyhow::anyhow!("x");
-        Some(match answer {
-            OrderAnswer::Queued => return None,
-            OrderAnswer::Unconfirmed => ApiError::Unconfirmed(None),
+        Err(match answer {
+            OrderAnswer::Queued => {
+                return Ok(Taken::Queued(seckill_shared::domain::OrderId::parse("1-2-3-ab").unwrap()))
+            }
+            OrderAnswer::Unconfirmed => return Ok(Taken::Unconfirmed(None)),
             OrderAnswer::AlreadyPurchased => ApiError::AlreadyPurchased(None),
             OrderAnswer::SoldOut => ApiError::SoldOut,
             OrderAnswer::SaleNotFound => ApiError::SaleNotFound,
@@ -239,17 +269,20 @@ mod tests {
 
     #[test]
     fn each_row_says_what_its_answer_does() {
+        use axum::response::IntoResponse;
         for &answer in OrderAnswer::ALL {
             let row = answer.row();
-            let Some(error) = sample(answer) else {
-                assert_eq!((row.status, OrderAnswer::of(&Ok::<(), ApiError>(()))), (202, answer));
-                continue;
+            assert_eq!(OrderAnswer::of(&sample(answer)), answer);
+            let response = match sample(answer) {
+                Ok(taken) => taken.into_response(),
+                Err(error) => {
+                    assert_eq!(error.code().as_str(), row.code, "{answer:?}");
+                    error.into_response()
+                }
             };
-            assert_eq!(OrderAnswer::of(&Err::<(), _>(sample(answer).expect("a sample"))), answer);
-            assert_eq!(error.status_code().as_u16(), row.status, "{answer:?}");
-            assert_eq!(error.code().as_str(), row.code, "{answer:?}");
+            assert_eq!(response.status().as_u16(), row.status, "{answer:?}");
             let kept_nothing = row.promise.starts_with("nothing was kept") || row.promise.starts_with("nothing new");
-            assert_eq!(error.may_have_kept(), !kept_nothing, "{answer:?}");
+            assert_eq!(answer.may_have_kept(), !kept_nothing, "{answer:?}");
         }
     }
 }

@@ -1,12 +1,15 @@
 //! What each outcome of placing an order answers: the deduction's refusals,
 //! the publish's three outcomes, a rollback judged by the order it leaves,
 //! and the batcher's refusals (503 where nothing was kept, 202
-//! `UNCONFIRMED` where that is not known).
+//! `UNCONFIRMED` where that is not known). An order taken on ([`Taken`]:
+//! both 202s) is not an error; every refusal is an [`ApiError`].
 
-use crate::http::bodies::QueuedBody;
+use crate::http::bodies::{ErrorBody, ErrorCode, QueuedBody};
 use crate::http::{auth, ApiError, AppState};
 use crate::publish::PublishOutcome;
+use axum::http::header::RETRY_AFTER;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use backon::Retryable;
 use seckill_shared::domain::{FailReason, OrderId, OrderRecord, SaleKey, UserId};
@@ -14,34 +17,68 @@ use seckill_shared::ops::retry;
 use seckill_shared::stock::Deduction;
 use std::time::Duration;
 
+/// An order request the edge took on: both answered 202, neither an error.
+#[derive(Debug)]
+pub enum Taken {
+    /// Its record delivered to Kafka (or maybe delivered: the sweeper
+    /// publishes it again): a promise.
+    Queued(OrderId),
+    /// Redis did not confirm in time whether the request kept a unit (the
+    /// deduction or its undoing was not heard, or not on the replicas):
+    /// neither a promise nor "nothing kept". Answered with the order's id
+    /// when it is known; the buyer polls it (or the user's result).
+    Unconfirmed(Option<OrderId>),
+}
+
+/// What a placed order answers: taken on, or refused.
+pub type Placed = Result<Taken, ApiError>;
+
+impl IntoResponse for Taken {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Queued(order_id) => (StatusCode::ACCEPTED, Json(QueuedBody::new(&order_id))).into_response(),
+            Self::Unconfirmed(order_id) => {
+                let body = ErrorBody {
+                    code: ErrorCode::Unconfirmed,
+                    message:
+                        "whether this request holds a unit is not confirmed yet; poll the order (or the user's result)"
+                            .into(),
+                    order_id: order_id.map(|id| id.to_string()),
+                    opens_at: None,
+                };
+                (StatusCode::ACCEPTED, [(RETRY_AFTER, "1")], Json(body)).into_response()
+            }
+        }
+    }
+}
+
+/// 503: nothing was kept, for `why`.
+pub(super) fn nothing_kept(why: &str) -> ApiError {
+    ApiError::TryAgain(anyhow::anyhow!("{why}: nothing was kept"))
+}
+
 /// The order a deduction accepted (its id, round and time), or the answer
 /// its refusal gets.
-pub(super) fn accepted(
-    state: &AppState,
-    sale: SaleKey,
-    deduction: Option<Deduction>,
-) -> Result<(OrderId, i64, i64), ApiError> {
-    let nothing_kept = |why: &str| ApiError::TryAgain(anyhow::anyhow!("{why}: nothing was kept"));
+pub(super) fn accepted(state: &AppState, sale: SaleKey, deduction: Deduction) -> Result<(OrderId, i64, i64), ApiError> {
     match deduction {
-        None => Err(nothing_kept("the sale's lock was not had within its wait")),
-        Some(Deduction::Accepted { order_id, round, accepted_at, .. }) => Ok((order_id, round, accepted_at)),
-        Some(Deduction::SaleNotFound) => Err(ApiError::SaleNotFound),
-        Some(Deduction::NotActive) => Err(ApiError::SaleNotActive),
+        Deduction::Accepted { order_id, round, accepted_at, .. } => Ok((order_id, round, accepted_at)),
+        Deduction::SaleNotFound => Err(ApiError::SaleNotFound),
+        Deduction::NotActive => Err(ApiError::SaleNotActive),
         // Its id only to a buyer who proved who they are: otherwise anyone
         // naming a user id would learn that user's order.
-        Some(Deduction::AlreadyPurchased { order_id }) => {
+        Deduction::AlreadyPurchased { order_id } => {
             Err(ApiError::AlreadyPurchased(order_id.filter(|_| auth::identified(state))))
         }
-        Some(Deduction::SoldOut) => {
+        Deduction::SoldOut => {
             state.sold_out.mark(sale);
             Err(ApiError::SoldOut)
         }
-        Some(Deduction::Voided) => Err(nothing_kept("the deduction was voided")),
-        Some(Deduction::Warming) => Err(nothing_kept("a warm-up is replacing the sale's round")),
-        Some(Deduction::AdmissionRequired) => Err(ApiError::AdmissionRequired(
+        Deduction::Voided => Err(nothing_kept("the deduction was voided")),
+        Deduction::Warming => Err(nothing_kept("a warm-up is replacing the sale's round")),
+        Deduction::AdmissionRequired => Err(ApiError::AdmissionRequired(
             "the sale admits through its waiting room: join it (POST /api/seckill/queue) and order with the admission token (Seckill-Admission)".into(),
         )),
-        Some(Deduction::OtherBucket) => Err(nothing_kept(
+        Deduction::OtherBucket => Err(nothing_kept(
             "the sale's buckets changed while the request was decided (or the lock deduction met a sale in buckets)",
         )),
     }
@@ -53,10 +90,10 @@ pub(super) async fn published(
     record: &OrderRecord,
     outcome: PublishOutcome,
     deadline: Duration,
-) -> Result<(StatusCode, Json<QueuedBody>), ApiError> {
+) -> Placed {
     let order_id = &record.order_id;
     match outcome {
-        PublishOutcome::Delivered => Ok(queued(order_id)),
+        PublishOutcome::Delivered => Ok(Taken::Queued(order_id.clone())),
         PublishOutcome::Ambiguous(why) => {
             // The record may be in the log: rolling back could sell the unit
             // twice. The order stays QUEUED and is a promise: the order
@@ -65,7 +102,7 @@ pub(super) async fn published(
             // with GET /api/seckill/order/{id}.
             tracing::warn!(order_id = %order_id, reason = %why, "publish outcome unknown; the sweeper publishes it again if it never landed");
             metrics::counter!("seckill_edge_publish_ambiguous_total").increment(1);
-            Ok(queued(order_id))
+            Ok(Taken::Queued(order_id.clone()))
         }
         PublishOutcome::NotPersisted(why) => {
             tracing::warn!(order_id = %order_id, reason = %why, "publish failed; rolling back");
@@ -78,12 +115,12 @@ pub(super) async fn published(
                 // sweeper publishes it again; or it was written meanwhile).
                 RolledBack::Stands => {
                     tracing::warn!(order_id = %order_id, "not rolled back: the order stands, published again later");
-                    Ok(queued(order_id))
+                    Ok(Taken::Queued(order_id.clone()))
                 }
                 RolledBack::Unknown => {
                     tracing::error!(order_id = %order_id, "whether the rollback landed is not confirmed");
                     metrics::counter!("seckill_edge_rollback_failed_total").increment(1);
-                    Err(ApiError::Unconfirmed(Some(order_id.to_string())))
+                    Ok(Taken::Unconfirmed(Some(order_id.clone())))
                 }
             }
         }
@@ -92,15 +129,13 @@ pub(super) async fn published(
 
 /// The answer the buyer gets when the batcher did not decide: 503 where
 /// nothing was kept, 202 `UNCONFIRMED` where that is not known.
-pub(super) fn not_decided(error: crate::home::Undecided) -> ApiError {
+pub(super) fn not_decided(error: crate::home::Undecided) -> Placed {
     match &error {
         crate::home::Undecided::Batcher(inner) => match inner.as_ref() {
-            crate::batch::NotDecided::Unconfirmed(order_id) => {
-                ApiError::Unconfirmed(order_id.as_ref().map(ToString::to_string))
-            }
-            _ => ApiError::TryAgain(error.into()),
+            crate::batch::NotDecided::Unconfirmed(order_id) => Ok(Taken::Unconfirmed(order_id.clone())),
+            _ => Err(ApiError::TryAgain(error.into())),
         },
-        _ => ApiError::TryAgain(error.into()),
+        _ => Err(ApiError::TryAgain(error.into())),
     }
 }
 
@@ -140,8 +175,4 @@ async fn roll_back(state: &AppState, order_id: &OrderId, user: UserId, deadline:
             RolledBack::Unknown
         }
     }
-}
-
-pub(super) fn queued(order_id: &OrderId) -> (StatusCode, Json<QueuedBody>) {
-    (StatusCode::ACCEPTED, Json(QueuedBody::new(order_id)))
 }
