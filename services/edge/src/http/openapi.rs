@@ -97,7 +97,7 @@ impl Modify for OrderIdPaths {
         seckill_shared::sales::Admission, seckill_shared::sales::Challenge
     )),
     modifiers(&Security, &OrderIdPaths),
-    tags((name = "buyer", description = "Orders and their status"), (name = "payments", description = "The payment provider's signed notifications: the only way an order becomes PAID"), (name = "admin", description = "Warm-up and reconciliation"), (name = "operations", description = "Health, readiness, metrics, this document"))
+    tags((name = "buyer", description = "Orders and their status"), (name = "payments", description = "The payment provider's signed notifications: the only way an order becomes PAID"), (name = "admin", description = "Warm-up, close and reconciliation: served on the operators' address (admin_addr, default 127.0.0.1:9080), not the buyers' — there these paths answer 404 unless admin_addr is set to http_addr"), (name = "operations", description = "Health, readiness, metrics, this document"))
 )]
 pub struct ApiDoc;
 
