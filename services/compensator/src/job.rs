@@ -17,7 +17,6 @@ use seckill_shared::db::{dead_letters, within};
 use seckill_shared::domain::{FailReason, OrderRecord};
 use seckill_shared::kafka::membership::{Joining, Membership};
 use seckill_shared::kafka::stall::{partitions_of, Progress};
-use seckill_shared::kafka::standstill::StandStill;
 use seckill_shared::kafka::{self, dlq_header, header_str, Trace};
 use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::retry::{retry_then_park, retry_until, Attempt, Ended};
@@ -234,13 +233,11 @@ pub async fn watch_group(
     rejoin: tokio::sync::watch::Sender<u64>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let group = kafka::compensator_group(&settings.servers.kafka);
-    let standstill = parking_lot::Mutex::new(StandStill::new(settings.service.consumer.stall()));
-    seckill_shared::ops::shutdown::every("dead-letter group watch", Duration::from_secs(5), shutdown, || async {
-        let (kafka_settings, name, dlq) = (settings.servers.kafka.clone(), group.clone(), topic.clone());
-        let lag = tokio::task::spawn_blocking(move || kafka::lag::lag(&kafka_settings, &name, &dlq)).await??;
-        standstill.lock().report(&group, &topic, &lag, &rejoin);
-        Ok::<(), anyhow::Error>(())
-    })
-    .await
+    let watched = seckill_shared::kafka::standstill::Watched {
+        kafka: settings.servers.kafka.clone(),
+        group: kafka::compensator_group(&settings.servers.kafka),
+        topic,
+        stall: settings.service.consumer.stall(),
+    };
+    seckill_shared::kafka::standstill::watch("dead-letter group watch", watched, |_| {}, rejoin, shutdown).await
 }

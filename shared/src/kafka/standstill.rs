@@ -16,6 +16,7 @@
 //! assigns the partitions again and their new owner consumes from the
 //! committed offset (replays are idempotent).
 
+use crate::config::KafkaSettings;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,37 @@ pub struct Still {
     pub waiting: i64,
     /// Since its committed offset last moved (or records began to wait).
     pub for_: Duration,
+}
+
+/// Which group to watch on which topic, and when a partition stands still.
+pub struct Watched {
+    pub kafka: KafkaSettings,
+    pub group: String,
+    pub topic: String,
+    /// `consumer.stall_secs`.
+    pub stall: Duration,
+}
+
+/// Measures the group's lag every five seconds until `shutdown` (`task`
+/// names the loop in its logs): each measurement is handed to `seen` (a
+/// service's gauges), and a partition standing still bumps `rejoin`.
+pub async fn watch(
+    task: &'static str,
+    watched: Watched,
+    mut seen: impl FnMut(&super::lag::Lag) + Send,
+    rejoin: tokio::sync::watch::Sender<u64>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<()> {
+    let standstill = parking_lot::Mutex::new(StandStill::new(watched.stall));
+    let seen = parking_lot::Mutex::new(&mut seen);
+    crate::ops::shutdown::every(task, Duration::from_secs(5), shutdown, || async {
+        let (kafka, group, topic) = (watched.kafka.clone(), watched.group.clone(), watched.topic.clone());
+        let lag = tokio::task::spawn_blocking(move || super::lag::lag(&kafka, &group, &topic)).await??;
+        (seen.lock())(&lag);
+        standstill.lock().report(&watched.group, &watched.topic, &lag, &rejoin);
+        Ok::<(), anyhow::Error>(())
+    })
+    .await
 }
 
 /// Each partition's committed offset and since when it has stood there with
