@@ -39,6 +39,7 @@ with sync_playwright() as playwright:
             "state": state.inner_text(),
             "order": page.locator('[data-testid="order"]').inner_text(),
             "note": page.locator('[data-testid="note"]').inner_text(),
+            "commitment": page.locator('[data-testid="commitment"]').inner_text(),
             "errors": errors,
         })
         if errors:

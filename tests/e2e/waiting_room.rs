@@ -87,12 +87,20 @@ async fn the_pre_queue_is_shuffled_at_the_start_whoever_came_first() {
     let extra = format!(r#","startsAt":"{}""#, starts.to_rfc3339());
     warm_with_room(&edge, sale, 2_000, r#"{"activeBuyers":2000,"overbook":1.0}"#, &extra).await;
     let mut tickets = Vec::new();
+    let mut commitments = std::collections::BTreeSet::new();
     for user in 1..=2_000i64 {
         let reply = join(&client, sale, user, None).await;
         assert_eq!((reply.status.as_u16(), reply.json["status"].as_str()), (200, Some("WAITING")), "{}", reply.text);
         assert!(reply.json.get("position").is_none(), "no place before the start: {}", reply.text);
         tickets.push(reply.json["ticket"].as_str().unwrap().to_owned());
+        commitments.insert(reply.json["seedCommitment"].as_str().unwrap_or_default().to_owned());
     }
+    // Before the start: the seed secret, its commitment shown (one, to all).
+    let before = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
+    let before = before.waiting_room.expect("the room");
+    assert!(before.seed.is_empty(), "the seed is secret before the start");
+    assert_eq!(commitments.iter().collect::<Vec<_>>(), vec![&before.seed_commitment], "one commitment, shown to all");
+    assert_eq!(before.seed_commitment.len(), 64);
     assert!(chrono::Utc::now() < starts, "the joins took past the start: the test proves nothing");
     let again = join(&client, sale, 1, None).await;
     assert_eq!(again.json["ticket"], tickets[0].as_str(), "joining again: the same ticket");
@@ -119,6 +127,11 @@ async fn the_pre_queue_is_shuffled_at_the_start_whoever_came_first() {
     let report = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false).await.unwrap();
     let seed = report.waiting_room.expect("the reconciliation shows the room").seed;
     assert!(!seed.is_empty(), "the seed is shown after the start");
+    assert_eq!(
+        seckill_shared::stock::queue::seed_commitment(&seed),
+        before.seed_commitment,
+        "the seed revealed is the one committed before anyone joined"
+    );
     let mut conn = env.stock.connection();
     let mut by_seed = Vec::new();
     for ticket in &tickets {

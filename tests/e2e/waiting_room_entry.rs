@@ -165,6 +165,8 @@ async fn the_queue_page_joins_buys_and_says_sold_out_and_closed_in_a_real_browse
     };
     let bought = browse(&["1:You bought it", "2:Sold out"]).await;
     assert!(bought.contains("CREATED"), "{bought}");
+    let room = env.stock.room(sale).await.unwrap().expect("the room");
+    assert!(bought.contains(&format!("seed commitment (SHA-256): {}", room.seed_commitment)), "{bought}");
     let path = format!("/admin/sales/{}/{}/close", sale.activity, sale.sku);
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let console = Client::new(edge.console_url());

@@ -50,6 +50,7 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
         ("estimated wait at the back", wait.map_or_else(|| "-".to_owned(), |w| format!("{w} s"))),
         ("sold out / closed", format!("{} / {}", room.sold_out, room.closed)),
         ("shuffle seed", if room.seed.is_empty() { "- (secret until the start)".to_owned() } else { room.seed }),
+        ("seed commitment (SHA-256)", room.seed_commitment),
     ];
     for (term, value) in rows {
         println!("{term:<30} {value}");

@@ -161,7 +161,10 @@ fn room(report: &Report) -> String {
         None => "-".into(),
         Some(room) => {
             let seed = if room.seed.is_empty() { "secret until the start" } else { &room.seed };
-            format!("{} / {} / {}, seed {seed}", room.waiting, room.active, room.admitted)
+            format!(
+                "{} / {} / {}, seed {seed} (SHA-256 {})",
+                room.waiting, room.active, room.admitted, room.seed_commitment
+            )
         }
     }
 }

@@ -104,6 +104,10 @@ async function run() {
       return;
     }
     const ticket = reply.json;
+    if (ticket.seedCommitment) {
+      // Shown to everyone alike; the seed revealed at the start hashes to it.
+      $("commitment").textContent = `The draw's seed commitment (SHA-256): ${ticket.seedCommitment}`;
+    }
     $("position").textContent = ticket.position ? `Your place in line: ${ticket.position}` : "";
     $("wait").textContent = ticket.waitSeconds != null ? `Estimated wait: about ${ticket.waitSeconds} s` : "";
     if (ticket.status === "ADMITTED") {

@@ -57,8 +57,12 @@ pub struct RoomState {
     pub challenge_bits: u32,
     pub starts_ms: i64,
     pub ends_ms: i64,
-    /// The shuffle's seed (hex).
+    /// The shuffle's seed (hex): secret (empty) until the start.
     pub seed: String,
+    /// SHA-256 of the seed's text (hex), shown from the warm-up on: the
+    /// seed that orders the pre-queue was fixed before anyone joined, and
+    /// the one revealed at the start is that one ([`seed_commitment`]).
+    pub seed_commitment: String,
     pub abandon_ms: i64,
     /// Tickets taken, admissions, tokens used, expired, tickets abandoned.
     pub joined: i64,
@@ -79,7 +83,8 @@ pub struct RoomState {
 
 impl RoomState {
     /// The room as it may be shown at `now_ms`: the seed orders the
-    /// pre-queue, so it is secret (empty) until the start.
+    /// pre-queue, so it is secret (empty) until the start; its commitment
+    /// is shown all along.
     pub fn shown_at(mut self, now_ms: i64) -> Self {
         if self.starts_ms > now_ms {
             self.seed.clear();
@@ -97,6 +102,13 @@ impl RoomState {
         }
         wait_seconds(place, self.admitted_last_minute, self.admit_per_minute)
     }
+}
+
+/// The commitment to a room's shuffle seed: SHA-256 of its text, in hex
+/// (`printf %s SEED | sha256sum`).
+pub fn seed_commitment(seed: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(seed.as_bytes()))
 }
 
 /// The wait of the ticket at `place` at `recent` admissions a minute (or
@@ -130,6 +142,7 @@ impl Stock {
             starts_ms: int("starts"),
             ends_ms: int("ends"),
             seed: fields.get("seed").cloned().unwrap_or_default(),
+            seed_commitment: fields.get("seed").map(|seed| seed_commitment(seed)).unwrap_or_default(),
             abandon_ms: int("abandon"),
             joined: int("joined"),
             admitted: int("admitted"),
@@ -204,5 +217,23 @@ mod tests {
         assert_eq!(wait_seconds(10, 60, 0), Some(10));
         assert_eq!(wait_seconds(10, 0, 120), Some(5));
         assert_eq!(wait_seconds(10, 0, 0), None);
+    }
+
+    #[test]
+    fn the_commitment_is_sha256_of_the_seed_text_as_sha256sum_prints_it() {
+        // FIPS 180-2's example: SHA-256("abc").
+        assert_eq!(seed_commitment("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        let room = RoomState {
+            seed: "abc".into(),
+            seed_commitment: seed_commitment("abc"),
+            starts_ms: 10,
+            ..Default::default()
+        };
+        let before = room.shown_at(5);
+        assert_eq!(
+            (before.seed.as_str(), before.seed_commitment.len()),
+            ("", 64),
+            "the seed hidden, its commitment not"
+        );
     }
 }

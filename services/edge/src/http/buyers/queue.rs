@@ -57,6 +57,7 @@ fn ticket_body(state: &AppState, sale: SaleKey, view: TicketView) -> TicketBody 
         poll_after_ms,
         ticket: view.ticket,
         status: view.status,
+        seed_commitment: None,
     }
 }
 
@@ -70,6 +71,7 @@ fn answer(state: &AppState, sale: SaleKey, answer: TicketAnswer) -> Result<Json<
         admission: None,
         admission_expires_at: None,
         poll_after_ms: 0,
+        seed_commitment: None,
     };
     match answer {
         TicketAnswer::Ticket(view) => Ok(Json(ticket_body(state, sale, view))),
@@ -134,7 +136,9 @@ pub(crate) async fn join(
     };
     let proof = solved.as_ref().map(|c| (c.nonce.as_str(), c.expires_ms));
     let joined = state.stock.join_room(sale, user, proof).await.map_err(redis)?;
-    answer(&state, sale, joined)
+    let Json(mut body) = answer(&state, sale, joined)?;
+    body.seed_commitment = Some(room.seed_commitment);
+    Ok(Json(body))
 }
 
 /// A ticket, polled at its `pollAfterMs`.

@@ -67,6 +67,13 @@ pub struct TicketBody {
     pub admission_expires_at: Option<chrono::DateTime<chrono::Utc>>,
     /// When to poll again (ms).
     pub poll_after_ms: u64,
+    /// A join's answer only: SHA-256 (hex) of the room's shuffle seed,
+    /// fixed at the warm-up. The seed, shown after the start (`seckillctl
+    /// queue stats`, the sale's report), must hash to it: it was not chosen
+    /// after the joins were seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub seed_commitment: Option<String>,
 }
 
 /// A proof-of-work challenge for a join.
