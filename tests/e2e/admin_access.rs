@@ -73,6 +73,63 @@ async fn the_operators_routes_answer_only_on_the_admin_address() {
     shared.stop().await;
 }
 
+/// The console has a database pool of its own: with the buyers' one
+/// connection held by a cancel that waits on its order's row lock, the
+/// sale's report (PostgreSQL's figures among them) is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_reads_postgresql_while_the_buyers_pool_is_taken() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 3).await;
+    let mut settings = env.edge_settings();
+    settings.servers.database.max_connections = 1;
+    settings.servers.database.lock_timeout_ms = 30_000;
+    settings.servers.database.call_deadline_ms = 60_000;
+    let edge = env.spawn_edge(settings).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    let buyers = Client::new(edge.url());
+    let order_id = crate::lifecycle::created_order(&buyers, sale, 7).await;
+
+    let mut holder = env.db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE")
+        .bind(&order_id)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let cancel = tokio::spawn({
+        let (buyers, order_id) = (buyers.clone(), order_id.clone());
+        async move { crate::lifecycle::post(&buyers, &order_id, "cancel", 7, None).await }
+    });
+    seckill_e2e::eventually(
+        "the cancel waits on the row, holding the buyers' connection",
+        Duration::from_secs(30),
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&env.db)
+            .await
+            .map_err(|e| e.to_string())?;
+            if waiting > 0 {
+                Ok(())
+            } else {
+                Err("no session waits on a lock yet".to_owned())
+            }
+        },
+    )
+    .await;
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
+    let report = Client::new(edge.console_url()).send(Method::GET, &path, None, &[("authorization", &bearer)]).await;
+    assert_eq!(report.status, 200, "the console's own pool answers: {}", report.text);
+    assert!(!cancel.is_finished(), "the cancel still holds the buyers' connection");
+    holder.rollback().await.unwrap();
+    let cancelled = cancel.await.unwrap();
+    assert_eq!(cancelled.status, 200, "{}", cancelled.text);
+    order.stop().await;
+    edge.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_admin_tokens_are_throttled_per_client() {
     let env = TestEnv::new().await;
