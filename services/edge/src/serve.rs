@@ -1,7 +1,8 @@
 //! How the edge holds its connections (on each of its listeners: the
 //! buyers' and the operators'), so that slow or idle clients cannot
-//! pin it: nothing stands in front of it in the Compose and Kubernetes
-//! files, so it defends itself.
+//! pin it. It defends itself whatever stands in front of it: the Compose
+//! file's HAProxy passes a slow client's bytes on, and a Kubernetes
+//! Service does not look at them at all.
 //!
 //! - a connection that has not sent a whole request header within
 //!   `connections.header_timeout_ms` is closed — a new one, and one idle
