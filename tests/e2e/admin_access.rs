@@ -100,24 +100,8 @@ async fn the_console_reads_postgresql_while_the_buyers_pool_is_taken() {
         let (buyers, order_id) = (buyers.clone(), order_id.clone());
         async move { crate::lifecycle::post(&buyers, &order_id, "cancel", 7, None).await }
     });
-    seckill_e2e::eventually(
-        "the cancel waits on the row, holding the buyers' connection",
-        Duration::from_secs(30),
-        || async {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(&env.db)
-            .await
-            .map_err(|e| e.to_string())?;
-            if waiting > 0 {
-                Ok(())
-            } else {
-                Err("no session waits on a lock yet".to_owned())
-            }
-        },
-    )
-    .await;
+    // The cancel waits on the row, holding the buyers' connection.
+    crate::db_bounds::waiting_for_a_lock(&env).await;
     let bearer = format!("Bearer {ADMIN_TOKEN}");
     let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
     let report = Client::new(edge.console_url()).send(Method::GET, &path, None, &[("authorization", &bearer)]).await;

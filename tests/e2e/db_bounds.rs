@@ -226,7 +226,7 @@ async fn a_renewal_that_hangs_loses_the_lease_and_the_turn_is_abandoned() {
 }
 
 /// Waits until a session of the test's database waits for a lock.
-async fn waiting_for_a_lock(env: &TestEnv) {
+pub(crate) async fn waiting_for_a_lock(env: &TestEnv) {
     eventually("a session waiting for a lock", Duration::from_secs(30), || async {
         let waiting: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",

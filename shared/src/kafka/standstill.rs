@@ -47,16 +47,15 @@ pub struct Watched {
 pub async fn watch(
     task: &'static str,
     watched: Watched,
-    mut seen: impl FnMut(&super::lag::Lag) + Send,
+    seen: impl Fn(&super::lag::Lag) + Sync,
     rejoin: tokio::sync::watch::Sender<u64>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<()> {
     let standstill = parking_lot::Mutex::new(StandStill::new(watched.stall));
-    let seen = parking_lot::Mutex::new(&mut seen);
     crate::ops::shutdown::every(task, Duration::from_secs(5), shutdown, || async {
         let (kafka, group, topic) = (watched.kafka.clone(), watched.group.clone(), watched.topic.clone());
         let lag = tokio::task::spawn_blocking(move || super::lag::lag(&kafka, &group, &topic)).await??;
-        (seen.lock())(&lag);
+        seen(&lag);
         standstill.lock().report(&watched.group, &watched.topic, &lag, &rejoin);
         Ok::<(), anyhow::Error>(())
     })
