@@ -2,7 +2,8 @@
 # The flash-sale demo (`make demo`): starts the edge, the order service and
 # the compensator against the local infra, runs the seed's curl check, a
 # 20,000-user load test, a sale with a payment window (unpaid orders
-# cancelled, their units sold again) and a redrive of a wave of failures
+# cancelled, their units sold again), a sale of several units per order
+# with a limit per buyer (infra/demo_quantities.py), a redrive of a wave of failures
 # (infra/demo_redrive.py), a sale through its waiting room, one order
 # traced from its request to its event (its spans exported over OTLP),
 # waits for the pipeline to drain, prints the reconciliations, and stops
@@ -208,6 +209,13 @@ echo "== the payment window: 200 units, 5 s to pay; a quarter of the buyers neve
 python3 "$ROOT/infra/demo_lifecycle.py" "$EDGE" 1001 2003 200 5
 "$CTL" reconcile --activity 1001 --sku 2003 --wait-drain 60 >"$LOGS/demo-lifecycle-reconcile.txt" || { cat "$LOGS/demo-lifecycle-reconcile.txt"; exit 1; }
 grep -E '^(orders paid|orders cancelled|  units given back|payments applied|refunds due|paid late|remaining\+created|verdict)' "$LOGS/demo-lifecycle-reconcile.txt"
+
+echo
+echo "== several units per order: 302 units, 2 per buyer; buyers ask for 1, 2 or 3"
+"$CTL" warmup --activity 1001 --sku 2007 --stock 302 --per-user-limit 2 --force
+python3 "$ROOT/infra/demo_quantities.py" "$EDGE" 1001 2007 302
+"$CTL" reconcile --activity 1001 --sku 2007 --wait-drain 60 >"$LOGS/demo-quantities-reconcile.txt" || { cat "$LOGS/demo-quantities-reconcile.txt"; exit 1; }
+grep -E '^(orders created|  units they hold|users over their limit|remaining\+created|verdict)' "$LOGS/demo-quantities-reconcile.txt" | head -n 5
 
 echo
 echo "== a redrive: a bad release refuses every fifth buyer's order; once rolled back, they get it again"

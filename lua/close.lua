@@ -4,7 +4,8 @@
 --
 -- KEYS[1] meta, KEYS[2] stock, KEYS[3] buyers, KEYS[4] orders,
 -- KEYS[5] reserved, KEYS[6] compensated, KEYS[7] written_off, KEYS[8] seq,
--- KEYS[9] returned, KEYS[10] trace, KEYS[11] lent, KEYS[12] received
+-- KEYS[9] returned, KEYS[10] trace, KEYS[11] lent, KEYS[12] received,
+-- KEYS[13] held
 -- ARGV[1] the payment window plus the margin (ms)
 --
 -- Returns the end in force (ms): now, or an earlier end the sale had; 0

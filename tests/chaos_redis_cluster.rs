@@ -146,6 +146,7 @@ async fn short_a_deduction_the_promoted_replica_never_had_is_not_confirmed() {
         request_id: String::new(),
         traceparent: String::new(),
         admitted: false,
+        quantity: 1,
     };
     let call = DeductCall::new(vec![request], Duration::from_secs(60));
     let confirmed_before = env.stock.confirmed(sale, &call).await;

@@ -78,6 +78,10 @@ mod poison;
 mod promise;
 #[path = "e2e/promise_publish.rs"]
 mod promise_publish;
+#[path = "e2e/quantities.rs"]
+mod quantities;
+#[path = "e2e/quantity_returns.rs"]
+mod quantity_returns;
 #[path = "e2e/redis_cluster.rs"]
 mod redis_cluster;
 #[path = "e2e/relay.rs"]

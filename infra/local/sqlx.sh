@@ -19,7 +19,8 @@ cleanup() { "${psql[@]}" -d seckill -c "DROP DATABASE IF EXISTS $db" >/dev/null 
 trap cleanup EXIT
 "${psql[@]}" -d seckill -c "CREATE DATABASE $db" >/dev/null
 for migration in "$ROOT"/migrations/*.sql; do
-  "${psql[@]}" -d "$db" -f "$migration" >/dev/null 2>&1 || die "applying $(basename "$migration") failed"
+  # One transaction each, as sqlx applies them (a migration may LOCK TABLE).
+  "${psql[@]}" -1 -d "$db" -f "$migration" >/dev/null 2>&1 || die "applying $(basename "$migration") failed"
 done
 # Rebuild exactly the crates whose code holds queries.
 crates=()

@@ -93,6 +93,7 @@ impl Load {
                         request_id: String::new(),
                         traceparent: String::new(),
                         admitted: false,
+                        quantity: 1,
                     }
                 })
                 .collect();
@@ -125,8 +126,16 @@ async fn main() -> anyhow::Result<()> {
     let sale = SaleKey::from_raw(1, 1)?;
     let buckets = stock.place_buckets(sale, buckets_wanted).await?;
     let units = (1 << 40) * buckets.len() as i64;
-    let round =
-        Round { stock: units, starts_ms: 0, ends_ms: 0, round: 1, expire_at_ms: 0, force: true, admission: false };
+    let round = Round {
+        stock: units,
+        starts_ms: 0,
+        ends_ms: 0,
+        round: 1,
+        expire_at_ms: 0,
+        force: true,
+        admission: false,
+        limits: Default::default(),
+    };
     anyhow::ensure!(stock.warmup(sale, &buckets, round).await?, "warm-up refused");
 
     let next_user = Arc::new(AtomicI64::new(1));

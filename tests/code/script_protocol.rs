@@ -147,10 +147,11 @@ fn every_order_status_and_ticket_state_a_script_writes_is_defined_in_rust() {
 #[test]
 fn a_code_or_a_state_the_definition_lacks_is_caught() {
     let deduct = ALL.iter().find(|a| a.script == "deduct.lua").unwrap();
-    // deduct.lua gains a code -9 its table does not name.
-    let lua = "-- return -10 in a comment\nif x then\n  answers[i] = {-9, round}\n  return answers\nend\nreturn {1, 2}";
-    assert_eq!(codes_answered(lua), [-9, 1]);
-    assert_eq!(unnamed(deduct, &codes_answered(lua)), [-9]);
+    // deduct.lua gains a code -11 its table does not name.
+    let lua =
+        "-- return -12 in a comment\nif x then\n  answers[i] = {-11, round}\n  return answers\nend\nreturn {1, 2}";
+    assert_eq!(codes_answered(lua), [-11, 1]);
+    assert_eq!(unnamed(deduct, &codes_answered(lua)), [-11]);
     // A count is fine where the script answers counts; a negative is not.
     let lend = ALL.iter().find(|a| a.script == "lend.lua").unwrap();
     assert_eq!(unnamed(lend, &[7, 0, -1, -3]), [-3]);

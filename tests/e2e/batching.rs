@@ -34,7 +34,7 @@ async fn one_script_call_decides_a_batch_as_single_calls_would() {
         ("1".to_owned(), "2".to_owned()),
         "ids minted in order, once each"
     );
-    assert_eq!(answers[3], Deduction::SoldOut);
+    assert_eq!(answers[3], Deduction::SoldOut { available: 0 });
     let snapshot = env.stock.snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.queued, snapshot.buyers, snapshot.reservations), (0, 2, 2, 2));
     let unknown = env.sale();
@@ -63,6 +63,7 @@ fn call_of(requests: &[(UserId, &str)]) -> DeductCall {
             request_id: "batch-test".into(),
             traceparent: String::new(),
             admitted: false,
+            quantity: 1,
         })
         .collect();
     DeductCall::new(requests, Duration::from_secs(5))
@@ -159,7 +160,13 @@ async fn a_call_asked_again_never_adopts_another_calls_order() {
     };
     assert!(env
         .stock
-        .rollback(&given_back, five, FailReason::PublishFailed, std::time::Duration::from_secs(60))
+        .rollback(
+            &given_back,
+            five,
+            seckill_shared::domain::Holding::ONE,
+            FailReason::PublishFailed,
+            std::time::Duration::from_secs(60)
+        )
         .await
         .unwrap());
     let second = call_of(&[(five, "00000000000000b5")]);
@@ -200,8 +207,22 @@ async fn past_its_publish_deadline_an_order_is_the_sweepers_and_stands() {
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let voided = env.stock.void(sale, &late).await.unwrap();
-    assert_eq!(voided, [Voided::Stands { order_id: order_id.clone(), round, accepted_at }], "past its deadline");
-    let rolled = env.stock.rollback(&early_id, two, FailReason::PublishFailed, early.publish_deadline).await.unwrap();
+    assert_eq!(
+        voided,
+        [Voided::Stands { order_id: order_id.clone(), round, accepted_at, slot: 0 }],
+        "past its deadline"
+    );
+    let rolled = env
+        .stock
+        .rollback(
+            &early_id,
+            two,
+            seckill_shared::domain::Holding::ONE,
+            FailReason::PublishFailed,
+            early.publish_deadline,
+        )
+        .await
+        .unwrap();
     assert!(!rolled, "a rollback past the deadline gives nothing back");
     let snapshot = env.stock.snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.queued, snapshot.buyers), (3, 2, 2), "both stand: {snapshot:?}");

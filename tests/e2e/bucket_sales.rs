@@ -4,7 +4,7 @@
 
 use super::buckets::{moved, remaining, round, warm};
 use seckill_e2e::TestEnv;
-use seckill_shared::domain::{SaleKey, UserId};
+use seckill_shared::domain::{Holding, SaleKey, UserId};
 use seckill_shared::stock::{Borrowed, Bucket, DeductCall, DeductRequest, Deduction, Received};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,6 +17,7 @@ fn call_for(user: i64, bucket: Bucket) -> DeductCall {
         request_id: String::new(),
         traceparent: String::new(),
         admitted: false,
+        quantity: 1,
     };
     DeductCall::new(vec![request], Duration::from_secs(60)).in_bucket(bucket)
 }
@@ -40,7 +41,7 @@ async fn order(stock: &seckill_shared::stock::Stock, sale: SaleKey, buckets: &[B
                 Err(error) => panic!("user {user}: a deduction: {error}"),
             }
         };
-        if answer != Deduction::SoldOut {
+        if !matches!(answer, Deduction::SoldOut { .. }) {
             return answer;
         }
         match stock.borrow(sale, buckets, home, 1).await {
@@ -52,7 +53,7 @@ async fn order(stock: &seckill_shared::stock::Stock, sale: SaleKey, buckets: &[B
                 }
                 tokio::task::yield_now().await;
             }
-            Ok(Borrowed::Nothing) => return Deduction::SoldOut,
+            Ok(Borrowed::Nothing) => return Deduction::SoldOut { available: 0 },
             Err(error) if error.unheard() && unheard < 20 => unheard += 1,
             Err(error) => panic!("user {user}: borrowing: {error}"),
         }
@@ -107,7 +108,7 @@ async fn a_sale_over_three_buckets_sells_exactly_its_stock_once_per_user() {
             tokio::spawn(async move {
                 let answer = order(&env.stock, sale, &buckets, user).await;
                 let mut left_after = 0;
-                if answer == Deduction::SoldOut {
+                if matches!(answer, Deduction::SoldOut { .. }) {
                     for bucket in &buckets {
                         left_after += available(&env, sale, *bucket).await;
                     }
@@ -125,7 +126,7 @@ async fn a_sale_over_three_buckets_sells_exactly_its_stock_once_per_user() {
                 assert_eq!(Bucket::of_order(&order_id), buckets[user as usize % 3], "{order_id}: the home bucket");
                 assert!(buyers.insert(user, order_id).is_none(), "user {user} holds two orders");
             }
-            Deduction::SoldOut => {
+            Deduction::SoldOut { .. } => {
                 sold_out += 1;
                 while_left += i64::from(left_after > 0);
             }
@@ -139,14 +140,18 @@ async fn a_sale_over_three_buckets_sells_exactly_its_stock_once_per_user() {
         late += if late % 3 == 2 { 2 } else { 1 };
         match order(&env.stock, sale, &buckets, late).await {
             Deduction::Accepted { order_id, .. } => assert!(buyers.insert(late, order_id).is_none()),
-            Deduction::SoldOut => break,
+            Deduction::SoldOut { .. } => break,
             other => panic!("user {late}: {other:?}"),
         }
     }
     let late_buyers = buyers.keys().filter(|user| **user > 1_000).count();
     eprintln!("{late_buyers} unit(s) left after the crowd, sold to buyers who came later");
     assert_eq!(buyers.len(), 100, "exactly the stock sold ({late_buyers} to late buyers)");
-    assert_eq!(order(&env.stock, sale, &buckets, late + 1).await, Deduction::SoldOut, "sold out once all is sold");
+    assert_eq!(
+        order(&env.stock, sale, &buckets, late + 1).await,
+        Deduction::SoldOut { available: 0 },
+        "sold out once all is sold"
+    );
     // Normally none: a borrowing that gave up on a busy machine leaves one.
     let completed = complete_transfers(&env.stock, sale, &buckets).await;
     eprintln!("{completed} transfer(s) left half-done and completed afterwards");
@@ -187,7 +192,7 @@ async fn units_coming_back_return_to_the_bucket_of_their_order() {
             panic!("user {user} not accepted");
         };
         assert_eq!(Bucket::of_order(&order_id), bucket, "{order_id}");
-        orders.push((order_id, UserId::new(user).unwrap(), accepted_at));
+        orders.push((order_id, UserId::new(user).unwrap(), accepted_at, Holding::ONE));
     }
     let (snapshot, _) = env.stock.snapshot_bucket(sale, bucket).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations), (1, 4, 4));
@@ -195,17 +200,24 @@ async fn units_coming_back_return_to_the_bucket_of_their_order() {
     let (rolled_back, compensated, cancelled, created) = (&orders[0], &orders[1], &orders[2], &orders[3]);
     assert!(env
         .stock
-        .rollback(&rolled_back.0, rolled_back.1, FailReason::PublishFailed, std::time::Duration::from_secs(60))
+        .rollback(
+            &rolled_back.0,
+            rolled_back.1,
+            Holding::ONE,
+            FailReason::PublishFailed,
+            std::time::Duration::from_secs(60)
+        )
         .await
         .unwrap());
     let compensation = env
         .stock
-        .compensate(&compensated.0, compensated.1, FailReason::DbRejected, CompensationMode::Restore)
+        .compensate(&compensated.0, compensated.1, Holding::ONE, FailReason::DbRejected, CompensationMode::Restore)
         .await
         .unwrap();
     assert_eq!(compensation, Compensation::Done);
     env.stock.follow_created(&[cancelled.clone(), created.clone()]).await.unwrap();
-    let given_back = Cancelled { order_id: cancelled.0.clone(), user: cancelled.1, reason: "EXPIRED" };
+    let given_back =
+        Cancelled { order_id: cancelled.0.clone(), user: cancelled.1, reason: "EXPIRED", held: Holding::ONE };
     assert_eq!(env.stock.cancel(sale, &[given_back]).await.unwrap(), 1);
     env.stock.unreserve(std::slice::from_ref(&created.0)).await.unwrap();
 

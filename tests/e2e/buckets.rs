@@ -9,7 +9,16 @@ use seckill_shared::stock::{Bucket, Finished, Lent, Received, Transfer};
 use std::collections::HashMap;
 
 pub(crate) fn round(stock: i64, round: i64) -> Round {
-    Round { stock, starts_ms: 0, ends_ms: 0, round, expire_at_ms: 0, force: true, admission: false }
+    Round {
+        stock,
+        starts_ms: 0,
+        ends_ms: 0,
+        round,
+        expire_at_ms: 0,
+        force: true,
+        admission: false,
+        limits: Default::default(),
+    }
 }
 
 /// Warms `buckets` with `stock` units each.

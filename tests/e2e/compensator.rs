@@ -66,6 +66,32 @@ async fn a_dead_letter_restores_exactly_one_unit_however_often_it_comes() {
     order.stop().await;
 }
 
+/// Dead-letters `records` to a compensator (a process of its own, no
+/// sweeper) that is killed (SIGKILL) once some are settled, started again,
+/// and waited for until it has settled them all; the one running then.
+pub(crate) async fn settled_through_a_kill(env: &TestEnv, sale: SaleKey, records: &[OrderRecord]) -> Child {
+    let mut child_env = env.child_env();
+    child_env.push(("SECKILL__METRICS_ADDR".into(), "127.0.0.1:0".into()));
+    child_env.push(("SECKILL__SWEEPER__ENABLED".into(), "false".into()));
+    let child = Child::start("seckill-compensator", &child_env);
+    for record in records {
+        env.dead_letter(record, "DB_REJECTED").await;
+    }
+    eventually("some dead letters settled", Duration::from_secs(60), || async {
+        let n = env.count_orders(sale, "FAILED").await;
+        if n > 10 {
+            Ok(())
+        } else {
+            Err(n.to_string())
+        }
+    })
+    .await;
+    child.kill9().await;
+    let child = Child::start("seckill-compensator", &child_env);
+    env.wait_drained(Group::Compensator).await;
+    child
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_record_the_compensator_restores_nothing_twice() {
     let env = TestEnv::new().await;
@@ -76,25 +102,7 @@ async fn killed_mid_record_the_compensator_restores_nothing_twice() {
         records.push(deduct(&env, sale, user).await);
     }
     assert_eq!(env.redis_stock(sale).await, 0);
-    let mut child_env = env.child_env();
-    child_env.push(("SECKILL__METRICS_ADDR".into(), "127.0.0.1:0".into()));
-    child_env.push(("SECKILL__SWEEPER__ENABLED".into(), "false".into()));
-    let child = Child::start("seckill-compensator", &child_env);
-    for record in &records {
-        env.dead_letter(record, "DB_REJECTED").await;
-    }
-    eventually("some dead letters settled", Duration::from_secs(60), || async {
-        let n = env.count_orders(sale, "FAILED").await;
-        if n > 20 {
-            Ok(())
-        } else {
-            Err(n.to_string())
-        }
-    })
-    .await;
-    child.kill9().await;
-    let child = Child::start("seckill-compensator", &child_env);
-    env.wait_drained(Group::Compensator).await;
+    let child = settled_through_a_kill(&env, sale, &records).await;
     assert_eq!(env.count_orders(sale, "FAILED").await, 300);
     assert_eq!(env.redis_stock(sale).await, 300, "every unit back exactly once");
     assert_eq!(env.stock.snapshot(sale).await.unwrap().compensated, 300);
@@ -232,7 +240,7 @@ async fn the_sweeper_waits_for_the_edges_publish_deadline() {
         let env = &env;
         async move {
             let nonce = format!("{:016x}", rand::random::<u64>());
-            match env.stock.deduct(sale, UserId::new(user).unwrap(), &nonce, deadline).await.unwrap() {
+            match env.stock.deduct(sale, UserId::new(user).unwrap(), 1, &nonce, deadline).await.unwrap() {
                 Deduction::Accepted { order_id, accepted_at, .. } => (order_id, accepted_at),
                 other => panic!("{other:?}"),
             }

@@ -101,7 +101,7 @@ async fn warmup_sets_stock_and_requires_the_admin_token() {
 
     // An order still in flight: a re-warm is refused unless forced.
     let user = seckill_shared::domain::UserId::new(5).unwrap();
-    env.stock.deduct(sale, user, "abcd0001abcd0001", Duration::from_secs(60)).await.unwrap();
+    env.stock.deduct(sale, user, 1, "abcd0001abcd0001", Duration::from_secs(60)).await.unwrap();
     let busy = client.send(hyper::Method::PUT, &path, Some(br#"{"stock":50}"#), &[("authorization", &auth)]).await;
     assert_eq!((busy.status.as_u16(), busy.code()), (409, "SALE_BUSY"), "{}", busy.text);
     assert_eq!(env.redis_stock(sale).await, 99, "a refused warm-up changes nothing");
@@ -251,6 +251,7 @@ async fn the_snapshot_counts_orders_by_status() {
         .rollback(
             &records[2].order_id,
             records[2].user_id,
+            seckill_shared::domain::Holding::ONE,
             seckill_shared::domain::FailReason::PublishFailed,
             std::time::Duration::from_secs(60),
         )

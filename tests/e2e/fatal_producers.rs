@@ -67,11 +67,11 @@ async fn the_sweeper_publishes_again_after_its_producer_failed_fatally() {
     let sale = env.sale();
     env.warmup(sale, 5).await;
     let nonce = format!("{:016x}", rand::random::<u64>());
-    let (lost, accepted) = match env.stock.deduct(sale, UserId::new(1).unwrap(), &nonce, Duration::ZERO).await.unwrap()
-    {
-        Deduction::Accepted { order_id, accepted_at, .. } => (order_id, accepted_at),
-        other => panic!("{other:?}"),
-    };
+    let (lost, accepted) =
+        match env.stock.deduct(sale, UserId::new(1).unwrap(), 1, &nonce, Duration::ZERO).await.unwrap() {
+            Deduction::Accepted { order_id, accepted_at, .. } => (order_id, accepted_at),
+            other => panic!("{other:?}"),
+        };
     let settings = std::sync::Arc::new(env.compensator_settings());
     let grace = settings.sweeper.grace_ms as i64;
     eventually("Redis's clock past the lost order's deadline and grace", Duration::from_secs(30), || async {

@@ -9,7 +9,7 @@ use hyper::Method;
 use seckill_e2e::http::{assert_error, Client};
 use seckill_e2e::{binary, eventually, TestEnv, ADMIN_TOKEN};
 use seckill_shared::config::{LockSettings, RedisSettings};
-use seckill_shared::domain::{FailReason, SaleKey, UserId};
+use seckill_shared::domain::{FailReason, Holding, SaleKey, UserId};
 use seckill_shared::ops::lock::LockClient;
 use seckill_shared::sales::{warmup, WarmupRequest};
 use seckill_shared::stock::{Cancelled, CompensationMode, Stock};
@@ -39,6 +39,7 @@ async fn warm(env: &TestEnv, stock: &Stock, sale: SaleKey, units: i64, ends_at: 
         payment_window_seconds: window,
         buckets: 1,
         admission: None,
+        limits: Default::default(),
     };
     let locks = LockClient::new(stock.connection(), Default::default());
     warmup(stock, &env.db, &locks, &LockSettings::warmup(), &request).await.expect("warming up");
@@ -63,12 +64,23 @@ async fn every_key_of_a_sale_with_an_end_expires() {
     // is restored (compensated) and another's written off.
     let cancelled = env.deduct(sale, 100).await;
     env.stock
-        .cancel(sale, &[Cancelled { order_id: cancelled.order_id, user: cancelled.user_id, reason: "BUYER_CANCELLED" }])
+        .cancel(
+            sale,
+            &[Cancelled {
+                order_id: cancelled.order_id,
+                user: cancelled.user_id,
+                reason: "BUYER_CANCELLED",
+                held: Holding::ONE,
+            }],
+        )
         .await
         .unwrap();
     for (user, mode) in [(101, CompensationMode::Restore), (102, CompensationMode::WriteOff { db_remaining: 0 })] {
         let failed = env.deduct(sale, user).await;
-        env.stock.compensate(&failed.order_id, failed.user_id, FailReason::DbRejected, mode).await.unwrap();
+        env.stock
+            .compensate(&failed.order_id, failed.user_id, Holding::ONE, FailReason::DbRejected, mode)
+            .await
+            .unwrap();
     }
     let keys = keys_of(&env, sale).await;
     let without: Vec<&(String, i64)> = keys.iter().filter(|(_, ttl)| *ttl < 0).collect();
@@ -171,7 +183,7 @@ async fn a_thousand_finished_sales_leave_nothing_behind() {
     for (i, sale) in sales.iter().enumerate() {
         warm(&env, &stock, *sale, 3, Some(ends), 1).await;
         let user = UserId::new(1 + i as i64).unwrap();
-        let deduction = stock.deduct(*sale, user, &format!("{:016x}", i), Duration::from_secs(1)).await.unwrap();
+        let deduction = stock.deduct(*sale, user, 1, &format!("{:016x}", i), Duration::from_secs(1)).await.unwrap();
         let seckill_shared::stock::Deduction::Accepted { order_id, .. } = deduction else { panic!("{deduction:?}") };
         orders.push((*sale, order_id, user));
     }
@@ -196,10 +208,8 @@ async fn a_thousand_finished_sales_leave_nothing_behind() {
     // A late cancel (the deadline worker after the keys expired) recreates
     // nothing.
     for (sale, order_id, user) in orders.iter().take(10) {
-        let given_back = stock
-            .cancel(*sale, &[Cancelled { order_id: order_id.clone(), user: *user, reason: "EXPIRED" }])
-            .await
-            .unwrap();
+        let expired = Cancelled { order_id: order_id.clone(), user: *user, reason: "EXPIRED", held: Holding::ONE };
+        let given_back = stock.cancel(*sale, &[expired]).await.unwrap();
         assert_eq!(given_back, 0);
         let keys = keys_of(&env, *sale).await;
         assert!(

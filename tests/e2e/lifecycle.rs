@@ -6,7 +6,7 @@ use hyper::Method;
 use seckill_e2e::http::{Client, Reply};
 use seckill_e2e::{eventually, TestEnv};
 use seckill_shared::books::{reconcile, Report};
-use seckill_shared::domain::{OrderId, SaleKey, UserId};
+use seckill_shared::domain::{Holding, OrderId, SaleKey, UserId};
 use seckill_shared::orders::cancellation::{self, CancelReason, CancelledOrder};
 use std::time::Duration;
 
@@ -74,17 +74,15 @@ async fn a_cancelled_unit_goes_back_once_and_sells_to_another_buyer() {
     // A repeated cancel, and the return replayed (a worker restarted after
     // Redis took the unit but before the row was marked): nothing twice.
     assert_eq!(post(&client, &first, "cancel", 1, None).await.json["status"], "CANCELLED");
-    let replay = [CancelledOrder {
-        order_id: OrderId::parse(&first).unwrap(),
-        user: UserId::new(1).unwrap(),
-        reason: CancelReason::BuyerCancelled,
-    }];
+    let (order_id, user, reason) =
+        (OrderId::parse(&first).unwrap(), UserId::new(1).unwrap(), CancelReason::BuyerCancelled);
+    let replay = [CancelledOrder { order_id, user, reason, held: Holding::ONE }];
     assert_eq!(cancellation::return_units(&env.stock, &env.db, &replay).await.unwrap().units, 0);
     assert_eq!((env.redis_stock(sale).await, db_remaining(&env, sale).await), (1, 1));
     // Its record delivered again: the order service's follow-up leaves the
     // cancelled order as it is.
     let accepted = env.stock.order_state(&replay[0].order_id).await.unwrap().unwrap().accepted_at;
-    env.stock.follow_created(&[(replay[0].order_id.clone(), replay[0].user, accepted)]).await.unwrap();
+    env.stock.follow_created(&[(replay[0].order_id.clone(), replay[0].user, accepted, Holding::ONE)]).await.unwrap();
     let state = env.stock.order_state(&replay[0].order_id).await.unwrap().unwrap();
     assert_eq!((state.status.as_str(), env.redis_stock(sale).await), ("CANCELLED", 1));
 
@@ -148,6 +146,7 @@ async fn a_rolled_back_order_answers_order_failed() {
         .rollback(
             &record.order_id,
             record.user_id,
+            Holding::ONE,
             seckill_shared::domain::FailReason::PublishFailed,
             std::time::Duration::from_secs(60),
         )

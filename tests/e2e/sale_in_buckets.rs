@@ -79,6 +79,7 @@ async fn a_sale_in_three_buckets_sells_exactly_its_stock_once_per_user_through_t
         request_id: String::new(),
         traceparent: String::new(),
         admitted: false,
+        quantity: 1,
     };
     let astray = DeductCall::new(vec![request], Duration::from_secs(5)).in_bucket(list.buckets[1]);
     assert_eq!(env.stock.deduct_batch(sale, &astray).await.unwrap(), [Deduction::OtherBucket]);

@@ -47,7 +47,10 @@ async fn redis_answers_a_status_read_while_postgres_is_down() {
     let sale = env.sale();
     env.warmup(sale, 2).await;
     let record = env.deduct(sale, 5).await;
-    env.stock.follow_created(&[(record.order_id.clone(), record.user_id, record.accepted_at)]).await.unwrap();
+    env.stock
+        .follow_created(&[(record.order_id.clone(), record.user_id, record.accepted_at, record.held())])
+        .await
+        .unwrap();
     let mut settings = env.edge_settings();
     settings.servers.database.url = "postgres://seckill:seckill@127.0.0.1:1/nothing".into();
     settings.servers.database.acquire_timeout_ms = 500;

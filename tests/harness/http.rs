@@ -116,6 +116,12 @@ impl Client {
         self.send(Method::POST, "/api/seckill/order", Some(body.as_bytes()), &[]).await
     }
 
+    /// `POST /api/seckill/order` for `quantity` units.
+    pub async fn order_units(&self, activity: i64, sku: i64, user: i64, quantity: u32) -> Reply {
+        let body = format!(r#"{{"activityId":{activity},"skuId":{sku},"userId":{user},"quantity":{quantity}}}"#);
+        self.send(Method::POST, "/api/seckill/order", Some(body.as_bytes()), &[]).await
+    }
+
     /// Each of `users` orders once (never again after a 503), at most
     /// `concurrency` at a time: the answers, counted by status.
     pub async fn order_each(

@@ -3,7 +3,7 @@
 
 use crate::{eventually, TestEnv};
 use seckill_shared::config::LockSettings;
-use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
+use seckill_shared::domain::{Limits, OrderId, OrderRecord, SaleKey, UserId};
 use seckill_shared::ops::lock::LockClient;
 use seckill_shared::ops::shutdown::Background;
 use std::time::Duration;
@@ -29,6 +29,24 @@ impl TestEnv {
         buckets: u32,
         force: bool,
     ) -> Result<seckill_shared::db::SaleRow, seckill_shared::sales::WarmupError> {
+        self.warmup_request(sale, stock, window, buckets, force, Limits::default()).await
+    }
+
+    /// Warms `sale` up with `stock` units (one bucket, a payment window of
+    /// `window` s) and `limits` of units per user and per order.
+    pub async fn warmup_limited(&self, sale: SaleKey, stock: i64, window: i64, limits: Limits) {
+        self.warmup_request(sale, stock, window, 1, true, limits).await.expect("warming up");
+    }
+
+    async fn warmup_request(
+        &self,
+        sale: SaleKey,
+        stock: i64,
+        window: i64,
+        buckets: u32,
+        force: bool,
+        limits: Limits,
+    ) -> Result<seckill_shared::db::SaleRow, seckill_shared::sales::WarmupError> {
         let request = seckill_shared::sales::WarmupRequest {
             id: None,
             sale,
@@ -39,6 +57,7 @@ impl TestEnv {
             payment_window_seconds: window,
             buckets,
             admission: None,
+            limits,
         };
         let locks = LockClient::new(self.stock.connection(), Background::default());
         seckill_shared::sales::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request).await
@@ -55,17 +74,27 @@ impl TestEnv {
 
     /// [`TestEnv::deduct`], or what the deduction answered instead.
     pub async fn try_deduct(&self, sale: SaleKey, user: i64) -> Result<OrderRecord, seckill_shared::stock::Deduction> {
+        self.try_deduct_units(sale, user, 1).await
+    }
+
+    /// [`TestEnv::try_deduct`] of `quantity` units.
+    pub async fn try_deduct_units(
+        &self,
+        sale: SaleKey,
+        user: i64,
+        quantity: u32,
+    ) -> Result<OrderRecord, seckill_shared::stock::Deduction> {
         let user = UserId::new(user).expect("positive user");
         let nonce = format!("{:016x}", rand::random::<u64>());
         // Right after a Redis failover the first call on the old connection
         // fails while the connection finds the new primary.
         let deduction = eventually("a deduction", Duration::from_secs(30), || async {
-            self.stock.deduct(sale, user, &nonce, Duration::from_secs(5)).await.map_err(|e| e.to_string())
+            self.stock.deduct(sale, user, quantity, &nonce, Duration::from_secs(5)).await.map_err(|e| e.to_string())
         })
         .await;
         match deduction {
-            seckill_shared::stock::Deduction::Accepted { order_id, round, accepted_at, .. } => {
-                Ok(OrderRecord::new(order_id, sale, user, accepted_at).in_round(round))
+            seckill_shared::stock::Deduction::Accepted { order_id, round, accepted_at, slot, .. } => {
+                Ok(OrderRecord::new(order_id, sale, user, accepted_at).in_round(round).holding(quantity, slot))
             }
             other => Err(other),
         }

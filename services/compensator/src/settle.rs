@@ -82,10 +82,11 @@ async fn write_failed(
 ) -> sqlx::Result<Fate> {
     let sale = record.sale();
     let written = sqlx::query!(
-        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, reason, accepted_at, request_id, traceparent)
+        "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, reason, accepted_at, request_id, traceparent,
+                             quantity, slot)
          SELECT $1, $2, $3,
                 COALESCE($7::int, (SELECT round FROM sales WHERE activity_id = $2 AND sku_id = $3), 1),
-                $4, 'FAILED', $5, $6, $8, $9
+                $4, 'FAILED', $5, $6, $8, $9, $10, $11
          ON CONFLICT DO NOTHING",
         record.order_id.as_str(),
         sale.activity.get(),
@@ -95,7 +96,10 @@ async fn write_failed(
         DateTime::<Utc>::from_timestamp_millis(record.accepted_at),
         record.round.map(|r| r as i32),
         trace.request_id,
-        trace.traceparent
+        trace.traceparent,
+        // In range: the record was checked when it was read.
+        record.quantity as i16,
+        record.slot as i16
     )
     .execute(&mut **tx)
     .await?;

@@ -38,7 +38,7 @@ use crate::Settings;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::db::within;
-use seckill_shared::domain::{Fate, OrderId, OrderRecord, OrderStatus, SaleKey, UserId};
+use seckill_shared::domain::{Fate, Holding, OrderId, OrderRecord, OrderStatus, SaleKey, UserId};
 use seckill_shared::kafka;
 use seckill_shared::kafka::renewing::Renewing;
 use seckill_shared::ops::fence::{self, Fence, FencedLock};
@@ -241,18 +241,24 @@ impl Sweeper {
         }
         let user = UserId::new(state.user_id)?;
         let trace = stock.reservation_trace(order_id).await?;
-        let round = match &trace {
-            Some(trace) => trace.round,
-            // Reserved without its trace (the lock deduction): the sale's
-            // round, which a warm-up replacing it would have cleared.
-            None => stock.snapshot(sale).await?.round,
+        let (round, held) = match &trace {
+            Some(trace) => (trace.round, trace.held),
+            // Reserved without its trace (the lock deduction: one unit): the
+            // sale's round, which a warm-up replacing it would have cleared.
+            None => (stock.snapshot(sale).await?.round, Holding::ONE),
         };
-        let record = OrderRecord::new(order_id.clone(), sale, user, state.accepted_at).in_round(round);
+        let record = OrderRecord::new(order_id.clone(), sale, user, state.accepted_at)
+            .in_round(round)
+            .holding(held.quantity, held.slot);
         let deadline = self.settings.servers.database.call_deadline();
-        let row = sqlx::query!("SELECT status, reason FROM orders WHERE order_id = $1", order_id.as_str())
-            .fetch_optional(&self.deps.db);
+        let row =
+            sqlx::query!("SELECT status, reason, quantity, slot FROM orders WHERE order_id = $1", order_id.as_str())
+                .fetch_optional(&self.deps.db);
         if let Some(row) = within(deadline, row).await? {
             let fate = Fate::from_row(&row.status, row.reason.as_deref());
+            // The row says what the order holds, trace or not (in range:
+            // the table's checks).
+            let record = record.holding(row.quantity as u32, row.slot as u32);
             match within(deadline, fate::follow(stock, &self.deps.db, &record, fate)).await? {
                 Followed::Created => report.created += 1,
                 Followed::Failed(_) => report.failed += 1,

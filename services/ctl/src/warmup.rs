@@ -4,7 +4,7 @@
 use crate::{connect, Failure, Settings};
 use chrono::{DateTime, Utc};
 use seckill_shared::db::SaleRow;
-use seckill_shared::domain::SaleKey;
+use seckill_shared::domain::{Limits, SaleKey};
 use seckill_shared::sales::{warmup, WarmupError, WarmupRequest};
 
 /// Arguments of `warmup`.
@@ -40,6 +40,14 @@ pub struct Args {
     /// `admission` (JSON: `{"activeBuyers":100,"admitPerMinute":600}`).
     #[arg(long, value_parser = parse_admission)]
     admission: Option<seckill_shared::sales::Admission>,
+    /// Units one user may hold in the round, over all their orders (1 to
+    /// 100).
+    #[arg(long, default_value_t = 1)]
+    per_user_limit: u32,
+    /// Units one order may hold (1 to the limit per user; default: the
+    /// limit per user).
+    #[arg(long)]
+    max_per_order: Option<u32>,
     /// The warm-up's id: the same id run again finishes (or answers) the
     /// same warm-up, never a second round; a new one when absent (printed
     /// when it stops short).
@@ -66,6 +74,7 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         payment_window_seconds: args.payment_window,
         buckets: args.buckets,
         admission: args.admission,
+        limits: Limits::asked(Some(args.per_user_limit), args.max_per_order),
     };
     let locks = seckill_shared::ops::lock::LockClient::new(stock.connection(), Default::default());
     let row = warmup(&stock, &db, &locks, &settings.warmup_lock, &request).await.map_err(|error| {

@@ -66,9 +66,10 @@ async fn seed_deduct(reference: &Reference, sale: SaleKey, user: UserId) -> Resu
                 round: 1,
                 stock_left: None,
                 accepted_at: chrono::Utc::now().timestamp_millis(),
+                slot: 0,
             }
         }
-        0 => Deduction::SoldOut,
+        0 => Deduction::SoldOut { available: 0 },
         2 => Deduction::AlreadyPurchased { order_id: None },
         _ => Deduction::SaleNotFound,
     })
@@ -83,7 +84,7 @@ async fn order(State(reference): State<Reference>, Json(request): Json<OrderRequ
         Some(_) => seed_deduct(&reference, sale, user).await,
         None => reference
             .stock
-            .deduct(sale, user, "ref00000", std::time::Duration::from_secs(10))
+            .deduct(sale, user, 1, "ref00000", std::time::Duration::from_secs(10))
             .await
             .map_err(|e| e.to_string()),
     };
@@ -102,7 +103,7 @@ async fn order(State(reference): State<Reference>, Json(request): Json<OrderRequ
             }
             (StatusCode::ACCEPTED, Json(json!({"code": "QUEUED", "orderId": order_id.as_str()})))
         }
-        Ok(Deduction::SoldOut) => (StatusCode::GONE, Json(json!({"code": "SOLD_OUT"}))),
+        Ok(Deduction::SoldOut { .. }) => (StatusCode::GONE, Json(json!({"code": "SOLD_OUT"}))),
         Ok(other) => (StatusCode::CONFLICT, Json(json!({"code": format!("{other:?}")}))),
         Err(error) => {
             (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"code": "TRY_AGAIN", "message": error.to_string()})))

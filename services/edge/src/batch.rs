@@ -285,8 +285,8 @@ fn answers_after_void(voided: Vec<Voided>, why: NotDecided) -> Vec<Answer> {
         .into_iter()
         .map(|voided| match voided {
             Voided::Undone | Voided::Nothing => Err(why.clone()),
-            Voided::Stands { order_id, round, accepted_at } => {
-                Ok(Deduction::Accepted { order_id, round, stock_left: None, accepted_at })
+            Voided::Stands { order_id, round, accepted_at, slot } => {
+                Ok(Deduction::Accepted { order_id, round, stock_left: None, accepted_at, slot })
             }
         })
         .collect()

@@ -102,25 +102,29 @@ impl Homes {
                 Deduction::SaleNotFound if list.buckets.len() > 1 && !read_again => {
                     (list, read_again) = (self.list(sale, true).await?, true);
                 }
-                Deduction::SoldOut if list.buckets.len() > 1 => match self.borrow(sale, &list, home).await? {
-                    Borrowed::Units(_) => {}
-                    Borrowed::InTransit => {
-                        stalls += 1;
-                        if stalls == STALLS {
-                            break;
+                // Fewer units at home than asked: more from the others
+                // (each move at least half of a lender's), then again.
+                Deduction::SoldOut { available } if list.buckets.len() > 1 => {
+                    match self.borrow(sale, &list, home).await? {
+                        Borrowed::Units(_) => {}
+                        Borrowed::InTransit => {
+                            stalls += 1;
+                            if stalls == STALLS {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(5)).await;
                         }
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                    Borrowed::Nothing => {
-                        // Nothing to lend in the round this list names: sold
-                        // out, unless the sale holds another round now.
-                        let now = self.list(sale, true).await?;
-                        if now.round == list.round {
-                            return Ok(Deduction::SoldOut);
+                        Borrowed::Nothing => {
+                            // Nothing to lend in the round this list names: sold
+                            // out, unless the sale holds another round now.
+                            let now = self.list(sale, true).await?;
+                            if now.round == list.round {
+                                return Ok(Deduction::SoldOut { available });
+                            }
+                            list = now;
                         }
-                        list = now;
                     }
-                },
+                }
                 decided => return Ok(decided),
             }
         }

@@ -1,6 +1,8 @@
-//! Order status for buyers: Redis for orders still QUEUED or FAILED (it
-//! answers within the sale), PostgreSQL for written orders (their payment
-//! deadline, payment and cancellation live there) and whenever Redis no
+//! Order status for buyers: Redis for orders still QUEUED (it answers
+//! within the sale; the reservation says the units), PostgreSQL for written
+//! or failed orders (their payment deadline, payment, cancellation and
+//! units live there; a FAILED order Redis undone before it was written has
+//! no row, and Redis answers for it) and whenever Redis no
 //! longer holds the order — its keys expired, or Redis lost data — or does
 //! not answer; when PostgreSQL does not answer, Redis's view of an order it
 //! holds is the answer. The SQL here is the edge's own.
@@ -24,6 +26,9 @@ pub struct OrderView {
     pub pay_deadline: Option<DateTime<Utc>>,
     pub paid_at: Option<DateTime<Utc>>,
     pub cancelled_at: Option<DateTime<Utc>>,
+    /// The units it holds, when known (PostgreSQL's row, or a QUEUED
+    /// order's reservation).
+    pub quantity: Option<i64>,
 }
 
 /// Why a status could not be read.
@@ -44,7 +49,7 @@ pub enum LookupError {
 pub async fn order(stock: &Stock, db: &PgPool, order_id: &OrderId) -> Result<OrderView, LookupError> {
     let (in_redis, redis_error) = match stock.order_state(order_id).await {
         Ok(Some(found)) => {
-            let view = OrderView {
+            let mut view = OrderView {
                 order_id: order_id.to_string(),
                 sale: order_id.sale(),
                 user_id: found.user_id,
@@ -53,8 +58,12 @@ pub async fn order(stock: &Stock, db: &PgPool, order_id: &OrderId) -> Result<Ord
                 pay_deadline: None,
                 paid_at: None,
                 cancelled_at: None,
+                quantity: None,
             };
-            if matches!(view.status, OrderStatus::Queued | OrderStatus::Failed) {
+            // Not written yet: its reservation says what it holds.
+            if view.status == OrderStatus::Queued {
+                let trace = stock.reservation_trace(order_id).await.ok().flatten();
+                view.quantity = trace.map(|t| i64::from(t.held.quantity));
                 return Ok(view);
             }
             (Some(view), None)
@@ -64,7 +73,7 @@ pub async fn order(stock: &Stock, db: &PgPool, order_id: &OrderId) -> Result<Ord
     };
     let row = sqlx::query_as!(
         OrderRow,
-        "SELECT order_id, activity_id, sku_id, user_id, status, reason, pay_deadline, paid_at, cancelled_at
+        "SELECT order_id, activity_id, sku_id, user_id, status, reason, pay_deadline, paid_at, cancelled_at, quantity
            FROM orders WHERE order_id = $1",
         order_id.as_str()
     )
@@ -102,7 +111,8 @@ pub async fn user_order(stock: &Stock, db: &PgPool, sale: SaleKey, user: UserId)
     }
     let row = sqlx::query_as!(
         OrderRow,
-        "SELECT o.order_id, o.activity_id, o.sku_id, o.user_id, o.status, o.reason, o.pay_deadline, o.paid_at, o.cancelled_at
+        "SELECT o.order_id, o.activity_id, o.sku_id, o.user_id, o.status, o.reason, o.pay_deadline, o.paid_at, o.cancelled_at,
+                o.quantity
            FROM orders o
           WHERE o.activity_id = $1 AND o.sku_id = $2 AND o.user_id = $3
             AND o.round = (SELECT round FROM sales WHERE activity_id = $1 AND sku_id = $2)
@@ -128,6 +138,7 @@ struct OrderRow {
     pay_deadline: Option<DateTime<Utc>>,
     paid_at: Option<DateTime<Utc>>,
     cancelled_at: Option<DateTime<Utc>>,
+    quantity: i16,
 }
 
 impl From<OrderRow> for OrderView {
@@ -141,6 +152,7 @@ impl From<OrderRow> for OrderView {
             pay_deadline: r.pay_deadline,
             paid_at: r.paid_at,
             cancelled_at: r.cancelled_at,
+            quantity: Some(i64::from(r.quantity)),
         }
     }
 }

@@ -11,7 +11,7 @@ use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{Message, OwnedMessage};
 use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::db::within;
-use seckill_shared::domain::{FailReason, Fate, OrderId, OrderRecord, RecordError, UserId};
+use seckill_shared::domain::{FailReason, Fate, Holding, OrderId, OrderRecord, RecordError, UserId};
 use seckill_shared::kafka::membership::{Joining, Membership};
 use seckill_shared::kafka::stall::{partitions_of, Progress};
 use seckill_shared::kafka::{self, Trace};
@@ -272,12 +272,14 @@ impl Worker {
         metrics::histogram!("seckill_order_transaction_seconds").record(started.elapsed().as_secs_f64());
         metrics::counter!("seckill_order_orders_written_total").increment(outcome.created.len() as u64);
 
-        let mut created: Vec<(OrderId, UserId, i64)> =
-            outcome.created.iter().map(|r| (r.order_id.clone(), r.user_id, r.accepted_at)).collect();
+        let mut created: Vec<(OrderId, UserId, i64, Holding)> =
+            outcome.created.iter().map(|r| (r.order_id.clone(), r.user_id, r.accepted_at, r.held())).collect();
         let mut failed_earlier = Vec::new();
         for (record, fate) in &outcome.already_done {
             match fate {
-                Fate::Created => created.push((record.order_id.clone(), record.user_id, record.accepted_at)),
+                Fate::Created => {
+                    created.push((record.order_id.clone(), record.user_id, record.accepted_at, record.held()))
+                }
                 Fate::Failed(_) => failed_earlier.push((record, *fate)),
             }
         }

@@ -8,7 +8,7 @@ impl Report {
     /// Units held: left in Redis, sold (awaiting payment or paid), and in
     /// flight. Equals `total_stock` when the books balance.
     pub fn balance(&self) -> i64 {
-        self.redis_remaining + self.orders_created + self.orders_paid + self.orders_in_flight
+        self.redis_remaining + self.units_created + self.units_paid + self.units_in_flight
     }
 
     /// Runs the checks again; with `require_drained`, anything still in
@@ -53,12 +53,12 @@ fn stock_checks(r: &Report) -> Vec<String> {
     let balance = r.balance();
     if balance != r.total_stock {
         violations.push(format!(
-            "total_stock {} != redis_remaining {} + orders_created {} + orders_paid {} + orders_in_flight {} (= {balance}; redis off by {}){}",
+            "total_stock {} != redis_remaining {} + units_created {} + units_paid {} + units_in_flight {} (= {balance}; redis off by {}){}",
             r.total_stock,
             r.redis_remaining,
-            r.orders_created,
-            r.orders_paid,
-            r.orders_in_flight,
+            r.units_created,
+            r.units_paid,
+            r.units_in_flight,
             balance - r.total_stock,
             match r.created_unknown_to_redis {
                 Some(lost) if lost > 0 => format!(
@@ -68,16 +68,16 @@ fn stock_checks(r: &Report) -> Vec<String> {
             }
         ));
     }
-    if r.orders_created + r.orders_paid > r.total_stock {
+    if r.units_created + r.units_paid > r.total_stock {
         violations.push(format!(
-            "oversold: orders_created {} + orders_paid {} > total_stock {}",
-            r.orders_created, r.orders_paid, r.total_stock
+            "oversold: units_created {} + units_paid {} > total_stock {}",
+            r.units_created, r.units_paid, r.total_stock
         ));
     }
-    if r.db_remaining != r.total_stock - r.orders_created - r.orders_paid {
+    if r.db_remaining != r.total_stock - r.units_created - r.units_paid {
         violations.push(format!(
-            "db_remaining {} != total_stock {} - orders_created {} - orders_paid {}",
-            r.db_remaining, r.total_stock, r.orders_created, r.orders_paid
+            "db_remaining {} != total_stock {} - units_created {} - units_paid {}",
+            r.db_remaining, r.total_stock, r.units_created, r.units_paid
         ));
     }
     violations
@@ -89,6 +89,12 @@ fn flow_checks(r: &Report) -> Vec<String> {
     let mut violations = Vec::new();
     if r.duplicate_users > 0 {
         violations.push(format!("duplicate_users {} > 0", r.duplicate_users));
+    }
+    if r.users_over_limit > 0 {
+        violations.push(format!(
+            "users_over_limit {} > 0: their live orders hold more than the {} units one user may",
+            r.users_over_limit, r.per_user_limit
+        ));
     }
     if r.parked > 0 {
         violations.push(format!(

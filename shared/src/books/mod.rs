@@ -1,12 +1,13 @@
 //! Reconciliation of one sale (docs/guarantees.md): reads Redis, PostgreSQL
 //! and the consumer groups' lag, and checks the invariant
 //!
-//! `total_stock = redis_remaining + orders_created + orders_paid + orders_in_flight`,
-//! `orders_created + orders_paid ≤ total_stock`, no user with two live
-//! orders, compensated (or written-off) units equal to the FAILED orders
-//! Redis had accepted, returned units equal to the CANCELLED orders Redis
-//! had accepted, and PostgreSQL's
-//! `remaining_stock = total_stock − orders_created − orders_paid`.
+//! `total_stock = redis_remaining + units_created + units_paid + units_in_flight`
+//! (the units the CREATED, PAID and in-flight orders hold), `units_created +
+//! units_paid ≤ total_stock`, no two live orders in one user's place and no
+//! user over the round's limit, compensated (or written-off) orders equal to
+//! the FAILED orders Redis had accepted, returned orders equal to the
+//! CANCELLED orders Redis had accepted, and PostgreSQL's
+//! `remaining_stock = total_stock − units_created − units_paid`.
 //!
 //! `seckillctl reconcile` and `GET /admin/sales/{a}/{s}` both serve this.
 
@@ -42,6 +43,10 @@ pub struct Report {
     pub orders_created: i64,
     /// PAID orders this round.
     pub orders_paid: i64,
+    /// The units the CREATED orders hold.
+    pub units_created: i64,
+    /// The units the PAID orders hold.
+    pub units_paid: i64,
     /// CANCELLED orders this round (not paid in time, or by the buyer).
     pub orders_cancelled: i64,
     /// CANCELLED orders by reason.
@@ -70,6 +75,8 @@ pub struct Report {
     pub failed_by_reason: BTreeMap<String, i64>,
     /// Orders accepted but not yet settled (QUEUED in Redis).
     pub orders_in_flight: i64,
+    /// The units those orders hold.
+    pub units_in_flight: i64,
     /// Of those, reservations the order service has not seen yet.
     pub reservations: i64,
     /// Users holding an order in Redis.
@@ -89,9 +96,14 @@ pub struct Report {
     /// Of this round's FAILED orders, those `seckillctl dlq redrive` placed
     /// again for their buyer (a broken promise mended by an operator).
     pub redriven: i64,
-    /// Live (CREATED or PAID) orders beyond one per user (always 0 unless
-    /// the schema is broken).
+    /// Live (CREATED or PAID) orders beyond one per user's place (one place
+    /// per user with a limit of one unit; always 0 unless the schema is
+    /// broken).
     pub duplicate_users: i64,
+    /// Units one user may hold in the round (as its warm-up recorded it).
+    pub per_user_limit: i64,
+    /// Users whose live orders hold more units than that (must be 0).
+    pub users_over_limit: i64,
     /// This sale's records parked for an operator (never settled).
     pub parked: i64,
     /// Order events of this round written (relayed, pending or pruned):
@@ -214,13 +226,7 @@ pub async fn reconcile(
     let (failed_accepted, cancelled_accepted) = reads::accepted(stock, pool, sale, round).await?;
     let (broken_promises, redriven) = reads::broken_promises(stock, pool, sale, round).await?;
     let parked = crate::db::parked::count_for_sale(pool, sale).await.map_err(&pg)?;
-    let (order_lag, compensator_lag) = match kafka_settings {
-        Some(settings) => {
-            let lag = crate::kafka::pipeline_lag(settings).await.map_err(source("kafka"))?;
-            (Some(lag.order.total), Some(lag.compensator.total))
-        }
-        None => (None, None),
-    };
+    let (order_lag, compensator_lag) = lags(kafka_settings).await?;
     let unfinished_warmup =
         crate::sales::warmup_rows::unfinished(pool, sale).await.map_err(&pg)?.map(UnfinishedWarmup::of);
     let held_back = crate::db::horizon::held_back(pool, crate::db::horizon::HELD_BACK_AFTER).await.map_err(&pg)?;
@@ -234,6 +240,8 @@ pub async fn reconcile(
         db_remaining: row.remaining_stock,
         orders_created: counts.created,
         orders_paid: counts.paid,
+        units_created: counts.units_created,
+        units_paid: counts.units_paid,
         orders_cancelled: counts.cancelled,
         cancelled_by_reason: counts.cancelled_by_reason,
         cancels_pending: counts.cancels_pending,
@@ -246,6 +254,7 @@ pub async fn reconcile(
         orders_failed: counts.failed,
         failed_by_reason: counts.failed_by_reason,
         orders_in_flight: snapshot.queued,
+        units_in_flight: snapshot.queued_units,
         reservations: snapshot.reservations,
         buyers: snapshot.buyers,
         compensated: snapshot.compensated,
@@ -254,6 +263,8 @@ pub async fn reconcile(
         broken_promises,
         redriven,
         duplicate_users: terms.duplicate_users,
+        per_user_limit: terms.per_user_limit,
+        users_over_limit: terms.users_over_limit,
         parked,
         events: terms.events,
         events_pending: terms.events_pending,
@@ -273,6 +284,13 @@ pub async fn reconcile(
     }
     report.judge(require_drained);
     Ok(report)
+}
+
+/// The order service's and the compensator's lag, when Kafka is asked.
+async fn lags(kafka_settings: Option<&KafkaSettings>) -> Result<(Option<i64>, Option<i64>), ReconcileError> {
+    let Some(settings) = kafka_settings else { return Ok((None, None)) };
+    let lag = crate::kafka::pipeline_lag(settings).await.map_err(source("kafka"))?;
+    Ok((Some(lag.order.total), Some(lag.compensator.total)))
 }
 
 /// The most sales [`reconcile_live`] reports on.

@@ -14,6 +14,9 @@ use std::collections::BTreeMap;
 pub(super) struct StatusCounts {
     pub created: i64,
     pub paid: i64,
+    /// The units the CREATED and the PAID orders hold.
+    pub units_created: i64,
+    pub units_paid: i64,
     pub failed: i64,
     pub cancelled: i64,
     /// CANCELLED orders whose unit Redis has not been seen to take back.
@@ -25,7 +28,7 @@ pub(super) struct StatusCounts {
 /// Per status and reason: how many orders of the round.
 pub(super) async fn status_counts(pool: &PgPool, sale: SaleKey, round: i32) -> Result<StatusCounts, ReconcileError> {
     let by_status = sqlx::query!(
-        r#"SELECT status, reason, count(*) AS "count!",
+        r#"SELECT status, reason, count(*) AS "count!", sum(quantity)::bigint AS "units!",
                   count(*) FILTER (WHERE status = 'CANCELLED' AND unit_returned_at IS NULL) AS "pending!"
              FROM orders
             WHERE activity_id = $1 AND sku_id = $2 AND round = $3
@@ -41,8 +44,10 @@ pub(super) async fn status_counts(pool: &PgPool, sale: SaleKey, round: i32) -> R
     for by in by_status {
         let (reason, count) = (by.reason.unwrap_or_default(), by.count);
         match by.status.as_str() {
-            "CREATED" => counts.created += count,
-            "PAID" => counts.paid += count,
+            "CREATED" => {
+                (counts.created, counts.units_created) = (counts.created + count, counts.units_created + by.units)
+            }
+            "PAID" => (counts.paid, counts.units_paid) = (counts.paid + count, counts.units_paid + by.units),
             "CANCELLED" => {
                 counts.cancelled += count;
                 counts.cancels_pending += by.pending;
@@ -61,6 +66,8 @@ pub(super) async fn status_counts(pool: &PgPool, sale: SaleKey, round: i32) -> R
 #[derive(Debug)]
 pub(super) struct RoundTerms {
     pub duplicate_users: i64,
+    pub users_over_limit: i64,
+    pub per_user_limit: i64,
     pub paid_late: i64,
     pub applied: i64,
     pub refunds_due: i64,
@@ -71,13 +78,24 @@ pub(super) struct RoundTerms {
     pub events_pending: i64,
 }
 
-/// Users with two live orders, orders paid late, the payments ledger, and
+/// Live orders beyond one per user's place, users whose live orders hold
+/// more units than the round's limit (as the warm-up that committed the
+/// round recorded it; 1 for a round warmed before limits), orders
+/// paid late, the payments ledger, and
 /// the round's events (written, relayed or not, and pruned) and those not
 /// relayed yet: one statement.
 pub(super) async fn round_terms(pool: &PgPool, sale: SaleKey, round: i32) -> Result<RoundTerms, ReconcileError> {
     let terms = sqlx::query!(
-        r#"SELECT (SELECT count(*) - count(DISTINCT user_id) FROM orders
+        r#"WITH lim AS (
+              SELECT COALESCE((SELECT (request->'limits'->>'perUserLimit')::bigint FROM warmups
+                                WHERE activity_id = $1 AND sku_id = $2 AND round = $3
+                                ORDER BY created_at DESC LIMIT 1), 1) AS n)
+           SELECT (SELECT count(*) - count(DISTINCT (user_id, slot)) FROM orders
                     WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')) AS "duplicate_users!",
+                  (SELECT count(*) FROM (SELECT user_id FROM orders
+                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status IN ('CREATED', 'PAID')
+                    GROUP BY user_id HAVING sum(quantity) > (SELECT n FROM lim)) AS over) AS "users_over_limit!",
+                  (SELECT n FROM lim) AS "per_user_limit!",
                   (SELECT count(DISTINCT order_id) FROM late_payments
                     WHERE activity_id = $1 AND sku_id = $2 AND round = $3) AS "paid_late!",
                   (SELECT count(*) FROM payments
@@ -103,6 +121,8 @@ pub(super) async fn round_terms(pool: &PgPool, sale: SaleKey, round: i32) -> Res
     .map_err(source::<sqlx::Error>("postgresql"))?;
     Ok(RoundTerms {
         duplicate_users: terms.duplicate_users,
+        users_over_limit: terms.users_over_limit,
+        per_user_limit: terms.per_user_limit,
         paid_late: terms.paid_late,
         applied: terms.applied,
         refunds_due: terms.refunds_due,

@@ -79,6 +79,7 @@ macro_rules! next_after_cursor {
                         traceparent: row.traceparent,
                         payment_id: row.payment_id,
                         redrive_of: row.redrive_of,
+                        quantity: row.quantity,
                     },
                 })
                 .collect())
@@ -88,7 +89,7 @@ macro_rules! next_after_cursor {
 
 next_after_cursor!(
     r#"SELECT id, event_id, type AS kind, order_id, activity_id, sku_id, round, user_id, reason, occurred_at,
-              request_id, traceparent, payment_id, redrive_of, xid AS "xid: Xid8"
+              request_id, traceparent, payment_id, redrive_of, quantity, xid AS "xid: Xid8"
          FROM order_events
         WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)
           AND xid < pg_snapshot_xmin(pg_current_snapshot())
@@ -159,6 +160,8 @@ pub struct EventRow {
     pub payment_id: Option<String>,
     /// A redriven order's events: the order it replaces.
     pub redrive_of: Option<String>,
+    /// The units the order holds.
+    pub quantity: i16,
 }
 
 /// An outbox row that cannot be an event (written by hand, or by a tool
@@ -187,6 +190,7 @@ impl EventRow {
             reason: self.reason.clone(),
             payment_id: self.payment_id.clone(),
             redrive_of: self.redrive_of.clone(),
+            quantity: u32::try_from(self.quantity).ok().filter(|&n| n >= 1).ok_or_else(|| bad("quantity"))?,
             occurred_at: self.occurred_at.timestamp_millis(),
             v: OrderEvent::VERSION,
         })

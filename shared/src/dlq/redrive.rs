@@ -45,6 +45,16 @@ struct Verdict {
     new_order: Option<OrderId>,
 }
 
+/// What a redrive's deduction took for the buyer. `decided_now`: this
+/// asking took the units (a confirmation is due).
+struct Taken {
+    order_id: OrderId,
+    round: i64,
+    accepted_at: i64,
+    slot: u32,
+    decided_now: bool,
+}
+
 impl Verdict {
     fn skipped(detail: impl Into<String>) -> Self {
         Self { outcome: Outcome::Skipped, detail: detail.into(), new_order: None }
@@ -183,6 +193,7 @@ impl Redrive<'_> {
             // The operator places again an order the edge took: its
             // admission (if the round has a room) was checked then.
             admitted: true,
+            quantity: original.quantity,
         };
         // Room for the publish below before the sweeper may take the
         // reservation for a lost record (it republishes it then).
@@ -196,7 +207,7 @@ impl Redrive<'_> {
         // Its bucket ran out: units from the others, and the same call again
         // (one that answered SOLD_OUT kept nothing).
         for _ in 0..3 {
-            if answer != Some(Deduction::SoldOut) || list.buckets.len() == 1 {
+            if !matches!(answer, Some(Deduction::SoldOut { .. })) || list.buckets.len() == 1 {
                 break;
             }
             let borrowed = self.tools.stock.borrow(sale, &list.buckets, home, list.round).await;
@@ -211,37 +222,11 @@ impl Redrive<'_> {
     async fn place(&self, message: &OwnedMessage, original: &OrderRecord) -> Result<Verdict, RunError> {
         let sale = original.sale();
         let (call, answer) = self.deduct(message, original).await?;
-        let (nonce, home) = (nonce_of(&call.id), call.bucket);
-        // `decided_now`: this asking took the unit (a confirmation is due);
-        // else an earlier asking did, longer ago than the call's outcome is
-        // kept, and asked for its confirmation then.
-        let (order_id, round, accepted_at, decided_now) = match answer {
-            Some(Deduction::Accepted { order_id, round, accepted_at, .. }) => (order_id, round, accepted_at, true),
-            // Asked again after the call's outcome expired: the buyer's
-            // order is this call's own if it carries the call's nonce.
-            Some(Deduction::AlreadyPurchased { order_id: Some(held) })
-                if held.ends_with(&format!("-{nonce}{}", home.nonce_suffix())) =>
-            {
-                let order_id = OrderId::parse(&held).map_err(RunError::failed)?;
-                let state = self.tools.stock.order_state(&order_id).await.map_err(RunError::unreadable)?;
-                let round = self.tools.stock.snapshot(sale).await.map_err(RunError::unreadable)?.round;
-                (order_id, round, state.map_or_else(crate::now_ms, |s| s.accepted_at), false)
-            }
-            Some(Deduction::AlreadyPurchased { order_id }) => {
-                let held = order_id.unwrap_or_else(|| "?".into());
-                return Ok(Verdict::refused(format!("the buyer holds order {held}")));
-            }
-            Some(Deduction::SoldOut) => return Ok(Verdict::refused("sold out")),
-            Some(Deduction::NotActive) => return Ok(Verdict::refused("the sale is not open")),
-            Some(Deduction::SaleNotFound) => {
-                return Ok(Verdict::refused("the sale is not in Redis (finished or never warmed)"))
-            }
-            Some(Deduction::Voided) | None => return Ok(Verdict::refused("the deduction call was voided")),
-            Some(Deduction::Warming) => return Ok(Verdict::refused("a warm-up is replacing the sale's round")),
-            Some(Deduction::AdmissionRequired) => {
-                return Ok(Verdict::refused("the round admits through its waiting room"))
-            }
-            Some(Deduction::OtherBucket) => return Ok(Verdict::refused("the sale's buckets changed; run again")),
+        let own = format!("-{}{}", nonce_of(&call.id), call.bucket.nonce_suffix());
+        let Taken { order_id, round, accepted_at, slot, decided_now } = match self.taken(original, answer, &own).await?
+        {
+            Ok(taken) => taken,
+            Err(refused) => return Ok(refused),
         };
         // A unit taken in another round than the record's is given back.
         if let Some(why) = round_over(original, round) {
@@ -265,10 +250,63 @@ impl Redrive<'_> {
         .map_err(RunError::unreadable)?;
         let record = OrderRecord {
             redrive_of: Some(original.order_id.clone()),
-            ..OrderRecord::new(order_id.clone(), sale, original.user_id, accepted_at).in_round(round)
+            ..OrderRecord::new(order_id.clone(), sale, original.user_id, accepted_at)
+                .in_round(round)
+                .holding(original.quantity, slot)
         };
         self.publish(message, &record).await?;
         Ok(Verdict { outcome: Outcome::Placed, detail: format!("placed as {order_id}"), new_order: Some(order_id) })
+    }
+
+    /// What the redrive's deduction took for the buyer, or why it took
+    /// nothing. An order whose id ends in `own` (the call's nonce and
+    /// bucket) is the call's: asked again after its outcome expired, the
+    /// deduction answers that the buyer holds it.
+    async fn taken(
+        &self,
+        original: &OrderRecord,
+        answer: Option<Deduction>,
+        own: &str,
+    ) -> Result<Result<Taken, Verdict>, RunError> {
+        let refused = |why: &str| Ok(Err(Verdict::refused(why)));
+        let held_own = match answer {
+            Some(Deduction::Accepted { order_id, round, accepted_at, slot, .. }) => {
+                return Ok(Ok(Taken { order_id, round, accepted_at, slot, decided_now: true }))
+            }
+            Some(Deduction::AlreadyPurchased { order_id: Some(held) }) if held.ends_with(own) => held,
+            Some(Deduction::LimitReached { held, limit }) => {
+                let latest = self.tools.stock.user_order(original.sale(), original.user_id).await;
+                match latest.map_err(RunError::unreadable)? {
+                    Some(latest) if latest.ends_with(own) => latest,
+                    _ => return refused(&format!("the buyer holds {held} of their {limit} units")),
+                }
+            }
+            Some(Deduction::AlreadyPurchased { order_id }) => {
+                return refused(&format!("the buyer holds order {}", order_id.as_deref().unwrap_or("?")))
+            }
+            Some(Deduction::SoldOut { available }) => return refused(&format!("sold out ({available} left)")),
+            Some(Deduction::OverMaxPerOrder { max }) => {
+                return refused(&format!(
+                    "the order's {} units are above the round's {max} per order",
+                    original.quantity
+                ))
+            }
+            Some(Deduction::NotActive) => return refused("the sale is not open"),
+            Some(Deduction::SaleNotFound) => return refused("the sale is not in Redis (finished or never warmed)"),
+            Some(Deduction::Voided) | None => return refused("the deduction call was voided"),
+            Some(Deduction::Warming) => return refused("a warm-up is replacing the sale's round"),
+            Some(Deduction::AdmissionRequired) => return refused("the round admits through its waiting room"),
+            Some(Deduction::OtherBucket) => return refused("the sale's buckets changed; run again"),
+        };
+        // An earlier asking took the units, longer ago than the call's
+        // outcome is kept, and asked for its confirmation then.
+        let order_id = OrderId::parse(&held_own).map_err(RunError::failed)?;
+        let stock = &self.tools.stock;
+        let state = stock.order_state(&order_id).await.map_err(RunError::unreadable)?;
+        let round = stock.snapshot(original.sale()).await.map_err(RunError::unreadable)?.round;
+        let slot = stock.held_slot(&order_id, original.user_id).await.map_err(RunError::unreadable)?;
+        let accepted_at = state.map_or_else(crate::now_ms, |s| s.accepted_at);
+        Ok(Ok(Taken { order_id, round, accepted_at, slot: slot.unwrap_or(0), decided_now: false }))
     }
 
     /// The deduction call of `original`'s redrive: the one a previous run

@@ -46,10 +46,18 @@ pub struct OrderEvent {
     /// status events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redrive_of: Option<String>,
+    /// The units the order holds (a CANCELLED or FAILED order gave all of
+    /// them back). Absent from events written before quantities: 1.
+    #[serde(default = "one")]
+    pub quantity: u32,
     /// When the change was written (ms since the epoch, PostgreSQL's clock).
     pub occurred_at: i64,
     /// Event format major version; 1.
     pub v: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl OrderEvent {
@@ -67,5 +75,6 @@ mod tests {
         let event: OrderEvent = serde_json::from_str(json).expect("a v1 event");
         assert_eq!((event.kind.as_str(), event.event_id.as_str()), ("FAILED", "1001-2001-7-9f3a1c07:FAILED"));
         assert_eq!(event.reason.as_deref(), Some("NO_DB_STOCK"));
+        assert_eq!(event.quantity, 1, "written before quantities: one unit");
     }
 }

@@ -1,6 +1,7 @@
 //! The record on `seckill.orders` and how a reader checks it.
 
 use super::ids::{ActivityId, OrderId, SaleKey, SkuId, UserId};
+use super::{Holding, MAX_QUANTITY};
 use serde::{Deserialize, Serialize};
 
 /// The record on `seckill.orders`, one per accepted order (contract:
@@ -32,8 +33,29 @@ pub struct OrderRecord {
     /// places again for the same buyer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redrive_of: Option<OrderId>,
+    /// The units the order holds, 1 to [`MAX_QUANTITY`]. Absent (as from
+    /// every producer before quantities, and whenever it is 1): 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub quantity: u32,
+    /// Which of the user's places in the round the order holds (0 to
+    /// `perUserLimit − 1`; the database keeps one live order per place).
+    /// Absent: 0, the one place of a sale with a limit of one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slot: u32,
     /// Record format major version; 1.
     pub v: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl OrderRecord {
@@ -51,8 +73,20 @@ impl OrderRecord {
             accepted_at,
             round: None,
             redrive_of: None,
+            quantity: 1,
+            slot: 0,
             v: Self::VERSION,
         }
+    }
+
+    /// The same record, holding `quantity` units in the user's place `slot`.
+    pub fn holding(self, quantity: u32, slot: u32) -> Self {
+        Self { quantity, slot, ..self }
+    }
+
+    /// What the order holds: its units and its user's place.
+    pub fn held(&self) -> Holding {
+        Holding { quantity: self.quantity, slot: self.slot }
     }
 
     /// The same record, naming the round it was accepted in.
@@ -70,6 +104,9 @@ impl OrderRecord {
         let record: Self = serde_json::from_slice(bytes)?;
         if record.v != Self::VERSION {
             return Err(RecordError::UnsupportedVersion(record.v));
+        }
+        if !(1..=MAX_QUANTITY).contains(&record.quantity) || record.slot >= MAX_QUANTITY {
+            return Err(RecordError::OutOfRange { quantity: record.quantity, slot: record.slot });
         }
         if record.order_id.sale() != record.sale() {
             return Err(RecordError::ForeignOrderId { order_id: record.order_id.clone(), sale: record.sale() });
@@ -90,6 +127,14 @@ pub enum RecordError {
     /// A format version this code does not read.
     #[error("unsupported record version {0}")]
     UnsupportedVersion(u32),
+    /// A quantity outside 1 to [`MAX_QUANTITY`], or a place past the last.
+    #[error("quantity {quantity} or slot {slot} out of range")]
+    OutOfRange {
+        /// The record's quantity.
+        quantity: u32,
+        /// The record's place.
+        slot: u32,
+    },
     /// The order id names another sale than the record.
     #[error("order id {order_id} does not belong to sale {sale}")]
     ForeignOrderId {
@@ -143,5 +188,24 @@ mod tests {
         let foreign = r#"{"orderId":"7-2-3-ab","activityId":1,"skuId":2,"userId":9,"acceptedAt":5,"v":1}"#;
         assert!(OrderRecord::decode(foreign.as_bytes()).is_err());
         assert!(OrderRecord::decode(b"not json").is_err());
+    }
+
+    #[test]
+    fn a_quantity_travels_and_one_unit_is_written_as_before() {
+        let json = r#"{"orderId":"1-2-3-ab","activityId":1,"skuId":2,"userId":9,"acceptedAt":5,"v":1}"#;
+        let single = OrderRecord::decode(json.as_bytes()).unwrap();
+        assert_eq!((single.quantity, single.slot), (1, 0), "absent: one unit in the first place");
+        let two = single.clone().holding(2, 1);
+        let written = serde_json::to_string(&two).unwrap();
+        assert!(written.contains(r#""quantity":2,"slot":1"#), "{written}");
+        assert_eq!(OrderRecord::decode(written.as_bytes()).unwrap(), two);
+        assert_eq!(serde_json::to_string(&single.clone().holding(1, 0)).unwrap(), json);
+        for (quantity, slot) in [(0, 0), (101, 0), (1, 100)] {
+            let bad = serde_json::to_string(&single.clone().holding(quantity, slot)).unwrap();
+            assert!(
+                matches!(OrderRecord::decode(bad.as_bytes()), Err(RecordError::OutOfRange { .. })),
+                "{quantity} in {slot}"
+            );
+        }
     }
 }

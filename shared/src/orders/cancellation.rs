@@ -4,13 +4,13 @@
 //!
 //! PostgreSQL decides: a guarded update (`WHERE status = 'CREATED'`) has
 //! one winner against a payment or another cancel, and in the same
-//! statement the order's round gets its unit back in `remaining_stock`
+//! statement the order's round gets its units back in `remaining_stock`
 //! (another round's stock was reset by its warm-up: nothing is added).
 //! Redis follows afterwards, once per order id (`lua/cancel.lua`), and the
 //! row is marked (`unit_returned_at`). A crash in between leaves the row
 //! CANCELLED and unmarked; the deadline worker finds it and finishes.
 
-use crate::domain::{OrderId, SaleKey, UserId};
+use crate::domain::{Holding, OrderId, SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
 use crate::stock::{Cancelled, Stock};
 use sqlx::{PgConnection, PgPool};
@@ -43,11 +43,13 @@ impl CancelReason {
     }
 }
 
-/// A cancelled order whose unit Redis may still have to take back.
+/// A cancelled order whose units Redis may still have to take back.
 #[derive(Debug, Clone)]
 pub struct CancelledOrder {
     pub order_id: OrderId,
     pub user: UserId,
+    /// Its units, and the user's place it held them in.
+    pub held: Holding,
     pub reason: CancelReason,
 }
 
@@ -71,19 +73,21 @@ macro_rules! cancel {
                 UPDATE orders o SET status = 'CANCELLED', reason = t.reason, cancelled_at = clock_timestamp()
                   FROM target t
                  WHERE o.order_id = t.order_id AND o.status = 'CREATED'
-             RETURNING o.order_id, o.activity_id, o.sku_id, o.round, o.user_id, o.reason
+             RETURNING o.order_id, o.activity_id, o.sku_id, o.round, o.user_id, o.reason, o.quantity, o.slot
              ), returned AS (
                 UPDATE sales s SET remaining_stock = s.remaining_stock + c.n, updated_at = now()
-                  FROM (SELECT activity_id, sku_id, round, count(*) AS n FROM cancelled GROUP BY 1, 2, 3) c
+                  FROM (SELECT activity_id, sku_id, round, sum(quantity) AS n FROM cancelled GROUP BY 1, 2, 3) c
                  WHERE s.activity_id = c.activity_id AND s.sku_id = c.sku_id AND s.round = c.round
              )
-             SELECT order_id AS \"order_id!\", user_id AS \"user_id!\", reason FROM cancelled"
+             SELECT order_id AS \"order_id!\", user_id AS \"user_id!\", reason, quantity AS \"quantity!\",
+                    slot AS \"slot!\"
+               FROM cancelled"
             $(, $arg)*
         )
         .fetch_all(&mut *$tx)
         .await?
         .into_iter()
-        .filter_map(|row| cancelled_order(&row.order_id, row.user_id, row.reason.as_deref()))
+        .filter_map(|row| cancelled_order(&row.order_id, row.user_id, row.reason.as_deref(), (row.quantity, row.slot)))
         .collect()
     };
 }
@@ -116,7 +120,7 @@ pub async fn unreturned(db: &PgPool, limit: i64, except: &[SaleKey]) -> sqlx::Re
     let activities: Vec<i64> = except.iter().map(|s| s.activity.get()).collect();
     let skus: Vec<i64> = except.iter().map(|s| s.sku.get()).collect();
     let rows = sqlx::query!(
-        "SELECT order_id, user_id, reason FROM orders o
+        "SELECT order_id, user_id, reason, quantity, slot FROM orders o
           WHERE status = 'CANCELLED' AND unit_returned_at IS NULL
             AND NOT EXISTS (SELECT 1 FROM unnest($2::bigint[], $3::bigint[]) AS f(a, s)
                              WHERE f.a = o.activity_id AND f.s = o.sku_id)
@@ -127,14 +131,20 @@ pub async fn unreturned(db: &PgPool, limit: i64, except: &[SaleKey]) -> sqlx::Re
     )
     .fetch_all(db)
     .await?;
-    Ok(rows.iter().filter_map(|row| cancelled_order(&row.order_id, row.user_id, row.reason.as_deref())).collect())
+    Ok(rows
+        .iter()
+        .filter_map(|row| cancelled_order(&row.order_id, row.user_id, row.reason.as_deref(), (row.quantity, row.slot)))
+        .collect())
 }
 
-fn cancelled_order(order_id: &str, user_id: i64, reason: Option<&str>) -> Option<CancelledOrder> {
+/// A row as a cancelled order; `held`: its quantity and place (in range:
+/// the table's checks).
+fn cancelled_order(order_id: &str, user_id: i64, reason: Option<&str>, held: (i16, i16)) -> Option<CancelledOrder> {
     Some(CancelledOrder {
         order_id: OrderId::parse(order_id).ok()?,
         user: UserId::new(user_id).ok()?,
         reason: CancelReason::parse(reason.unwrap_or_default()),
+        held: Holding { quantity: u32::try_from(held.0).ok()?, slot: u32::try_from(held.1).ok()? },
     })
 }
 
@@ -174,6 +184,7 @@ pub async fn return_units(stock: &Stock, db: &PgPool, orders: &[CancelledOrder])
             order_id: order.order_id.clone(),
             user: order.user,
             reason: order.reason.code(),
+            held: order.held,
         });
     }
     for (sale, cancelled) in &by_sale {

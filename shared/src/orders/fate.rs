@@ -35,7 +35,9 @@ pub enum FollowError {
 pub async fn follow(stock: &Stock, db: &PgPool, record: &OrderRecord, fate: Fate) -> Result<Followed, FollowError> {
     let reason = match fate {
         Fate::Created => {
-            stock.follow_created(&[(record.order_id.clone(), record.user_id, record.accepted_at)]).await?;
+            stock
+                .follow_created(&[(record.order_id.clone(), record.user_id, record.accepted_at, record.held())])
+                .await?;
             return Ok(Followed::Created);
         }
         Fate::Failed(reason) => reason,
@@ -48,7 +50,7 @@ pub async fn follow(stock: &Stock, db: &PgPool, record: &OrderRecord, fate: Fate
     } else {
         CompensationMode::Restore
     };
-    let compensation = stock.compensate(&record.order_id, record.user_id, reason, settlement).await?;
+    let compensation = stock.compensate(&record.order_id, record.user_id, record.held(), reason, settlement).await?;
     if compensation == Compensation::Done {
         metrics::counter!("seckill_units_settled_total", "reason" => reason.code()).increment(1);
     }

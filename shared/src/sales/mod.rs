@@ -16,7 +16,7 @@ pub use warmup_job::warmup;
 
 use crate::config::LockSettings;
 use crate::db::{self, SaleRow};
-use crate::domain::SaleKey;
+use crate::domain::{Limits, SaleKey};
 use crate::ops::lock::LockClient;
 use crate::stock::conn::RedisCallError;
 use crate::stock::{SaleLock, Stock};
@@ -49,6 +49,10 @@ pub struct WarmupRequest {
     /// The round's waiting room (`None`: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<Admission>,
+    /// Units per user and per order (absent from warm-ups recorded before
+    /// quantities: one each).
+    #[serde(default)]
+    pub limits: Limits,
 }
 
 /// The payment window when a warm-up names none: 15 minutes.

@@ -90,6 +90,9 @@ fn validate(request: &WarmupRequest) -> Result<(), WarmupError> {
     if let Some(ends) = request.ends_at.filter(|ends| *ends <= Utc::now()) {
         return Err(WarmupError::Invalid(format!("endsAt must be in the future, got {}", ends.to_rfc3339())));
     }
+    if let Some(wrong) = request.limits.invalid() {
+        return Err(WarmupError::Invalid(wrong));
+    }
     if let Some(wrong) = request.admission.as_ref().and_then(Admission::invalid) {
         return Err(WarmupError::Invalid(wrong));
     }
@@ -152,6 +155,7 @@ async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) ->
             .unwrap_or(0),
         force: true,
         admission: request.admission.is_some(),
+        limits: request.limits,
     };
     // The room before the stock: no unit of a round with a room is sold
     // without an admission.

@@ -1,7 +1,7 @@
 //! Giving cancelled orders' units back, at most once each (`lua/cancel.lua`).
 
 use super::{by_bucket, with_keys, Stock};
-use crate::domain::{OrderId, SaleKey, UserId};
+use crate::domain::{Holding, OrderId, SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
 use std::sync::LazyLock;
@@ -15,12 +15,15 @@ pub struct Cancelled {
     pub user: UserId,
     /// `EXPIRED` or `BUYER_CANCELLED`.
     pub reason: &'static str,
+    /// Its units and its user's place.
+    pub held: Holding,
 }
 
 impl Stock {
     /// Gives back the units of `orders` (all of `sale`, cancelled in
-    /// PostgreSQL first) to the sale, clearing their buyers; an order whose
-    /// unit went back already gives nothing. Returns how many went back now.
+    /// PostgreSQL first) to the sale, clearing their buyers and places; an
+    /// order whose units went back already gives nothing. Returns how many
+    /// units went back now.
     #[tracing::instrument(name = "stock.cancel", skip_all, fields(%sale, orders = orders.len()))]
     pub async fn cancel(&self, sale: SaleKey, orders: &[Cancelled]) -> Result<i64, RedisCallError> {
         let mut returned = 0;
@@ -29,9 +32,14 @@ impl Stock {
             debug_assert_eq!(of_sale, sale, "every order of one sale");
             let k = self.keys.bucket(sale, bucket);
             let mut invocation =
-                with_keys(&CANCEL, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.returned, &k.meta]);
+                with_keys(&CANCEL, &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.returned, &k.meta, &k.held]);
             for order in orders {
-                invocation.arg(order.order_id.as_str()).arg(order.user.get()).arg(order.reason);
+                invocation
+                    .arg(order.order_id.as_str())
+                    .arg(order.user.get())
+                    .arg(order.reason)
+                    .arg(order.held.quantity)
+                    .arg(order.held.slot);
             }
             returned += self.conn.invoke::<i64>(&invocation).await?;
         }

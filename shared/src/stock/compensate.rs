@@ -3,7 +3,7 @@
 //! fate PostgreSQL decided ([`crate::orders::fate::follow`]).
 
 use super::{with_keys, Stock};
-use crate::domain::{FailReason, OrderId, UserId};
+use crate::domain::{FailReason, Holding, OrderId, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
 use std::sync::LazyLock;
@@ -13,7 +13,7 @@ static COMPENSATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 /// What compensating a FAILED order does with its unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompensationMode {
-    /// Put the unit back on sale.
+    /// Put the order's units back on sale.
     Restore,
     /// The database never had the unit: bring Redis stock down to the
     /// database's remaining stock (never up).
@@ -42,6 +42,7 @@ impl Stock {
         &self,
         order_id: &OrderId,
         user: UserId,
+        held: Holding,
         reason: FailReason,
         settlement: CompensationMode,
     ) -> Result<Compensation, RedisCallError> {
@@ -52,7 +53,7 @@ impl Stock {
         };
         let mut invocation = with_keys(
             &COMPENSATE,
-            &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off, &k.meta, &k.trace],
+            &[&k.stock, &k.buyers, &k.orders, &k.reserved, &k.compensated, &k.written_off, &k.meta, &k.trace, &k.held],
         );
         invocation
             .arg(order_id.as_str())
@@ -60,7 +61,9 @@ impl Stock {
             .arg(reason.code())
             .arg(if reason.lets_user_retry() { "1" } else { "0" })
             .arg(mode)
-            .arg(db_remaining);
+            .arg(db_remaining)
+            .arg(held.quantity)
+            .arg(held.slot);
         let answer: i64 = self.conn.invoke(&invocation).await?;
         use super::protocol::compensate::*;
         Ok(match answer {

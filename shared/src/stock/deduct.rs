@@ -21,19 +21,25 @@ static DEDUCT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../
 /// The answer of one deduction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Deduction {
-    /// A unit is the user's; the order id is new; `accepted_at` is Redis's
-    /// clock (ms) at the deduction; `stock_left` the bucket's units after it,
-    /// when the answer says (an order that stood through its call's void
-    /// does not).
-    Accepted { order_id: OrderId, round: i64, stock_left: Option<i64>, accepted_at: i64 },
+    /// The units are the user's, held in their place `slot`; the order id
+    /// is new; `accepted_at` is Redis's clock (ms) at the deduction;
+    /// `stock_left` the bucket's units after it, when the answer says (an
+    /// order that stood through its call's void does not).
+    Accepted { order_id: OrderId, round: i64, stock_left: Option<i64>, accepted_at: i64, slot: u32 },
     /// No such sale in Redis (never warmed, expired, or Redis lost it).
     SaleNotFound,
     /// Outside the sale window.
     NotActive,
     /// The user already holds this order.
     AlreadyPurchased { order_id: Option<String> },
-    /// No units left.
-    SoldOut,
+    /// Fewer units left than asked: `available` (nothing kept).
+    SoldOut { available: i64 },
+    /// The user's units held plus the quantity asked would pass the round's
+    /// limit per user (nothing kept).
+    LimitReached { held: i64, limit: i64 },
+    /// The quantity asked is above the round's most per order (nothing
+    /// kept).
+    OverMaxPerOrder { max: i64 },
     /// The call was voided before it ran (or its unit given back since):
     /// nothing is kept.
     Voided,
@@ -60,10 +66,12 @@ pub struct DeductRequest {
     /// The edge checked the buyer's admission token and claimed it (a
     /// round with a waiting room sells to no request without).
     pub admitted: bool,
+    /// The units asked for: all or none.
+    pub quantity: u32,
 }
 
 /// Most requests one deduction call decides. `lua/deduct.lua` passes two
-/// values per request to one command (`unpack`), and Redis's Lua takes at
+/// values per accepted request to one command (`unpack`), and Redis's Lua takes at
 /// most 8,000 results from an `unpack`: 4,000 requests would fail every
 /// such call. The edge refuses a `deduct_batch_max` above this at start.
 pub const MAX_DEDUCT_BATCH: usize = 3_000;
@@ -102,14 +110,16 @@ impl DeductCall {
 }
 
 impl Stock {
-    /// The flash-sale decision (`lua/deduct.lua`), in the user's home
-    /// bucket. `publish_deadline` is how long the caller may take to learn
-    /// whether the order's record is in the log: the reservation is not
-    /// swept before it has passed. (No borrowing: the edge's path does.)
+    /// The flash-sale decision (`lua/deduct.lua`) of `quantity` units, in
+    /// the user's home bucket. `publish_deadline` is how long the caller
+    /// may take to learn whether the order's record is in the log: the
+    /// reservation is not swept before it has passed. (No borrowing: the
+    /// edge's path does.)
     pub async fn deduct(
         &self,
         sale: SaleKey,
         user: UserId,
+        quantity: u32,
         nonce: &str,
         publish_deadline: Duration,
     ) -> Result<Deduction, RedisCallError> {
@@ -119,6 +129,7 @@ impl Stock {
             request_id: String::new(),
             traceparent: String::new(),
             admitted: false,
+            quantity,
         };
         let home = self.directory(sale).await?.home(user);
         let call = DeductCall::new(vec![request], publish_deadline).in_bucket(home);
@@ -134,8 +145,10 @@ impl Stock {
     pub async fn deduct_batch(&self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Deduction>, RedisCallError> {
         let k = self.keys.bucket(sale, call.bucket);
         let call_key = k.call(&call.id);
-        let mut invocation =
-            with_keys(&DEDUCT, &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.seq, &call_key, &k.trace]);
+        let mut invocation = with_keys(
+            &DEDUCT,
+            &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.seq, &call_key, &k.trace, &k.held],
+        );
         invocation
             .arg(sale.activity.get())
             .arg(sale.sku.get())
@@ -148,7 +161,8 @@ impl Stock {
                 .arg(call.nonce(request))
                 .arg(&request.request_id)
                 .arg(&request.traceparent)
-                .arg(if request.admitted { "1" } else { "0" });
+                .arg(if request.admitted { "1" } else { "0" })
+                .arg(request.quantity);
         }
         let answers: Vec<Vec<redis::Value>> = self.conn.invoke(&invocation).await?;
         if answers.len() != call.requests.len() {
@@ -201,12 +215,17 @@ fn parse_deduction(answer: &[redis::Value]) -> Result<Deduction, RedisCallError>
                 round: int(1).unwrap_or(0),
                 stock_left: int(3),
                 accepted_at: int(4).ok_or_else(unexpected)?,
+                slot: int(5).and_then(|slot| u32::try_from(slot).ok()).ok_or_else(unexpected)?,
             })
         }
         SALE_NOT_FOUND => Ok(Deduction::SaleNotFound),
         SALE_NOT_ACTIVE => Ok(Deduction::NotActive),
         ALREADY_PURCHASED => Ok(Deduction::AlreadyPurchased { order_id: text(2) }),
-        SOLD_OUT => Ok(Deduction::SoldOut),
+        SOLD_OUT => Ok(Deduction::SoldOut { available: int(3).unwrap_or(0) }),
+        LIMIT_REACHED => {
+            Ok(Deduction::LimitReached { held: int(3).ok_or_else(unexpected)?, limit: int(4).ok_or_else(unexpected)? })
+        }
+        OVER_MAX_PER_ORDER => Ok(Deduction::OverMaxPerOrder { max: int(3).ok_or_else(unexpected)? }),
         VOIDED => Ok(Deduction::Voided),
         OTHER_BUCKET => Ok(Deduction::OtherBucket),
         WARMING => Ok(Deduction::Warming),

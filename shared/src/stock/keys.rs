@@ -5,15 +5,16 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P seckill:{A:S}:meta` | hash | total, starts, ends (ms), round |
+//! | `P seckill:{A:S}:meta` | hash | total, starts, ends (ms), round, limit and max (units per user and per order) |
 //! | `…:stock` | string | units left |
-//! | `…:buyers` | hash | user id → order id |
+//! | `…:buyers` | hash | user id → order id (the latest, with a limit above one) |
 //! | `…:orders` | hash | order id → `STATUS\|user\|reason\|accepted_ms` |
 //! | `…:reserved` | zset | order ids accepted but not yet settled, by time |
 //! | `…:seq` | string | order counter (never reset) |
 //! | `…:compensated` | set | order ids whose unit was restored |
 //! | `…:written_off` | set | order ids whose unit the database never had |
-//! | `…:trace` | hash | order id → `round\|request id\|traceparent` while reserved: what a republish needs |
+//! | `…:trace` | hash | order id → `round\|request id\|traceparent\|quantity\|slot` while reserved: what a republish needs |
+//! | `…:held` | hash | a limit above one: `user/slot` → `order id\|quantity`, each place a live order holds |
 //! | `…:lent` | hash | transfer id → `to\|units\|round\|at_ms`: units this bucket lent another (`lua/lend.lua`) |
 //! | `…:received` | set | transfer ids whose units this bucket took in (`lua/receive.lua`) |
 //! | `…:call:<id>` | string | a deduction call's outcome (or `V`, voided), kept a short while |
@@ -54,6 +55,9 @@ pub struct SaleKeys {
     pub(super) trace: String,
     pub(super) lent: String,
     pub(super) received: String,
+    /// A limit above one unit per user: each user's places and the orders
+    /// holding them.
+    pub(super) held: String,
     base: String,
 }
 
@@ -96,7 +100,7 @@ const BUCKET_MARK: char = 'k';
 impl SaleKeys {
     /// Every key of the round, in the order `lua/warmup.lua` and
     /// `lua/close.lua` take them.
-    pub(super) fn every_key(&self) -> [&String; 12] {
+    pub(super) fn every_key(&self) -> [&String; 13] {
         [
             &self.meta,
             &self.stock,
@@ -110,6 +114,7 @@ impl SaleKeys {
             &self.trace,
             &self.lent,
             &self.received,
+            &self.held,
         ]
     }
 
@@ -194,6 +199,7 @@ impl KeyLayout {
             trace: format!("{base}:trace"),
             lent: format!("{base}:lent"),
             received: format!("{base}:received"),
+            held: format!("{base}:held"),
             base,
         }
     }

@@ -25,7 +25,10 @@ impl Stock {
     /// only if absent (`HSETNX`), the unit put back otherwise. Like the
     /// script, it refuses while a warm-up replaces the round, and a round
     /// with a waiting room to a request whose admission was not claimed
-    /// (`admitted`).
+    /// (`admitted`). It sells the seed's sale: one unit per user, whatever
+    /// the round's limits (a quantity above one is refused as above the
+    /// most per order, nothing kept) — stricter than the script, never
+    /// looser.
     #[tracing::instrument(name = "deduct_with_lock", level = "debug", skip_all, fields(%sale))]
     #[allow(clippy::too_many_arguments)]
     pub async fn deduct_with_lock(
@@ -34,10 +37,14 @@ impl Stock {
         settings: &LockSettings,
         sale: SaleKey,
         user: UserId,
+        quantity: u32,
         admitted: bool,
         nonce: &str,
         publish_deadline: Duration,
     ) -> Result<Option<Deduction>, RedisCallError> {
+        if quantity > 1 {
+            return Ok(Some(Deduction::OverMaxPerOrder { max: 1 }));
+        }
         let k = self.keys.sale(sale);
         let lock_name = self.keys.sale_lock(sale, SaleLock::Deduction);
         let Some(guard) = locks.acquire_with_watchdog(&lock_name, settings.lease(), settings.wait(), 0).await? else {
@@ -85,13 +92,13 @@ impl Stock {
         }
         let stock: Option<i64> = self.conn.bounded(conn.get(&k.stock)).await?;
         if stock.unwrap_or(0) <= 0 {
-            return Ok(Deduction::SoldOut);
+            return Ok(Deduction::SoldOut { available: 0 });
         }
         let left: i64 = self.conn.bounded(conn.decr(&k.stock, 1)).await?;
         if left < 0 {
             // Another holder took the last unit after our read.
             let _: i64 = self.conn.bounded(conn.incr(&k.stock, 1)).await?;
-            return Ok(Deduction::SoldOut);
+            return Ok(Deduction::SoldOut { available: 0 });
         }
         let seq: i64 = self.conn.bounded(conn.incr(&k.seq, 1)).await?;
         let order_id = OrderId::parse(&format!("{}-{}-{seq}-{nonce}", sale.activity, sale.sku))
@@ -114,6 +121,6 @@ impl Stock {
             .zadd(&k.reserved, order_id.as_str(), now + publish_deadline.as_millis() as i64)
             .ignore();
         self.conn.pipe::<()>(&write).await?;
-        Ok(Deduction::Accepted { order_id, round, stock_left: Some(left), accepted_at: now })
+        Ok(Deduction::Accepted { order_id, round, stock_left: Some(left), accepted_at: now, slot: 0 })
     }
 }

@@ -4,7 +4,7 @@
 //! [`Stock::follow_created`].)
 
 use super::{by_bucket, Stock};
-use crate::domain::{OrderId, OrderStatus, SaleKey, UserId};
+use crate::domain::{Holding, OrderId, OrderStatus, SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::AsyncCommands;
 
@@ -20,21 +20,30 @@ pub struct OrderState {
     pub accepted_at: i64,
 }
 
-/// A reservation's trace: `round|request id|traceparent`, as deduct.lua
-/// writes it.
+/// A reservation's trace: `round|request id|traceparent|quantity|slot`, as
+/// deduct.lua writes it (before quantities: the first three, for one unit
+/// in place 0).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReservationTrace {
     pub round: i64,
     pub request_id: String,
     pub traceparent: String,
+    /// What the order holds.
+    pub held: Holding,
 }
 
 impl ReservationTrace {
-    /// Parses `round|request id|traceparent`.
+    /// Parses `round|request id|traceparent[|quantity|slot]` (a
+    /// traceparent holds no `|`).
     pub fn parse(value: &str) -> Option<Self> {
-        let mut parts = value.splitn(3, '|');
+        let mut parts = value.split('|');
         let round = parts.next()?.parse().ok()?;
-        Some(Self { round, request_id: parts.next()?.to_owned(), traceparent: parts.next()?.to_owned() })
+        let (request_id, traceparent) = (parts.next()?.to_owned(), parts.next()?.to_owned());
+        let held = match (parts.next(), parts.next()) {
+            (Some(quantity), Some(slot)) => Holding { quantity: quantity.parse().ok()?, slot: slot.parse().ok()? },
+            _ => Holding::ONE,
+        };
+        Some(Self { round, request_id, traceparent, held })
     }
 
     /// The record's headers: what is there.
@@ -85,6 +94,22 @@ impl Stock {
         let k = self.keys.bucket(sale, home);
         let mut conn = self.conn.clone();
         self.conn.bounded(conn.hget(&k.buyers, user.get())).await
+    }
+
+    /// The user's place an order holds (its slot), in a round with a limit
+    /// above one unit per user: `None` when no place holds it (given back,
+    /// or a round with a limit of one, whose one place is 0).
+    pub async fn held_slot(&self, order_id: &OrderId, user: UserId) -> Result<Option<u32>, RedisCallError> {
+        let k = self.keys.order(order_id);
+        let mut conn = self.conn.clone();
+        let limit: Option<u32> = self.conn.bounded(conn.hget(&k.meta, "limit")).await?;
+        let fields: Vec<String> = (0..limit.unwrap_or(1)).map(|slot| format!("{user}/{slot}")).collect();
+        let places: Vec<Option<String>> = self.conn.bounded(conn.hmget(&k.held, &fields)).await?;
+        let own = format!("{order_id}|");
+        Ok(places
+            .iter()
+            .position(|place| place.as_deref().is_some_and(|p| p.starts_with(&own)))
+            .map(|slot| slot as u32))
     }
 
     /// Clears reservations of orders the order service has taken charge of
@@ -156,5 +181,15 @@ mod tests {
         let queued = OrderState::parse("QUEUED|9||123").expect("valid");
         assert_eq!(queued.reason, None);
         assert_eq!(OrderState::parse("garbage"), None);
+    }
+
+    #[test]
+    fn a_trace_says_what_its_order_holds_and_an_older_one_means_one_unit() {
+        let now = ReservationTrace::parse("3|r-1|00-ab-cd-01|2|1").expect("valid");
+        assert_eq!((now.round, now.request_id.as_str(), now.traceparent.as_str()), (3, "r-1", "00-ab-cd-01"));
+        assert_eq!(now.held, Holding { quantity: 2, slot: 1 });
+        let before = ReservationTrace::parse("3|r-1|").expect("valid");
+        assert_eq!((before.traceparent.as_str(), before.held), ("", Holding::ONE));
+        assert_eq!(ReservationTrace::parse("3|r-1|tp|x|1"), None);
     }
 }

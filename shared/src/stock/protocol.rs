@@ -48,15 +48,17 @@ macro_rules! answers {
 answers! {
     /// The deduction: one answer per request, this code first.
     deduct = "deduct.lua";
-    ACCEPTED = 1: "accepted: a unit taken, the order QUEUED and reserved";
+    ACCEPTED = 1: "accepted: the units taken, the order QUEUED and reserved";
     SALE_NOT_FOUND = -1: "Redis holds no round of the sale (nothing kept)";
     SALE_NOT_ACTIVE = -2: "outside the sale's window (nothing kept)";
     ALREADY_PURCHASED = -3: "the user holds an order of the round (its id follows)";
-    SOLD_OUT = -4: "no unit left in the bucket (nothing kept)";
+    SOLD_OUT = -4: "fewer units left in the bucket than asked (nothing kept; the units left follow)";
     VOIDED = -5: "the call was voided by an edge that gave up hearing it (nothing kept)";
     OTHER_BUCKET = -6: "the user's home is another bucket (nothing kept)";
     WARMING = -7: "a warm-up is replacing the round (nothing kept; ask again)";
     ADMISSION_REQUIRED = -8: "the round sells only with an admission from its room (nothing kept)";
+    LIMIT_REACHED = -9: "the user's units held plus those asked pass the limit (nothing kept; held and limit follow)";
+    OVER_MAX_PER_ORDER = -10: "more units asked than one order may hold (nothing kept; the most follows)";
 }
 
 answers! {

@@ -23,6 +23,10 @@ pub struct SaleSnapshot {
     pub reservations: i64,
     /// Orders accepted and not yet settled either way.
     pub queued: i64,
+    /// The units those orders hold.
+    pub queued_units: i64,
+    /// Units one user may hold in the round.
+    pub per_user_limit: i64,
     /// Orders Redis knows as CREATED.
     pub created: i64,
     /// Orders Redis knows as FAILED.
@@ -83,6 +87,8 @@ impl Stock {
             sum.buyers += part.buyers;
             sum.reservations += part.reservations;
             sum.queued += part.queued;
+            sum.queued_units += part.queued_units;
+            sum.per_user_limit = part.per_user_limit;
             sum.created += part.created;
             sum.failed += part.failed;
             sum.compensated += part.compensated;
@@ -104,7 +110,9 @@ impl Stock {
     ) -> Result<(SaleSnapshot, BucketState), RedisCallError> {
         let k = self.keys.bucket(sale, bucket);
         let mut pipe = redis::pipe();
-        pipe.hmget(&k.meta, &["total", "round", "queued", "created", "failed", "cancelled", "lent", "borrowed"])
+        let fields =
+            ["total", "round", "queued", "created", "failed", "cancelled", "lent", "borrowed", "queued_extra", "limit"];
+        pipe.hmget(&k.meta, &fields)
             .get(&k.stock)
             .hlen(&k.buyers)
             .zcard(&k.reserved)
@@ -129,6 +137,8 @@ impl Stock {
             total: field(0).unwrap_or(0),
             round: field(1).unwrap_or(0),
             queued: field(2).unwrap_or(0),
+            queued_units: field(2).unwrap_or(0) + field(8).unwrap_or(0),
+            per_user_limit: field(9).unwrap_or(1),
             created: field(3).unwrap_or(0),
             failed: field(4).unwrap_or(0),
             remaining: stock.unwrap_or(0),

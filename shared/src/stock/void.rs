@@ -14,13 +14,14 @@ static VOID: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../..
 /// What voiding a call did to one of its requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Voided {
-    /// Its order was undone: unit back, buyer free, FAILED `VOIDED`.
+    /// Its order was undone: units back, buyer and place free, FAILED
+    /// `VOIDED`.
     Undone,
     /// It holds nothing (the call never ran or did not accept it).
     Nothing,
     /// Its order stands: past its publish deadline (the sweeper publishes
     /// its record again) or written since.
-    Stands { order_id: OrderId, round: i64, accepted_at: i64 },
+    Stands { order_id: OrderId, round: i64, accepted_at: i64, slot: u32 },
 }
 
 impl Stock {
@@ -35,13 +36,13 @@ impl Stock {
         let k = self.keys.bucket(sale, call.bucket);
         let call_key = k.call(&call.id);
         let mut invocation =
-            with_keys(&VOID, &[&call_key, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.meta, &k.trace]);
+            with_keys(&VOID, &[&call_key, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.meta, &k.trace, &k.held]);
         invocation
             .arg(self.call_outcome_ms)
             .arg(crate::domain::FailReason::Voided.code())
             .arg(call.publish_deadline.as_millis() as u64);
         for request in &call.requests {
-            invocation.arg(request.user.get()).arg(call.nonce(request));
+            invocation.arg(request.user.get()).arg(call.nonce(request)).arg(request.quantity);
         }
         let answers: Vec<Vec<redis::Value>> = self.conn.invoke(&invocation).await?;
         if answers.len() != call.requests.len() {
@@ -72,7 +73,12 @@ fn parse_voided(answer: &[redis::Value]) -> Result<Voided, RedisCallError> {
                 _ => None,
             }
             .ok_or_else(unexpected)?;
-            Ok(Voided::Stands { order_id, accepted_at: int(2).ok_or_else(unexpected)?, round: int(3).unwrap_or(0) })
+            Ok(Voided::Stands {
+                order_id,
+                accepted_at: int(2).ok_or_else(unexpected)?,
+                round: int(3).unwrap_or(0),
+                slot: int(4).and_then(|slot| u32::try_from(slot).ok()).unwrap_or(0),
+            })
         }
         _ => Err(unexpected()),
     }

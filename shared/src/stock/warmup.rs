@@ -4,7 +4,7 @@
 use super::directory::Directory;
 use super::keys::Bucket;
 use super::{with_keys, Stock};
-use crate::domain::SaleKey;
+use crate::domain::{Limits, SaleKey};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
 use std::sync::LazyLock;
@@ -30,6 +30,8 @@ pub struct Round {
     pub force: bool,
     /// Sold only with an admission from the sale's waiting room.
     pub admission: bool,
+    /// Units per user and per order.
+    pub limits: Limits,
 }
 
 /// Where one bucket stands in its round's list of buckets.
@@ -182,7 +184,9 @@ impl Stock {
             .arg(place.of)
             .arg(place.home)
             .arg(warmup_id)
-            .arg(if round.admission { "1" } else { "0" });
+            .arg(if round.admission { "1" } else { "0" })
+            .arg(round.limits.per_user_limit)
+            .arg(round.limits.max_per_order);
         let loaded: i64 = self.conn.invoke(&invocation).await?;
         use super::protocol::warmup::{LOADED, LOADED_BEFORE};
         Ok(matches!(loaded, LOADED | LOADED_BEFORE))

@@ -44,23 +44,25 @@ pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> 
                AND ($3::timestamptz IS NULL OR created_at >= $3 OR paid_at >= $3 OR cancelled_at >= $3)
         ), derived AS (
             SELECT order_id || ':CREATED' AS event_id, 'CREATED' AS kind, order_id, activity_id, sku_id, round, user_id,
-                   NULL::text AS reason, created_at AS at, request_id, traceparent, NULL::text AS payment_id
+                   NULL::text AS reason, created_at AS at, request_id, traceparent, NULL::text AS payment_id, quantity
               FROM o WHERE status <> 'FAILED'
             UNION ALL
             SELECT order_id || ':' || status, status, order_id, activity_id, sku_id, round, user_id, reason,
                    COALESCE(CASE status WHEN 'PAID' THEN paid_at WHEN 'CANCELLED' THEN cancelled_at END, created_at),
                    request_id, traceparent,
                    CASE WHEN status = 'PAID' THEN
-                       (SELECT p.payment_id FROM payments p WHERE p.order_id = o.order_id AND p.outcome = 'APPLIED') END
+                       (SELECT p.payment_id FROM payments p WHERE p.order_id = o.order_id AND p.outcome = 'APPLIED') END,
+                   quantity
               FROM o WHERE status <> 'CREATED'
             UNION ALL
             SELECT DISTINCT ON (order_id) order_id || ':PAYMENT_LATE', 'PAYMENT_LATE', order_id, activity_id, sku_id, round,
-                   user_id, 'ORDER_CANCELLED', recorded_at, NULL, NULL, NULL
+                   user_id, 'ORDER_CANCELLED', recorded_at, NULL, NULL, NULL, 1::smallint
               FROM late_payments
              WHERE ($1::bigint IS NULL OR (activity_id = $1 AND sku_id = $2)) AND ($3::timestamptz IS NULL OR recorded_at >= $3)
             UNION ALL
             SELECT order_id || ':REFUND_DUE:' || payment_id, 'REFUND_DUE', order_id, activity_id, sku_id, round,
-                   user_id, refund_reason, received_at, NULL, NULL, payment_id
+                   user_id, refund_reason, received_at, NULL, NULL, payment_id,
+                   COALESCE((SELECT q.quantity FROM orders q WHERE q.order_id = payments.order_id), 1::smallint)
               FROM payments
              WHERE outcome = 'REFUND_DUE' AND round IS NOT NULL AND payment_id NOT LIKE 'legacy:%'
                AND ($1::bigint IS NULL OR (activity_id = $1 AND sku_id = $2)) AND ($3::timestamptz IS NULL OR received_at >= $3)
@@ -69,7 +71,7 @@ pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> 
                d.sku_id AS "sku_id!", d.round AS "round!", d.user_id AS "user_id!", d.reason,
                COALESCE(e.occurred_at, d.at) AS "occurred_at!", d.request_id, d.traceparent,
                COALESCE(d.payment_id, e.payment_id) AS payment_id,
-               COALESCE(e.redrive_of, r.original_order_id) AS redrive_of,
+               COALESCE(e.redrive_of, r.original_order_id) AS redrive_of, COALESCE(e.quantity, d.quantity) AS "quantity!",
                COALESCE((e.xid, e.id) > (SELECT xid, id FROM order_events_relayed), false) AS "pending!"
           FROM derived d
           LEFT JOIN order_events e ON e.event_id = d.event_id
@@ -99,6 +101,7 @@ pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> 
                 traceparent: row.traceparent,
                 payment_id: row.payment_id,
                 redrive_of: row.redrive_of,
+                quantity: row.quantity,
             },
             pending: row.pending,
         })

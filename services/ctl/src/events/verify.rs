@@ -222,6 +222,7 @@ mod tests {
             traceparent: None,
             payment_id: None,
             redrive_of: None,
+            quantity: 1,
         };
         Expected { event, pending }
     }

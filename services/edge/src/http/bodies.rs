@@ -58,6 +58,9 @@ error_codes! {
     AlreadyPurchased = "ALREADY_PURCHASED",
     /// No unit left.
     SoldOut = "SOLD_OUT",
+    /// The user's units held plus those asked would pass the sale's limit
+    /// per user (`held`, `limit`).
+    LimitReached = "LIMIT_REACHED",
     /// The sale admits through its waiting room, and the order carries no
     /// valid admission token for this user, sale and round (or a used one).
     AdmissionRequired = "ADMISSION_REQUIRED",
@@ -107,10 +110,31 @@ pub struct ErrorBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub opens_at: Option<DateTime<Utc>>,
+    /// `SOLD_OUT` of an order asking for more units than are left (but
+    /// some are): how many are (absent: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub available: Option<i64>,
+    /// `LIMIT_REACHED`: the units the user holds in this sale round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub held: Option<i64>,
+    /// `LIMIT_REACHED`: the units one user may hold in this sale round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub limit: Option<i64>,
 }
 
-/// A buyer's request for one unit. Read without building a JSON tree (the
-/// hot path); `deny_unknown_fields` refuses a key given twice too.
+impl ErrorBody {
+    /// A body of `code` saying `message`, nothing more.
+    pub fn new(code: ErrorCode, message: String) -> Self {
+        Self { code, message, order_id: None, opens_at: None, available: None, held: None, limit: None }
+    }
+}
+
+/// A buyer's order: `quantity` units (1 when absent), all or none. Read
+/// without building a JSON tree (the hot path); `deny_unknown_fields`
+/// refuses a key given twice too.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(as = OrderRequest)]
@@ -121,6 +145,19 @@ pub struct OrderRequestBody {
     pub sku_id: i64,
     #[schema(minimum = 1, format = Int64)]
     pub user_id: i64,
+    /// Units asked for, 1 to the round's `maxPerOrder` (at most 100): more
+    /// than the round's most is 400, more than are left 410 `SOLD_OUT`
+    /// (with `available`), more than the buyer's limit allows 409
+    /// `LIMIT_REACHED` (with `held` and `limit`); nothing is kept then.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(minimum = 1, maximum = 100, default = 1, value_type = i64, nullable = false)]
+    pub quantity: Option<i64>,
+}
+
+/// A field that, when given, is a value (null is refused, not read as
+/// absent).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    i64::deserialize(deserializer).map(Some)
 }
 
 /// The one code a queued order answers with.
@@ -176,6 +213,11 @@ pub struct OrderStatusBody {
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "rfc3339_millis")]
     #[schema(nullable = false)]
     pub cancelled_at: Option<DateTime<Utc>>,
+    /// The units the order holds (absent only for an order undone before it
+    /// was written, which Redis alone remembers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 1, maximum = 100)]
+    pub quantity: Option<i64>,
 }
 
 impl From<&OrderView> for OrderStatusBody {
@@ -190,6 +232,7 @@ impl From<&OrderView> for OrderStatusBody {
             pay_deadline: view.pay_deadline,
             paid_at: view.paid_at,
             cancelled_at: view.cancelled_at,
+            quantity: view.quantity,
         }
     }
 }
@@ -304,6 +347,22 @@ pub struct WarmupBody {
     #[serde(default)]
     #[schema(nullable = false)]
     pub admission: Option<seckill_shared::sales::Admission>,
+    /// Units one user may hold in the round, over all their live orders
+    /// (1 when absent: one unit per user, as before; an order past it is
+    /// 409 `LIMIT_REACHED`, or `ALREADY_PURCHASED` with a limit of one).
+    #[serde(default, deserialize_with = "some_count")]
+    #[schema(minimum = 1, maximum = 100, default = 1, value_type = u32, nullable = false)]
+    pub per_user_limit: Option<u32>,
+    /// Units one order may hold (at most `perUserLimit`; absent: equal to
+    /// it). An order asking for more is 400.
+    #[serde(default, deserialize_with = "some_count")]
+    #[schema(minimum = 1, maximum = 100, value_type = u32, nullable = false)]
+    pub max_per_order: Option<u32>,
+}
+
+/// A count that, when given, is an integer (`2.0` counts; null is refused).
+fn some_count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u32>, D::Error> {
+    seckill_shared::domain::integer::integer(deserializer).map(Some)
 }
 
 fn default_payment_window() -> i64 {

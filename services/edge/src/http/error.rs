@@ -55,6 +55,14 @@ pub enum ApiError {
     /// No stock left.
     #[error("sold out")]
     SoldOut,
+    /// Units left, fewer than asked (`SOLD_OUT` with `available`): nothing
+    /// kept; the buyer may ask for fewer.
+    #[error("only {0} units left; ask for fewer")]
+    FewerLeft(i64),
+    /// The user's units held plus those asked would pass the round's limit
+    /// per user.
+    #[error("this user holds {held} of the {limit} units one user may buy in this sale")]
+    LimitReached { held: i64, limit: i64 },
     /// Unknown order.
     #[error("order not found")]
     OrderNotFound,
@@ -118,7 +126,8 @@ impl ApiError {
             Self::AdmissionRequired(_) => ErrorCode::AdmissionRequired,
             Self::ChallengeFailed(_) => ErrorCode::ChallengeFailed,
             Self::AlreadyPurchased(_) => ErrorCode::AlreadyPurchased,
-            Self::SoldOut => ErrorCode::SoldOut,
+            Self::SoldOut | Self::FewerLeft(_) => ErrorCode::SoldOut,
+            Self::LimitReached { .. } => ErrorCode::LimitReached,
             Self::OrderNotFound => ErrorCode::OrderNotFound,
             Self::OrderPending => ErrorCode::OrderPending,
             Self::PaymentConflict => ErrorCode::PaymentConflict,
@@ -149,12 +158,13 @@ impl ApiError {
             Self::SaleNotFound | Self::OrderNotFound | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::AlreadyPurchased(_)
+            | Self::LimitReached { .. }
             | Self::SaleBusy(_)
             | Self::OrderPending
             | Self::PaymentConflict
             | Self::AlreadyPaid
             | Self::OrderFailed(_) => StatusCode::CONFLICT,
-            Self::SoldOut => StatusCode::GONE,
+            Self::SoldOut | Self::FewerLeft(_) => StatusCode::GONE,
             Self::TryAgain(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -180,7 +190,15 @@ impl ApiError {
             Self::NotOpenYet(at) => Some(*at),
             _ => None,
         };
-        ErrorBody { code: self.code(), message, order_id, opens_at }
+        let mut body = ErrorBody::new(self.code(), message);
+        body.order_id = order_id;
+        body.opens_at = opens_at;
+        match self {
+            Self::FewerLeft(available) => body.available = Some(*available),
+            Self::LimitReached { held, limit } => (body.held, body.limit) = (Some(*held), Some(*limit)),
+            _ => {}
+        }
+        body
     }
 }
 
@@ -230,6 +248,8 @@ mod tests {
             (ApiError::SaleNotActive, 403, "SALE_NOT_ACTIVE"),
             (ApiError::AlreadyPurchased(None), 409, "ALREADY_PURCHASED"),
             (ApiError::SoldOut, 410, "SOLD_OUT"),
+            (ApiError::FewerLeft(2), 410, "SOLD_OUT"),
+            (ApiError::LimitReached { held: 1, limit: 2 }, 409, "LIMIT_REACHED"),
             (ApiError::OrderNotFound, 404, "ORDER_NOT_FOUND"),
             (ApiError::OrderPending, 409, "ORDER_PENDING"),
             (ApiError::PaymentConflict, 409, "PAYMENT_CONFLICT"),
@@ -247,6 +267,15 @@ mod tests {
     #[test]
     fn the_prebuilt_sold_out_body_is_the_error_body() {
         assert_eq!(serde_json::to_string(&ApiError::SoldOut.body()).unwrap(), SOLD_OUT_BODY);
+    }
+
+    #[test]
+    fn a_refused_quantity_says_what_is_left_or_held() {
+        let fewer = serde_json::to_value(ApiError::FewerLeft(2).body()).unwrap();
+        assert_eq!((fewer["code"].as_str(), fewer["available"].as_i64()), (Some("SOLD_OUT"), Some(2)));
+        let limit = serde_json::to_value(ApiError::LimitReached { held: 1, limit: 2 }.body()).unwrap();
+        assert_eq!((limit["held"].as_i64(), limit["limit"].as_i64()), (Some(1), Some(2)));
+        assert!(fewer.get("held").is_none() && limit.get("available").is_none());
     }
 
     #[test]

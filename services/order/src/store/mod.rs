@@ -9,18 +9,18 @@
 //!   `UPDATE … WHERE round = $read AND remaining_stock >= $n`. Only that last
 //!   statement locks the sale row, so concurrent writers of one sale overlap
 //!   everywhere but in their commits. If a row conflicts (its order id
-//!   already has one: a replay or a duplicate; or its user already holds a
-//!   CREATED order this round), or a sale lacks the stock (or was re-warmed
+//!   already has one: a replay or a duplicate; or its user's place already
+//!   holds a live order this round), or a sale lacks the stock (or was re-warmed
 //!   since its round was read), the transaction is rolled back and
 //! - **Locked** takes over: under `FOR UPDATE` on the batch's sale rows (so
 //!   writers of one sale take turns), each record is classified first —
-//!   order id already has a row, the user already holds a CREATED order this
-//!   round, no stock left — and only the rest are inserted, with
+//!   order id already has a row, the user's place already holds a live
+//!   order this round, fewer units left than the order holds — and only the rest are inserted, with
 //!   `ON CONFLICT DO NOTHING RETURNING` for rows that race in meanwhile. This
 //!   is the path that decides duplicates and `NO_DB_STOCK` order by order.
 //!
-//! Either way a sale's `remaining_stock` goes down by exactly the rows
-//! inserted (the `CHECK (remaining_stock >= 0)` backs the arithmetic up).
+//! Either way a sale's `remaining_stock` goes down by exactly the units of
+//! the rows inserted (the `CHECK (remaining_stock >= 0)` backs the arithmetic up).
 //! A writer on the locked path and one on the optimistic path holding the
 //! same order id can deadlock; PostgreSQL aborts one (SQLSTATE 40P01), which
 //! is transient, and the batch is retried.
@@ -182,7 +182,7 @@ async fn write_optimistic(
     }
     let mut written: HashMap<Sale, i64> = HashMap::new();
     for &record in &candidates {
-        *written.entry(sale_of(record)).or_insert(0) += 1;
+        *written.entry(sale_of(record)).or_insert(0) += i64::from(record.quantity);
         outcome.created.push(record.clone());
     }
     if !take_stock(&mut tx, &written, &sales).await? {
@@ -193,22 +193,21 @@ async fn write_optimistic(
     Ok(Some(outcome))
 }
 
-/// Users of the batch who already hold a live (CREATED or PAID) order this
-/// round, as (activity, sku, user). The round is spelled out so the lookup
-/// uses every column of the one-order-per-user index (activity, sku,
-/// round, user).
+/// The places (activity, sku, user, slot) of the batch's users that a live
+/// (CREATED or PAID) order holds this round. The round is spelled out so
+/// the lookup reads the index on (activity, sku, round, user).
 async fn live_holders(
     tx: &mut PgConnection,
     records: &[&OrderRecord],
     sales: &HashMap<Sale, SaleState>,
-) -> Result<HashSet<(i64, i64, i64)>, sqlx::Error> {
+) -> Result<HashSet<(i64, i64, i64, i16)>, sqlx::Error> {
     let known: Vec<&&OrderRecord> = records.iter().filter(|r| sales.contains_key(&sale_of(r))).collect();
     let holder_activities: Vec<i64> = known.iter().map(|r| r.activity_id.get()).collect();
     let holder_skus: Vec<i64> = known.iter().map(|r| r.sku_id.get()).collect();
     let holder_rounds: Vec<i32> = known.iter().map(|r| sales[&sale_of(r)].round).collect();
     let holder_users: Vec<i64> = known.iter().map(|r| r.user_id.get()).collect();
     let holders = sqlx::query!(
-        "SELECT o.activity_id, o.sku_id, o.user_id
+        "SELECT o.activity_id, o.sku_id, o.user_id, o.slot
            FROM orders o
            JOIN unnest($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS b(activity_id, sku_id, round, user_id)
              USING (activity_id, sku_id, round, user_id)
@@ -221,7 +220,7 @@ async fn live_holders(
     .fetch_all(&mut *tx)
     .await?
     .into_iter()
-    .map(|r| (r.activity_id, r.sku_id, r.user_id))
+    .map(|r| (r.activity_id, r.sku_id, r.user_id, r.slot))
     .collect();
 
     Ok(holders)
@@ -262,12 +261,15 @@ async fn write_locked(
             ));
             continue;
         }
-        if !holders.insert((sale.0, sale.1, record.user_id.get())) {
+        // In range: the record was checked when it was read.
+        let place = (sale.0, sale.1, record.user_id.get(), record.slot as i16);
+        if !holders.insert(place) {
             outcome.rejected.push(duplicate_user(record));
             continue;
         }
-        if *remaining <= 0 {
-            holders.remove(&(sale.0, sale.1, record.user_id.get()));
+        let units = i64::from(record.quantity);
+        if *remaining < units {
+            holders.remove(&place);
             outcome.rejected.push((
                 record.clone(),
                 FailReason::NoDbStock,
@@ -275,7 +277,7 @@ async fn write_locked(
             ));
             continue;
         }
-        *remaining -= 1;
+        *remaining -= units;
         candidates.push(record);
     }
 

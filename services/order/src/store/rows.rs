@@ -8,8 +8,8 @@ use std::collections::{HashMap, HashSet};
 
 /// Inserts `candidates` (all of known sales) as CREATED in their sale's
 /// round and files each into `outcome`: created, already done (its order id
-/// had a row), or a duplicate user (the one-per-user index refused it).
-/// Returns how many rows each sale got.
+/// had a row), or a duplicate user (the one-per-place index refused it).
+/// Returns how many units the rows of each sale hold.
 pub(super) async fn insert(
     tx: &mut PgConnection,
     candidates: &[&OrderRecord],
@@ -34,7 +34,7 @@ pub(super) async fn insert(
     let existing = statuses(tx, &refused).await?;
     for &record in candidates {
         if inserted.contains(record.order_id.as_str()) {
-            *written.entry(sale_of(record)).or_insert(0) += 1;
+            *written.entry(sale_of(record)).or_insert(0) += i64::from(record.quantity);
             outcome.created.push(record.clone());
         } else if let Some(fate) = existing.get(record.order_id.as_str()) {
             outcome.already_done.push((record.clone(), *fate));
@@ -55,11 +55,13 @@ macro_rules! insert_orders {
         // A CREATED order awaits payment until now + the sale's window.
         sqlx::query!(
             "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at, request_id, traceparent,
-                                 pay_deadline)
+                                 pay_deadline, quantity, slot)
              SELECT b.order_id, b.activity_id, b.sku_id, b.round, b.user_id, 'CREATED', to_timestamp(b.accepted_ms / 1000.0),
-                    b.request_id, b.traceparent, now() + make_interval(secs => COALESCE(s.payment_window_seconds, 900))
-               FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[], $7::text[], $8::text[])
-                    AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms, request_id, traceparent)
+                    b.request_id, b.traceparent, now() + make_interval(secs => COALESCE(s.payment_window_seconds, 900)),
+                    b.quantity, b.slot
+               FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[], $7::text[], $8::text[],
+                           $9::smallint[], $10::smallint[])
+                    AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms, request_id, traceparent, quantity, slot)
                LEFT JOIN sales s ON s.activity_id = b.activity_id AND s.sku_id = b.sku_id" + $tail,
             &c.order_ids as &[&str],
             &c.activities,
@@ -68,7 +70,9 @@ macro_rules! insert_orders {
             &c.users,
             &c.accepted,
             &c.request_ids as &[Option<&str>],
-            &c.traceparents as &[Option<&str>]
+            &c.traceparents as &[Option<&str>],
+            &c.quantities,
+            &c.slots
         )
     }};
 }
@@ -84,6 +88,8 @@ pub(super) struct OrderColumns<'a> {
     pub(super) accepted: Vec<i64>,
     pub(super) request_ids: Vec<Option<&'a str>>,
     pub(super) traceparents: Vec<Option<&'a str>>,
+    pub(super) quantities: Vec<i16>,
+    pub(super) slots: Vec<i16>,
 }
 
 impl<'a> OrderColumns<'a> {
@@ -98,6 +104,9 @@ impl<'a> OrderColumns<'a> {
             accepted: orders.iter().map(|r| r.accepted_at).collect(),
             request_ids: orders.iter().map(|r| trace(r).request_id).collect(),
             traceparents: orders.iter().map(|r| trace(r).traceparent).collect(),
+            // In range: the record was checked when it was read.
+            quantities: orders.iter().map(|r| r.quantity as i16).collect(),
+            slots: orders.iter().map(|r| r.slot as i16).collect(),
         }
     }
 }
@@ -106,7 +115,7 @@ pub(super) fn is_unique_violation(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
 }
 
-/// The stock guard: takes each sale's `remaining_stock` down by the rows
+/// The stock guard: takes each sale's `remaining_stock` down by the units
 /// `written` for it, only if the sale is still in the round the rows were
 /// written for and has that many units left. Whether every sale took its
 /// count (if not, the caller must roll back).

@@ -98,7 +98,7 @@ async fn place_order_inner(state: &AppState, client: ClientAddr, headers: &Heade
     let trace =
         crate::publish::Trace { request_id: header(REQUEST_ID_HEADER), traceparent: header(TRACEPARENT_HEADER) };
     let admitted = order_admission::claim(state, headers, sale, request.user).await?;
-    let result = deduct_and_publish(state, sale, request.user, admitted.is_some(), trace, permit).await;
+    let result = deduct_and_publish(state, request, admitted.is_some(), trace, permit).await;
     if let Some(token) = &admitted {
         order_admission::settle(state, token, &result).await;
     }
@@ -109,12 +109,12 @@ async fn place_order_inner(state: &AppState, client: ClientAddr, headers: &Heade
 /// when it accepted, the publish; the answer either comes to.
 async fn deduct_and_publish(
     state: &AppState,
-    sale: SaleKey,
-    user: UserId,
+    request: OrderRequest,
     admitted: bool,
     trace: crate::publish::Trace<'_>,
     permit: crate::publish::Admission<'_>,
 ) -> Placed {
+    let sale = SaleKey::new(request.activity, request.sku);
     let deadline = state.publisher.deadline();
     let started = Instant::now();
     let span = trace_export::span_in(trace.traceparent, || {
@@ -127,17 +127,19 @@ async fn deduct_and_publish(
             sale = %sale,
         )
     });
-    let deduction = deduct(state, sale, user, admitted, trace, deadline).instrument(span).await;
+    let deduction = deduct(state, request, admitted, trace, deadline).instrument(span).await;
     metrics::histogram!("seckill_edge_deduct_seconds").record(started.elapsed().as_secs_f64());
     // Not decided: answered without a deduction (503, or 202 UNCONFIRMED).
     let deduction = match deduction {
         Ok(deduction) => deduction,
         Err(answer) => return answer,
     };
-    let (order_id, round, accepted_at) = outcome::accepted(state, sale, deduction)?;
-    tracing::Span::current().record("order_id", order_id.as_str());
+    let won = outcome::accepted(state, sale, deduction)?;
+    tracing::Span::current().record("order_id", won.order_id.as_str());
 
-    let record = OrderRecord::new(order_id.clone(), sale, user, accepted_at).in_round(round);
+    let record = OrderRecord::new(won.order_id, sale, request.user, won.accepted_at)
+        .in_round(won.round)
+        .holding(request.quantity, won.slot);
     let started = Instant::now();
     metrics::gauge!("seckill_edge_publishes_in_flight").increment(1.0);
     let published = state.publisher.publish(&record, trace, permit).await;
@@ -153,12 +155,12 @@ async fn deduct_and_publish(
 /// an unconfirmed one; the lock not had within its wait kept nothing.
 async fn deduct(
     state: &AppState,
-    sale: SaleKey,
-    user: UserId,
+    request: OrderRequest,
     admitted: bool,
     trace: crate::publish::Trace<'_>,
     deadline: std::time::Duration,
 ) -> Result<Deduction, Placed> {
+    let (sale, user) = (SaleKey::new(request.activity, request.sku), request.user);
     // 64 random bits: ids stay unique even if the order counter went back.
     let nonce = format!("{:016x}", rand::random::<u64>());
     match state.settings.deduction {
@@ -169,12 +171,15 @@ async fn deduct(
                 request_id: trace.request_id.unwrap_or_default().to_owned(),
                 traceparent: trace.traceparent.unwrap_or_default().to_owned(),
                 admitted,
+                quantity: request.quantity,
             };
             state.homes.deduct(&state.batcher, sale, deduct, deadline).await.map_err(outcome::not_decided)
         }
         DeductionMode::Lock => {
             let (locks, lock) = (&state.locks, &state.settings.lock);
-            let deduction = state.stock.deduct_with_lock(locks, lock, sale, user, admitted, &nonce, deadline).await;
+            let quantity = request.quantity;
+            let deduction =
+                state.stock.deduct_with_lock(locks, lock, sale, user, quantity, admitted, &nonce, deadline).await;
             match deduction {
                 Ok(Some(deduction)) => Ok(deduction),
                 Ok(None) => Err(Err(outcome::nothing_kept("the sale's lock was not had within its wait"))),

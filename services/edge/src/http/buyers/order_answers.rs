@@ -32,6 +32,7 @@ order_answers! {
     Queued,
     Unconfirmed,
     AlreadyPurchased,
+    LimitReached,
     SoldOut,
     SaleNotFound,
     SaleNotActive,
@@ -91,7 +92,19 @@ impl OrderAnswer {
                 "the earlier order's row",
                 "nothing new was kept; the user holds their order",
             ),
-            Self::SoldOut => refused(410, "SOLD_OUT", "no unit left in any bucket (or the local sold-out flag)"),
+            Self::LimitReached => row(
+                409,
+                "LIMIT_REACHED",
+                "the units the user holds in the round plus those asked pass its perUserLimit (held, limit)",
+                "the user's earlier orders, unchanged",
+                "the earlier orders' rows",
+                "nothing new was kept; the user may order up to limit - held",
+            ),
+            Self::SoldOut => refused(
+                410,
+                "SOLD_OUT",
+                "fewer units left in every bucket than asked (available, when some are), or the local sold-out flag",
+            ),
             Self::SaleNotFound => refused(404, "SALE_NOT_FOUND", "no round of the sale in Redis"),
             Self::SaleNotActive => refused(403, "SALE_NOT_ACTIVE", "before the sale's start or after its end"),
             Self::AdmissionRequired => {
@@ -100,7 +113,9 @@ impl OrderAnswer {
             Self::Unauthorized => refused(401, "UNAUTHORIZED", "user auth on, the token missing or invalid"),
             Self::Forbidden => refused(403, "FORBIDDEN", "the token names another user"),
             Self::RateLimited => refused(429, "RATE_LIMITED", "over the global, per-client or per-user limit"),
-            Self::InvalidRequest => refused(400, "INVALID_REQUEST", "a body that is not the contract's"),
+            Self::InvalidRequest => {
+                refused(400, "INVALID_REQUEST", "a body that is not the contract's, or a quantity over maxPerOrder")
+            }
             Self::PayloadTooLarge => refused(413, "PAYLOAD_TOO_LARGE", "a body over the limit"),
             Self::UnsupportedMediaType => refused(415, "UNSUPPORTED_MEDIA_TYPE", "a body not declared JSON"),
             Self::RequestTimeout => refused(408, "REQUEST_TIMEOUT", "a body not received in time"),
@@ -127,6 +142,7 @@ impl OrderAnswer {
         match self {
             Self::Queued | Self::Unconfirmed | Self::Internal => true,
             Self::AlreadyPurchased
+            | Self::LimitReached
             | Self::SoldOut
             | Self::SaleNotFound
             | Self::SaleNotActive
@@ -159,7 +175,8 @@ impl OrderAnswer {
         };
         match error {
             ApiError::AlreadyPurchased(_) => Self::AlreadyPurchased,
-            ApiError::SoldOut => Self::SoldOut,
+            ApiError::LimitReached { .. } => Self::LimitReached,
+            ApiError::SoldOut | ApiError::FewerLeft(_) => Self::SoldOut,
             ApiError::SaleNotFound => Self::SaleNotFound,
             ApiError::SaleNotActive | ApiError::NotOpenYet(_) => Self::SaleNotActive,
             ApiError::AdmissionRequired(_) => Self::AdmissionRequired,
@@ -195,6 +212,8 @@ impl OrderAnswer {
             deduct::SOLD_OUT => Self::SoldOut,
             deduct::VOIDED | deduct::OTHER_BUCKET | deduct::WARMING => Self::TryAgain,
             deduct::ADMISSION_REQUIRED => Self::AdmissionRequired,
+            deduct::LIMIT_REACHED => Self::LimitReached,
+            deduct::OVER_MAX_PER_ORDER => Self::InvalidRequest,
             _ => return None,
         })
     }
@@ -250,6 +269,7 @@ mod tests {
             }
             OrderAnswer::Unconfirmed => return Ok(Taken::Unconfirmed(None)),
             OrderAnswer::AlreadyPurchased => ApiError::AlreadyPurchased(None),
+            OrderAnswer::LimitReached => ApiError::LimitReached { held: 1, limit: 2 },
             OrderAnswer::SoldOut => ApiError::SoldOut,
             OrderAnswer::SaleNotFound => ApiError::SaleNotFound,
             OrderAnswer::SaleNotActive => ApiError::SaleNotActive,

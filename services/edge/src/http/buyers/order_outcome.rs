@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use backon::Retryable;
-use seckill_shared::domain::{FailReason, OrderId, OrderRecord, SaleKey, UserId};
+use seckill_shared::domain::{FailReason, OrderId, OrderRecord, SaleKey};
 use seckill_shared::ops::retry;
 use seckill_shared::stock::Deduction;
 use std::time::Duration;
@@ -38,14 +38,12 @@ impl IntoResponse for Taken {
         match self {
             Self::Queued(order_id) => (StatusCode::ACCEPTED, Json(QueuedBody::new(&order_id))).into_response(),
             Self::Unconfirmed(order_id) => {
-                let body = ErrorBody {
-                    code: ErrorCode::Unconfirmed,
-                    message:
-                        "whether this request holds a unit is not confirmed yet; poll the order (or the user's result)"
-                            .into(),
-                    order_id: order_id.map(|id| id.to_string()),
-                    opens_at: None,
-                };
+                let mut body = ErrorBody::new(
+                    ErrorCode::Unconfirmed,
+                    "whether this request holds a unit is not confirmed yet; poll the order (or the user's result)"
+                        .into(),
+                );
+                body.order_id = order_id.map(|id| id.to_string());
                 (StatusCode::ACCEPTED, [(RETRY_AFTER, "1")], Json(body)).into_response()
             }
         }
@@ -57,11 +55,21 @@ pub(super) fn nothing_kept(why: &str) -> ApiError {
     ApiError::TryAgain(anyhow::anyhow!("{why}: nothing was kept"))
 }
 
-/// The order a deduction accepted (its id, round and time), or the answer
-/// its refusal gets.
-pub(super) fn accepted(state: &AppState, sale: SaleKey, deduction: Deduction) -> Result<(OrderId, i64, i64), ApiError> {
+/// What a deduction accepted: the order, its round, when, and the user's
+/// place it holds.
+pub(super) struct Won {
+    pub(super) order_id: OrderId,
+    pub(super) round: i64,
+    pub(super) accepted_at: i64,
+    pub(super) slot: u32,
+}
+
+/// The order a deduction accepted, or the answer its refusal gets.
+pub(super) fn accepted(state: &AppState, sale: SaleKey, deduction: Deduction) -> Result<Won, ApiError> {
     match deduction {
-        Deduction::Accepted { order_id, round, accepted_at, .. } => Ok((order_id, round, accepted_at)),
+        Deduction::Accepted { order_id, round, accepted_at, slot, .. } => {
+            Ok(Won { order_id, round, accepted_at, slot })
+        }
         Deduction::SaleNotFound => Err(ApiError::SaleNotFound),
         Deduction::NotActive => Err(ApiError::SaleNotActive),
         // Its id only to a buyer who proved who they are: otherwise anyone
@@ -69,9 +77,16 @@ pub(super) fn accepted(state: &AppState, sale: SaleKey, deduction: Deduction) ->
         Deduction::AlreadyPurchased { order_id } => {
             Err(ApiError::AlreadyPurchased(order_id.filter(|_| auth::identified(state))))
         }
-        Deduction::SoldOut => {
+        // None left: the edge answers the sale's next requests itself. Some
+        // left, fewer than asked: a smaller order may still be taken.
+        Deduction::SoldOut { available: 0 } => {
             state.sold_out.mark(sale);
             Err(ApiError::SoldOut)
+        }
+        Deduction::SoldOut { available } => Err(ApiError::FewerLeft(available)),
+        Deduction::LimitReached { held, limit } => Err(ApiError::LimitReached { held, limit }),
+        Deduction::OverMaxPerOrder { max } => {
+            Err(ApiError::InvalidRequest(format!("quantity is above this sale's maxPerOrder ({max})")))
         }
         Deduction::Voided => Err(nothing_kept("the deduction was voided")),
         Deduction::Warming => Err(nothing_kept("a warm-up is replacing the sale's round")),
@@ -106,7 +121,7 @@ pub(super) async fn published(
         }
         PublishOutcome::NotPersisted(why) => {
             tracing::warn!(order_id = %order_id, reason = %why, "publish failed; rolling back");
-            match roll_back(state, order_id, record.user_id, deadline).await {
+            match roll_back(state, record, deadline).await {
                 RolledBack::Undone => {
                     state.sold_out.clear(record.sale());
                     Err(ApiError::TryAgain(anyhow::anyhow!("publish failed, deduction rolled back: {why}")))
@@ -157,9 +172,10 @@ enum RolledBack {
 /// have it — and answers by that, not by what the script said: a rollback
 /// that did nothing (the order was written, or its deadline passed) leaves
 /// an order that stands.
-async fn roll_back(state: &AppState, order_id: &OrderId, user: UserId, deadline: Duration) -> RolledBack {
+async fn roll_back(state: &AppState, record: &OrderRecord, deadline: Duration) -> RolledBack {
+    let (order_id, user, held) = (&record.order_id, record.user_id, record.held());
     // What the script answered does not matter: the order read below does.
-    let _ = (|| state.stock.rollback(order_id, user, FailReason::PublishFailed, deadline))
+    let _ = (|| state.stock.rollback(order_id, user, held, FailReason::PublishFailed, deadline))
         .retry(retry::times(std::time::Duration::from_millis(100), 2))
         .notify(|error, _| tracing::warn!(order_id = %order_id, %error, "rollback failed; again"))
         .await;

@@ -1,11 +1,12 @@
 //! The order request: a strict parse of exactly the three ids, each a
-//! positive integer within i64 (`1.0` counts, as in JSON Schema); every
-//! refusal names the field.
+//! positive integer within i64 (`1.0` counts, as in JSON Schema), and an
+//! optional `quantity` (1 to [`MAX_QUANTITY`]; the round's own most per
+//! order is the deduction's to check); every refusal names the field.
 
 use crate::http::bodies::OrderRequestBody;
 use crate::http::extract::FromJsonBody;
 use crate::http::ApiError;
-use seckill_shared::domain::{integer, ActivityId, SkuId, UserId};
+use seckill_shared::domain::{integer, ActivityId, SkuId, UserId, MAX_QUANTITY};
 use serde_json::{Map, Value};
 
 /// A validated order request.
@@ -14,9 +15,11 @@ pub(crate) struct OrderRequest {
     pub(super) activity: ActivityId,
     pub(super) sku: SkuId,
     pub(super) user: UserId,
+    /// Units asked for, all or none.
+    pub(super) quantity: u32,
 }
 
-const ORDER_FIELDS: [&str; 3] = ["activityId", "skuId", "userId"];
+const ORDER_FIELDS: [&str; 4] = ["activityId", "skuId", "userId", "quantity"];
 
 impl FromJsonBody for OrderRequest {
     fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
@@ -25,16 +28,21 @@ impl FromJsonBody for OrderRequest {
 }
 
 /// Strict parse: a JSON object with exactly the three ids, each a positive
-/// integer within i64. Every refusal names the field.
+/// integer within i64, and perhaps a quantity. Every refusal names the
+/// field.
 fn parse_order_request(bytes: &[u8]) -> Result<OrderRequest, ApiError> {
     // A derived struct would also take `[1,2,3]`: only objects qualify.
     let is_object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     match is_object.then(|| serde_json::from_slice::<OrderRequestBody>(bytes)) {
         Some(Ok(fast)) => {
-            if let (Ok(activity), Ok(sku), Ok(user)) =
-                (ActivityId::new(fast.activity_id), SkuId::new(fast.sku_id), UserId::new(fast.user_id))
-            {
-                return Ok(OrderRequest { activity, sku, user });
+            let quantity = fast.quantity.unwrap_or(1);
+            if let (Ok(activity), Ok(sku), Ok(user), true) = (
+                ActivityId::new(fast.activity_id),
+                SkuId::new(fast.sku_id),
+                UserId::new(fast.user_id),
+                (1..=i64::from(MAX_QUANTITY)).contains(&quantity),
+            ) {
+                return Ok(OrderRequest { activity, sku, user, quantity: quantity as u32 });
             }
         }
         // The derived parse refuses a key given twice; a JSON tree would
@@ -57,7 +65,19 @@ fn parse_order_request(bytes: &[u8]) -> Result<OrderRequest, ApiError> {
         activity: ActivityId::new(positive_field(&object, "activityId")?).map_err(ApiError::invalid)?,
         sku: SkuId::new(positive_field(&object, "skuId")?).map_err(ApiError::invalid)?,
         user: UserId::new(positive_field(&object, "userId")?).map_err(ApiError::invalid)?,
+        quantity: quantity_field(&object)?,
     })
+}
+
+/// `quantity`: 1 when absent, else 1 to [`MAX_QUANTITY`].
+fn quantity_field(object: &Map<String, Value>) -> Result<u32, ApiError> {
+    if !object.contains_key("quantity") {
+        return Ok(1);
+    }
+    match positive_field(object, "quantity")? {
+        n if n <= i64::from(MAX_QUANTITY) => Ok(n as u32),
+        n => Err(ApiError::InvalidRequest(format!("quantity must be between 1 and {MAX_QUANTITY}, got {n}"))),
+    }
 }
 
 fn positive_field(object: &Map<String, Value>, name: &str) -> Result<i64, ApiError> {
@@ -103,6 +123,10 @@ mod tests {
             (r#"[1,2,3]"#, "object", "not an object"),
             (r#"{"activityId":1,"#, "JSON", "truncated JSON"),
             (r#"{"activityId":1,"skuId":2,"userId":4,"userId":5}"#, "duplicate field `userId`", "a key given twice"),
+            (r#"{"activityId":1,"skuId":2,"userId":4,"quantity":0}"#, "quantity", "no units"),
+            (r#"{"activityId":1,"skuId":2,"userId":4,"quantity":101}"#, "quantity", "above the most"),
+            (r#"{"activityId":1,"skuId":2,"userId":4,"quantity":1.5}"#, "quantity", "a fraction"),
+            (r#"{"activityId":1,"skuId":2,"userId":4,"quantity":null}"#, "quantity", "null quantity"),
         ] {
             let error = parse_order_request(body.as_bytes()).expect_err(why);
             assert_eq!(error.code().as_str(), "INVALID_REQUEST", "{why}");
@@ -113,7 +137,11 @@ mod tests {
     #[test]
     fn good_bodies_parse() {
         let request = parse_order_request(br#"{"activityId":1001,"skuId":2001,"userId":42}"#).unwrap();
-        assert_eq!(request.user.get(), 42);
+        assert_eq!((request.user.get(), request.quantity), (42, 1));
+        let two = parse_order_request(br#"{"activityId":1001,"skuId":2001,"userId":42,"quantity":2}"#).unwrap();
+        assert_eq!(two.quantity, 2);
+        let spelled = parse_order_request(br#"{"quantity":3.0,"activityId":1001,"skuId":2001,"userId":42}"#);
+        assert_eq!(spelled.map(|r| r.quantity).map_err(|e| e.to_string()), Ok(3));
         // An integer to JSON Schema, and so to the document.
         let whole = parse_order_request(br#"{"userId": 2931.0, "skuId": 1807017274171963.0, "activityId": 4e3}"#);
         let ids = whole.map(|r| (r.activity.get(), r.sku.get(), r.user.get())).map_err(|e| e.to_string());

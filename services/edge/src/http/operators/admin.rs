@@ -10,7 +10,7 @@ use axum::routing::{post, put};
 use axum::{Json, Router};
 use seckill_shared::books::{self, ReconcileError, Report};
 use seckill_shared::db::SaleRow;
-use seckill_shared::domain::{ActivityId, SaleKey, SkuId};
+use seckill_shared::domain::{ActivityId, Limits, SaleKey, SkuId};
 use seckill_shared::sales::{self, WarmupError, WarmupRequest};
 
 /// Admin routes.
@@ -42,7 +42,7 @@ fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
     request_body(content = WarmupBody, content_type = "application/json"),
     responses(
         (status = 200, description = "Warmed up (the replicas have it): stock set (never added), buyers cleared; with an end, every key of the sale expires after the end, the payment window and redis.sale_key_margin_secs. The Seckill-Warmup-Id header names the warm-up; asked again with it (warmupId, or Idempotency-Key), the same answer", body = SaleRow, headers(("Seckill-Warmup-Id" = String, description = "The warm-up's id"))),
-        (status = 400, description = "INVALID_REQUEST: a bad id, stock or window", body = ErrorBody),
+        (status = 400, description = "INVALID_REQUEST: a bad id, stock, window or limit", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: no or a wrong admin token", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED: this client failed to authenticate too often (Retry-After)", body = ErrorBody),
         (status = 409, description = "SALE_BUSY: another warm-up runs, the previous round has orders in flight (force to replace it), or the warm-up id was used for another request", body = ErrorBody),
@@ -71,6 +71,7 @@ pub(crate) async fn warm_up(
         payment_window_seconds: body.payment_window_seconds,
         buckets: body.buckets,
         admission: body.admission,
+        limits: Limits::asked(body.per_user_limit, body.max_per_order),
     };
     let header_value = HeaderValue::from_str(&id).map_err(ApiError::invalid)?;
     // A task of its own: a client that hangs up does not cut the warm-up
