@@ -39,6 +39,7 @@ def main():
     e = edge_paths()
     o, RESULTS["drain"] = drain.drain((sale(9), sale(3)), "drain")
     accepted.consuming(e)
+    accepted.quantity_two()
     sold = sold_out.sold_out()
     sold_out.queue_poll(sold)
     sold_out.hot_burst()

@@ -33,7 +33,8 @@ import sys
 import threading
 import time
 
-import bench as b
+from benchmarks import common as b
+from benchmarks.cleanup import delete_topics
 from shop import call, notify
 
 ROOT = b.ROOT
@@ -102,15 +103,16 @@ def ctl(binary, *args, check=True):
     return out
 
 
-def old_has(path):
-    """Whether the old version has this file (a feature it knows)."""
-    return subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{FROM}:{path}"],
-                          capture_output=True).returncode == 0
+def old_has(*paths):
+    """Whether the old version has one of these files (a feature it knows,
+    wherever its version kept it)."""
+    return any(subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{FROM}:{path}"],
+                              capture_output=True).returncode == 0 for path in paths)
 
 
 # What the old version's edge speaks: the payment provider's notifications
 # (else the buyer-facing /pay) and the per-client limit of status reads.
-OLD_NOTIFIES = old_has("services/edge/src/http/payments.rs")
+OLD_NOTIFIES = old_has("services/edge/src/http/payments.rs", "services/edge/src/http/provider/payments.rs")
 OLD_LIMITS_READS = old_has("services/edge/src/status_reads.rs")
 
 
@@ -294,7 +296,7 @@ def clean_up():
     b.psql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
     topics = [f"{RUN}.seckill.{t}" for t in ("orders", "orders.dlq", "order-events")]
     try:
-        deleted = b.delete_topics(topics)
+        deleted = delete_topics(topics)
     except OSError as error:
         deleted = f"none ({error})"
     log(f"cleaned up: {len(keys)} Redis keys, database {DB}, {deleted} Kafka topics")

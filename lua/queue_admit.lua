@@ -5,8 +5,10 @@
 -- admits no more than one would (Redis runs them one after the other, and
 -- each reads what the other wrote).
 --
--- ARGV[1] the units still on sale (every bucket's stock and the units in
--- transit between buckets, read just before), ARGV[2] the most tickets
+-- ARGV[1] the orders the units still on sale can take (every bucket's stock
+-- and the units in transit between buckets, read just before, over the
+-- round's most units per order, rounded up: the units themselves when an
+-- order holds one; 0 only when no unit is left), ARGV[2] the most tickets
 -- this pass admits, ARGV[3] the rate's tolerance (ms), ARGV[4] how long
 -- past its token's expiry a claimed ticket's order may still be deciding
 -- (ms: the publish deadline).
@@ -24,7 +26,7 @@
 -- the mark; before the start nobody is admitted. Then tickets are admitted
 -- in line order while
 --   - fewer than `active_buyers` are admitted and unused,
---   - fewer than `overbook` × the units left are admitted and unused, and
+--   - fewer than `overbook` × those orders are admitted and unused, and
 --   - the rate allows: a generic cell rate (GCRA) with emission interval
 --     T = (60000 + tolerance) / (per_minute - 1) ms, so that no window of a
 --     minute holds more than `per_minute` admissions, and none of a second
@@ -67,9 +69,9 @@ if expired > 0 then
   redis.call('HINCRBY', KEYS[1], 'expired', expired)
 end
 
-local units = tonumber(ARGV[1])
+local orders = tonumber(ARGV[1])
 local active = redis.call('ZCARD', KEYS[5])
-if units <= 0 then
+if orders <= 0 then
   if redis.call('HGET', KEYS[1], 'sold_out') ~= '1' then
     redis.call('HSET', KEYS[1], 'sold_out', 1, 'sold_out_at', now)
   end
@@ -87,7 +89,7 @@ if per_minute == 1 then
 elseif per_minute > 1 then
   interval = (60000 + tolerance) / (per_minute - 1)
 end
-local cap = math.min(tonumber(m[2]), math.floor(tonumber(m[5]) * units))
+local cap = math.min(tonumber(m[2]), math.floor(tonumber(m[5]) * orders))
 local ttl, abandon = tonumber(m[4]), tonumber(m[10])
 local seen_since = now - abandon
 local tat, total = tonumber(m[9]), tonumber(m[11])

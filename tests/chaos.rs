@@ -45,6 +45,21 @@ async fn chaos() {
             vec![(3_000, Fault::PauseRedis(secs(4))), (9_000, Fault::PauseRedis(secs(4)))],
         ),
         Scenario {
+            per_user_limit: 3,
+            quantities: "1,2,3",
+            ..scenario(
+                "12 buyers of 1, 2 or 3 units (limit 3): kill -9 edge, order service, compensator; Kafka stopped 10 s",
+                12,
+                vec![
+                    (2_500, Fault::KillEdge),
+                    (4_000, Fault::DeadLetters(150)),
+                    (4_200, Fault::KillCompensator),
+                    (6_000, Fault::KillOrder),
+                    (8_000, Fault::StopKafka(secs(10))),
+                ],
+            )
+        },
+        Scenario {
             requests: 20_000,
             users: 15_000,
             stock: 6_000,

@@ -32,6 +32,21 @@ def consuming(e):
     log(f"accepted path, order service consuming: p99 {RESULTS['accepted_path_consuming']['latencyMs']['p99']:.2f} ms")
 
 
+def quantity_two():
+    """The accepted path again, under the same load while the order service
+    consumes, with orders of two units (a limit of 2 per buyer): beside
+    orders of one (`consuming`, measured right before), the rate (goal 0.9
+    x) and the units per second (goal 1.6 x)."""
+    warm(sale(20), 1, 50_000_000, per_user_limit=2)
+    two = load(EDGE, sale(20), 1, 200_000, 200_000, quantity=2)
+    one = RESULTS["accepted_path_consuming"]
+    two["ratioToOneUnit"] = ratio(two["requestsPerSecond"], one["requestsPerSecond"])
+    two["unitsRatioToOneUnit"] = ratio(2 * two["accepted"] / two["seconds"], one["accepted"] / one["seconds"])
+    RESULTS["accepted_path_quantity_two"] = two
+    log(f"accepted path, 2 units per order: {two['ratioToOneUnit']:.2f} x the rate of 1, "
+        f"{two['unitsRatioToOneUnit']:.2f} x the units per second")
+
+
 def readyz_flood():
     """Buyers on the accepted path (16 connections) alone, then while wrk
     holds 500 connections on /healthz (the cheapest answer the edge has:

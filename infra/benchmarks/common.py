@@ -89,14 +89,15 @@ def ctl(*args, check=True):
     return out.stdout
 
 
-def warm(activity, sku, stock):
-    ctl("warmup", "--activity", activity, "--sku", sku, "--stock", stock, "--force")
+def warm(activity, sku, stock, per_user_limit=1):
+    ctl("warmup", "--activity", activity, "--sku", sku, "--stock", stock, "--force", "--per-user-limit", per_user_limit)
 
 
 def load(url, activity, sku, users, requests, conns=CONNS, offset=0, get=None, timeline_ms=None, stride=1,
-         traceparent=None):
+         traceparent=None, quantity=1):
     args = ["bench", "--url", f"http://{url}", "--activity", activity, "--sku", sku, "--users", users,
-            "--requests", requests, "--concurrency", conns, "--user-offset", offset, "--user-stride", stride, "--json"]
+            "--requests", requests, "--concurrency", conns, "--user-offset", offset, "--user-stride", stride,
+            "--quantity", quantity, "--json"]
     if get:
         args += ["--get", get]
     if traceparent:

@@ -19,6 +19,7 @@ def edge_rows(r):
     seed = r["reference_seed_kafka"]
     accc = r["accepted_path_consuming"]
     acc2 = r["accepted_path_2_partitions"]
+    q2 = r["accepted_path_quantity_two"]
     so = r["sold_out_path"]
     burst = r["hot_burst"]
     lua, lock = r["lua_vs_lock"]["lua"], r["lua_vs_lock"]["lock"]
@@ -39,6 +40,9 @@ def edge_rows(r):
         ("edge, accepted path while the order service consumes", f"{accc['requestsPerSecond']:,.0f} req/s",
          f"p50 {accc['latencyMs']['p50']:.2f} ms, p99 {accc['latencyMs']['p99']:.2f} ms (target p99 10 ms)",
          f"{ratio(accc['requestsPerSecond'], seed['requestsPerSecond']):.2f} x seed reference + publish"),
+        ("edge, accepted path of 2-unit orders (limit 2 per buyer) while the order service consumes", f"{q2['requestsPerSecond']:,.0f} req/s",
+         f"p50 {q2['latencyMs']['p50']:.2f} ms, p99 {q2['latencyMs']['p99']:.2f} ms",
+         f"{q2['ratioToOneUnit']:.2f} x the rate of 1-unit orders (goal 0.9); {q2['unitsRatioToOneUnit']:.2f} x their units per second (goal 1.6)"),
         ("tuning: accepted path, orders topic of 2 partitions (default 8)", f"{acc2['requestsPerSecond']:,.0f} req/s",
          f"p50 {acc2['latencyMs']['p50']:.2f} ms, p99 {acc2['latencyMs']['p99']:.2f} ms",
          f"{ratio(acc2['requestsPerSecond'], ref):.2f} x reference; {ratio(acc2['requestsPerSecond'], acc['requestsPerSecond']):.2f} x 8 partitions"),

@@ -1,6 +1,6 @@
 //! The short version of `make chaos` that runs in `make test`: process
 //! crashes, a database outage seen by this test only, and poison records,
-//! all during one load. (Stopping the shared Kafka, PostgreSQL or Redis
+//! all during one load of buyers asking for 1 or 2 units. (Stopping the shared Kafka, PostgreSQL or Redis
 //! servers would disturb the tests running beside it: those faults run in
 //! `make chaos`.)
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_and_outages_lose_nothing() {
     let outcome = run(Scenario {
-        name: "short: kill -9 edge, order service, compensator (mid-record); database blocked 4 s; poison + duplicate",
+        name: "short: buyers of 1 or 2 units (limit 2); kill -9 edge, order service, compensator (mid-record); database blocked 4 s; poison + duplicate",
         topology: seckill_e2e::Topology::Single,
         seed: 11,
         stock: 1_500,
@@ -20,6 +20,8 @@ async fn crashes_and_outages_lose_nothing() {
         rate: 500.0,
         concurrency: 32,
         retry_ratio: 0.1,
+        per_user_limit: 2,
+        quantities: "1,2",
         faults: vec![
             (Duration::from_millis(1_500), Fault::PoisonAndDuplicate),
             (Duration::from_millis(2_500), Fault::KillEdge),

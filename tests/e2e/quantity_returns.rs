@@ -104,3 +104,26 @@ async fn a_redrive_run_twice_places_each_order_of_two_units_once() {
     let report = crate::lifecycle::settled(&env, sale).await;
     assert_eq!((report.units_created, report.redriven, report.users_over_limit), (6, 3, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_publish_of_two_units_is_published_again_with_both() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let limits = Limits { per_user_limit: 2, max_per_order: 2 };
+    env.warmup_limited(sale, 5, 900, limits).await;
+    // Deducted, never published (an edge that died right after): the
+    // sweeper publishes the record again from what the reservation keeps.
+    let lost = env.try_deduct_units(sale, 1, 2).await.expect("two units");
+    let _order = env.spawn_order(env.order_settings()).await;
+    let _compensator = env.spawn_compensator(env.compensator_settings()).await;
+    env.wait_orders(sale, "CREATED", 1).await;
+    let (quantity, slot): (i16, i16) = sqlx::query_as("SELECT quantity, slot FROM orders WHERE order_id = $1")
+        .bind(lost.order_id.as_str())
+        .fetch_one(&env.db)
+        .await
+        .unwrap();
+    assert_eq!((quantity, slot), (2, 0), "the order written as it was taken");
+    assert_eq!((env.redis_stock(sale).await, units(&env, sale, "CREATED").await), (3, 2));
+    let report = crate::lifecycle::settled(&env, sale).await;
+    assert_eq!((report.units_created, report.db_remaining), (2, 3));
+}

@@ -38,7 +38,8 @@ impl TestEnv {
         self.warmup_request(sale, stock, window, 1, true, limits).await.expect("warming up");
     }
 
-    async fn warmup_request(
+    /// Warms `sale` up through the shared warm-up code, every field named.
+    pub async fn warmup_request(
         &self,
         sale: SaleKey,
         stock: i64,

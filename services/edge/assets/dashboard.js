@@ -119,6 +119,12 @@ function saleCard(sale) {
     ["units compensated / written off", `${number(sale.compensated)} / ${number(sale.writtenOff)}`, "compensated"],
     ["records parked", sale.parked, "sale-parked"],
   ];
+  // A sale of several units per order: the units the orders hold, and the
+  // buyers' limit (never passed).
+  if (sale.perUserLimit > 1) {
+    rows.push(["units created / paid / in flight", `${number(sale.unitsCreated)} / ${number(sale.unitsPaid)} / ${number(sale.unitsInFlight)}`, "units"]);
+    rows.push(["users over their limit", `${number(sale.usersOverLimit)} (limit ${number(sale.perUserLimit)} units)`, "over-limit"]);
+  }
   // A sale in stock buckets: each bucket's units left and buyers, and the
   // units on their way from one to another.
   const buckets = (sale.redis && sale.redis.buckets) || [];

@@ -27,6 +27,8 @@ pub struct SaleSnapshot {
     pub queued_units: i64,
     /// Units one user may hold in the round.
     pub per_user_limit: i64,
+    /// Units one order may hold.
+    pub max_per_order: i64,
     /// Orders Redis knows as CREATED.
     pub created: i64,
     /// Orders Redis knows as FAILED.
@@ -89,6 +91,7 @@ impl Stock {
             sum.queued += part.queued;
             sum.queued_units += part.queued_units;
             sum.per_user_limit = part.per_user_limit;
+            sum.max_per_order = part.max_per_order;
             sum.created += part.created;
             sum.failed += part.failed;
             sum.compensated += part.compensated;
@@ -110,8 +113,19 @@ impl Stock {
     ) -> Result<(SaleSnapshot, BucketState), RedisCallError> {
         let k = self.keys.bucket(sale, bucket);
         let mut pipe = redis::pipe();
-        let fields =
-            ["total", "round", "queued", "created", "failed", "cancelled", "lent", "borrowed", "queued_extra", "limit"];
+        let fields = [
+            "total",
+            "round",
+            "queued",
+            "created",
+            "failed",
+            "cancelled",
+            "lent",
+            "borrowed",
+            "queued_extra",
+            "limit",
+            "max",
+        ];
         pipe.hmget(&k.meta, &fields)
             .get(&k.stock)
             .hlen(&k.buyers)
@@ -139,6 +153,7 @@ impl Stock {
             queued: field(2).unwrap_or(0),
             queued_units: field(2).unwrap_or(0) + field(8).unwrap_or(0),
             per_user_limit: field(9).unwrap_or(1),
+            max_per_order: field(10).unwrap_or(1),
             created: field(3).unwrap_or(0),
             failed: field(4).unwrap_or(0),
             remaining: stock.unwrap_or(0),

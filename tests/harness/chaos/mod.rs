@@ -45,6 +45,12 @@ pub struct Scenario {
     pub concurrency: usize,
     /// Share of requests that retry an earlier user.
     pub retry_ratio: f64,
+    /// Units one buyer may hold (the warm-up's `perUserLimit`; its
+    /// `maxPerOrder` too).
+    pub per_user_limit: u32,
+    /// What the buyers ask for: `seckillctl bench --quantity` (`1`, or a
+    /// mix such as `1,2`, by user).
+    pub quantities: &'static str,
     /// Faults, each at its time after the load starts.
     pub faults: Vec<(Duration, Fault)>,
 }
@@ -65,6 +71,8 @@ impl Scenario {
             rate: 500.0,
             concurrency: 64,
             retry_ratio: 0.1,
+            per_user_limit: 1,
+            quantities: "1",
             faults: faults.into_iter().map(|(ms, f)| (Duration::from_millis(ms), f)).collect(),
         }
     }
@@ -79,9 +87,13 @@ pub struct Outcome {
     pub accepted: u64,
     /// Orders CREATED.
     pub created: i64,
-    /// Units restored by the compensator and sweeper.
+    /// The units they hold.
+    pub units: i64,
+    /// Buyers whose live orders hold more than their limit.
+    pub over_limit: i64,
+    /// Orders whose units the compensator and sweeper restored.
     pub restored: i64,
-    /// Units written off.
+    /// Orders whose units were written off.
     pub written_off: i64,
     /// 503 TRY_AGAIN answers: definite publish failures (rolled back),
     /// Redis unreachable, a producer being rebuilt (nothing deducted).
@@ -112,11 +124,13 @@ impl Outcome {
             self.accepted_failed.iter().map(|(r, n)| format!("{n} {r}")).collect::<Vec<_>>().join(", ")
         };
         format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s |",
             self.name,
             self.requests,
             self.accepted,
             self.created,
+            self.units,
+            self.over_limit,
             self.restored,
             self.written_off,
             self.try_again,
@@ -131,4 +145,4 @@ impl Outcome {
 }
 
 /// The header of [`Outcome::row`].
-pub const TABLE_HEADER: &str = "| scenario | requests | 202 QUEUED | orders created | units restored | written off | 503 TRY_AGAIN | 202 UNCONFIRMED | broken promises (202 QUEUED → FAILED) | 503 with an order | deductions Redis lost | reconciliation | drain |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+pub const TABLE_HEADER: &str = "| scenario | requests | 202 QUEUED | orders created | units they hold | users over their limit | orders restored | written off | 503 TRY_AGAIN | 202 UNCONFIRMED | broken promises (202 QUEUED → FAILED) | 503 with an order | deductions Redis lost | reconciliation | drain |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";

@@ -5,7 +5,7 @@
 use super::faults;
 use super::{wait_redis_replicated, Outcome, Pipeline, Scenario};
 use crate::{binary, TestEnv, Topology};
-use seckill_shared::domain::SaleKey;
+use seckill_shared::domain::{Limits, SaleKey};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -20,7 +20,8 @@ pub async fn run(scenario: Scenario) -> Outcome {
     let redis_may_lose = scenario.faults.iter().any(|(_, f)| f.loses_redis_writes());
     let sale = test.sale();
     let window = seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS;
-    test.warmup_round(sale, scenario.stock, window, scenario.buckets, true).await.expect("warming up");
+    let limits = Limits { per_user_limit: scenario.per_user_limit, max_per_order: scenario.per_user_limit };
+    test.warmup_request(sale, scenario.stock, window, scenario.buckets, true, limits).await.expect("warming up");
     let mut pipeline = Pipeline::start(&test);
     pipeline.wait_ready().await;
 
@@ -28,7 +29,7 @@ pub async fn run(scenario: Scenario) -> Outcome {
     let outcomes = load_with_faults(&test, &scenario, sale, &mut pipeline, &files).await;
     let requests: u64 = outcomes.values().filter_map(|v| v.as_u64()).sum();
     let accepted = outcomes.get("202 QUEUED").and_then(|v| v.as_u64()).unwrap_or(0);
-    let (created, violations, drain) = reconciled(&test, &scenario, sale, redis_may_lose, &pipeline).await;
+    let (created, units, violations, drain) = reconciled(&test, &scenario, sale, redis_may_lose, &pipeline).await;
     let (accepted_failed, lost_by_redis) = promised(&test, &scenario, sale, &files, accepted, redis_may_lose).await;
     // A 503 kept nothing: a buyer told only 503 (never 202, 409 or a lost
     // connection, whose answer nobody heard) holds no order.
@@ -49,6 +50,9 @@ pub async fn run(scenario: Scenario) -> Outcome {
         requests,
         accepted,
         created,
+        units,
+        // Checked 0 by `reconciled`.
+        over_limit: 0,
         restored: snapshot.compensated,
         written_off: snapshot.written_off,
         try_again: outcomes.get("503 TRY_AGAIN").and_then(|v| v.as_u64()).unwrap_or(0) as i64,
@@ -104,6 +108,8 @@ fn bench_args(scenario: &Scenario, url: &str, sale: SaleKey, files: &Files) -> V
         &scenario.concurrency.to_string(),
         "--same-user-ratio",
         &scenario.retry_ratio.to_string(),
+        "--quantity",
+        scenario.quantities,
         "--seed",
         &scenario.seed.to_string(),
         "--accepted-out",
@@ -148,15 +154,15 @@ async fn load_with_faults(
 }
 
 /// Drains and reconciles the sale, checking what PostgreSQL guarantees
-/// whatever happened to Redis; the orders created, the violations the
-/// books explain, and how long the drain took.
+/// whatever happened to Redis; the orders created and the units they hold,
+/// the violations the books explain, and how long the drain took.
 async fn reconciled(
     test: &TestEnv,
     scenario: &Scenario,
     sale: SaleKey,
     redis_may_lose: bool,
     pipeline: &Pipeline,
-) -> (i64, Vec<String>, Duration) {
+) -> (i64, i64, Vec<String>, Duration) {
     let (a, s) = (sale.activity.to_string(), sale.sku.to_string());
     let drain_started = Instant::now();
     let reconcile = test.ctl(&["reconcile", "--activity", &a, "--sku", &s, "--wait-drain", "240", "--json"]).await;
@@ -168,15 +174,12 @@ async fn reconciled(
         .map(|v| v.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
     let created = report["ordersCreated"].as_i64().unwrap_or(-1);
+    let units = report["unitsCreated"].as_i64().unwrap_or(-1);
     // PostgreSQL's guarantees hold whatever happened to Redis.
-    assert!(created <= scenario.stock, "{}: oversold: {created} > {}", scenario.name, scenario.stock);
-    assert_eq!(report["duplicateUsers"], 0, "{}: a user holds two orders", scenario.name);
-    assert_eq!(
-        report["dbRemaining"].as_i64(),
-        Some(scenario.stock - created),
-        "{}: database stock guard",
-        scenario.name
-    );
+    assert!(units <= scenario.stock, "{}: oversold: {units} units > {}", scenario.name, scenario.stock);
+    assert_eq!(report["duplicateUsers"], 0, "{}: two live orders in one buyer's place", scenario.name);
+    assert_eq!(report["usersOverLimit"], 0, "{}: a buyer holds more than the limit", scenario.name);
+    assert_eq!(report["dbRemaining"].as_i64(), Some(scenario.stock - units), "{}: database stock guard", scenario.name);
     assert_eq!(report["parked"], 0, "{}: records parked", scenario.name);
     assert!(
         report["orderLag"] == 0 && report["compensatorLag"] == 0,
@@ -208,7 +211,7 @@ async fn reconciled(
         assert_eq!(report["ordersInFlight"], 0, "{}: something left in flight", scenario.name);
     }
 
-    (created, violations, drain)
+    (created, units, violations, drain)
 }
 
 /// Every 202 ended as exactly one of CREATED or FAILED with its unit

@@ -46,6 +46,11 @@ pub struct Args {
     /// Requests to send (default: one per user; unbounded with --duration).
     #[arg(long)]
     requests: Option<u64>,
+    /// Units each order asks for (the sale's `maxPerOrder` at most; the
+    /// body carries `"quantity"` when it is above 1): one number, or a list
+    /// (`1,2`) of which user u asks for the (u mod its length)-th.
+    #[arg(long, default_value = "1", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=100))]
+    quantity: Vec<u32>,
     /// Share of requests (0..1) that repeat an earlier user: retries.
     #[arg(long, default_value_t = 0.0)]
     same_user_ratio: f64,

@@ -142,7 +142,13 @@ fn request(args: &Args, user: i64) -> Request<Full<Bytes>> {
     match &args.get {
         Some(path) => builder.method(Method::GET).uri(format!("{}{}", args.url, path)).body(Full::new(Bytes::new())),
         None => {
-            let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{}}}"#, args.activity, args.sku, user);
+            let quantity = args.quantity[user.unsigned_abs() as usize % args.quantity.len().max(1)];
+            let body = match quantity {
+                1 => format!(r#"{{"activityId":{},"skuId":{},"userId":{user}}}"#, args.activity, args.sku),
+                n => {
+                    format!(r#"{{"activityId":{},"skuId":{},"userId":{user},"quantity":{n}}}"#, args.activity, args.sku)
+                }
+            };
             builder
                 .method(Method::POST)
                 .uri(format!("{}/api/seckill/order", args.url))

@@ -60,12 +60,23 @@ pub struct Verdict {
     pub out_of_order: Vec<String>,
     /// Events of the sale on the topic that no order explains.
     pub unexplained: Vec<String>,
+    /// Events whose `quantity` is not their order's units.
+    pub wrong_quantity: Vec<String>,
     /// Whether every check holds (pending events excepted).
     pub complete: bool,
 }
 
 /// Where the first copy of an event sits on the topic.
 type Position = (i32, i64);
+
+/// An event as the topic holds it: where its first copy is, how many
+/// copies there are, and the units its first copy says its order holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub at: Position,
+    pub copies: usize,
+    pub quantity: u32,
+}
 
 /// Runs `events verify`: exit 0 complete, 1 not, 2 a source unreadable.
 pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
@@ -103,9 +114,8 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
     }
 }
 
-/// Every event on the topic (of `sale`, when given): where its first copy
-/// is, and how many copies there are.
-pub fn on_topic(kafka: &KafkaSettings, sale: Option<SaleKey>) -> anyhow::Result<HashMap<String, (Position, usize)>> {
+/// Every event on the topic (of `sale`, when given), as [`Seen`].
+pub fn on_topic(kafka: &KafkaSettings, sale: Option<SaleKey>) -> anyhow::Result<HashMap<String, Seen>> {
     on_topic_from(kafka, sale, Start::Beginning)
 }
 
@@ -114,9 +124,9 @@ pub fn on_topic_from(
     kafka: &KafkaSettings,
     sale: Option<SaleKey>,
     start: Start<'_>,
-) -> anyhow::Result<HashMap<String, (Position, usize)>> {
+) -> anyhow::Result<HashMap<String, Seen>> {
     let topic = Topics::new(kafka).events;
-    let mut seen: HashMap<String, (Position, usize)> = HashMap::new();
+    let mut seen: HashMap<String, Seen> = HashMap::new();
     read_to_end(kafka, &topic, start, Duration::from_secs(300), |_, message| {
         // Only what is needed to tell events apart: a record that is not an
         // event of ours is not this check's business.
@@ -126,13 +136,16 @@ pub fn on_topic_from(
             event_id: String,
             activity_id: i64,
             sku_id: i64,
+            /// Absent from events written before quantities: one unit.
+            quantity: Option<u32>,
         }
         let Some(head) = message.payload().and_then(|p| serde_json::from_slice::<Head>(p).ok()) else {
             return Ok(true);
         };
         if sale.is_none_or(|s| (s.activity.get(), s.sku.get()) == (head.activity_id, head.sku_id)) {
-            let entry = seen.entry(head.event_id).or_insert(((message.partition(), message.offset()), 0));
-            entry.1 += 1;
+            let first =
+                Seen { at: (message.partition(), message.offset()), copies: 0, quantity: head.quantity.unwrap_or(1) };
+            seen.entry(head.event_id).or_insert(first).copies += 1;
         }
         Ok(true)
     })?;
@@ -140,7 +153,7 @@ pub fn on_topic_from(
 }
 
 /// Compares what the orders call for with what the topic holds.
-fn judge(sale: SaleKey, wanted: &[Expected], seen: &HashMap<String, (Position, usize)>) -> Verdict {
+fn judge(sale: SaleKey, wanted: &[Expected], seen: &HashMap<String, Seen>) -> Verdict {
     let mut verdict = Verdict {
         activity_id: sale.activity.get(),
         sku_id: sale.sku.get(),
@@ -149,10 +162,13 @@ fn judge(sale: SaleKey, wanted: &[Expected], seen: &HashMap<String, (Position, u
     };
     let mut by_order: BTreeMap<&str, Vec<Option<Position>>> = BTreeMap::new();
     for want in wanted {
-        let position = seen.get(&want.event.event_id).map(|(at, copies)| {
+        let position = seen.get(&want.event.event_id).map(|event| {
             verdict.delivered += 1;
-            verdict.repeats += copies - 1;
-            *at
+            verdict.repeats += event.copies - 1;
+            if i64::from(event.quantity) != i64::from(want.event.quantity) {
+                verdict.wrong_quantity.push(want.event.event_id.clone());
+            }
+            event.at
         });
         if position.is_none() {
             if want.pending {
@@ -178,7 +194,10 @@ fn judge(sale: SaleKey, wanted: &[Expected], seen: &HashMap<String, (Position, u
     let known: std::collections::HashSet<&str> = wanted.iter().map(|w| w.event.event_id.as_str()).collect();
     verdict.unexplained = seen.keys().filter(|id| !known.contains(id.as_str())).cloned().collect();
     verdict.unexplained.sort();
-    verdict.complete = verdict.missing_count == 0 && verdict.out_of_order.is_empty() && verdict.unexplained.is_empty();
+    verdict.complete = verdict.missing_count == 0
+        && verdict.out_of_order.is_empty()
+        && verdict.unexplained.is_empty()
+        && verdict.wrong_quantity.is_empty();
     verdict
 }
 
@@ -198,6 +217,9 @@ fn print(verdict: &Verdict) {
     }
     if !verdict.unexplained.is_empty() {
         println!("  unexplained      {}: {}", verdict.unexplained.len(), verdict.unexplained.join(", "));
+    }
+    if !verdict.wrong_quantity.is_empty() {
+        println!("  wrong quantity   {}: {}", verdict.wrong_quantity.len(), verdict.wrong_quantity.join(", "));
     }
     println!("{}", if verdict.complete { "COMPLETE" } else { "INCOMPLETE" });
 }
@@ -236,7 +258,7 @@ mod tests {
             want("b", "CREATED", true),
             want("c", "CREATED", false),
         ];
-        let at = |p, o, n| ((p, o), n);
+        let at = |p, o, copies| Seen { at: (p, o), copies, quantity: 1 };
         for (seen, complete, why) in [
             (
                 vec![("a:CREATED", at(0, 1, 1)), ("a:PAID", at(0, 5, 2)), ("c:CREATED", at(1, 1, 1))],
@@ -264,8 +286,17 @@ mod tests {
                 false,
                 "an event no order explains",
             ),
+            (
+                vec![
+                    ("a:CREATED", at(0, 1, 1)),
+                    ("a:PAID", Seen { quantity: 2, ..at(0, 5, 1) }),
+                    ("c:CREATED", at(1, 1, 1)),
+                ],
+                false,
+                "a:PAID says 2 units of an order of 1",
+            ),
         ] {
-            let seen: HashMap<String, (Position, usize)> = seen.into_iter().map(|(id, v)| (id.to_owned(), v)).collect();
+            let seen: HashMap<String, Seen> = seen.into_iter().map(|(id, v)| (id.to_owned(), v)).collect();
             let verdict = judge(sale, &wanted, &seen);
             assert_eq!(verdict.complete, complete, "{why}: {verdict:?}");
             assert_eq!(verdict.pending, 1, "{why}: b is the relay's to send");

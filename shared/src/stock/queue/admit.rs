@@ -28,8 +28,10 @@ pub struct Admitted {
 }
 
 impl Stock {
-    /// One admission pass of `sale`'s room: by the units still on sale
-    /// (every bucket's, read now), with a rate tolerance of `tolerance_ms`
+    /// One admission pass of `sale`'s room: by the orders the units still
+    /// on sale can take (every bucket's units, read now, over the round's
+    /// `maxPerOrder`, rounded up: an admitted buyer may take that many, and
+    /// the last unit still admits one), with a rate tolerance of `tolerance_ms`
     /// (the time between passes, so a pass admits what the rate let
     /// through since the last). A ticket claimed for an order is stale
     /// once `grace` (the publish deadline) has passed since its token's
@@ -42,9 +44,10 @@ impl Stock {
     ) -> Result<Admitted, RedisCallError> {
         let snapshot = self.snapshot(sale).await?;
         let units = if snapshot.exists { snapshot.remaining } else { 0 };
+        let orders = orders_left(units, snapshot.max_per_order);
         let k = self.keys.queue(sale);
         let mut invocation = with_keys(&QUEUE_ADMIT, &k.all());
-        invocation.arg(units).arg(MOST_PER_PASS).arg(tolerance_ms).arg(grace.as_millis() as u64);
+        invocation.arg(orders).arg(MOST_PER_PASS).arg(tolerance_ms).arg(grace.as_millis() as u64);
         let (now, waiting, active, stale): (i64, i64, i64, Vec<String>) = self.conn.invoke(&invocation).await?;
         let stale = stale
             .chunks(2)
@@ -54,5 +57,24 @@ impl Stock {
             })
             .collect();
         Ok(Admitted { now, waiting, active, stale })
+    }
+}
+
+/// The orders of at most `max_per_order` units each that `units` can take
+/// whole or in part: none only when no unit is left.
+fn orders_left(units: i64, max_per_order: i64) -> i64 {
+    let max = max_per_order.max(1);
+    (units.max(0) + max - 1) / max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::orders_left;
+
+    #[test]
+    fn the_last_units_still_admit_a_buyer_and_none_admit_nobody() {
+        assert_eq!(orders_left(10, 1), 10, "one unit per order: as before");
+        assert_eq!((orders_left(10, 2), orders_left(9, 2), orders_left(1, 2)), (5, 5, 1));
+        assert_eq!((orders_left(0, 3), orders_left(-1, 3), orders_left(5, 0)), (0, 0, 5));
     }
 }
