@@ -42,12 +42,14 @@ def redis():
     warm(sale(1), 1, 50_000_000)
     sha = subprocess.run(["redis-cli", "SCRIPT", "LOAD", (ROOT / "lua/deduct.lua").read_text()], capture_output=True, text=True).stdout.strip()
     base = f"{RUN}:seckill:{{{sale(1)}:1}}"
-    keys = [f"{base}:{k}" for k in ("meta", "stock", "buyers", "orders", "reserved", "seq")] + [f"{base}:call:__rand_int__", f"{base}:trace"]
+    keys = [f"{base}:{k}" for k in ("meta", "stock", "buyers", "orders", "reserved", "seq")] + \
+        [f"{base}:call:__rand_int__", f"{base}:trace", f"{base}:held"]
     # ARGV: activity, sku, publish deadline (ms), call id, outcome kept (ms),
-    # then one request (user, nonce, request id, traceparent, admitted): as a lone call.
+    # then one request (user, nonce, request id, traceparent, admitted,
+    # quantity): as a lone call.
     rb = subprocess.run(["redis-benchmark", "-c", str(CONNS), "-n", "200000", "-r", "1000000000", "--csv",
-                         "EVALSHA", sha, "8", *keys, str(sale(1)), "1", "7000", "bench", "60000",
-                         "__rand_int__", "00000000bench000", "bench-request", "", "0"],
+                         "EVALSHA", sha, str(len(keys)), *keys, str(sale(1)), "1", "7000", "bench", "60000",
+                         "__rand_int__", "00000000bench000", "bench-request", "", "0", "1"],
                         capture_output=True, text=True)
     rows = [line for line in rb.stdout.splitlines() if line.startswith('"EVALSHA')]
     redis_rps = float(rows[-1].split(",")[1].strip('"')) if rows else 0.0

@@ -21,11 +21,11 @@ async fn scripts_keep_to_one_slot_and_the_cluster_refuses_one_that_does_not() {
     let mut conn = env.stock.connection();
     let call = |stock_key: &str| {
         let mut invocation = deduct.prepare_invoke();
-        for key in ["meta", "", "buyers", "orders", "reserved", "seq", "call:c1", "trace"] {
+        for key in ["meta", "", "buyers", "orders", "reserved", "seq", "call:c1", "trace", "held"] {
             invocation.key(if key.is_empty() { stock_key.to_owned() } else { format!("{a}:{key}") });
         }
         invocation.arg(one.activity.get()).arg(one.sku.get()).arg(10_000).arg("c1").arg(60_000);
-        invocation.arg(7).arg("00000000000000aa").arg("r").arg("").arg("0");
+        invocation.arg(7).arg("00000000000000aa").arg("r").arg("").arg("0").arg(1);
         invocation
     };
     let refused = call(&format!("{b}:stock")).invoke_async::<redis::Value>(&mut conn).await;
