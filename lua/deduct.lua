@@ -198,6 +198,7 @@ for i = 1, n do
   local user, nonce, quantity = users[i], ARGV[1 + 6 * i], tonumber(ARGV[5 + 6 * i])
   local existing = limit == 1 and (held[i] or bought[user])
   local own = limit > 1 and places_of(user)
+  local units_own = own and units_held(own)
   if gated and ARGV[4 + 6 * i] ~= '1' then
     answers[i] = {-8, round}
     codes[i] = -8
@@ -210,8 +211,8 @@ for i = 1, n do
   elseif existing then
     answers[i] = {-3, round, existing}
     codes[i] = -3
-  elseif own and units_held(own) + quantity > limit then
-    answers[i] = {-9, round, false, units_held(own), limit}
+  elseif own and units_own + quantity > limit then
+    answers[i] = {-9, round, false, units_own, limit}
     codes[i] = -9
   elseif stock < quantity then
     answers[i] = {-4, round, false, stock}

@@ -47,9 +47,9 @@ pub enum LookupError {
 
 /// Looks an order up by id.
 pub async fn order(stock: &Stock, db: &PgPool, order_id: &OrderId) -> Result<OrderView, LookupError> {
-    let (in_redis, redis_error) = match stock.order_state(order_id).await {
-        Ok(Some(found)) => {
-            let mut view = OrderView {
+    let (in_redis, redis_error) = match stock.order_state_and_trace(order_id).await {
+        Ok((Some(found), trace)) => {
+            let view = OrderView {
                 order_id: order_id.to_string(),
                 sale: order_id.sale(),
                 user_id: found.user_id,
@@ -58,17 +58,15 @@ pub async fn order(stock: &Stock, db: &PgPool, order_id: &OrderId) -> Result<Ord
                 pay_deadline: None,
                 paid_at: None,
                 cancelled_at: None,
-                quantity: None,
+                // Not written yet: its reservation says what it holds.
+                quantity: trace.map(|t| i64::from(t.held.quantity)),
             };
-            // Not written yet: its reservation says what it holds.
             if view.status == OrderStatus::Queued {
-                let trace = stock.reservation_trace(order_id).await.ok().flatten();
-                view.quantity = trace.map(|t| i64::from(t.held.quantity));
                 return Ok(view);
             }
             (Some(view), None)
         }
-        Ok(None) => (None, None),
+        Ok((None, _)) => (None, None),
         Err(error) => (None, Some(error)),
     };
     let row = sqlx::query_as!(

@@ -87,6 +87,19 @@ impl Stock {
         Ok(value.as_deref().and_then(OrderState::parse))
     }
 
+    /// What Redis knows of one order, and its reservation's trace while it
+    /// has one (what a QUEUED order holds): both in one round trip.
+    pub async fn order_state_and_trace(
+        &self,
+        order_id: &OrderId,
+    ) -> Result<(Option<OrderState>, Option<ReservationTrace>), RedisCallError> {
+        let k = self.keys.order(order_id);
+        let mut pipe = redis::pipe();
+        pipe.hget(&k.orders, order_id.as_str()).hget(&k.trace, order_id.as_str());
+        let (state, trace): (Option<String>, Option<String>) = self.conn.pipe(&pipe).await?.unwrap_or_default();
+        Ok((state.as_deref().and_then(OrderState::parse), trace.as_deref().and_then(ReservationTrace::parse)))
+    }
+
     /// The user's order id in the sale, if Redis holds one (in their home
     /// bucket: the only one that serves them).
     pub async fn user_order(&self, sale: SaleKey, user: UserId) -> Result<Option<String>, RedisCallError> {
