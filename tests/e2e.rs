@@ -28,6 +28,8 @@ mod compensator;
 mod contract;
 #[path = "e2e/contract_auth.rs"]
 mod contract_auth;
+#[path = "e2e/created_events.rs"]
+mod created_events;
 #[path = "e2e/ctl.rs"]
 mod ctl;
 #[path = "e2e/dashboard.rs"]

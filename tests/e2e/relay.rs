@@ -26,12 +26,13 @@ async fn events_straddling_a_new_digit_in_transaction_ids_are_all_relayed_in_ord
     let env = TestEnv::on_private_postgres(&server).await;
     let sale = env.sale();
     env.warmup(sale, 5_000).await;
-    let mut settings = env.order_settings();
-    settings.events.enabled = false;
-    let order = env.spawn_order(settings.clone()).await;
-
-    env.produce_orders(sale, 1..301).await;
-    env.wait_orders(sale, "CREATED", 300).await;
+    let settings = env.order_settings();
+    // Orders whose CREATED events go through the outbox (as an older order
+    // service writes them), a transaction per hundred.
+    let outbox = |from: i64, to: i64| env.created_through_the_outbox(sale, from..to);
+    for from in (1..301).step_by(100) {
+        outbox(from, from + 100).await;
+    }
     let below: i64 = sqlx::query_scalar("SELECT count(*) FROM order_events WHERE xid < $1::text::xid8")
         .bind(BOUNDARY.to_string())
         .fetch_one(&env.db)
@@ -39,11 +40,10 @@ async fn events_straddling_a_new_digit_in_transaction_ids_are_all_relayed_in_ord
         .unwrap();
     assert_eq!(below, 300, "the first orders' events were written below the boundary");
     env.advance_transaction_ids_past(BOUNDARY).await;
-    env.produce_orders(sale, 301..3_301).await;
-    env.wait_orders(sale, "CREATED", 3_300).await;
-    order.stop().await;
+    for from in (301..3_301).step_by(100) {
+        outbox(from, from + 100).await;
+    }
 
-    settings.events.enabled = true;
     let relay = Relay::new(std::sync::Arc::new(settings), env.connections(), Background::default()).expect("a relay");
     let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
     let mut turns = 0;
@@ -136,18 +136,13 @@ async fn events_a_relay_skipped_are_found_and_sent_once() {
     let sale = env.sale();
     env.warmup(sale, 1_000).await;
     let since = chrono::Utc::now() - chrono::Duration::seconds(1);
+    // Orders whose CREATED events go through the outbox (as an older order
+    // service writes them): the first hundred relayed, the next hundred not.
     let order = env.spawn_order(env.order_settings()).await;
-    env.produce_orders(sale, 1..101).await;
-    env.wait_orders(sale, "CREATED", 100).await;
+    env.created_through_the_outbox(sale, 1..101).await;
     env.verify_events(sale).await;
     order.stop().await;
-
-    let mut without_relay = env.order_settings();
-    without_relay.events.enabled = false;
-    let order = env.spawn_order(without_relay).await;
-    env.produce_orders(sale, 101..201).await;
-    env.wait_orders(sale, "CREATED", 200).await;
-    order.stop().await;
+    env.created_through_the_outbox(sale, 101..201).await;
     sqlx::query("UPDATE order_events_relayed SET (xid, id) = (SELECT xid, id FROM order_events ORDER BY xid DESC, id DESC LIMIT 1)")
         .execute(&env.db)
         .await

@@ -163,4 +163,24 @@ impl TestEnv {
         let verify = self.ctl(&["events", "verify", "--activity", &a, "--sku", &s, "--wait-drain", "60"]).await;
         assert_eq!(verify.code, 0, "the events topic lacks events of sale {sale}:\n{}{}", verify.stdout, verify.stderr);
     }
+
+    /// CREATED orders of `sale` for `users`, written as an older order service
+    /// (or a tool) writes them — without their record's position — so their
+    /// CREATED events go through the outbox and the relay; their order ids.
+    pub async fn created_through_the_outbox(&self, sale: SaleKey, users: std::ops::Range<i64>) -> Vec<String> {
+        sqlx::query_scalar(
+            "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at)
+             SELECT $1 || '-' || $2 || '-' || u || '-' || lpad(to_hex(u), 16, '0'), $1, $2, s.round, u, 'CREATED', now()
+               FROM generate_series($3::bigint, $4::bigint - 1) AS u, sales s
+              WHERE s.activity_id = $1 AND s.sku_id = $2
+             RETURNING order_id",
+        )
+        .bind(sale.activity.get())
+        .bind(sale.sku.get())
+        .bind(users.start)
+        .bind(users.end)
+        .fetch_all(&self.db)
+        .await
+        .expect("orders written")
+    }
 }

@@ -3,15 +3,16 @@
 //! [`Worker::run`] is the service's loop; [`Worker::try_execute_batch`] is
 //! one turn of it, for tests that drive the worker step by step.
 
+use crate::created_events::CreatedEvents;
 use crate::dead_letters::{DeadLetterError, DeadLetters};
-use crate::record_spans::RecordSpans;
+use crate::record_spans::{decode, RecordSpans};
 use crate::store::{self, WriteError};
 use crate::Settings;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{Message, OwnedMessage};
 use seckill_shared::db::parked::{self, Parking};
 use seckill_shared::db::within;
-use seckill_shared::domain::{FailReason, Fate, Holding, OrderId, OrderRecord, RecordError, UserId};
+use seckill_shared::domain::{FailReason, Fate, Holding, OrderId, OrderRecord, UserId};
 use seckill_shared::kafka::membership::{Joining, Membership};
 use seckill_shared::kafka::stall::{partitions_of, Progress};
 use seckill_shared::kafka::{self, Trace};
@@ -42,6 +43,9 @@ pub enum ProcessError {
     /// An order PostgreSQL had already failed could not be settled in Redis.
     #[error(transparent)]
     Follow(#[from] FollowError),
+    /// A CREATED event was not delivered.
+    #[error("producing CREATED events: {0}")]
+    Events(#[source] rdkafka::error::KafkaError),
     /// A record that cannot even be dead-lettered could not be parked.
     #[error("parking a record: {0}")]
     Park(#[source] sqlx::Error),
@@ -62,6 +66,8 @@ pub struct Worker {
     settings: Arc<Settings>,
     deps: Connections,
     dead_letters: DeadLetters,
+    /// The producer of the batch's CREATED events.
+    created_events: CreatedEvents,
     /// Its consumer (made anew when it joins the group again) and commits.
     member: Membership,
     /// A batch [`Worker::try_execute_batch`] could not finish: the next
@@ -88,7 +94,9 @@ impl Worker {
         };
         let member = Membership::join(format!("order worker {index}"), joining)?;
         let progress = deps.stalls.member(format!("order worker {index}"));
-        Ok(Self { index, settings, deps, dead_letters, member, unfinished: Default::default(), progress })
+        let created_events = CreatedEvents::new(&settings.servers.kafka, deps.topics.events.clone())?;
+        let unfinished = Default::default();
+        Ok(Self { index, settings, deps, dead_letters, created_events, member, unfinished, progress })
     }
 
     /// Joins the group again, with a consumer made anew, whenever `rejoins`
@@ -223,7 +231,8 @@ impl Worker {
         Some(batch)
     }
 
-    /// Writes the batch, settles Redis and dead-letters the rejects.
+    /// Writes the batch, settles Redis, produces its CREATED events and
+    /// dead-letters the rejects.
     async fn process(&self, batch: &[OwnedMessage]) -> Result<(), ProcessError> {
         let span = tracing::info_span!("batch", worker = self.index, records = batch.len());
         let started = Instant::now();
@@ -235,67 +244,53 @@ impl Worker {
     async fn process_in_span(&self, batch: &[OwnedMessage]) -> Result<(), ProcessError> {
         let mut records = Vec::with_capacity(batch.len());
         // The message each record came from, in the same order.
-        let mut sources: Vec<&OwnedMessage> = Vec::with_capacity(batch.len());
+        let mut messages: Vec<&OwnedMessage> = Vec::with_capacity(batch.len());
         let mut malformed = Vec::new();
         for message in batch {
             match decode(message) {
                 Ok(record) => {
                     records.push(record);
-                    sources.push(message);
+                    messages.push(message);
                 }
                 Err(error) => malformed.push((message, error)),
             }
         }
 
-        let spans = RecordSpans::of(&sources, self.dead_letters.group());
-        let traces: store::Traces<'_> = records
+        let spans = RecordSpans::of(&messages, self.dead_letters.group());
+        let sources: store::Sources<'_> = records
             .iter()
-            .zip(&sources)
+            .zip(&messages)
             .enumerate()
-            .map(|(i, (r, m))| (r.order_id.as_str(), spans.trace(i, m)))
+            .map(|(i, (r, m))| {
+                let source = store::Source { trace: spans.trace(i, m), position: Some((m.partition(), m.offset())) };
+                (r.order_id.as_str(), source)
+            })
             .collect();
         let started = Instant::now();
         let writes = spans.writes("INSERT", "orders");
         // A server that never answers (frozen, cut off) ends the write at
         // the deadline, as a transient fault: the batch is tried again.
         let deadline = self.settings.servers.database.call_deadline();
-        let outcome = match within(deadline, store::write_batch(&self.deps.db, &records, &traces)).await {
+        let outcome = match within(deadline, store::write_batch(&self.deps.db, &records, &sources)).await {
             Ok(outcome) => outcome,
             // One bad row must not fail the good ones: write row by row.
             Err(WriteError::Permanent(error)) => {
                 tracing::warn!(%error, "batch refused by the database; writing row by row");
-                store::write_row_by_row(&self.deps.db, &records, &traces, deadline).await?
+                store::write_row_by_row(&self.deps.db, &records, &sources, deadline).await?
             }
             Err(transient) => return Err(transient.into()),
         };
         drop(writes);
         metrics::histogram!("seckill_order_transaction_seconds").record(started.elapsed().as_secs_f64());
         metrics::counter!("seckill_order_orders_written_total").increment(outcome.created.len() as u64);
-
-        let mut created: Vec<(OrderId, UserId, i64, Holding)> =
-            outcome.created.iter().map(|r| (r.order_id.clone(), r.user_id, r.accepted_at, r.held())).collect();
-        let mut failed_earlier = Vec::new();
-        for (record, fate) in &outcome.already_done {
-            match fate {
-                Fate::Created => {
-                    created.push((record.order_id.clone(), record.user_id, record.accepted_at, record.held()))
-                }
-                Fate::Failed(_) => failed_earlier.push((record, *fate)),
-            }
-        }
-        self.deps.stock.follow_created(&created).await?;
-        // PostgreSQL failed these first (the sweeper or the compensator won),
-        // perhaps without settling Redis before it stopped: settle it now,
-        // at most once per order, whoever else does too.
-        for (record, fate) in failed_earlier {
-            within(deadline, fate::follow(&self.deps.stock, &self.deps.db, record, fate)).await?;
-        }
+        crate::halt::at("committed");
+        self.follow_and_announce(&outcome, &sources).await?;
 
         // Only rejects need their message back (rarely any): the first one
         // carrying the order id.
         let mut by_order: HashMap<&str, &OwnedMessage> = HashMap::new();
         if !outcome.rejected.is_empty() {
-            for (record, message) in records.iter().zip(&sources) {
+            for (record, message) in records.iter().zip(&messages) {
                 by_order.entry(record.order_id.as_str()).or_insert(message);
             }
         }
@@ -309,6 +304,39 @@ impl Worker {
         // Dead-lettered orders are the compensator's now: no longer reserved.
         let handed_over: Vec<OrderId> = outcome.rejected.iter().map(|(r, _, _)| r.order_id.clone()).collect();
         self.deps.stock.unreserve(&handed_over).await?;
+        crate::halt::at("delivered");
+        Ok(())
+    }
+
+    /// Every order the batch holds a CREATED row of — written now, or
+    /// before (a replay): its CREATED event, and Redis follows (both at
+    /// once). Orders PostgreSQL had failed first are settled in Redis.
+    async fn follow_and_announce(
+        &self,
+        outcome: &store::BatchOutcome,
+        sources: &store::Sources<'_>,
+    ) -> Result<(), ProcessError> {
+        let mut created: Vec<&OrderRecord> = outcome.created.iter().collect();
+        let mut failed_earlier = Vec::new();
+        for (record, fate) in &outcome.already_done {
+            match fate {
+                Fate::Created => created.push(record),
+                Fate::Failed(_) => failed_earlier.push((record, *fate)),
+            }
+        }
+        let followed: Vec<(OrderId, UserId, i64, Holding)> =
+            created.iter().map(|r| (r.order_id.clone(), r.user_id, r.accepted_at, r.held())).collect();
+        let (followed, sent) =
+            tokio::join!(self.deps.stock.follow_created(&followed), self.created_events.send(&created, sources));
+        followed?;
+        sent.map_err(ProcessError::Events)?;
+        // PostgreSQL failed these first (the sweeper or the compensator won),
+        // perhaps without settling Redis before it stopped: settle it now,
+        // at most once per order, whoever else does too.
+        let deadline = self.settings.servers.database.call_deadline();
+        for (record, fate) in failed_earlier {
+            within(deadline, fate::follow(&self.deps.stock, &self.deps.db, record, fate)).await?;
+        }
         Ok(())
     }
 
@@ -362,24 +390,4 @@ impl Worker {
         .instrument(span)
         .await
     }
-}
-
-/// Decodes one record, in a span (debug level: one per record) that carries
-/// its order id, request id and trace context.
-fn decode(message: &OwnedMessage) -> Result<OrderRecord, RecordError> {
-    let decoded = message.payload().map_or(Err(RecordError::Empty), OrderRecord::decode);
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        let trace = Trace::of(message.headers());
-        let order_id = decoded.as_ref().map(|r| r.order_id.as_str()).unwrap_or("");
-        tracing::debug_span!(
-            "record",
-            order_id,
-            request_id = trace.request_id.unwrap_or(""),
-            traceparent = trace.traceparent.unwrap_or(""),
-            partition = message.partition(),
-            offset = message.offset()
-        )
-        .in_scope(|| tracing::debug!("consumed"));
-    }
-    decoded
 }

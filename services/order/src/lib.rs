@@ -13,11 +13,14 @@
 pub const ABOUT: &str = "The order service: consumes seckill.orders in the seckill-order group, writes each batch of orders to PostgreSQL in one idempotent transaction with the database's stock guard, marks them CREATED in Redis, dead-letters what can never be written, and commits offsets only after all of that. Health and metrics on metrics_addr.";
 
 pub mod consumer;
+pub mod created_events;
 pub mod dead_letters;
+pub mod halt;
 pub mod lag;
 pub mod metrics;
 pub mod record_spans;
 pub mod relay;
+pub mod relay_hold;
 pub mod relay_waves;
 pub mod store;
 

@@ -19,7 +19,15 @@ const ORDER: &[Metric] = &[
     Metric::histogram("seckill_order_batch_seconds", "Time to handle one batch, from consumed to offsets committed"),
     Metric::histogram("seckill_order_transaction_seconds", "Time of one batch's PostgreSQL transaction"),
     Metric::gauge("seckill_order_consumer_lag", "Records on the orders topic not yet consumed, by partition"),
+    Metric::counter(
+        "seckill_order_created_events_total",
+        "CREATED events produced by the order service (again for a batch done again)",
+    ),
     Metric::counter("seckill_events_relayed_total", "Order events sent from the outbox to the events topic"),
+    Metric::gauge_zero(
+        "seckill_relay_events_awaiting_created",
+        "Order events the relay holds until the order group commits past their order's record (its CREATED event first)",
+    ),
     Metric::gauge_zero(
         "seckill_relay_events_held_back",
         "Order events the relay cannot send yet because a transaction older than them is still open on the server",

@@ -6,6 +6,7 @@
 //! exported, nothing is made and each record keeps the trace it came with.
 
 use rdkafka::message::{Message, OwnedMessage};
+use seckill_shared::domain::{OrderRecord, RecordError};
 use seckill_shared::kafka::{spans, Trace};
 use seckill_shared::ops::trace_export;
 
@@ -43,4 +44,24 @@ impl RecordSpans {
     pub fn writes(&self, operation: &'static str, table: &'static str) -> Vec<tracing::Span> {
         self.process.iter().map(|parent| seckill_shared::db::write_span(parent, operation, table)).collect()
     }
+}
+
+/// Decodes one record, in a span (debug level: one per record) that carries
+/// its order id, request id and trace context.
+pub fn decode(message: &OwnedMessage) -> Result<OrderRecord, RecordError> {
+    let decoded = message.payload().map_or(Err(RecordError::Empty), OrderRecord::decode);
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let trace = Trace::of(message.headers());
+        let order_id = decoded.as_ref().map(|r| r.order_id.as_str()).unwrap_or("");
+        tracing::debug_span!(
+            "record",
+            order_id,
+            request_id = trace.request_id.unwrap_or(""),
+            traceparent = trace.traceparent.unwrap_or(""),
+            partition = message.partition(),
+            offset = message.offset()
+        )
+        .in_scope(|| tracing::debug!("consumed"));
+    }
+    decoded
 }

@@ -17,6 +17,7 @@
 //! drains when Kafka returns. Relayed rows are pruned after
 //! `retention_ms`, their counts kept per sale round for the reconciliation.
 
+use crate::relay_hold::CreatedFirst;
 use crate::relay_waves::Deliveries;
 use crate::Settings;
 use parking_lot::Mutex;
@@ -90,6 +91,9 @@ pub enum RelayError {
     /// Another relay holds the lease now.
     #[error(transparent)]
     Lease(#[from] LeaseError),
+    /// The order group's committed offsets could not be read.
+    #[error("reading the order group's committed offsets: {0}")]
+    Group(#[source] anyhow::Error),
 }
 
 /// The relay of one order service.
@@ -99,6 +103,10 @@ pub struct Relay {
     /// Made anew after a fatal error.
     producer: Renewing<ThreadedProducer<Deliveries>>,
     lease: Lease,
+    /// Later events wait for their order's CREATED.
+    created_first: CreatedFirst,
+    /// Since when the first row of the outbox waits for its CREATED.
+    held_since: Mutex<Option<Instant>>,
     /// When pruning last ran.
     last_prune: Mutex<Instant>,
     /// When the relay last looked for what holds events back.
@@ -120,11 +128,14 @@ impl Relay {
                 .create_with_context(Deliveries::default())?)
         })?;
         let lease = Lease::new(deps.db.clone(), LEASE, Duration::from_millis(settings.events.lease_ms), background);
+        let created_first = CreatedFirst::new(settings.servers.kafka.clone(), deps.topics.orders.clone());
         Ok(Self {
             settings,
             deps,
             producer,
             lease,
+            created_first,
+            held_since: Mutex::new(None),
             last_prune: Mutex::new(Instant::now()),
             last_horizon_look: Mutex::new(Instant::now()),
             failures: Mutex::new(0),
@@ -227,7 +238,10 @@ impl Relay {
         // answers ends the turn as a failure (the cursor stays; the turn is
         // done again), not the relay.
         let deadline = self.settings.servers.database.call_deadline();
-        let rows = within(deadline, outbox::next_after_cursor(&self.deps.db, self.settings.events.batch)).await?;
+        let mut rows = within(deadline, outbox::next_after_cursor(&self.deps.db, self.settings.events.batch)).await?;
+        let sendable = self.created_first.sendable(&rows).await.map_err(RelayError::Group)?;
+        self.say_held(rows.len() - sendable);
+        rows.truncate(sendable);
         let Some(last) = rows.last() else { return Ok(0) };
         let mut outgoing: Vec<Outgoing> = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -260,6 +274,26 @@ impl Relay {
         .await?;
         metrics::counter!("seckill_events_relayed_total").increment(outgoing.len() as u64);
         Ok(rows.len())
+    }
+
+    /// Counts the rows held for their order's CREATED on `/metrics`; logs
+    /// the wait once it lasts (`relay_hold.rs`).
+    fn say_held(&self, held: usize) {
+        metrics::gauge!("seckill_relay_events_awaiting_created").set(held as f64);
+        let mut since = self.held_since.lock();
+        if held == 0 {
+            *since = None;
+            return;
+        }
+        let since = *since.get_or_insert_with(Instant::now);
+        let after = Duration::from_millis(self.settings.events.held_back_after_ms);
+        if since.elapsed() >= after && due(&self.last_horizon_look, after) {
+            tracing::warn!(
+                held,
+                waited_ms = since.elapsed().as_millis() as u64,
+                "events wait for their orders' CREATED events: the order group has not committed past their records"
+            );
+        }
     }
 
     /// Sends a turn's events and waits until the broker has every one. A

@@ -106,9 +106,14 @@ pub struct Report {
     pub users_over_limit: i64,
     /// This sale's records parked for an operator (never settled).
     pub parked: i64,
-    /// Order events of this round written (relayed, pending or pruned):
-    /// one per order and state.
+    /// Order events of this round written to the outbox (relayed, pending
+    /// or pruned).
     pub events: i64,
+    /// CREATED events of this round the order service produced itself —
+    /// one per order it wrote, no outbox row; delivered before its offsets
+    /// were committed, so none is missing once the order lag is 0. With
+    /// `events`: one per order and state.
+    pub events_created_directly: i64,
     /// Of those, not yet relayed to `seckill.order-events`.
     pub events_pending: i64,
     /// When events (of any sale) have waited more than 10 s behind a
@@ -267,6 +272,7 @@ pub async fn reconcile(
         users_over_limit: terms.users_over_limit,
         parked,
         events: terms.events,
+        events_created_directly: terms.created_directly,
         events_pending: terms.events_pending,
         events_held_back_by: held_back,
         created_unknown_to_redis: None,

@@ -74,6 +74,8 @@ pub(super) struct RoundTerms {
     pub refund_events: i64,
     /// Events written (relayed or not, and pruned).
     pub events: i64,
+    /// CREATED events the order service produced itself (no outbox row).
+    pub created_directly: i64,
     /// Events not relayed yet.
     pub events_pending: i64,
 }
@@ -82,8 +84,9 @@ pub(super) struct RoundTerms {
 /// more units than the round's limit (as the warm-up that committed the
 /// round recorded it; 1 for a round warmed before limits), orders
 /// paid late, the payments ledger, and
-/// the round's events (written, relayed or not, and pruned) and those not
-/// relayed yet: one statement.
+/// the round's events (written, relayed or not, and pruned), the CREATED
+/// events the order service produced itself, and those not relayed yet:
+/// one statement.
 pub(super) async fn round_terms(pool: &PgPool, sale: SaleKey, round: i32) -> Result<RoundTerms, ReconcileError> {
     let terms = sqlx::query!(
         r#"WITH lim AS (
@@ -109,6 +112,9 @@ pub(super) async fn round_terms(pool: &PgPool, sale: SaleKey, round: i32) -> Res
                   (SELECT count(*) FROM order_events WHERE activity_id = $1 AND sku_id = $2 AND round = $3)
                 + (SELECT COALESCE(sum(count), 0)::bigint FROM order_events_pruned
                     WHERE activity_id = $1 AND sku_id = $2 AND round = $3) AS "events!",
+                  (SELECT count(*) FROM orders
+                    WHERE activity_id = $1 AND sku_id = $2 AND round = $3 AND status <> 'FAILED'
+                      AND source_offset IS NOT NULL) AS "created_directly!",
                   (SELECT count(*) FROM order_events
                     WHERE activity_id = $1 AND sku_id = $2 AND round = $3
                       AND (xid, id) > (SELECT xid, id FROM order_events_relayed)) AS "events_pending!""#,
@@ -128,6 +134,7 @@ pub(super) async fn round_terms(pool: &PgPool, sale: SaleKey, round: i32) -> Res
         refunds_due: terms.refunds_due,
         refund_events: terms.refund_events,
         events: terms.events,
+        created_directly: terms.created_directly,
         events_pending: terms.events_pending,
     })
 }

@@ -65,6 +65,7 @@ macro_rules! next_after_cursor {
                 .map(|row| OutboxRow {
                     id: row.id,
                     xid: row.xid,
+                    source: row.source_partition.zip(row.source_offset),
                     event: EventRow {
                         event_id: row.event_id,
                         kind: row.kind,
@@ -89,7 +90,8 @@ macro_rules! next_after_cursor {
 
 next_after_cursor!(
     r#"SELECT id, event_id, type AS kind, order_id, activity_id, sku_id, round, user_id, reason, occurred_at,
-              request_id, traceparent, payment_id, redrive_of, quantity, xid AS "xid: Xid8"
+              request_id, traceparent, payment_id, redrive_of, quantity, source_partition, source_offset,
+              xid AS "xid: Xid8"
          FROM order_events
         WHERE (xid, id) > (SELECT xid, id FROM order_events_relayed)
           AND xid < pg_snapshot_xmin(pg_current_snapshot())
@@ -135,6 +137,11 @@ pub struct OutboxRow {
     pub id: i64,
     /// The transaction that wrote it (first in the order).
     pub xid: Xid8,
+    /// A later event of an order the order service wrote: the partition
+    /// and offset in `seckill.orders` of the record it came from (the relay
+    /// holds the event until the order group has committed past it: its
+    /// CREATED was produced first).
+    pub source: Option<(i32, i64)>,
     pub event: EventRow,
 }
 

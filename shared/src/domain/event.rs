@@ -11,6 +11,7 @@
 //! record: `v` is the major version; within it, fields are only added.
 
 use super::ids::{ActivityId, OrderId, SkuId, UserId};
+use super::OrderRecord;
 use serde::{Deserialize, Serialize};
 
 /// One state change of one order.
@@ -50,7 +51,9 @@ pub struct OrderEvent {
     /// them back). Absent from events written before quantities: 1.
     #[serde(default = "one")]
     pub quantity: u32,
-    /// When the change was written (ms since the epoch, PostgreSQL's clock).
+    /// When the change was written (ms since the epoch, PostgreSQL's
+    /// clock); for `CREATED`, when the order was accepted (Redis's clock,
+    /// the record's `acceptedAt`: the same whenever the event is sent again).
     pub occurred_at: i64,
     /// Event format major version; 1.
     pub v: u32,
@@ -63,11 +66,44 @@ fn one() -> u32 {
 impl OrderEvent {
     /// The format this code writes.
     pub const VERSION: u32 = 1;
+
+    /// The `CREATED` event of the order `record` placed, in the round of
+    /// its row (the record names it once written; else round 0).
+    pub fn created(record: &OrderRecord) -> Self {
+        Self {
+            event_id: format!("{}:CREATED", record.order_id),
+            kind: "CREATED".to_owned(),
+            order_id: record.order_id.clone(),
+            activity_id: record.activity_id,
+            sku_id: record.sku_id,
+            round: record.round.unwrap_or_default(),
+            user_id: record.user_id,
+            reason: None,
+            payment_id: None,
+            redrive_of: record.redrive_of.as_ref().map(|id| id.to_string()),
+            quantity: record.quantity,
+            occurred_at: record.accepted_at,
+            v: Self::VERSION,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_created_event_is_the_same_whenever_it_is_made() {
+        let id = OrderId::parse("1001-2001-7-9f3a1c07").unwrap();
+        let sale = crate::domain::SaleKey::new(ActivityId::new(1001).unwrap(), SkuId::new(2001).unwrap());
+        let mut record = OrderRecord::new(id, sale, UserId::new(7).unwrap(), 1_700_000_000_123);
+        record.round = Some(3);
+        record.quantity = 2;
+        let event = OrderEvent::created(&record);
+        assert_eq!((event.event_id.as_str(), event.kind.as_str()), ("1001-2001-7-9f3a1c07:CREATED", "CREATED"));
+        assert_eq!((event.round, event.quantity, event.occurred_at), (3, 2, 1_700_000_000_123));
+        assert_eq!(serde_json::to_vec(&event).unwrap(), serde_json::to_vec(&OrderEvent::created(&record)).unwrap());
+    }
 
     #[test]
     fn a_v1_event_fixture_decodes() {

@@ -44,7 +44,8 @@ pub async fn expected(db: &PgPool, scope: Scope) -> sqlx::Result<Vec<Expected>> 
                AND ($3::timestamptz IS NULL OR created_at >= $3 OR paid_at >= $3 OR cancelled_at >= $3)
         ), derived AS (
             SELECT order_id || ':CREATED' AS event_id, 'CREATED' AS kind, order_id, activity_id, sku_id, round, user_id,
-                   NULL::text AS reason, created_at AS at, request_id, traceparent, NULL::text AS payment_id, quantity
+                   NULL::text AS reason, CASE WHEN source_offset IS NULL THEN created_at ELSE accepted_at END AS at,
+                   request_id, traceparent, NULL::text AS payment_id, quantity
               FROM o WHERE status <> 'FAILED'
             UNION ALL
             SELECT order_id || ':' || status, status, order_id, activity_id, sku_id, round, user_id, reason,

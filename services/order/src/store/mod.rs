@@ -66,7 +66,8 @@ impl From<sqlx::Error> for WriteError {
     }
 }
 
-/// What became of each record of a batch.
+/// What became of each record of a batch. The records of `created` and
+/// `already_done` name the round of their row.
 #[derive(Debug, Default)]
 pub struct BatchOutcome {
     /// Written now, CREATED.
@@ -99,9 +100,21 @@ impl SaleState {
     }
 }
 
-/// The request id and trace context of each order (by order id), stored with
-/// its row and carried by its events; orders absent have none.
-pub type Traces<'a> = HashMap<&'a str, Trace<'a>>;
+/// Where one order's record came from: its request id and trace context
+/// (stored with its row and carried by its events) and its position in
+/// `seckill.orders` (stored with its row: the relay holds the order's later
+/// events until the order group's committed offset has passed it — its
+/// CREATED event is produced before that commit).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Source<'a> {
+    pub trace: Trace<'a>,
+    /// `None`: a row written without a record (tests); its CREATED event
+    /// is then the insert trigger's to write.
+    pub position: Option<(i32, i64)>,
+}
+
+/// The source of each order (by order id); orders absent have none.
+pub type Sources<'a> = HashMap<&'a str, Source<'a>>;
 
 /// Writes `records` one transaction each, after a batch of them was
 /// refused: one bad row must not fail the good ones. A row refused for good
@@ -110,12 +123,12 @@ pub type Traces<'a> = HashMap<&'a str, Trace<'a>>;
 pub async fn write_row_by_row(
     db: &PgPool,
     records: &[OrderRecord],
-    traces: &Traces<'_>,
+    sources: &Sources<'_>,
     deadline: std::time::Duration,
 ) -> Result<BatchOutcome, WriteError> {
     let mut total = BatchOutcome::default();
     for record in records {
-        match within(deadline, write_batch(db, std::slice::from_ref(record), traces)).await {
+        match within(deadline, write_batch(db, std::slice::from_ref(record), sources)).await {
             Ok(outcome) => {
                 total.created.extend(outcome.created);
                 total.already_done.extend(outcome.already_done);
@@ -136,18 +149,18 @@ pub async fn write_row_by_row(
 pub async fn write_batch(
     pool: &PgPool,
     records: &[OrderRecord],
-    traces: &Traces<'_>,
+    sources: &Sources<'_>,
 ) -> Result<BatchOutcome, WriteError> {
     let mut seen = HashSet::with_capacity(records.len());
     let records: Vec<&OrderRecord> = records.iter().filter(|r| seen.insert(r.order_id.as_str())).collect();
     if records.is_empty() {
         return Ok(BatchOutcome::default());
     }
-    if let Some(outcome) = write_optimistic(pool, &records, traces).await? {
+    if let Some(outcome) = write_optimistic(pool, &records, sources).await? {
         return Ok(outcome);
     }
     metrics::counter!("seckill_order_locked_batches_total").increment(1);
-    write_locked(pool, &records, traces).await
+    write_locked(pool, &records, sources).await
 }
 
 /// The optimistic way; `None` when a sale's guard refused the batch (rolled
@@ -155,7 +168,7 @@ pub async fn write_batch(
 async fn write_optimistic(
     pool: &PgPool,
     records: &[&OrderRecord],
-    traces: &Traces<'_>,
+    sources: &Sources<'_>,
 ) -> Result<Option<BatchOutcome>, WriteError> {
     let mut outcome = BatchOutcome::default();
     let mut tx = pool.begin().await?;
@@ -170,7 +183,7 @@ async fn write_optimistic(
             None => outcome.rejected.push(sale_not_found(record)),
         }
     }
-    let columns = OrderColumns::new(&candidates, &sales, traces);
+    let columns = OrderColumns::new(&candidates, &sales, sources);
     if let Err(error) = insert_orders!(columns, "").execute(&mut *tx).await {
         if !is_unique_violation(&error) {
             return Err(error.into());
@@ -183,7 +196,7 @@ async fn write_optimistic(
     let mut written: HashMap<Sale, i64> = HashMap::new();
     for &record in &candidates {
         *written.entry(sale_of(record)).or_insert(0) += i64::from(record.quantity);
-        outcome.created.push(record.clone());
+        outcome.created.push(in_round(record, sales[&sale_of(record)].round));
     }
     if !take_stock(&mut tx, &written, &sales).await? {
         tx.rollback().await?;
@@ -230,7 +243,7 @@ async fn live_holders(
 async fn write_locked(
     pool: &PgPool,
     records: &[&OrderRecord],
-    traces: &Traces<'_>,
+    sources: &Sources<'_>,
 ) -> Result<BatchOutcome, WriteError> {
     let mut outcome = BatchOutcome::default();
     let mut tx = pool.begin().await?;
@@ -245,8 +258,8 @@ async fn write_locked(
     let mut candidates: Vec<&OrderRecord> = Vec::new();
     for &record in records {
         let sale = sale_of(record);
-        if let Some(fate) = existing.get(record.order_id.as_str()) {
-            outcome.already_done.push((record.clone(), *fate));
+        if let Some(&(fate, round)) = existing.get(record.order_id.as_str()) {
+            outcome.already_done.push((in_round(record, round), fate));
             continue;
         }
         let Some(remaining) = left.get_mut(&sale) else {
@@ -281,7 +294,7 @@ async fn write_locked(
         candidates.push(record);
     }
 
-    let written = insert(&mut tx, &candidates, &sales, traces, &mut outcome).await?;
+    let written = insert(&mut tx, &candidates, &sales, sources, &mut outcome).await?;
     // Under the lock the guard cannot refuse what was counted above.
     if !take_stock(&mut tx, &written, &sales).await? {
         return Err(WriteError::GuardMoved);
@@ -327,20 +340,25 @@ async fn read_sales(
     })
 }
 
-/// The fates of those of `ids` that have a row.
-async fn statuses(tx: &mut PgConnection, ids: &[&str]) -> Result<HashMap<String, Fate>, sqlx::Error> {
+/// The fates and rounds of those of `ids` that have a row.
+async fn statuses(tx: &mut PgConnection, ids: &[&str]) -> Result<HashMap<String, (Fate, i32)>, sqlx::Error> {
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
-    Ok(sqlx::query!("SELECT order_id, status, reason FROM orders WHERE order_id = ANY($1)", ids as &[&str])
+    Ok(sqlx::query!("SELECT order_id, status, reason, round FROM orders WHERE order_id = ANY($1)", ids as &[&str])
         .fetch_all(tx)
         .await?
         .into_iter()
         .map(|r| {
             let fate = Fate::from_row(&r.status, r.reason.as_deref());
-            (r.order_id, fate)
+            (r.order_id, (fate, r.round))
         })
         .collect())
+}
+
+/// `record` as its row holds it: in `round`.
+fn in_round(record: &OrderRecord, round: i32) -> OrderRecord {
+    OrderRecord { round: Some(i64::from(round)), ..record.clone() }
 }
 
 fn sale_not_found(record: &OrderRecord) -> (OrderRecord, FailReason, String) {

@@ -1,7 +1,7 @@
 //! The rows a batch writes: the orders (one insert of arrays), and the
 //! stock guard that takes each sale's `remaining_stock` down by them.
 
-use super::{duplicate_user, sale_of, statuses, BatchOutcome, Sale, SaleState, Traces};
+use super::{duplicate_user, in_round, sale_of, statuses, BatchOutcome, Sale, SaleState, Sources};
 use seckill_shared::domain::OrderRecord;
 use sqlx::PgConnection;
 use std::collections::{HashMap, HashSet};
@@ -14,14 +14,14 @@ pub(super) async fn insert(
     tx: &mut PgConnection,
     candidates: &[&OrderRecord],
     sales: &HashMap<Sale, SaleState>,
-    traces: &Traces<'_>,
+    sources: &Sources<'_>,
     outcome: &mut BatchOutcome,
 ) -> Result<HashMap<Sale, i64>, sqlx::Error> {
     let mut written: HashMap<Sale, i64> = HashMap::new();
     if candidates.is_empty() {
         return Ok(written);
     }
-    let columns = OrderColumns::new(candidates, sales, traces);
+    let columns = OrderColumns::new(candidates, sales, sources);
     let inserted: HashSet<String> = insert_orders!(columns, " ON CONFLICT DO NOTHING RETURNING order_id")
         .fetch_all(&mut *tx)
         .await?
@@ -35,9 +35,9 @@ pub(super) async fn insert(
     for &record in candidates {
         if inserted.contains(record.order_id.as_str()) {
             *written.entry(sale_of(record)).or_insert(0) += i64::from(record.quantity);
-            outcome.created.push(record.clone());
-        } else if let Some(fate) = existing.get(record.order_id.as_str()) {
-            outcome.already_done.push((record.clone(), *fate));
+            outcome.created.push(in_round(record, sales[&sale_of(record)].round));
+        } else if let Some(&(fate, round)) = existing.get(record.order_id.as_str()) {
+            outcome.already_done.push((in_round(record, round), fate));
         } else {
             outcome.rejected.push(duplicate_user(record));
         }
@@ -55,13 +55,14 @@ macro_rules! insert_orders {
         // A CREATED order awaits payment until now + the sale's window.
         sqlx::query!(
             "INSERT INTO orders (order_id, activity_id, sku_id, round, user_id, status, accepted_at, request_id, traceparent,
-                                 pay_deadline, quantity, slot)
+                                 pay_deadline, quantity, slot, source_partition, source_offset)
              SELECT b.order_id, b.activity_id, b.sku_id, b.round, b.user_id, 'CREATED', to_timestamp(b.accepted_ms / 1000.0),
                     b.request_id, b.traceparent, now() + make_interval(secs => COALESCE(s.payment_window_seconds, 900)),
-                    b.quantity, b.slot
+                    b.quantity, b.slot, b.source_partition, b.source_offset
                FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[], $7::text[], $8::text[],
-                           $9::smallint[], $10::smallint[])
-                    AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms, request_id, traceparent, quantity, slot)
+                           $9::smallint[], $10::smallint[], $11::int[], $12::bigint[])
+                    AS b(order_id, activity_id, sku_id, round, user_id, accepted_ms, request_id, traceparent, quantity, slot,
+                         source_partition, source_offset)
                LEFT JOIN sales s ON s.activity_id = b.activity_id AND s.sku_id = b.sku_id" + $tail,
             &c.order_ids as &[&str],
             &c.activities,
@@ -72,7 +73,9 @@ macro_rules! insert_orders {
             &c.request_ids as &[Option<&str>],
             &c.traceparents as &[Option<&str>],
             &c.quantities,
-            &c.slots
+            &c.slots,
+            &c.partitions as &[Option<i32>],
+            &c.offsets as &[Option<i64>]
         )
     }};
 }
@@ -90,11 +93,15 @@ pub(super) struct OrderColumns<'a> {
     pub(super) traceparents: Vec<Option<&'a str>>,
     pub(super) quantities: Vec<i16>,
     pub(super) slots: Vec<i16>,
+    pub(super) partitions: Vec<Option<i32>>,
+    pub(super) offsets: Vec<Option<i64>>,
 }
 
 impl<'a> OrderColumns<'a> {
-    pub(super) fn new(orders: &[&'a OrderRecord], sales: &HashMap<Sale, SaleState>, traces: &Traces<'a>) -> Self {
-        let trace = |r: &OrderRecord| traces.get(r.order_id.as_str()).copied().unwrap_or_default();
+    pub(super) fn new(orders: &[&'a OrderRecord], sales: &HashMap<Sale, SaleState>, sources: &Sources<'a>) -> Self {
+        let source = |r: &OrderRecord| sources.get(r.order_id.as_str()).copied().unwrap_or_default();
+        let trace = |r: &OrderRecord| source(r).trace;
+        let position = |r: &OrderRecord| source(r).position;
         Self {
             order_ids: orders.iter().map(|r| r.order_id.as_str()).collect(),
             activities: orders.iter().map(|r| r.activity_id.get()).collect(),
@@ -107,6 +114,8 @@ impl<'a> OrderColumns<'a> {
             // In range: the record was checked when it was read.
             quantities: orders.iter().map(|r| r.quantity as i16).collect(),
             slots: orders.iter().map(|r| r.slot as i16).collect(),
+            partitions: orders.iter().map(|r| position(r).map(|(partition, _)| partition)).collect(),
+            offsets: orders.iter().map(|r| position(r).map(|(_, offset)| offset)).collect(),
         }
     }
 }
