@@ -11,10 +11,10 @@
 //! (`<orderId>:CREATED`), its key (the user), and its value — `occurredAt`
 //! is when the edge accepted the order, which the record carries.
 
+use crate::relay_waves::Deliveries;
 use crate::store::Sources;
-use futures::future::join_all;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use seckill_shared::config::KafkaSettings;
 use seckill_shared::domain::{OrderEvent, OrderRecord};
@@ -22,12 +22,16 @@ use seckill_shared::kafka::cloud_event::{self, Attributes};
 use seckill_shared::kafka::renewing::Renewing;
 use seckill_shared::ops::trace_export::traceparent_of;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// The producer of CREATED events (made anew after a fatal error).
+/// The producer of one worker's CREATED events (made anew after a fatal
+/// error). Delivery reports of failures only: a batch waits for all its
+/// records at once (the producer's in-flight count), not for each one's
+/// report — a report and its future per event cost the service more than
+/// the event.
 #[derive(Clone)]
 pub struct CreatedEvents {
-    producer: Arc<Renewing<FutureProducer>>,
+    producer: Arc<Renewing<ThreadedProducer<Deliveries>>>,
     topic: String,
     /// `ce_source`.
     source: String,
@@ -40,16 +44,15 @@ impl CreatedEvents {
     pub fn new(settings: &KafkaSettings, topic: String) -> anyhow::Result<Self> {
         let make = {
             let settings = settings.clone();
-            move || seckill_shared::kafka::producer(&settings)
+            move || {
+                Ok(seckill_shared::kafka::producer_config(&settings)
+                    .set("delivery.report.only.error", "true")
+                    .create_with_context(Deliveries::default())?)
+            }
         };
         let producer = Arc::new(Renewing::new("created events", make)?);
         let timeout = Duration::from_millis(settings.message_timeout_ms) + Duration::from_secs(5);
         Ok(Self { producer, topic, source: settings.cloudevents_source.clone(), timeout })
-    }
-
-    /// Its producer, for tests that make it fail.
-    pub fn producer(&self) -> &Renewing<FutureProducer> {
-        &self.producer
     }
 
     /// Produces the CREATED event of each of `orders` (each naming its
@@ -62,10 +65,10 @@ impl CreatedEvents {
             return Ok(());
         }
         let producer = self.producer.get();
-        let mut pending: Vec<DeliveryFuture> = Vec::with_capacity(orders.len());
+        let wave = producer.context().next_wave();
         // Exported, one span per event, ended once the batch is delivered.
         let mut spans = Vec::new();
-        for &order in orders {
+        for (i, &order) in orders.iter().enumerate() {
             let source = sources.get(order.order_id.as_str()).copied().unwrap_or_default();
             let event = OrderEvent::created(order);
             let payload = serde_json::to_vec(&event).expect("an order event serializes");
@@ -84,10 +87,11 @@ impl CreatedEvents {
             };
             let headers = cloud_event::headers(trace, attributes);
             spans.push(span);
-            let mut record = FutureRecord::to(&self.topic).key(&key).payload(&payload).headers(headers);
+            let mut record =
+                BaseRecord::with_opaque_to(&self.topic, wave.opaque(i)).key(&key).payload(&payload).headers(headers);
             loop {
-                match producer.send_result(record) {
-                    Ok(delivery) => break pending.push(delivery),
+                match producer.send(record) {
+                    Ok(()) => break,
                     // The local queue is full: let deliveries drain it.
                     Err((error, back)) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
                         record = back;
@@ -97,16 +101,19 @@ impl CreatedEvents {
                 }
             }
         }
-        let delivered = tokio::time::timeout(self.timeout, join_all(pending))
-            .await
-            .map_err(|_| KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut))?;
-        drop(spans);
-        for report in delivered {
-            match report {
-                Ok(Ok(_)) => {}
-                Ok(Err((error, _))) => return Err(error),
-                Err(_canceled) => return Err(KafkaError::Canceled),
+        // Every record acknowledged or failed (a failure's report is served
+        // by the producer's thread before the count drops). Watched, not
+        // flushed: librdkafka's flush waits up to 100 ms between looks.
+        let give_up = Instant::now() + self.timeout;
+        while producer.in_flight_count() > 0 {
+            if Instant::now() >= give_up {
+                return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
             }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        drop(spans);
+        if let Some((_, error)) = producer.context().failures(&wave).into_iter().next() {
+            return Err(error);
         }
         metrics::counter!("seckill_order_created_events_total").increment(orders.len() as u64);
         Ok(())
