@@ -4,13 +4,14 @@
 //! Several consumers run in one process, members of one group, so partitions
 //! are processed in parallel while each partition's records stay in order.
 //! A batch's offsets are committed only after its transaction committed,
-//! its statuses reached Redis and its rejects reached the dead-letter topic:
+//! its statuses reached Redis, its orders' CREATED events reached the events
+//! topic ([`created_events`]) and its rejects reached the dead-letter topic:
 //! a crash anywhere replays the batch, and replays are idempotent. The
-//! [`relay`] publishes the order events the transactions wrote; [`metrics`]
-//! lists what the service exports.
+//! [`relay`] publishes the later order events the transactions wrote to the
+//! outbox; [`metrics`] lists what the service exports.
 
 /// What `--help` says the service does.
-pub const ABOUT: &str = "The order service: consumes seckill.orders in the seckill-order group, writes each batch of orders to PostgreSQL in one idempotent transaction with the database's stock guard, marks them CREATED in Redis, dead-letters what can never be written, and commits offsets only after all of that. Health and metrics on metrics_addr.";
+pub const ABOUT: &str = "The order service: consumes seckill.orders in the seckill-order group, writes each batch of orders to PostgreSQL in one idempotent transaction with the database's stock guard, marks them CREATED in Redis, produces their CREATED events, dead-letters what can never be written, and commits offsets only after all of that; relays the later order events from the outbox. Health and metrics on metrics_addr.";
 
 pub mod consumer;
 pub mod created_events;
