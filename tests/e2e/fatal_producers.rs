@@ -22,28 +22,25 @@ async fn the_relay_sends_on_after_its_producer_failed_fatally() {
     let env = TestEnv::new().await;
     let sale = env.sale();
     env.warmup(sale, 20).await;
-    let mut settings = env.order_settings();
-    settings.events.enabled = false;
-    let order = env.spawn_order(settings.clone()).await;
-    env.produce_orders(sale, 1..11).await;
-    env.wait_orders(sale, "CREATED", 10).await;
-    order.stop().await;
-
+    // Orders whose CREATED events go through the outbox: the relay's to send.
+    env.created_through_the_outbox(sale, 1..11).await;
+    let settings = env.order_settings();
     let relay =
         seckill_order::relay::Relay::new(std::sync::Arc::new(settings), env.connections(), Background::default())
             .expect("a relay");
     relay.producer().inject_fatal_error();
     let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
-    let mut turns = 0;
+    let (mut turns, mut sent) = (0, 0);
     loop {
         turns += 1;
         assert!(turns <= 3, "the relay still fails after {turns} turns");
         match relay.relay_once(&term).await {
             Ok(0) => break,
-            Ok(_) => {}
+            Ok(n) => sent += n,
             Err(error) => eprintln!("turn {turns}: {error}"),
         }
     }
+    assert_eq!(sent, 10, "the ten events, on the new producer");
     env.verify_events(sale).await;
 }
 
