@@ -1,6 +1,7 @@
 -- queue_admit.lua: one admission pass of a sale's waiting room (keys as in
 -- queue_setup.lua: KEYS[1] meta, KEYS[2] line, KEYS[3] tickets, KEYS[4]
--- users, KEYS[5] active, KEYS[6] seen, KEYS[7] log, KEYS[8] challenges).
+-- users, KEYS[5] active, KEYS[6] seen, KEYS[7] log, KEYS[8] challenges,
+-- KEYS[9] events).
 -- Every edge runs it every `admission.tick_ms`; a pass run twice at once
 -- admits no more than one would (Redis runs them one after the other, and
 -- each reads what the other wrote).
@@ -34,16 +35,56 @@
 -- A waiting ticket not polled for `abandon` ms (counted from the start for
 -- the pre-queue) is abandoned instead: it neither takes a place nor a share
 -- of the rate, and comes back at the end of the line if its holder polls.
+--
+-- A draw's room (meta 'draw' 1, queue_draw.lua) admits nobody before its
+-- draw; after it, each admission is an entry promoted from the waitlist,
+-- and each admission, expiry and (once the sale is over) loss is appended
+-- to KEYS[9] as an event: {type, entry, user, until, place, at}. Over, its
+-- waiting entries are lost and its unused rights expired, once (meta
+-- 'final').
 local m = redis.call('HMGET', KEYS[1], 'round', 'active_buyers', 'per_minute', 'ttl', 'overbook', 'starts',
-  'ends', 'closed', 'tat', 'abandon', 'admitted', 'expires')
+  'ends', 'closed', 'tat', 'abandon', 'admitted', 'expires', 'draw', 'drawn', 'final')
 if not m[1] then
   return {0, 0, 0, {}}
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local starts, ends = tonumber(m[6]), tonumber(m[7])
+local draw = m[13] == '1'
+
+-- A draw's outcome, for the edge that publishes them (queue_draw.lua).
+local function event(kind, ticket, user, until_ms)
+  redis.call('XADD', KEYS[9], '*', 'type', kind, 'entry', ticket, 'user', user, 'until', until_ms, 'place', 0,
+    'at', now)
+end
+
 if m[8] == '1' or (ends > 0 and now >= ends) then
   redis.call('HSET', KEYS[1], 'closed', 1)
+  if draw and m[15] ~= '1' then
+    -- The sale is over: every entry still waiting has lost, every right
+    -- unused has expired (once; a right claimed by an order in flight is
+    -- that order's to settle).
+    local lost, expired = 0, 0
+    local all = redis.call('HGETALL', KEYS[3])
+    for i = 1, #all, 2 do
+      local ticket, value = all[i], all[i + 1]
+      local user, state, until_ms, admitted_at = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)')
+      if state == 'W' then
+        redis.call('HSET', KEYS[3], ticket, user .. '|L|0|0|' .. now)
+        event('lost', ticket, user, 0)
+        lost = lost + 1
+      elseif state == 'A' then
+        redis.call('HSET', KEYS[3], ticket, user .. '|E|0|' .. admitted_at .. '|' .. now)
+        redis.call('ZREM', KEYS[5], ticket)
+        event('expired', ticket, user, until_ms)
+        expired = expired + 1
+      end
+    end
+    redis.call('DEL', KEYS[2])
+    redis.call('HINCRBY', KEYS[1], 'lost', lost)
+    redis.call('HINCRBY', KEYS[1], 'expired', expired)
+    redis.call('HSET', KEYS[1], 'final', 1)
+  end
   return {0, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[5]), {}}
 end
 
@@ -63,6 +104,9 @@ for _, ticket in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)) do
     redis.call('HSET', KEYS[3], ticket, (user or '') .. '|E|0|' .. (admitted_at or 0) .. '|' .. now)
     redis.call('ZREM', KEYS[5], ticket)
     expired = expired + 1
+    if draw then
+      event('expired', ticket, user or '', until_ms or 0)
+    end
   end
 end
 if expired > 0 then
@@ -78,7 +122,7 @@ if orders <= 0 then
   return {0, redis.call('ZCARD', KEYS[2]), active, stale}
 end
 redis.call('HSET', KEYS[1], 'sold_out', 0)
-if starts > 0 and now < starts then
+if (starts > 0 and now < starts) or (draw and m[14] ~= '1') then
   return {0, redis.call('ZCARD', KEYS[2]), active, stale}
 end
 
@@ -114,6 +158,9 @@ while admitted < most and abandoned < 1000 and active < cap and (interval == 0 o
     -- 1000: ordered by admission within one millisecond too.
     redis.call('ZADD', KEYS[7], now * 1000 + total % 1000, ticket .. ':' .. total)
     admitted, active, total = admitted + 1, active + 1, total + 1
+    if draw then
+      event('promoted', ticket, user, now + ttl)
+    end
     if interval > 0 then
       tat = math.max(tat, now) + interval
     end
@@ -122,6 +169,9 @@ end
 redis.call('HSET', KEYS[1], 'tat', tat, 'admitted', total)
 if abandoned > 0 then
   redis.call('HINCRBY', KEYS[1], 'abandoned', abandoned)
+end
+if draw and admitted > 0 then
+  redis.call('HINCRBY', KEYS[1], 'promoted', admitted)
 end
 local expires = tonumber(m[12])
 if admitted > 0 and expires > 0 then

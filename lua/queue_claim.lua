@@ -1,6 +1,6 @@
 -- queue_claim.lua: an admission token used for one order, at most once
--- (of queue_setup.lua's keys, this script takes three: KEYS[1] meta,
--- KEYS[2] tickets, KEYS[3] active).
+-- (of queue_setup.lua's keys, this script takes four: KEYS[1] meta,
+-- KEYS[2] tickets, KEYS[3] active, KEYS[4] events).
 --
 -- ARGV[1] 'claim' | 'spend' | 'release', ARGV[2] the ticket, ARGV[3] the
 -- user, ARGV[4] the round the token names.
@@ -13,7 +13,8 @@
 -- spend (the order was accepted): the claim becomes a use, no longer
 --   active. Returns 1.
 -- release (the order kept nothing): the ticket is admitted again until its
---   token's expiry (or expired, past it). Returns 1.
+--   token's expiry (or expired, past it, or once the sale is closed; in a
+--   draw's room the expiry is an event, as queue_admit.lua appends). Returns 1.
 local round = redis.call('HGET', KEYS[1], 'round')
 local value = redis.call('HGET', KEYS[2], ARGV[2])
 if not round or round ~= ARGV[4] or not value then
@@ -45,11 +46,15 @@ if ARGV[1] == 'spend' then
   set('U', now)
   redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('HINCRBY', KEYS[1], 'used', 1)
-elseif tonumber(until_ms) > now then
+elseif tonumber(until_ms) > now and redis.call('HGET', KEYS[1], 'closed') ~= '1' then
   set('A', 0)
 else
   set('E', now)
   redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('HINCRBY', KEYS[1], 'expired', 1)
+  if redis.call('HGET', KEYS[1], 'draw') == '1' then
+    redis.call('XADD', KEYS[4], '*', 'type', 'expired', 'entry', ARGV[2], 'user', user, 'until', until_ms, 'place', 0,
+      'at', now)
+  end
 end
 return 1

@@ -8,14 +8,17 @@
 -- ticket), KEYS[5] active (zset: admitted tickets not yet used, by expiry),
 -- KEYS[6] seen (zset: waiting tickets, by their last poll), KEYS[7] log
 -- (zset: every admission "ticket:number", by time ms × 1000 + number mod 1000), KEYS[8] challenges (zset: proof-of-work
--- nonces used, by expiry) — all in the sale's own slot.
+-- nonces used, by expiry), KEYS[9] events (stream: a draw's outcomes, each
+-- an entry's, for the edge that publishes them) — all in the sale's own slot.
 --
 -- ARGV[1] 'open': ARGV[2] round, ARGV[3] active buyers, ARGV[4] admissions
 --   per minute (0: unlimited), ARGV[5] pre-queue (ms), ARGV[6] token time to
 --   live (ms), ARGV[7] overbook, ARGV[8] proof-of-work bits (0: none),
 --   ARGV[9] starts (ms, 0: none), ARGV[10] ends (ms, 0: none), ARGV[11] the
 --   shuffle's seed, ARGV[12] when every key expires (ms, 0: never), ARGV[13]
---   a waiting ticket not polled this long is abandoned (ms).
+--   a waiting ticket not polled this long is abandoned (ms), ARGV[14] 1: a
+--   draw's room (queue_draw.lua: its joins are entries, nobody is admitted
+--   before the draw, its outcomes are events), 0: a waiting room.
 --   Returns 1 opened, 2 open for this round already (left as it is: a
 --   warm-up run again must not reshuffle a room that may be admitting).
 -- ARGV[1] 'off': the room is taken away. Returns 0.
@@ -29,7 +32,8 @@ if ARGV[1] == 'open' then
   redis.call('HSET', KEYS[1], 'round', ARGV[2], 'active_buyers', ARGV[3], 'per_minute', ARGV[4],
     'prequeue', ARGV[5], 'ttl', ARGV[6], 'overbook', ARGV[7], 'bits', ARGV[8], 'starts', ARGV[9],
     'ends', ARGV[10], 'seed', ARGV[11], 'expires', ARGV[12], 'abandon', ARGV[13], 'tat', 0, 'seq', 0,
-    'joined', 0, 'admitted', 0, 'used', 0, 'expired', 0, 'abandoned', 0, 'sold_out', 0, 'closed', 0)
+    'joined', 0, 'admitted', 0, 'used', 0, 'expired', 0, 'abandoned', 0, 'sold_out', 0, 'closed', 0,
+    'draw', ARGV[14], 'drawn', 0, 'promoted', 0, 'lost', 0, 'published', '0-0')
   if tonumber(ARGV[12]) > 0 then
     redis.call('PEXPIREAT', KEYS[1], ARGV[12])
   end

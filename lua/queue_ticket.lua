@@ -12,7 +12,7 @@
 -- admitted_last_minute, admit_per_minute}: status 'WAITING' (place: 0 before the start, when
 -- nobody has a place yet), 'ADMITTED' (expires_ms: the token's end),
 -- 'SOLD_OUT', 'CLOSED', 'NOT_OPEN' (the pre-queue opens at opens_ms),
--- 'NO_ROOM' (the sale has none), 'UNKNOWN' (no such ticket), 'REPLAYED'
+-- 'NO_ROOM' (the sale has none, or a draw instead), 'UNKNOWN' (no such ticket), 'REPLAYED'
 -- (the challenge was used before).
 --
 -- Fair order: a ticket taken before the start is placed by a hash of the
@@ -22,8 +22,9 @@
 -- that was abandoned, goes to the back of the line when its holder comes
 -- back. Time is Redis's own.
 local m = redis.call('HMGET', KEYS[1], 'round', 'starts', 'ends', 'prequeue', 'seed', 'sold_out', 'closed', 'expires',
-  'per_minute')
-if not m[1] then
+  'per_minute', 'draw')
+-- A draw's room is entered and read through queue_draw.lua alone.
+if not m[1] or m[10] == '1' then
   return {'NO_ROOM', '', '', 0, 0, 0, 0, 0, 0}
 end
 local time = redis.call('TIME')

@@ -48,6 +48,8 @@ mod dlq_page;
 mod dlq_tools;
 #[path = "e2e/downstream.rs"]
 mod downstream;
+#[path = "e2e/draw.rs"]
+mod draw;
 #[path = "e2e/edge.rs"]
 mod edge;
 #[path = "e2e/fatal_producers.rs"]

@@ -39,6 +39,7 @@ async fn warm(env: &TestEnv, stock: &Stock, sale: SaleKey, units: i64, ends_at: 
         payment_window_seconds: window,
         buckets: 1,
         admission: None,
+        draw: None,
         limits: Default::default(),
     };
     let locks = LockClient::new(stock.connection(), Default::default());

@@ -58,6 +58,7 @@ impl TestEnv {
             payment_window_seconds: window,
             buckets,
             admission: None,
+            draw: None,
             limits,
         };
         let locks = LockClient::new(self.stock.connection(), Background::default());

@@ -1,5 +1,5 @@
 //! `seckillctl`: the operator's tool — warm up sales, reconcile them, inspect
-//! and replay the dead-letter topic, and load-test the edge.
+//! and replay the dead-letter topic, check a draw, and load-test the edge.
 //!
 //! Exit codes: 0 success (and, for `reconcile`, consistent); 1 the operation
 //! failed or the sale is inconsistent; 2 a source could not be read or the
@@ -7,6 +7,7 @@
 
 mod bench;
 mod dlq;
+mod draw;
 mod events;
 mod payments;
 mod probe;
@@ -68,6 +69,9 @@ enum Command {
     /// A sale's waiting room.
     #[command(subcommand)]
     Queue(queue::Command),
+    /// A sale's draw: its figures, its entry list, and a check anyone can run.
+    #[command(subcommand)]
+    Draw(draw::Command),
     /// Load-test the edge.
     Bench(bench::Args),
     /// Consumer-group lag of the order service and the compensator.
@@ -131,6 +135,8 @@ async fn main() -> ExitCode {
         Command::Config { service } => return config(service),
         // Needs no settings: it runs where nothing else is configured.
         Command::Probe(args) => return exit_code(probe::run(args).await),
+        // Needs no server: anyone checks a draw with the published figures.
+        Command::Draw(draw::Command::Verify(args)) => return exit_code(draw::verify(args)),
         _ => {}
     }
     let settings: Settings = match seckill_shared::config::load(seckill_shared::config::UnknownKeys::Ignore) {
@@ -158,6 +164,7 @@ async fn main() -> ExitCode {
         Command::Events(command) => events::run(&settings, command).await,
         Command::Payments(command) => payments::run(&settings, command).await,
         Command::Queue(command) => queue::run(&settings, command).await,
+        Command::Draw(command) => draw::run(&settings, command).await,
         Command::Bench(args) => bench::run(&settings, args).await,
         Command::Lag { json } => lag(&settings, json).await,
         Command::Config { .. } | Command::Probe(_) => unreachable!("answered before the settings are loaded"),

@@ -125,6 +125,7 @@ pub fn print(report: &Report, json: bool) {
         ("order service lag", lag(report.order_lag)),
         ("compensator lag", lag(report.compensator_lag)),
         ("waiting room (waiting/active/admitted)", room(report)),
+        ("draw (entries/winners/claimed)", draw(report)),
     ];
     for (term, value) in rows {
         println!("{term:<32} {value}");
@@ -172,4 +173,21 @@ fn room(report: &Report) -> String {
             )
         }
     }
+}
+
+/// The draw's line of the report: its figures, and once drawn its seed and
+/// the entry list's digest (`seckillctl draw verify` checks them).
+fn draw(report: &Report) -> String {
+    let Some(draw) = &report.draw else {
+        return "-".into();
+    };
+    let proof = if draw.drawn {
+        format!("seed {} (SHA-256 {}), entry list SHA-256 {}", draw.seed, draw.seed_commitment, draw.entries_digest)
+    } else {
+        format!("not drawn yet, seed committed SHA-256 {}", draw.seed_commitment)
+    };
+    format!(
+        "{} / {} / {}, promoted {}, expired {}, lost {}, waitlisted {}; {proof}",
+        draw.entries, draw.winners, draw.claimed, draw.promoted, draw.expired, draw.lost, draw.waitlisted
+    )
 }

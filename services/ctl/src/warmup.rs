@@ -40,6 +40,10 @@ pub struct Args {
     /// `admission` (JSON: `{"activeBuyers":100,"admitPerMinute":600}`).
     #[arg(long, value_parser = parse_admission)]
     admission: Option<seckill_shared::sales::Admission>,
+    /// A draw in front of the round (JSON: `{"entriesOpenAt":"…","drawAt":"…","claimSeconds":600}`),
+    /// instead of a waiting room.
+    #[arg(long, value_parser = parse_draw, conflicts_with = "admission")]
+    draw: Option<seckill_shared::sales::Draw>,
     /// Units one user may hold in the round, over all their orders (1 to
     /// 100).
     #[arg(long, default_value_t = 1)]
@@ -74,6 +78,7 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         payment_window_seconds: args.payment_window,
         buckets: args.buckets,
         admission: args.admission,
+        draw: args.draw,
         limits: Limits::asked(Some(args.per_user_limit), args.max_per_order),
     };
     let locks = seckill_shared::ops::lock::LockClient::new(stock.connection(), Default::default());
@@ -85,6 +90,10 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         failure(error)
     })?;
     print(&row, args.json, &format!("sale {sale} warmed up"))
+}
+
+fn parse_draw(raw: &str) -> Result<seckill_shared::sales::Draw, String> {
+    serde_json::from_str(raw).map_err(|e| format!("not a draw: {e}"))
 }
 
 fn parse_admission(raw: &str) -> Result<seckill_shared::sales::Admission, String> {

@@ -14,6 +14,7 @@ pub mod admission;
 pub mod batch;
 pub mod client_addr;
 pub mod dashboard;
+pub mod draw;
 pub mod home;
 pub mod http;
 pub mod identity;

@@ -71,6 +71,22 @@ const EDGE: &[Metric] = &[
     Metric::gauge("seckill_queue_abandoned", "Tickets abandoned (their holders stopped asking), by sale"),
     Metric::gauge("seckill_queue_sold_out", "1 once the room's last pass found the sale sold out, by sale"),
     Metric::gauge("seckill_queue_wait_seconds", "Estimated wait for the last place in the room (-1: unknown), by sale"),
+    Metric::counter("seckill_draws_made_total", "Draws this edge made (one per draw across the edges)"),
+    Metric::counter_per(
+        "seckill_draw_events_published_total",
+        "Draw outcomes this edge published to seckill.draw-events, by type",
+    ),
+    Metric::gauge("seckill_draw_entries", "A draw's entries, by sale"),
+    Metric::gauge("seckill_draw_winners", "Entries that won at the draw, by sale"),
+    Metric::gauge("seckill_draw_claimed", "Rights a draw's winners used to order, by sale"),
+    Metric::gauge("seckill_draw_promoted", "Entries promoted from the waitlist, by sale"),
+    Metric::gauge("seckill_draw_expired", "Rights that lapsed unused, by sale"),
+    Metric::gauge("seckill_draw_lost", "Entries still waitlisted when the sale ended, by sale"),
+    Metric::gauge("seckill_draw_waitlisted", "Entries waitlisted now, by sale"),
+    Metric::gauge(
+        "seckill_draw_events_unpublished",
+        "Draw outcomes recorded and not yet on seckill.draw-events, by sale",
+    ),
 ];
 
 /// What the edge exports: its own, and the shared library's it records.

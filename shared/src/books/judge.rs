@@ -23,6 +23,7 @@ impl Report {
 pub fn check(r: &Report, require_drained: bool) -> Vec<String> {
     let mut violations = stock_checks(r);
     violations.extend(flow_checks(r));
+    violations.extend(draw_checks(r));
     if require_drained && !r.drained() {
         violations.push(format!(
             "not drained: orders_in_flight {}, order lag {:?}, compensator lag {:?}, events pending {}, cancels pending {}",
@@ -131,6 +132,26 @@ fn flow_checks(r: &Report) -> Vec<String> {
             "compensated {} + written_off {} != failed orders redis had accepted {}",
             r.compensated, r.written_off, r.failed_accepted
         ));
+    }
+    violations
+}
+
+/// A draw's: no order used a right the draw never gave, and every entry is
+/// drawn once (a winner, or on the waitlist) with nothing beyond.
+fn draw_checks(r: &Report) -> Vec<String> {
+    let Some(draw) = &r.draw else {
+        return Vec::new();
+    };
+    let mut violations = Vec::new();
+    if draw.claimed > draw.winners + draw.promoted {
+        violations.push(format!(
+            "draw: rights used {} > winners {} + promoted {}: an order used a right the draw never gave",
+            draw.claimed, draw.winners, draw.promoted
+        ));
+    }
+    if draw.winners + draw.promoted > draw.entries {
+        violations
+            .push(format!("draw: winners {} + promoted {} > entries {}", draw.winners, draw.promoted, draw.entries));
     }
     violations
 }

@@ -140,6 +140,10 @@ pub struct Report {
     /// tickets as they were admitted) is shown once the sale has started,
     /// empty before (secret until the shuffle).
     pub waiting_room: Option<RoomState>,
+    /// The sale's draw, when it has one: entries, winners, rights used,
+    /// promoted, lapsed, lost, and once drawn its seed and the entry
+    /// list's digest.
+    pub draw: Option<crate::stock::queue::DrawState>,
     /// Whether every check holds.
     pub consistent: bool,
     /// Each failed check, in words, naming the terms that disagree.
@@ -236,6 +240,7 @@ pub async fn reconcile(
         crate::sales::warmup_rows::unfinished(pool, sale).await.map_err(&pg)?.map(UnfinishedWarmup::of);
     let held_back = crate::db::horizon::held_back(pool, crate::db::horizon::HELD_BACK_AFTER).await.map_err(&pg)?;
     let waiting_room = stock.room(sale).await.map_err(&redis)?.map(|r| r.shown_at(crate::now_ms()));
+    let draw = stock.draw_state(sale).await.map_err(&redis)?;
     let mut report = Report {
         activity_id: sale.activity.get(),
         sku_id: sale.sku.get(),
@@ -281,6 +286,7 @@ pub async fn reconcile(
         redis: snapshot,
         unfinished_warmup,
         waiting_room,
+        draw,
         consistent: false,
         violations: Vec::new(),
     };

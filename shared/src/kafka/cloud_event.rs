@@ -39,17 +39,22 @@ pub struct Attributes<'a> {
 /// The record's headers: the trace's, then the CloudEvents attributes and
 /// `content-type: application/json`.
 pub fn headers(trace: Trace<'_>, event: Attributes<'_>) -> OwnedHeaders {
-    let kind = event_type(event.kind);
+    binary_headers(trace, event, &event_type(event.kind), DATA_SCHEMA)
+}
+
+/// A record's headers as [`headers`] makes them, for an event of any topic:
+/// `ce_type` is `kind` as given, `ce_dataschema` is `schema`.
+pub fn binary_headers(trace: Trace<'_>, event: Attributes<'_>, kind: &str, schema: &str) -> OwnedHeaders {
     let time = event.time.to_rfc3339_opts(SecondsFormat::Millis, true);
     let mut headers = trace.headers();
     for (key, value) in [
         ("ce_specversion", SPEC_VERSION),
         ("ce_id", event.id),
         ("ce_source", event.source),
-        ("ce_type", kind.as_str()),
+        ("ce_type", kind),
         ("ce_time", time.as_str()),
         ("ce_subject", event.subject),
-        ("ce_dataschema", DATA_SCHEMA),
+        ("ce_dataschema", schema),
         ("content-type", "application/json"),
     ] {
         headers = headers.insert(Header { key, value: Some(value) });

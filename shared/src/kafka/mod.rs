@@ -36,6 +36,9 @@ pub struct Topics {
     pub dlq: String,
     /// Every change of an order's status, for consumers downstream.
     pub events: String,
+    /// Every outcome of a draw's entry (won, waitlisted, promoted,
+    /// expired, lost), for the shop's notifier.
+    pub draw_events: String,
 }
 
 impl Topics {
@@ -45,6 +48,7 @@ impl Topics {
             orders: format!("{}seckill.orders", settings.topic_prefix),
             dlq: format!("{}seckill.orders.dlq", settings.topic_prefix),
             events: format!("{}seckill.order-events", settings.topic_prefix),
+            draw_events: format!("{}seckill.draw-events", settings.topic_prefix),
         }
     }
 }
@@ -127,6 +131,8 @@ pub async fn ensure_topics(settings: &KafkaSettings) -> anyhow::Result<Topics> {
         NewTopic::new(&topics.dlq, settings.dlq_partitions, TopicReplication::Fixed(replication))
             .set("min.insync.replicas", &min_insync),
         NewTopic::new(&topics.events, settings.order_partitions, TopicReplication::Fixed(replication))
+            .set("min.insync.replicas", &min_insync),
+        NewTopic::new(&topics.draw_events, settings.order_partitions, TopicReplication::Fixed(replication))
             .set("min.insync.replicas", &min_insync),
     ];
     let options = AdminOptions::new().operation_timeout(Some(timeout));

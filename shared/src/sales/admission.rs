@@ -102,6 +102,7 @@ impl Admission {
             token_ttl_ms: self.token_ttl_seconds * 1000,
             overbook: self.overbook,
             challenge_bits: self.challenge.as_ref().map_or(0, |c| c.bits),
+            draw: false,
         }
     }
 }

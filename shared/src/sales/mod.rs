@@ -8,10 +8,13 @@
 //! schedules the expiry of every key of the sale.
 
 mod admission;
+mod draw;
+pub mod draw_proof;
 mod warmup_job;
 pub mod warmup_rows;
 
 pub use admission::{Admission, Challenge};
+pub use draw::{Draw, MAX_CLAIM_SECONDS};
 pub use warmup_job::warmup;
 
 use crate::config::LockSettings;
@@ -49,6 +52,9 @@ pub struct WarmupRequest {
     /// The round's waiting room (`None`: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<Admission>,
+    /// The round's draw (`None`: none; never beside `admission`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draw: Option<Draw>,
     /// Units per user and per order (absent from warm-ups recorded before
     /// quantities: one each).
     #[serde(default)]

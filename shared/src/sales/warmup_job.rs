@@ -96,6 +96,12 @@ fn validate(request: &WarmupRequest) -> Result<(), WarmupError> {
     if let Some(wrong) = request.admission.as_ref().and_then(Admission::invalid) {
         return Err(WarmupError::Invalid(wrong));
     }
+    if request.admission.is_some() && request.draw.is_some() {
+        return Err(WarmupError::Invalid("a sale has a waiting room or a draw, not both".into()));
+    }
+    if let Some(wrong) = request.draw.as_ref().and_then(|d| d.invalid(request.starts_at, request.ends_at)) {
+        return Err(WarmupError::Invalid(wrong));
+    }
     if let Some(id) = &request.id {
         let plain = id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if id.is_empty() || id.len() > 64 || !plain {
@@ -154,20 +160,22 @@ async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) ->
             .map(|end| stock.sale_keys_expire_at(end.timestamp_millis(), request.payment_window_seconds))
             .unwrap_or(0),
         force: true,
-        admission: request.admission.is_some(),
+        admission: request.admission.is_some() || request.draw.is_some(),
         limits: request.limits,
     };
     // The room before the stock: no unit of a round with a room is sold
     // without an admission.
-    match &request.admission {
-        Some(admission) => {
-            let room = RoomRound {
-                round: round.round,
-                starts_ms: round.starts_ms,
-                ends_ms: round.ends_ms,
-                expire_at_ms: round.expire_at_ms,
-            };
-            stock.open_room(sale, room, &admission.room()).await?;
+    // A draw's room starts at the draw: its pre-queue is the entries.
+    let room = match (&request.admission, &request.draw) {
+        (Some(admission), _) => Some((admission.room(), round.starts_ms)),
+        (None, Some(draw)) => Some((draw.room(), draw.draw_ms())),
+        (None, None) => None,
+    };
+    match room {
+        Some((settings, starts_ms)) => {
+            let room =
+                RoomRound { round: round.round, starts_ms, ends_ms: round.ends_ms, expire_at_ms: round.expire_at_ms };
+            stock.open_room(sale, room, &settings).await?;
         }
         None => stock.room_off(sale).await?,
     }

@@ -128,18 +128,18 @@ impl SaleKeys {
 /// takes them; all in the sale's own slot (its bucket 0's).
 #[derive(Debug, Clone)]
 pub struct QueueKeys {
-    pub(super) keys: [String; 8],
+    pub(super) keys: [String; 9],
 }
 
 impl QueueKeys {
     /// All of them, for the scripts that take all.
-    pub(super) fn all(&self) -> [&String; 8] {
+    pub(super) fn all(&self) -> [&String; 9] {
         self.keys.each_ref()
     }
 
-    /// The three `lua/queue_claim.lua` takes: meta, tickets, active.
-    pub(super) fn claim(&self) -> [&String; 3] {
-        [&self.keys[0], &self.keys[2], &self.keys[4]]
+    /// The four `lua/queue_claim.lua` takes: meta, tickets, active, events.
+    pub(super) fn claim(&self) -> [&String; 4] {
+        [&self.keys[0], &self.keys[2], &self.keys[4], &self.keys[8]]
     }
 }
 
@@ -207,7 +207,7 @@ impl KeyLayout {
     /// The keys of `sale`'s waiting room.
     pub fn queue(&self, sale: SaleKey) -> QueueKeys {
         let base = self.sale_base(sale);
-        let keys = ["meta", "line", "tickets", "users", "active", "seen", "log", "challenges"]
+        let keys = ["meta", "line", "tickets", "users", "active", "seen", "log", "challenges", "events"]
             .map(|name| format!("{base}:q:{name}"));
         QueueKeys { keys }
     }

@@ -190,6 +190,16 @@ answers! {
     queue_ticket = "queue_ticket.lua", otherwise "{status, ticket, user, place, ...}, status a word";
 }
 
+answers! {
+    /// A draw's entries and the draw (entering and reading answer a
+    /// table; freezing and applying a code).
+    queue_draw = "queue_draw.lua", otherwise "{status, entry, user, ...}, status a word";
+    DONE = 1: "frozen (freeze); drawn now (apply)";
+    NOT_YET = 0: "before the draw's time (freeze); drawn before (apply)";
+    NO_DRAW_TO_MAKE = -1: "no draw to make: none, made already, or the sale closed first";
+    NOT_WHOLE = -2: "the line does not hold every entry ranked: rank again";
+}
+
 /// Every script's answers, one entry per file of `lua/`.
 pub const ALL: &[Answers] = &[
     deduct::ANSWERS,
@@ -210,6 +220,7 @@ pub const ALL: &[Answers] = &[
     warmup::ANSWERS,
     queue_admit::ANSWERS,
     queue_claim::ANSWERS,
+    queue_draw::ANSWERS,
     queue_setup::ANSWERS,
     queue_ticket::ANSWERS,
 ];
@@ -229,12 +240,14 @@ pub enum TicketState {
     Expired,
     /// Waiting and not polled for the room's `abandon` time.
     Abandoned,
+    /// A draw's entry still waiting when the sale ended.
+    Lost,
 }
 
 impl TicketState {
     /// Every state.
-    pub const ALL: [TicketState; 6] =
-        [Self::Waiting, Self::Admitted, Self::Claimed, Self::Used, Self::Expired, Self::Abandoned];
+    pub const ALL: [TicketState; 7] =
+        [Self::Waiting, Self::Admitted, Self::Claimed, Self::Used, Self::Expired, Self::Abandoned, Self::Lost];
 
     /// The letter the scripts write.
     pub fn letter(self) -> &'static str {
@@ -245,6 +258,7 @@ impl TicketState {
             Self::Used => "U",
             Self::Expired => "E",
             Self::Abandoned => "X",
+            Self::Lost => "L",
         }
     }
 
@@ -283,6 +297,9 @@ impl TicketState {
                 "`WAITING` at the back of the line (the poll rejoins it), or `SOLD_OUT`",
                 "poll again",
             ),
+            Self::Lost => {
+                ("a draw's entry still waitlisted when the sale ended", "`LOST` (a draw's entry)", "nothing: final")
+            }
         }
     }
 

@@ -41,7 +41,9 @@ async fn pass(stock: &Stock, sale: SaleKey, tolerance_ms: i64, grace: Duration) 
         stock.room_off(sale).await?;
         return Ok(());
     };
-    if !before.closed {
+    // A draw's room is passed once more after its close: that pass records
+    // its end (queue_admit.lua).
+    if !before.closed || (before.draw && !before.finalized) {
         let admitted = stock.admit_pass(sale, tolerance_ms, grace).await?;
         metrics::counter!("seckill_queue_admitted_total", "sale" => sale.to_string()).increment(admitted.now as u64);
         for (ticket, user) in &admitted.stale {
@@ -55,7 +57,29 @@ async fn pass(stock: &Stock, sale: SaleKey, tolerance_ms: i64, grace: Duration) 
     if let Some(room) = stock.room(sale).await? {
         gauges(sale, &room);
     }
+    if before.draw {
+        if let Some(draw) = stock.draw_state(sale).await? {
+            draw_gauges(sale, &draw);
+        }
+    }
     Ok(())
+}
+
+/// A draw's figures, per sale.
+fn draw_gauges(sale: SaleKey, draw: &seckill_shared::stock::queue::DrawState) {
+    let label = sale.to_string();
+    for (name, value) in [
+        ("seckill_draw_entries", draw.entries),
+        ("seckill_draw_winners", draw.winners),
+        ("seckill_draw_claimed", draw.claimed),
+        ("seckill_draw_promoted", draw.promoted),
+        ("seckill_draw_expired", draw.expired),
+        ("seckill_draw_lost", draw.lost),
+        ("seckill_draw_waitlisted", draw.waitlisted),
+        ("seckill_draw_events_unpublished", draw.events_unpublished),
+    ] {
+        metrics::gauge!(name, "sale" => label.clone()).set(value as f64);
+    }
 }
 
 /// The room's figures, per sale.

@@ -67,6 +67,9 @@ error_codes! {
     /// A join without the proof of work the room asks, or with a wrong,
     /// expired or replayed one.
     ChallengeFailed = "CHALLENGE_FAILED",
+    /// A draw's entry after its `drawAt` (or once the sale closed), from a
+    /// user who holds none: nothing written.
+    EntriesClosed = "ENTRIES_CLOSED",
     /// Unknown order.
     OrderNotFound = "ORDER_NOT_FOUND",
     /// Accepted, not written yet (`Retry-After`).
@@ -347,6 +350,12 @@ pub struct WarmupBody {
     #[serde(default)]
     #[schema(nullable = false)]
     pub admission: Option<seckill_shared::sales::Admission>,
+    /// A draw instead of a waiting room: entries from `entriesOpenAt` to
+    /// `drawAt`, one draw anyone can verify, winners given `claimSeconds`
+    /// to order (docs/buyers-api.md "Draws"). Absent: none.
+    #[serde(default)]
+    #[schema(nullable = false)]
+    pub draw: Option<seckill_shared::sales::Draw>,
     /// Units one user may hold in the round, over all their live orders
     /// (1 when absent: one unit per user, as before; an order past it is
     /// 409 `LIMIT_REACHED`, or `ALREADY_PURCHASED` with a limit of one).
@@ -358,6 +367,20 @@ pub struct WarmupBody {
     #[serde(default, deserialize_with = "some_count")]
     #[schema(minimum = 1, maximum = 100, value_type = u32, nullable = false)]
     pub max_per_order: Option<u32>,
+}
+
+/// A warm-up's answer: the sale as PostgreSQL holds it and, for a draw,
+/// the draw as `GET /api/seckill/draw/{a}/{s}` shows it — its seed's
+/// commitment published before any entry.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = WarmedUp)]
+pub struct WarmedUpBody {
+    #[serde(flatten)]
+    pub sale: seckill_shared::db::SaleRow,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub draw: Option<super::buyers::draw_bodies::DrawBody>,
 }
 
 /// A count that, when given, is an integer (`2.0` counts; null is refused).

@@ -49,6 +49,9 @@ pub enum ApiError {
     /// A join's proof of work is missing or wrong.
     #[error("{0}")]
     ChallengeFailed(String),
+    /// A draw's entry after its `drawAt`, or once the sale closed.
+    #[error("the draw's entries are closed")]
+    EntriesClosed,
     /// One order per user per sale.
     #[error("this user already has an order in this sale")]
     AlreadyPurchased(Option<String>),
@@ -125,6 +128,7 @@ impl ApiError {
             Self::SaleNotActive | Self::NotOpenYet(_) => ErrorCode::SaleNotActive,
             Self::AdmissionRequired(_) => ErrorCode::AdmissionRequired,
             Self::ChallengeFailed(_) => ErrorCode::ChallengeFailed,
+            Self::EntriesClosed => ErrorCode::EntriesClosed,
             Self::AlreadyPurchased(_) => ErrorCode::AlreadyPurchased,
             Self::SoldOut | Self::FewerLeft(_) => ErrorCode::SoldOut,
             Self::LimitReached { .. } => ErrorCode::LimitReached,
@@ -158,6 +162,7 @@ impl ApiError {
             Self::SaleNotFound | Self::OrderNotFound | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::AlreadyPurchased(_)
+            | Self::EntriesClosed
             | Self::LimitReached { .. }
             | Self::SaleBusy(_)
             | Self::OrderPending
@@ -247,6 +252,7 @@ mod tests {
             (ApiError::SaleNotFound, 404, "SALE_NOT_FOUND"),
             (ApiError::SaleNotActive, 403, "SALE_NOT_ACTIVE"),
             (ApiError::AlreadyPurchased(None), 409, "ALREADY_PURCHASED"),
+            (ApiError::EntriesClosed, 409, "ENTRIES_CLOSED"),
             (ApiError::SoldOut, 410, "SOLD_OUT"),
             (ApiError::FewerLeft(2), 410, "SOLD_OUT"),
             (ApiError::LimitReached { held: 1, limit: 2 }, 409, "LIMIT_REACHED"),

@@ -167,6 +167,8 @@ impl AppState {
         background.spawn("admission passes", passes);
         let resumer = crate::warmup_resume::run(state.clone(), background.clone(), background.shutdown().clone());
         background.spawn("warm-up resumer", resumer);
+        let draws = crate::draw::run(state.clone(), background.clone(), background.shutdown().clone());
+        background.spawn("draws", draws);
         Ok(state)
     }
 

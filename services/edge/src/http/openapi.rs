@@ -6,7 +6,7 @@
 
 use super::bodies::{
     ErrorBody, ErrorCode, OrderOwnerBody, OrderRequestBody, OrderStatusBody, PaymentNotificationBody,
-    PaymentOutcomeCode, PaymentRecordedBody, QueuedBody, QueuedCode, WarmupBody,
+    PaymentOutcomeCode, PaymentRecordedBody, QueuedBody, QueuedCode, WarmedUpBody, WarmupBody,
 };
 use super::AppState;
 use axum::routing::get;
@@ -81,6 +81,9 @@ impl Modify for OrderIdPaths {
         super::buyers::queue::join,
         super::buyers::queue::poll,
         super::buyers::queue::challenge,
+        super::buyers::draw::enter,
+        super::buyers::draw::read,
+        super::buyers::draw::draw,
         super::provider::payments::notify,
         super::operators::admin::warm_up,
         super::operators::admin::report,
@@ -91,10 +94,12 @@ impl Modify for OrderIdPaths {
         openapi_json,
     ),
     components(schemas(
-        ErrorBody, ErrorCode, OrderRequestBody, QueuedBody, QueuedCode, OrderStatusBody, OrderStatus, OrderOwnerBody, WarmupBody, SaleRow,
+        ErrorBody, ErrorCode, OrderRequestBody, QueuedBody, QueuedCode, OrderStatusBody, OrderStatus, OrderOwnerBody, WarmupBody, WarmedUpBody, SaleRow,
         Report, SaleSnapshot, PaymentNotificationBody, PaymentRecordedBody, PaymentOutcomeCode,
         super::buyers::queue_bodies::JoinBody, super::buyers::queue_bodies::TicketBody, super::buyers::queue_bodies::ChallengeBody,
-        seckill_shared::sales::Admission, seckill_shared::sales::Challenge
+        seckill_shared::sales::Admission, seckill_shared::sales::Challenge,
+        super::buyers::draw_bodies::EnterBody, super::buyers::draw_bodies::EntryBody, super::buyers::draw_bodies::DrawBody,
+        seckill_shared::sales::Draw, seckill_shared::stock::queue::EntryStatus
     )),
     modifiers(&Security, &OrderIdPaths),
     tags((name = "buyer", description = "Orders and their status"), (name = "payments", description = "The payment provider's signed notifications: the only way an order becomes PAID"), (name = "admin", description = "Warm-up, close and reconciliation: served on the operators' address (admin_addr, default 127.0.0.1:9080), not the buyers' — there these paths answer 404 unless admin_addr is set to http_addr"), (name = "operations", description = "Health, readiness, metrics, this document"))
@@ -150,6 +155,7 @@ mod tests {
             "SALE_NOT_ACTIVE",
             "ADMISSION_REQUIRED",
             "CHALLENGE_FAILED",
+            "ENTRIES_CLOSED",
             "ALREADY_PURCHASED",
             "SOLD_OUT",
             "ORDER_NOT_FOUND",

@@ -42,9 +42,7 @@ impl Stock {
         tolerance_ms: i64,
         grace: Duration,
     ) -> Result<Admitted, RedisCallError> {
-        let snapshot = self.snapshot(sale).await?;
-        let units = if snapshot.exists { snapshot.remaining } else { 0 };
-        let orders = orders_left(units, snapshot.max_per_order);
+        let orders = self.orders_left(sale).await?;
         let k = self.keys.queue(sale);
         let mut invocation = with_keys(&QUEUE_ADMIT, &k.all());
         invocation.arg(orders).arg(MOST_PER_PASS).arg(tolerance_ms).arg(grace.as_millis() as u64);
@@ -57,6 +55,16 @@ impl Stock {
             })
             .collect();
         Ok(Admitted { now, waiting, active, stale })
+    }
+}
+
+impl Stock {
+    /// The orders the units still on sale can take (every bucket's units,
+    /// read now, over the round's `maxPerOrder`, rounded up).
+    pub async fn orders_left(&self, sale: SaleKey) -> Result<i64, RedisCallError> {
+        let snapshot = self.snapshot(sale).await?;
+        let units = if snapshot.exists { snapshot.remaining } else { 0 };
+        Ok(orders_left(units, snapshot.max_per_order))
     }
 }
 

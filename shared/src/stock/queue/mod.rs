@@ -5,17 +5,20 @@
 //!
 //! [`setup`] opens a round's room (at warm-up), closes it or takes it away;
 //! [`ticket`] joins and reads tickets; [`admit`] is one admission pass;
-//! [`claim`] uses an admission token for one order, once. [`RoomState`] is
+//! [`claim`] uses an admission token for one order, once; [`draw`] takes a
+//! draw's entries and makes the draw on the same keys. [`RoomState`] is
 //! the room as the edge's gate, the dashboard and `seckillctl queue stats`
 //! read it.
 
 mod admit;
 mod claim;
+mod draw;
 mod setup;
 mod ticket;
 
 pub use admit::{Admitted, MOST_PER_PASS};
 pub use claim::Claim;
+pub use draw::{DrawState, EntryAnswer, EntryStatus, EntryView, OutcomeRow};
 pub use setup::RoomSettings;
 pub use setup::{RoomRound, ABANDON_MS};
 pub use ticket::{TicketAnswer, TicketStatus, TicketView};
@@ -74,6 +77,11 @@ pub struct RoomState {
     /// When the last pass marked it sold out (ms, 0: never).
     pub sold_out_at_ms: i64,
     pub closed: bool,
+    /// A draw's room (`queue_draw.lua`), and whether its end was recorded
+    /// (every waiting entry lost, every unused right expired).
+    pub draw: bool,
+    pub drawn: bool,
+    pub finalized: bool,
     /// Tickets in line now; admitted and unused now; admitted in the last
     /// minute.
     pub waiting: i64,
@@ -86,7 +94,9 @@ impl RoomState {
     /// pre-queue, so it is secret (empty) until the start; its commitment
     /// is shown all along.
     pub fn shown_at(mut self, now_ms: i64) -> Self {
-        if self.starts_ms > now_ms {
+        // A draw's seed ranks its entries: shown once they are frozen and
+        // drawn, whatever this clock says.
+        if self.starts_ms > now_ms || (self.draw && !self.drawn) {
             self.seed.clear();
         }
         self
@@ -122,7 +132,7 @@ impl Stock {
     /// `sale`'s waiting room (`None`: the sale has none).
     pub async fn room(&self, sale: SaleKey) -> Result<Option<RoomState>, RedisCallError> {
         let k = self.keys.queue(sale);
-        let [meta, line, _, _, active, _, log, _] = k.all();
+        let [meta, line, _, _, active, _, log, _, _] = k.all();
         let mut pipe = redis::pipe();
         pipe.hgetall(meta).zcard(line).zcard(active).zcount(log, (crate::now_ms() - 60_000) * 1000, "+inf");
         let (fields, waiting, active, recent): (HashMap<String, String>, i64, i64, i64) =
@@ -152,6 +162,9 @@ impl Stock {
             sold_out: int("sold_out") == 1,
             sold_out_at_ms: int("sold_out_at"),
             closed: int("closed") == 1,
+            draw: int("draw") == 1,
+            drawn: int("drawn") == 1,
+            finalized: int("final") == 1,
             waiting,
             active,
             admitted_last_minute: recent,

@@ -15,6 +15,9 @@ static QUEUE_SETUP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 /// place and no share of the rate until its holder comes back.
 pub const ABANDON_MS: i64 = 60_000;
 
+/// A draw's "abandon time": about a century.
+const NEVER_ABANDONED_MS: i64 = 3_153_600_000_000;
+
 /// How a round's waiting room admits (the warm-up's `admission`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RoomSettings {
@@ -26,6 +29,10 @@ pub struct RoomSettings {
     pub overbook: f64,
     /// Proof-of-work bits a join must show (0: none).
     pub challenge_bits: u32,
+    /// A draw's room (`crate::sales::Draw`): its joins are entries, nobody
+    /// is admitted before the draw, no entry is abandoned, and every
+    /// outcome is an event.
+    pub draw: bool,
 }
 
 /// The round a room opens for.
@@ -64,7 +71,9 @@ impl Stock {
             .arg(round.ends_ms)
             .arg(format!("{:032x}", rand::random::<u128>()))
             .arg(round.expire_at_ms)
-            .arg(ABANDON_MS);
+            // A draw's entries wait hours, unpolled: never abandoned.
+            .arg(if room.draw { NEVER_ABANDONED_MS } else { ABANDON_MS })
+            .arg(u8::from(room.draw));
         let opened: i64 = self.conn.invoke(&invocation).await?;
         let mut register = redis::pipe();
         register.sadd(self.keys.rooms(), sale.to_string()).ignore();

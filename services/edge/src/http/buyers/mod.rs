@@ -1,11 +1,13 @@
 //! The buyers' room: placing an order and reading it, cancelling it, the
-//! waiting room (join, poll, proof of work) and its page. Served on
+//! waiting room (join, poll, proof of work) and its page, a draw's entries. Served on
 //! `http_addr`, inside the buyers' `connections.max_in_flight` budget; the
 //! API (not the page) under CORS and, in gateway mode, the gateway's header
 //! check.
 
 pub(crate) mod checkout;
 mod cors;
+pub(crate) mod draw;
+pub(crate) mod draw_bodies;
 pub(crate) mod order;
 mod order_admission;
 pub mod order_answers;
@@ -26,6 +28,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
     let api = order::router()
         .merge(checkout::router())
         .merge(queue::router())
+        .merge(draw::router())
         .method_not_allowed_fallback(method_not_allowed);
     // Gateway mode only: the hot path pays for no layer it does not need.
     let api = match state.identity.as_deref() {

@@ -191,6 +191,7 @@ impl OrderAnswer {
             ApiError::TryAgain(_) => Self::TryAgain,
             ApiError::Internal(_)
             | ApiError::ChallengeFailed(_)
+            | ApiError::EntriesClosed
             | ApiError::OrderNotFound
             | ApiError::OrderPending
             | ApiError::PaymentConflict

@@ -1,7 +1,7 @@
 //! The operator's API: warm a sale up, close it, and read its
 //! reconciliation.
 
-use crate::http::bodies::{ErrorBody, WarmupBody};
+use crate::http::bodies::{ErrorBody, WarmedUpBody, WarmupBody};
 use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
 use crate::http::{auth, ApiError, AppState};
 use axum::extract::{Path, State};
@@ -41,7 +41,7 @@ fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
     params(("activityId" = i64, Path, minimum = 1), ("skuId" = i64, Path, minimum = 1)),
     request_body(content = WarmupBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "Warmed up (the replicas have it): stock set (never added), buyers cleared; with an end, every key of the sale expires after the end, the payment window and redis.sale_key_margin_secs. The Seckill-Warmup-Id header names the warm-up; asked again with it (warmupId, or Idempotency-Key), the same answer", body = SaleRow, headers(("Seckill-Warmup-Id" = String, description = "The warm-up's id"))),
+        (status = 200, description = "Warmed up (the replicas have it): stock set (never added), buyers cleared; with an end, every key of the sale expires after the end, the payment window and redis.sale_key_margin_secs. The Seckill-Warmup-Id header names the warm-up; asked again with it (warmupId, or Idempotency-Key), the same answer. A draw's warm-up answers the draw too, with its seedCommitment", body = WarmedUpBody, headers(("Seckill-Warmup-Id" = String, description = "The warm-up's id"))),
         (status = 400, description = "INVALID_REQUEST: a bad id, stock, window or limit", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: no or a wrong admin token", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED: this client failed to authenticate too often (Retry-After)", body = ErrorBody),
@@ -56,7 +56,7 @@ pub(crate) async fn warm_up(
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
     JsonBody(body): JsonBody<WarmupBody>,
-) -> Result<([(HeaderName, HeaderValue); 1], Json<SaleRow>), ApiError> {
+) -> Result<([(HeaderName, HeaderValue); 1], Json<WarmedUpBody>), ApiError> {
     auth::require_admin(&state, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
     let asked_id = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -71,6 +71,7 @@ pub(crate) async fn warm_up(
         payment_window_seconds: body.payment_window_seconds,
         buckets: body.buckets,
         admission: body.admission,
+        draw: body.draw,
         limits: Limits::asked(body.per_user_limit, body.max_per_order),
     };
     let header_value = HeaderValue::from_str(&id).map_err(ApiError::invalid)?;
@@ -88,7 +89,11 @@ pub(crate) async fn warm_up(
     state.sold_out.clear(sale);
     state.homes.forget(sale);
     tracing::info!(sale = %sale, warmup = %id, stock = row.total_stock, round = row.round, "sale warmed up");
-    Ok(([(HeaderName::from_static("seckill-warmup-id"), header_value)], Json(row)))
+    let draw = match state.stock.draw_state(sale).await {
+        Ok(draw) => draw.map(|d| crate::http::buyers::draw::draw_body(sale, d)),
+        Err(error) => return Err(ApiError::TryAgain(error.into())),
+    };
+    Ok(([(HeaderName::from_static("seckill-warmup-id"), header_value)], Json(WarmedUpBody { sale: row, draw })))
 }
 
 /// Closes a sale now: no order is accepted after it (an end only moves

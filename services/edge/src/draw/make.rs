@@ -1,0 +1,50 @@
+//! Making a draw, once: its entries frozen (Redis's clock past `drawAt`),
+//! ranked by the committed seed ([`seckill_shared::sales::draw_proof`]),
+//! the ranking written as the room's line and applied in one script that
+//! runs once per round — the first entries win, as many as the units left
+//! can serve, the rest are the waitlist. Anything cut short is made again
+//! the same way: the ranking depends on the seed and the frozen entries
+//! alone, so a second edge (or the same after a crash) writes the same
+//! line, and the script answers "drawn before".
+
+use seckill_shared::domain::{SaleKey, UserId};
+use seckill_shared::sales::draw_proof;
+use seckill_shared::stock::Stock;
+use std::collections::HashMap;
+
+/// What a draw made now found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Made {
+    pub entries: usize,
+    pub winners: i64,
+    pub digest: String,
+}
+
+/// Makes `sale`'s draw if it is due and not made (`None`: nothing made
+/// now: too early, made before, or the sale closed first).
+pub async fn make(stock: &Stock, sale: SaleKey) -> anyhow::Result<Option<Made>> {
+    if stock.freeze_draw(sale).await? != Some(true) {
+        return Ok(None);
+    }
+    let seed = stock.draw_seed(sale).await?.ok_or_else(|| anyhow::anyhow!("the draw of {sale} has no seed"))?;
+    // Twice at most: an entry can only have slipped in before the freeze,
+    // so a second read of the frozen entries is whole.
+    for _ in 0..2 {
+        let entries = stock.draw_entries(sale).await?;
+        let by_user: HashMap<UserId, String> = entries.iter().map(|(entry, user)| (*user, entry.clone())).collect();
+        let users: Vec<UserId> = by_user.keys().copied().collect();
+        let digest = draw_proof::sha256_hex(draw_proof::entry_list(&users).as_bytes());
+        let ranked: Vec<String> =
+            draw_proof::ranking(&seed, &users).into_iter().map(|(user, _)| by_user[&user].clone()).collect();
+        let winners = stock.orders_left(sale).await?;
+        match stock.apply_draw(sale, &ranked, winners, &digest).await? {
+            Some(true) => {
+                return Ok(Some(Made { entries: ranked.len(), winners: winners.min(ranked.len() as i64), digest }))
+            }
+            // Another edge made it meanwhile.
+            Some(false) => return Ok(None),
+            None => {}
+        }
+    }
+    anyhow::bail!("the entries of {sale}'s draw changed after they were frozen")
+}

@@ -1,0 +1,137 @@
+//! Draws, made and told. One edge at a time (the PostgreSQL lease `draws`,
+//! through the singleton loop; another takes over when it stops renewing)
+//! looks every `admission.tick_ms` at every sale's draw: it makes the ones
+//! whose `drawAt` has passed ([`make`]), and publishes every outcome the
+//! room recorded — won, waitlisted, and the promotions, expiries and
+//! losses the admission passes of every edge record — to
+//! `seckill.draw-events` ([`event`]), moving its cursor only once Kafka
+//! acknowledged them: an outcome is published at least once, under the
+//! same `eventId` each time.
+
+pub mod event;
+pub mod make;
+
+use crate::http::AppState;
+use event::DrawEvent;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use seckill_shared::domain::SaleKey;
+use seckill_shared::ops::leader::{self, Turn};
+use seckill_shared::ops::lease::{Lease, LeaseTerm};
+use seckill_shared::ops::shutdown::Background;
+use seckill_shared::stock::queue::DrawState;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The lease one draw maker across the edges holds.
+pub const LEASE: &str = "draws";
+/// How long after the maker stopped renewing another edge takes over.
+const LEASE_LENGTH: Duration = Duration::from_secs(5);
+/// Outcomes published in one batch.
+const BATCH: usize = 500;
+
+/// Competes for the lease; while holding it, makes the draws that are due
+/// and publishes their outcomes.
+pub async fn run(state: AppState, background: Background, shutdown: CancellationToken) -> anyhow::Result<()> {
+    // Made at the first outcome to publish: an edge that never leads, or
+    // leads with no draw, holds no producer.
+    let producer: Arc<OnceLock<FutureProducer>> = Arc::default();
+    let topic = seckill_shared::kafka::Topics::new(&state.settings.servers.kafka).draw_events;
+    let lease = Lease::new(state.db.clone(), LEASE, LEASE_LENGTH, background);
+    let every = Duration::from_millis(state.settings.admission.tick_ms);
+    // The others ask for the seat once a second, not every tick.
+    let retry = every.max(Duration::from_secs(1));
+    leader::lead("draws", &lease, retry, &shutdown, |_term: Arc<LeaseTerm>| {
+        let (state, producer, topic) = (state.clone(), producer.clone(), topic.clone());
+        async move {
+            turn(&state, &producer, &topic).await;
+            Turn::Again(every)
+        }
+    })
+    .await
+}
+
+/// One look at every draw.
+async fn turn(state: &AppState, producer: &OnceLock<FutureProducer>, topic: &str) {
+    let sales = match state.stock.rooms().await {
+        Ok(sales) => sales,
+        Err(error) => {
+            tracing::warn!(%error, "the draws not read; looking again later");
+            return;
+        }
+    };
+    for sale in sales {
+        // One draw that fails stops no other.
+        if let Err(error) = look(state, producer, topic, sale).await {
+            tracing::warn!(%sale, error = format!("{error:#}"), "a draw's turn failed; trying again");
+        }
+    }
+}
+
+async fn look(state: &AppState, producer: &OnceLock<FutureProducer>, topic: &str, sale: SaleKey) -> anyhow::Result<()> {
+    let Some(draw) = state.stock.draw_state(sale).await? else {
+        return Ok(());
+    };
+    if !draw.drawn && !draw.closed && seckill_shared::now_ms() >= draw.draw_ms {
+        if let Some(made) = make::make(&state.stock, sale).await? {
+            metrics::counter!("seckill_draws_made_total").increment(1);
+            tracing::info!(%sale, entries = made.entries, winners = made.winners, digest = %made.digest, "draw made");
+        }
+    }
+    if draw.events_unpublished > 0 {
+        let producer = match producer.get() {
+            Some(producer) => producer,
+            None => {
+                let made = seckill_shared::kafka::producer(&state.settings.servers.kafka)?;
+                producer.get_or_init(|| made)
+            }
+        };
+        publish(state, producer, topic, sale, &draw).await?;
+    }
+    Ok(())
+}
+
+/// Publishes `sale`'s outcomes not yet on the topic, a batch at a time.
+async fn publish(
+    state: &AppState,
+    producer: &FutureProducer,
+    topic: &str,
+    sale: SaleKey,
+    draw: &DrawState,
+) -> anyhow::Result<()> {
+    let source = &state.settings.servers.kafka.cloudevents_source;
+    let deadline = Duration::from_millis(state.settings.servers.kafka.message_timeout_ms);
+    let mut cursor = draw.published_through.clone();
+    loop {
+        let rows = state.stock.draw_outcomes(sale, &cursor, BATCH).await?;
+        let Some(last) = rows.last() else {
+            return Ok(());
+        };
+        let events: Vec<DrawEvent> = rows.iter().map(|row| DrawEvent::of(sale, draw.round, row)).collect();
+        let mut waits = Vec::with_capacity(events.len());
+        for event in &events {
+            let payload = serde_json::to_vec(event)?;
+            let key = event.user_id.to_string();
+            let record = FutureRecord::to(topic).key(&key).payload(&payload).headers(event.headers(source));
+            match producer.send_result(record) {
+                Ok(wait) => waits.push(wait),
+                Err((error, _)) => anyhow::bail!("an outcome not sent: {error}"),
+            }
+        }
+        let delivered = tokio::time::timeout(deadline * 2, futures::future::join_all(waits))
+            .await
+            .map_err(|_| anyhow::anyhow!("outcomes not acknowledged within {:?}", deadline * 2))?;
+        for result in delivered {
+            match result {
+                Ok(Ok(_)) => {}
+                Ok(Err((error, _))) => anyhow::bail!("an outcome not delivered: {error}"),
+                Err(_) => anyhow::bail!("an outcome's delivery was cancelled"),
+            }
+        }
+        state.stock.outcomes_published(sale, &last.id, rows.len()).await?;
+        for event in &events {
+            metrics::counter!("seckill_draw_events_published_total", "type" => event.kind.clone()).increment(1);
+        }
+        cursor = last.id.clone();
+    }
+}

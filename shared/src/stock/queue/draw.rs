@@ -1,0 +1,329 @@
+//! A draw's entries, the draw and its outcomes' events in Redis
+//! (`lua/queue_draw.lua`, on the sale's waiting-room keys: its own slot).
+//! The ranking itself is computed by the caller from the frozen entries
+//! ([`crate::sales::draw_proof`]) and written here as the line.
+
+use super::super::{with_keys, Stock};
+use super::{new_ticket, ticket_sale};
+use crate::domain::{SaleKey, UserId};
+use crate::stock::conn::RedisCallError;
+use redis::Script;
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+static QUEUE_DRAW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../../lua/queue_draw.lua")));
+
+/// Where an entry stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EntryStatus {
+    /// Entered; the draw is still to come.
+    Entered,
+    /// Drawn (or promoted): may order until its token expires.
+    Won,
+    /// Drawn behind the winners: promoted if a right lapses or units
+    /// come back.
+    Waitlisted,
+    /// Won and let the right lapse (final).
+    Expired,
+    /// Still waitlisted when the sale ended (final).
+    Lost,
+}
+
+/// An entry as its holder reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryView {
+    pub entry: String,
+    pub user: UserId,
+    pub status: EntryStatus,
+    /// `Won`: when its token expires (ms); `Expired`: when it did.
+    pub until_ms: i64,
+    /// `Waitlisted`: its place from 1.
+    pub place: Option<u64>,
+    pub round: i64,
+    /// `Won`: its order was placed (no token any more).
+    pub used: bool,
+}
+
+/// What entering or reading answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryAnswer {
+    Entry(EntryView),
+    /// Entries open at `opens_ms`.
+    NotOpen {
+        opens_ms: i64,
+    },
+    /// Entries are closed and the user holds none: nothing was written.
+    Closed,
+    /// The sale has no draw.
+    NoDraw,
+    /// No such entry.
+    Unknown,
+    /// The proof-of-work challenge was used before.
+    Replayed,
+}
+
+/// A draw's outcome as Redis recorded it, for the publisher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutcomeRow {
+    /// The stream's id: the publisher's cursor.
+    pub id: String,
+    /// `won`, `waitlisted`, `promoted`, `expired`, `lost`.
+    pub kind: String,
+    pub entry: String,
+    pub user: UserId,
+    /// `won`, `promoted`: the token's expiry; `expired`: the one it had (ms).
+    pub until_ms: i64,
+    /// `won`: the rank; `waitlisted`: the place on the list (from 1).
+    pub place: i64,
+    pub at_ms: i64,
+}
+
+/// A draw's figures and proof as Redis holds them.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrawState {
+    pub round: i64,
+    pub entries_open_ms: i64,
+    pub draw_ms: i64,
+    pub claim_ms: i64,
+    /// SHA-256 of the seed's text: shown from the warm-up on.
+    pub seed_commitment: String,
+    /// The seed: empty until the draw.
+    pub seed: String,
+    /// SHA-256 of the entry list as published: empty until the draw.
+    pub entries_digest: String,
+    pub drawn: bool,
+    pub drawn_at_ms: i64,
+    pub entries: i64,
+    pub winners: i64,
+    /// Rights used by an order, promoted from the waitlist, lapsed, lost.
+    pub claimed: i64,
+    pub promoted: i64,
+    pub expired: i64,
+    pub lost: i64,
+    /// Waitlisted now.
+    pub waitlisted: i64,
+    pub closed: bool,
+    /// Outcomes recorded, and those not yet published on the topic.
+    pub events: i64,
+    pub events_unpublished: i64,
+    /// The last outcome published (a stream id): the publisher's cursor.
+    #[serde(skip)]
+    pub published_through: String,
+}
+
+impl Stock {
+    /// `user` enters `sale`'s draw (their entry again if they hold one);
+    /// `challenge`: the nonce and expiry (ms) of the proof of work solved.
+    pub async fn enter_draw(
+        &self,
+        sale: SaleKey,
+        user: UserId,
+        challenge: Option<(&str, i64)>,
+    ) -> Result<EntryAnswer, RedisCallError> {
+        let mut invocation = with_keys(&QUEUE_DRAW, &self.keys.queue(sale).all());
+        let (nonce, until) = challenge.unwrap_or(("", 0));
+        invocation.arg("enter").arg(user.get()).arg(new_ticket(sale)).arg(nonce).arg(until);
+        parse(self.conn.invoke(&invocation).await?)
+    }
+
+    /// What `entry` reads now.
+    pub async fn read_entry(&self, entry: &str) -> Result<EntryAnswer, RedisCallError> {
+        let Some(sale) = ticket_sale(entry) else {
+            return Ok(EntryAnswer::Unknown);
+        };
+        let mut invocation = with_keys(&QUEUE_DRAW, &self.keys.queue(sale).all());
+        invocation.arg("read").arg(entry);
+        parse(self.conn.invoke(&invocation).await?)
+    }
+
+    /// Freezes `sale`'s entries for its draw: `Some(true)` frozen (no entry
+    /// is taken from now on), `Some(false)` too early, `None` no draw to
+    /// make.
+    pub async fn freeze_draw(&self, sale: SaleKey) -> Result<Option<bool>, RedisCallError> {
+        use crate::stock::protocol::queue_draw::*;
+        let mut invocation = with_keys(&QUEUE_DRAW, &self.keys.queue(sale).all());
+        invocation.arg("freeze");
+        Ok(match self.conn.invoke::<i64>(&invocation).await? {
+            DONE => Some(true),
+            NOT_YET => Some(false),
+            _ => None,
+        })
+    }
+
+    /// The seed `sale`'s draw ranks by: for the edge that makes the draw,
+    /// never shown before it (`None`: no draw).
+    pub async fn draw_seed(&self, sale: SaleKey) -> Result<Option<String>, RedisCallError> {
+        let meta = self.keys.queue(sale).all()[0].clone();
+        let mut conn = self.conn.clone();
+        self.conn.bounded(redis::AsyncCommands::hget(&mut conn, meta, "seed")).await
+    }
+
+    /// Every entry of `sale`'s draw: (entry id, user).
+    pub async fn draw_entries(&self, sale: SaleKey) -> Result<Vec<(String, UserId)>, RedisCallError> {
+        let tickets = self.keys.queue(sale).all()[2].clone();
+        let mut conn = self.conn.clone();
+        let all: HashMap<String, String> = self.conn.bounded(redis::AsyncCommands::hgetall(&mut conn, tickets)).await?;
+        Ok(all
+            .into_iter()
+            .filter_map(|(entry, value)| {
+                let user = value.split('|').next()?.parse().ok()?;
+                Some((entry, UserId::new(user).ok()?))
+            })
+            .collect())
+    }
+
+    /// Writes `ranked` (entry ids, in drawn order) as the draw's line, then
+    /// makes the draw once: the first `winners` admitted, the rest
+    /// waitlisted, each an event. `Some(true)`: drawn now; `Some(false)`:
+    /// drawn before; `None`: the line was not whole (rank again).
+    pub async fn apply_draw(
+        &self,
+        sale: SaleKey,
+        ranked: &[String],
+        winners: i64,
+        digest: &str,
+    ) -> Result<Option<bool>, RedisCallError> {
+        use crate::stock::protocol::queue_draw::*;
+        let k = self.keys.queue(sale);
+        let line = k.all()[1].clone();
+        for (chunk_at, chunk) in ranked.chunks(1_000).enumerate() {
+            let mut pipe = redis::pipe();
+            let scored: Vec<(usize, &String)> =
+                chunk.iter().enumerate().map(|(i, entry)| (chunk_at * 1_000 + i, entry)).collect();
+            pipe.zadd_multiple(&line, &scored).ignore();
+            self.conn.pipe::<()>(&pipe).await?;
+        }
+        let mut invocation = with_keys(&QUEUE_DRAW, &k.all());
+        invocation.arg("apply").arg(winners).arg(digest).arg(ranked.len());
+        Ok(match self.conn.invoke::<i64>(&invocation).await? {
+            NOT_WHOLE => None,
+            drawn => Some(drawn == DONE),
+        })
+    }
+
+    /// Up to `count` of `sale`'s outcomes recorded after `after` (a stream
+    /// id; `0-0`: from the first).
+    pub async fn draw_outcomes(
+        &self,
+        sale: SaleKey,
+        after: &str,
+        count: usize,
+    ) -> Result<Vec<OutcomeRow>, RedisCallError> {
+        let events = self.keys.queue(sale).all()[8].clone();
+        let mut conn = self.conn.clone();
+        let read: Vec<(String, Vec<String>)> = self
+            .conn
+            .bounded(
+                redis::cmd("XRANGE")
+                    .arg(&events)
+                    .arg(format!("({after}"))
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(count)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(read
+            .into_iter()
+            .filter_map(|(id, fields)| {
+                let pairs: HashMap<&str, &str> =
+                    fields.chunks(2).filter_map(|p| Some((p.first()?.as_str(), p.get(1)?.as_str()))).collect();
+                let text = |name: &str| pairs.get(name).copied().unwrap_or_default().to_owned();
+                let number = |name: &str| text(name).parse::<i64>().unwrap_or(0);
+                Some(OutcomeRow {
+                    kind: text("type"),
+                    entry: text("entry"),
+                    user: UserId::new(number("user")).ok()?,
+                    until_ms: number("until"),
+                    place: number("place"),
+                    at_ms: number("at"),
+                    id,
+                })
+            })
+            .collect())
+    }
+
+    /// Records that `sale`'s outcomes up to `id` (`count` of them now) are
+    /// on the topic.
+    pub async fn outcomes_published(&self, sale: SaleKey, id: &str, count: usize) -> Result<(), RedisCallError> {
+        let meta = self.keys.queue(sale).all()[0].clone();
+        let mut pipe = redis::pipe();
+        pipe.hset(&meta, "published", id).ignore().hincr(&meta, "published_count", count).ignore();
+        self.conn.pipe::<()>(&pipe).await.map(drop)
+    }
+
+    /// `sale`'s draw (`None`: the sale has none). The seed is shown once
+    /// drawn, never before.
+    pub async fn draw_state(&self, sale: SaleKey) -> Result<Option<DrawState>, RedisCallError> {
+        let k = self.keys.queue(sale);
+        let [meta, line, ..] = k.all();
+        let mut pipe = redis::pipe();
+        pipe.hgetall(meta).zcard(line).cmd("XLEN").arg(k.all()[8]);
+        let (fields, waitlisted, events): (HashMap<String, String>, i64, i64) =
+            self.conn.pipe(&pipe).await?.unwrap_or_default();
+        if fields.get("draw").map(String::as_str) != Some("1") {
+            return Ok(None);
+        }
+        let int = |name: &str| fields.get(name).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) as i64;
+        let text = |name: &str| fields.get(name).cloned().unwrap_or_default();
+        let drawn = int("drawn") == 1;
+        let seed = text("seed");
+        Ok(Some(DrawState {
+            round: int("round"),
+            entries_open_ms: int("starts") - int("prequeue"),
+            draw_ms: int("starts"),
+            claim_ms: int("ttl"),
+            seed_commitment: super::seed_commitment(&seed),
+            seed: if drawn { seed } else { String::new() },
+            entries_digest: text("digest"),
+            drawn,
+            drawn_at_ms: int("drawn_at"),
+            entries: int("joined"),
+            winners: int("winners"),
+            claimed: int("used"),
+            promoted: int("promoted"),
+            expired: int("expired"),
+            lost: int("lost"),
+            waitlisted: if drawn { waitlisted } else { 0 },
+            closed: int("closed") == 1,
+            events,
+            events_unpublished: events - int("published_count"),
+            published_through: fields.get("published").cloned().unwrap_or_else(|| "0-0".into()),
+        }))
+    }
+}
+
+type Reply = (String, String, String, i64, i64, i64, i64, i64);
+
+fn parse(reply: Reply) -> Result<EntryAnswer, RedisCallError> {
+    let (status, entry, user, until_ms, place, round, opens_ms, used) = reply;
+    let status = match status.as_str() {
+        "ENTERED" => EntryStatus::Entered,
+        "WON" => EntryStatus::Won,
+        "WAITLISTED" => EntryStatus::Waitlisted,
+        "EXPIRED" => EntryStatus::Expired,
+        "LOST" => EntryStatus::Lost,
+        "NOT_OPEN" => return Ok(EntryAnswer::NotOpen { opens_ms }),
+        "DRAW_CLOSED" => return Ok(EntryAnswer::Closed),
+        "NO_DRAW" => return Ok(EntryAnswer::NoDraw),
+        "UNKNOWN" => return Ok(EntryAnswer::Unknown),
+        "REPLAYED" => return Ok(EntryAnswer::Replayed),
+        other => return Err(RedisCallError::Unexpected { script: "queue_draw.lua", answer: other.to_owned() }),
+    };
+    let user = user
+        .parse::<i64>()
+        .ok()
+        .and_then(|u| UserId::new(u).ok())
+        .ok_or_else(|| RedisCallError::Unexpected { script: "queue_draw.lua", answer: format!("user {user}") })?;
+    Ok(EntryAnswer::Entry(EntryView {
+        entry,
+        user,
+        status,
+        until_ms,
+        place: u64::try_from(place).ok().filter(|p| *p > 0),
+        round,
+        used: used == 1,
+    }))
+}

@@ -1,0 +1,272 @@
+//! A draw, checked from the side of those who rely on it: the buyers who
+//! enter and poll, the doubter who verifies the draw with the published
+//! figures and no server, the shop's notifier that reads
+//! `seckill.draw-events` as a consumer, and the books (`draw_faults.rs`:
+//! an entry too late, an edge killed at the draw).
+
+use futures::stream::{self, StreamExt};
+use hyper::Method;
+use seckill_e2e::http::{Client, Reply};
+use seckill_e2e::{eventually, Running, TestEnv, ADMIN_TOKEN};
+use seckill_shared::domain::SaleKey;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+/// Warms `sale` up with `stock` units sold by the draw `draw` (JSON),
+/// through `edge`'s admin API: the answer.
+pub(crate) async fn warm_with_draw(edge: &Running, sale: SaleKey, stock: i64, draw: &str) -> Reply {
+    let client = Client::new(edge.console_url());
+    let body = format!(r#"{{"stock":{stock},"force":true,"draw":{draw}}}"#);
+    let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let reply = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    reply
+}
+
+/// A draw's JSON: entries from `opens` to `draw_at` seconds from now.
+pub(crate) fn draw_json(opens: i64, draw_at: i64, claim_seconds: i64) -> String {
+    let at = |s: i64| (chrono::Utc::now() + chrono::Duration::seconds(s)).to_rfc3339();
+    format!(r#"{{"entriesOpenAt":"{}","drawAt":"{}","claimSeconds":{claim_seconds}}}"#, at(opens), at(draw_at))
+}
+
+pub(crate) async fn enter(client: &Client, sale: SaleKey, user: i64) -> Reply {
+    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{user}}}"#, sale.activity, sale.sku);
+    client.send(Method::POST, "/api/seckill/draw/entries", Some(body.as_bytes()), &[]).await
+}
+
+pub(crate) async fn read_draw(client: &Client, sale: SaleKey) -> Reply {
+    client.get(&format!("/api/seckill/draw/{}/{}", sale.activity, sale.sku)).await
+}
+
+/// Waits until `sale`'s draw is made: the draw as published.
+pub(crate) async fn drawn(client: &Client, sale: SaleKey) -> Value {
+    eventually("the draw to be made", Duration::from_secs(60), || async {
+        let reply = read_draw(client, sale).await;
+        match reply.json["state"].as_str() {
+            Some("DRAWN") => Ok(reply.json),
+            _ => Err(reply.text),
+        }
+    })
+    .await
+}
+
+/// Every record of `seckill.draw-events` of `sale` once `expected` distinct
+/// events are there, as a notifier reads them: (payload, ce_type).
+pub(crate) async fn outcomes(env: &TestEnv, sale: SaleKey, expected: usize) -> Vec<(Value, String)> {
+    use rdkafka::message::{Headers, Message};
+    eventually("the draw's outcomes on the topic", Duration::from_secs(90), || async {
+        let records = env.read_topic(&env.topics().draw_events, usize::MAX, Duration::from_secs(3)).await;
+        let mine: Vec<(Value, String)> = records
+            .iter()
+            .filter_map(|m| {
+                let value: Value = serde_json::from_slice(m.payload()?).ok()?;
+                let ce_type = m.headers()?.iter().find(|h| h.key == "ce_type")?.value?;
+                (value["activityId"] == sale.activity.get() && value["skuId"] == sale.sku.get())
+                    .then(|| (value, String::from_utf8_lossy(ce_type).into_owned()))
+            })
+            .collect();
+        let distinct: BTreeSet<&str> = mine.iter().filter_map(|(v, _)| v["eventId"].as_str()).collect();
+        if distinct.len() >= expected {
+            Ok(mine)
+        } else {
+            Err(format!("{} of {expected} distinct outcomes", distinct.len()))
+        }
+    })
+    .await
+}
+
+/// Users by the type of their outcome, each once (a record published
+/// again counts once).
+fn users_by_type(events: &[(Value, String)]) -> BTreeMap<String, BTreeMap<i64, Value>> {
+    let mut by: BTreeMap<String, BTreeMap<i64, Value>> = BTreeMap::new();
+    for (event, _) in events {
+        let kind = event["type"].as_str().unwrap_or_default().to_owned();
+        by.entry(kind).or_default().insert(event["userId"].as_i64().unwrap_or_default(), event.clone());
+    }
+    by
+}
+
+/// 5,000 entries for 100 units: exactly 100 sold, every order from a winner
+/// or a promoted entry; `seckillctl draw verify` reproduces the ranking
+/// from the export, and catches a changed seed and an added entry; ten
+/// winners who never order are replaced by the next ten, in the pass that
+/// expired them; every entry's last outcome is on the topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_sells_its_stock_to_its_winners_and_anyone_can_verify_it() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let edge = env.spawn_edge(crate::waiting_room::settings(&env)).await;
+    let order_service = env.spawn_order(env.order_settings()).await;
+    let client = Client::new(edge.url());
+    let draw_at = chrono::Utc::now() + chrono::Duration::seconds(25);
+    let warmed = warm_with_draw(&edge, sale, 100, &draw_json(-1, 25, 10)).await;
+    let commitment = warmed.json["draw"]["seedCommitment"].as_str().unwrap().to_owned();
+    assert_eq!((commitment.len(), warmed.json["draw"].get("seed")), (64, None), "{}", warmed.text);
+
+    let entries: Vec<Reply> =
+        stream::iter(1..=5_000i64).map(|user| enter(&client, sale, user)).buffered(16).collect().await;
+    let mut entry_of = HashMap::new();
+    for (user, reply) in (1..=5_000i64).zip(&entries) {
+        assert_eq!((reply.status.as_u16(), reply.json["status"].as_str()), (200, Some("ENTERED")), "{}", reply.text);
+        assert_eq!(reply.json["seedCommitment"], commitment.as_str());
+        entry_of.insert(user, reply.json["entry"].as_str().unwrap().to_owned());
+    }
+    assert!(chrono::Utc::now() < draw_at, "the entries took past the draw: the test proves nothing");
+    assert_eq!(enter(&client, sale, 1).await.json["entry"], entry_of[&1].as_str(), "entering again: the same entry");
+    let before = read_draw(&client, sale).await.json;
+    assert_eq!(
+        (before["state"].as_str(), before["entries"].as_i64(), before.get("seed")),
+        (Some("OPEN"), Some(5_000), None)
+    );
+
+    let draw = drawn(&client, sale).await;
+    let seed = draw["seed"].as_str().unwrap().to_owned();
+    let digest = draw["entriesDigest"].as_str().unwrap().to_owned();
+    assert_eq!(draw["winners"], 100);
+    assert_eq!(
+        seckill_shared::sales::draw_proof::sha256_hex(seed.as_bytes()),
+        commitment,
+        "the seed revealed is the one committed"
+    );
+
+    // The doubter: the export, and the check with no server.
+    let dir = std::env::temp_dir().join(format!("draw-{}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let list = dir.join("entries.txt");
+    let sale_arg = format!("{}:{}", sale.activity, sale.sku);
+    let export = env.ctl(&["draw", "export", "--sale", &sale_arg, "--out", list.to_str().unwrap()]).await;
+    assert_eq!(export.code, 0, "{}", export.stderr);
+    let verify = |seed: String, list: std::path::PathBuf| {
+        let (env, commitment, digest) = (&env, commitment.clone(), digest.clone());
+        async move {
+            let args =
+                ["draw", "verify", "--seed", &seed, "--entries", list.to_str().unwrap(), "--commitment", &commitment];
+            env.ctl(&[&args[..], &["--digest", &digest, "--winners", "100", "--json"]].concat()).await
+        }
+    };
+    let verified = verify(seed.clone(), list.clone()).await;
+    assert_eq!(verified.code, 0, "{}{}", verified.stdout, verified.stderr);
+    let report: Value = serde_json::from_str(&verified.stdout).unwrap();
+    let ranking: Vec<i64> =
+        report["ranking"].as_array().unwrap().iter().map(|r| r["userId"].as_i64().unwrap()).collect();
+    assert_eq!(ranking.len(), 5_000);
+    let other_seed = verify(format!("{seed}0"), list.clone()).await;
+    assert_eq!(other_seed.code, 1, "a changed seed is caught: {}", other_seed.stdout);
+    assert!(other_seed.stdout.contains("does not match the commitment"), "{}", other_seed.stdout);
+    let added = dir.join("added.txt");
+    std::fs::write(&added, std::fs::read_to_string(&list).unwrap() + "999999\n").unwrap();
+    let one_more = verify(seed.clone(), added).await;
+    assert_eq!(one_more.code, 1, "an added entry is caught: {}", one_more.stdout);
+    assert!(one_more.stdout.contains("not the one drawn"), "{}", one_more.stdout);
+
+    // The notifier's view of the draw: the winners are the ranking's first
+    // hundred, in order; the waitlist the rest, in order.
+    let by = users_by_type(&outcomes(&env, sale, 5_000).await);
+    let won: BTreeMap<i64, i64> = by["WON"].iter().map(|(u, e)| (e["place"].as_i64().unwrap(), *u)).collect();
+    assert_eq!(
+        won.values().copied().collect::<Vec<_>>(),
+        ranking[..100],
+        "the winners are the verified ranking's first 100"
+    );
+    let waitlisted: BTreeMap<i64, i64> =
+        by["WAITLISTED"].iter().map(|(u, e)| (e["place"].as_i64().unwrap(), *u)).collect();
+    assert_eq!(waitlisted.values().copied().collect::<Vec<_>>(), ranking[100..], "the waitlist is the rest, in order");
+
+    // 90 winners order; 10 never do. A waitlisted user may not order.
+    let token = |user: i64| {
+        let (client, entry) = (&client, entry_of[&user].clone());
+        async move {
+            let reply = client.get(&format!("/api/seckill/draw/entries/{entry}")).await;
+            assert_eq!(reply.json["status"], "WON", "{}", reply.text);
+            reply.json["admission"].as_str().unwrap().to_owned()
+        }
+    };
+    for user in &ranking[..90] {
+        let placed = crate::waiting_room::order_with(&client, sale, *user, Some(&token(*user).await)).await;
+        assert_eq!(placed.status, 202, "{}", placed.text);
+    }
+    let refused = crate::waiting_room::order_with(&client, sale, ranking[100], None).await;
+    assert_eq!((refused.status.as_u16(), refused.code()), (403, "ADMISSION_REQUIRED"), "{}", refused.text);
+    let place = client.get(&format!("/api/seckill/draw/entries/{}", entry_of[&ranking[100]])).await;
+    assert_eq!(
+        (place.json["status"].as_str(), place.json["place"].as_u64()),
+        (Some("WAITLISTED"), Some(1)),
+        "{}",
+        place.text
+    );
+
+    // Their rights lapse; the next ten are promoted in the same pass.
+    let by = users_by_type(&outcomes(&env, sale, 5_020).await);
+    let expired: BTreeSet<i64> = by["EXPIRED"].keys().copied().collect();
+    assert_eq!(expired, ranking[90..100].iter().copied().collect(), "the ten who never ordered");
+    let promoted: BTreeSet<i64> = by["PROMOTED"].keys().copied().collect();
+    assert_eq!(promoted, ranking[100..110].iter().copied().collect(), "the waitlist's first ten");
+    let expired_at: BTreeSet<i64> = by["EXPIRED"].values().map(|e| e["occurredAt"].as_i64().unwrap()).collect();
+    for event in by["PROMOTED"].values() {
+        assert!(
+            expired_at.contains(&event["occurredAt"].as_i64().unwrap()),
+            "promoted by the pass that expired a right: {event}"
+        );
+    }
+    for user in &ranking[100..110] {
+        let placed = crate::waiting_room::order_with(&client, sale, *user, Some(&token(*user).await)).await;
+        assert_eq!(placed.status, 202, "{}", placed.text);
+    }
+
+    // Exactly the stock sold, each order a winner's or a promoted entry's.
+    let report = eventually("the 100 orders written", Duration::from_secs(60), || async {
+        let r = seckill_shared::books::reconcile(&env.stock, &env.db, None, sale, false)
+            .await
+            .map_err(|e| e.to_string())?;
+        if r.orders_created == 100 && r.orders_in_flight == 0 {
+            Ok(r)
+        } else {
+            Err(format!("{r:?}"))
+        }
+    })
+    .await;
+    assert!(report.consistent, "{:?}", report.violations);
+    assert_eq!(report.redis_remaining, 0);
+    let books = report.draw.expect("the reconciliation shows the draw");
+    assert_eq!((books.winners, books.claimed, books.promoted, books.expired), (100, 100, 10, 10));
+    assert_eq!((books.seed.as_str(), books.entries_digest.as_str()), (seed.as_str(), digest.as_str()));
+
+    // The sale ends: every entry still waitlisted has lost; every entry's
+    // last outcome is on the topic, once per outcome, as its schema says.
+    let close = Client::new(edge.console_url());
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let closed = close
+        .send(
+            Method::POST,
+            &format!("/admin/sales/{}/{}/close", sale.activity, sale.sku),
+            None,
+            &[("authorization", &auth)],
+        )
+        .await;
+    assert_eq!(closed.status, 200, "{}", closed.text);
+    let events = outcomes(&env, sale, 9_910).await;
+    let by = users_by_type(&events);
+    let lost: BTreeSet<i64> = by["LOST"].keys().copied().collect();
+    assert_eq!(lost, ranking[110..].iter().copied().collect(), "the waitlist's rest lost");
+    let ordered = ranking[..90].iter().chain(&ranking[100..110]);
+    let finals: BTreeSet<i64> = ordered.chain(&expired).chain(&lost).copied().collect();
+    assert_eq!(finals.len(), 5_000, "every entry has its final outcome on the topic");
+    let counts: BTreeMap<&str, usize> = by.iter().map(|(k, v)| (k.as_str(), v.len())).collect();
+    assert_eq!(
+        counts,
+        BTreeMap::from([("EXPIRED", 10), ("LOST", 4_890), ("PROMOTED", 10), ("WAITLISTED", 4_900), ("WON", 100)])
+    );
+    for (event, ce_type) in &events {
+        assert_eq!(ce_type, &format!("com.seckill.draw.{}", event["type"].as_str().unwrap().to_lowercase()));
+    }
+    let sample: Vec<Value> = events.iter().step_by(97).map(|(e, _)| e.clone()).collect();
+    let errors = seckill_e2e::schemas::errors("draw-events.v1.json", &sample);
+    assert!(errors.iter().all(Vec::is_empty), "{errors:?}");
+    let stats = env.ctl(&["draw", "stats", "--sale", &sale_arg]).await;
+    assert!(stats.stdout.contains(&seed) && stats.stdout.contains(&digest), "{}", stats.stdout);
+    std::fs::remove_dir_all(&dir).ok();
+    order_service.stop().await;
+    edge.stop().await;
+}
