@@ -294,7 +294,7 @@ def clean_up():
     for i in range(0, len(keys), 500):
         subprocess.run(["redis-cli", "UNLINK", *keys[i:i + 500]], capture_output=True)
     b.psql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-    topics = [f"{RUN}.seckill.{t}" for t in ("orders", "orders.dlq", "order-events")]
+    topics = [f"{RUN}.seckill.{t}" for t in ("orders", "orders.dlq", "order-events", "draw-events")]
     try:
         deleted = delete_topics(topics)
     except OSError as error:

@@ -50,6 +50,8 @@ mod dlq_tools;
 mod downstream;
 #[path = "e2e/draw.rs"]
 mod draw;
+#[path = "e2e/draw_faults.rs"]
+mod draw_faults;
 #[path = "e2e/edge.rs"]
 mod edge;
 #[path = "e2e/fatal_producers.rs"]

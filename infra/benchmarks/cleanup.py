@@ -42,7 +42,7 @@ def clean_up():
         psql(f"DELETE FROM {table} WHERE activity_id BETWEEN {sale(0)} AND {sale(99)}")
     drop_ceiling_database()
     topics = [f"{RUN}.{kind}seckill.orders{suffix}" for kind in ("", "reference.", "p2.") for suffix in ("", ".dlq")]
-    topics.append(f"{RUN}.seckill.order-events")
+    topics += [f"{RUN}.seckill.order-events", f"{RUN}.seckill.draw-events"]
     try:
         deleted = delete_topics(topics)
     except (OSError, ConnectionError, struct.error) as error:

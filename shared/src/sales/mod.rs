@@ -8,13 +8,13 @@
 //! schedules the expiry of every key of the sale.
 
 mod admission;
-mod draw;
 pub mod draw_proof;
+mod draw_settings;
 mod warmup_job;
 pub mod warmup_rows;
 
 pub use admission::{Admission, Challenge};
-pub use draw::{Draw, MAX_CLAIM_SECONDS};
+pub use draw_settings::{Draw, MAX_CLAIM_SECONDS};
 pub use warmup_job::warmup;
 
 use crate::config::LockSettings;

@@ -273,12 +273,12 @@ impl TicketState {
         match self {
             Self::Waiting => (
                 "in the line (before the start: in the shuffled pre-queue)",
-                "`WAITING` with its place (0 before the start), or `SOLD_OUT` once the room is",
+                "`WAITING` with its place (0 before the start), or `SOLD_OUT` once the room is; a draw's entry: `ENTERED`, then `WAITLISTED` with its place",
                 "poll; a ticket not polled for the room's abandon time is abandoned",
             ),
             Self::Admitted => (
                 "admitted by a pass, its token not yet used",
-                "`ADMITTED` with the token's expiry",
+                "`ADMITTED` with the token's expiry (a draw's entry: `WON`)",
                 "order once with the `Seckill-Admission` token before it expires",
             ),
             Self::Claimed => (
@@ -289,7 +289,7 @@ impl TicketState {
             Self::Used => ("the token placed an order", "`ADMITTED`", "follow the order"),
             Self::Expired => (
                 "admitted and not used before the token's expiry",
-                "`WAITING` at the back of the line (the poll rejoins it), or `SOLD_OUT`",
+                "`WAITING` at the back of the line (the poll rejoins it), or `SOLD_OUT`; a draw's entry: `EXPIRED`, final",
                 "poll again",
             ),
             Self::Abandoned => (

@@ -369,20 +369,6 @@ pub struct WarmupBody {
     pub max_per_order: Option<u32>,
 }
 
-/// A warm-up's answer: the sale as PostgreSQL holds it and, for a draw,
-/// the draw as `GET /api/seckill/draw/{a}/{s}` shows it — its seed's
-/// commitment published before any entry.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[schema(as = WarmedUp)]
-pub struct WarmedUpBody {
-    #[serde(flatten)]
-    pub sale: seckill_shared::db::SaleRow,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    pub draw: Option<super::buyers::draw_bodies::DrawBody>,
-}
-
 /// A count that, when given, is an integer (`2.0` counts; null is refused).
 fn some_count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u32>, D::Error> {
     seckill_shared::domain::integer::integer(deserializer).map(Some)

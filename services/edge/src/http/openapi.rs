@@ -6,8 +6,9 @@
 
 use super::bodies::{
     ErrorBody, ErrorCode, OrderOwnerBody, OrderRequestBody, OrderStatusBody, PaymentNotificationBody,
-    PaymentOutcomeCode, PaymentRecordedBody, QueuedBody, QueuedCode, WarmedUpBody, WarmupBody,
+    PaymentOutcomeCode, PaymentRecordedBody, QueuedBody, QueuedCode, WarmupBody,
 };
+use super::operators::admin::WarmedUpBody;
 use super::AppState;
 use axum::routing::get;
 use axum::Router;

@@ -74,7 +74,7 @@ pub struct EntryBody {
 /// (`seckillctl draw verify`).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[schema(as = Draw)]
+#[schema(as = PublishedDraw)]
 pub struct DrawBody {
     pub activity_id: i64,
     pub sku_id: i64,

@@ -1,7 +1,7 @@
 //! The operator's API: warm a sale up, close it, and read its
 //! reconciliation.
 
-use crate::http::bodies::{ErrorBody, WarmedUpBody, WarmupBody};
+use crate::http::bodies::{ErrorBody, WarmupBody};
 use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
 use crate::http::{auth, ApiError, AppState};
 use axum::extract::{Path, State};
@@ -24,6 +24,20 @@ impl FromJsonBody for WarmupBody {
     fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
         from_serde(bytes)
     }
+}
+
+/// A warm-up's answer: the sale as PostgreSQL holds it and, for a draw,
+/// the draw as `GET /api/seckill/draw/{a}/{s}` shows it — its seed's
+/// commitment published before any entry.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = WarmedUp)]
+pub struct WarmedUpBody {
+    #[serde(flatten)]
+    pub sale: seckill_shared::db::SaleRow,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub draw: Option<crate::http::buyers::draw_bodies::DrawBody>,
 }
 
 fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {

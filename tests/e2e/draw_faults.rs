@@ -1,0 +1,205 @@
+//! A draw under what goes wrong: an entry before entries open or after the
+//! draw (refused, nothing written), a won order cancelled (its unit passes
+//! down the list), and the edge making the draw killed at `drawAt` (one
+//! draw, not two: the other edge makes it, the same way).
+
+use crate::draw::{draw_json, drawn, enter, outcomes, read_draw, warm_with_draw};
+use seckill_e2e::http::Client;
+use seckill_e2e::{eventually, Child, TestEnv};
+use seckill_shared::domain::SaleKey;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Entries before they open and after the draw are refused and change
+/// nothing; a sale with a draw has no waiting room to join and sells
+/// nothing without a token; a winner who cancels their order passes the
+/// unit to the first on the waitlist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_out_of_time_changes_nothing_and_a_cancelled_win_passes_down_the_list() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let edge = env.spawn_edge(crate::waiting_room::settings(&env)).await;
+    let order_service = env.spawn_order(env.order_settings()).await;
+    let client = Client::new(edge.url());
+    let opens = chrono::Utc::now() + chrono::Duration::seconds(3);
+    warm_with_draw(&edge, sale, 2, &draw_json(3, 7, 60)).await;
+
+    let early = enter(&client, sale, 1).await;
+    assert_eq!((early.status.as_u16(), early.code()), (403, "SALE_NOT_ACTIVE"), "{}", early.text);
+    assert!(early.json["opensAt"].is_string(), "{}", early.text);
+    let join = crate::waiting_room::join(&client, sale, 1, None).await;
+    assert_eq!(
+        (join.status.as_u16(), join.code()),
+        (404, "SALE_NOT_FOUND"),
+        "a draw is no room to join: {}",
+        join.text
+    );
+    tokio::time::sleep((opens - chrono::Utc::now()).to_std().unwrap_or_default()).await;
+    for user in 1..=6 {
+        let reply = enter(&client, sale, user).await;
+        assert_eq!(reply.json["status"], "ENTERED", "{}", reply.text);
+    }
+    let draw = drawn(&client, sale).await;
+    assert_eq!((draw["entries"].as_i64(), draw["winners"].as_i64()), (Some(6), Some(2)));
+
+    let late = enter(&client, sale, 99).await;
+    assert_eq!((late.status.as_u16(), late.code()), (409, "ENTRIES_CLOSED"), "{}", late.text);
+    let after = read_draw(&client, sale).await.json;
+    assert_eq!(after["entries"], 6, "the late entry wrote nothing: {after}");
+    let state = env.stock.draw_state(sale).await.unwrap().unwrap();
+    assert_eq!(state.events, 6, "six outcomes, none for the late entry");
+    assert!(env.stock.draw_entries(sale).await.unwrap().iter().all(|(_, user)| user.get() != 99));
+    let again = enter(&client, sale, 1).await;
+    assert!(
+        matches!(again.json["status"].as_str(), Some("WON" | "WAITLISTED")),
+        "an entrant reads their entry: {}",
+        again.text
+    );
+
+    // The winners: one orders and cancels; the first on the list is promoted.
+    let by_type = |events: &[(Value, String)]| -> BTreeMap<String, BTreeSet<i64>> {
+        let mut by: BTreeMap<String, BTreeSet<i64>> = BTreeMap::new();
+        for (e, _) in events {
+            by.entry(e["type"].as_str().unwrap().to_owned()).or_default().insert(e["userId"].as_i64().unwrap());
+        }
+        by
+    };
+    let events = outcomes(&env, sale, 6).await;
+    let first_waiting = events.iter().find(|(e, _)| e["type"] == "WAITLISTED" && e["place"] == 1).unwrap().0["userId"]
+        .as_i64()
+        .unwrap();
+    let winner = *by_type(&events)["WON"].first().unwrap();
+    let unsigned = crate::waiting_room::order_with(&client, sale, winner, None).await;
+    assert_eq!((unsigned.status.as_u16(), unsigned.code()), (403, "ADMISSION_REQUIRED"), "{}", unsigned.text);
+    let entry = enter(&client, sale, winner).await;
+    let token = entry.json["admission"].as_str().unwrap();
+    let theirs = crate::waiting_room::order_with(&client, sale, first_waiting, Some(token)).await;
+    assert_eq!(theirs.status, 403, "another's token: {}", theirs.text);
+    let placed = crate::waiting_room::order_with(&client, sale, winner, Some(token)).await;
+    assert_eq!(placed.status, 202, "{}", placed.text);
+    let order_id = placed.json["orderId"].as_str().unwrap().to_owned();
+    let cancel = format!(r#"{{"userId":{winner}}}"#);
+    eventually("the order cancelled", Duration::from_secs(30), || async {
+        let reply = client
+            .send(hyper::Method::POST, &format!("/api/seckill/order/{order_id}/cancel"), Some(cancel.as_bytes()), &[])
+            .await;
+        if reply.status == 200 {
+            Ok(())
+        } else {
+            Err(reply.text)
+        }
+    })
+    .await;
+    let events = outcomes(&env, sale, 7).await;
+    assert_eq!(by_type(&events)["PROMOTED"], BTreeSet::from([first_waiting]), "the unit passes to the list's first");
+    order_service.stop().await;
+    edge.stop().await;
+}
+
+/// Two edges; the one holding the `draws` lease is killed (SIGKILL) at
+/// `drawAt`, just before it is due. The other takes the lease over and
+/// makes the draw: one draw — every
+/// entry won or waitlisted once, as many winners as units, every outcome
+/// published — whoever made it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_killed_at_the_draw_leaves_one_draw() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let edge = |env: &TestEnv| {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let mut child_env = env.child_env();
+        for (name, value) in [
+            ("SECKILL_HTTP_ADDR", free.to_string()),
+            ("SECKILL__ADMISSION__SIGNING_KEY", crate::waiting_room::SIGNING_KEY.to_owned()),
+            ("SECKILL__ADMISSION__TICK_MS", "100".to_owned()),
+        ] {
+            child_env.push((name.into(), value));
+        }
+        (Child::start("seckill-edge", &child_env), Client::new(format!("http://{free}")))
+    };
+    let ready = |client: &Client| {
+        let client = client.clone();
+        async move {
+            eventually("an edge to serve", Duration::from_secs(30), || async {
+                let reply =
+                    client.try_send(hyper::Method::GET, "/readyz", None, &[]).await.map_err(|e| e.to_string())?;
+                if reply.status == 200 {
+                    Ok(())
+                } else {
+                    Err(reply.text)
+                }
+            })
+            .await
+        }
+    };
+    let (first, first_client) = edge(&env);
+    ready(&first_client).await;
+    // The first edge holds the lease before the second starts.
+    eventually("the first edge to hold the draws lease", Duration::from_secs(30), || async {
+        let held: Option<(String,)> = sqlx::query_as("SELECT holder FROM leases WHERE name = 'draws'")
+            .fetch_optional(&env.db)
+            .await
+            .map_err(|e| e.to_string())?;
+        held.map(drop).ok_or_else(|| "no holder yet".to_owned())
+    })
+    .await;
+    let (_second, client) = edge(&env);
+    ready(&client).await;
+    let draw_at = chrono::Utc::now() + chrono::Duration::seconds(6);
+    let body = draw_json(-1, 6, 60);
+    let request: seckill_shared::sales::Draw = serde_json::from_str(&body).unwrap();
+    warm(&env, sale, 30, request).await;
+    for user in 1..=200 {
+        assert_eq!(enter(&first_client, sale, user).await.json["status"], "ENTERED");
+    }
+    // Killed just before the draw is due: whatever it had begun, the draw
+    // is the other edge's to make, once it takes the lease over.
+    let just_before = draw_at - chrono::Duration::milliseconds(300);
+    tokio::time::sleep((just_before - chrono::Utc::now()).to_std().unwrap_or_default()).await;
+    first.kill9().await;
+    assert_eq!(read_draw(&client, sale).await.json["state"], "OPEN", "killed before the draw");
+
+    let draw = drawn(&client, sale).await;
+    assert_eq!((draw["entries"].as_i64(), draw["winners"].as_i64()), (Some(200), Some(30)));
+    let events = outcomes(&env, sale, 200).await;
+    let mut outcome_of: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
+    for (e, _) in &events {
+        outcome_of.entry(e["userId"].as_i64().unwrap()).or_default().insert(e["type"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(outcome_of.len(), 200, "every entry drawn");
+    assert!(outcome_of.values().all(|o| o.len() == 1), "each once, won or waitlisted: {outcome_of:?}");
+    let won = outcome_of.values().filter(|o| o.contains("WON")).count();
+    assert_eq!(won, 30, "as many winners as units");
+    let state = eventually("every outcome published", Duration::from_secs(30), || async {
+        let state = env.stock.draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
+        if state.events_unpublished == 0 {
+            Ok(state)
+        } else {
+            Err(format!("{state:?}"))
+        }
+    })
+    .await;
+    assert_eq!(state.events, 200, "one outcome per entry recorded: one draw");
+}
+
+/// Warms `sale` up with `stock` units and `draw`, as the edge's admin API
+/// would.
+async fn warm(env: &TestEnv, sale: SaleKey, stock: i64, draw: seckill_shared::sales::Draw) {
+    let request = seckill_shared::sales::WarmupRequest {
+        id: None,
+        sale,
+        stock,
+        starts_at: None,
+        ends_at: None,
+        force: true,
+        payment_window_seconds: 900,
+        buckets: 1,
+        admission: None,
+        draw: Some(draw),
+        limits: Default::default(),
+    };
+    let locks = seckill_shared::ops::lock::LockClient::new(env.stock.connection(), Default::default());
+    let lock = seckill_shared::config::LockSettings::warmup();
+    seckill_shared::sales::warmup(&env.stock, &env.db, &locks, &lock, &request).await.expect("warmed up");
+}
