@@ -4,7 +4,8 @@
 # 20,000-user load test, a sale with a payment window (unpaid orders
 # cancelled, their units sold again), a sale of several units per order
 # with a limit per buyer (infra/demo_quantities.py), a redrive of a wave of failures
-# (infra/demo_redrive.py), a sale through its waiting room, one order
+# (infra/demo_redrive.py), a sale through its waiting room, a draw anyone
+# can verify (infra/demo_draw.py), one order
 # traced from its request to its event (its spans exported over OTLP),
 # waits for the pipeline to drain, prints the reconciliations, and stops
 # everything it started.
@@ -232,6 +233,17 @@ starts="$(date -u -d '+8 seconds' +%Y-%m-%dT%H:%M:%SZ)"
 python3 "$ROOT/infra/demo_queue.py" "$EDGE" 1001 2005 100 1000 40 3000 8 "$CTL"
 "$CTL" reconcile --activity 1001 --sku 2005 --wait-drain 60 >"$LOGS/demo-queue-reconcile.txt" || { cat "$LOGS/demo-queue-reconcile.txt"; exit 1; }
 grep -E '^(orders created|waiting room|verdict)' "$LOGS/demo-queue-reconcile.txt"
+
+echo
+echo "== a draw: 30 units, 300 entries in 6 s, one draw anyone can verify"
+opens="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+draw_at="$(date -u -d '+6 seconds' +%Y-%m-%dT%H:%M:%SZ)"
+ends="$(date -u -d '+10 minutes' +%Y-%m-%dT%H:%M:%SZ)"
+"$CTL" warmup --activity 1001 --sku 2008 --stock 30 --ends-at "$ends" --force \
+  --draw "{\"entriesOpenAt\":\"$opens\",\"drawAt\":\"$draw_at\",\"claimSeconds\":60}" >/dev/null
+python3 "$ROOT/infra/demo_draw.py" "$EDGE" 1001 2008 30 300 "$CTL"
+"$CTL" reconcile --activity 1001 --sku 2008 --wait-drain 60 >"$LOGS/demo-draw-reconcile.txt" || { cat "$LOGS/demo-draw-reconcile.txt"; exit 1; }
+grep -E '^(orders created|draw|verdict)' "$LOGS/demo-draw-reconcile.txt"
 
 echo
 echo "== one order, traced: its spans from the request to its CREATED event (OTLP, SECKILL_OTLP_ENDPOINT)"

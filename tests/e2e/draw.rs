@@ -14,10 +14,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 /// Warms `sale` up with `stock` units sold by the draw `draw` (JSON),
-/// through `edge`'s admin API: the answer.
-pub(crate) async fn warm_with_draw(edge: &Running, sale: SaleKey, stock: i64, draw: &str) -> Reply {
+/// through `edge`'s admin API (`extra`: more fields of the body): the
+/// answer.
+pub(crate) async fn warm_with_draw(edge: &Running, sale: SaleKey, stock: i64, draw: &str, extra: &str) -> Reply {
     let client = Client::new(edge.console_url());
-    let body = format!(r#"{{"stock":{stock},"force":true,"draw":{draw}}}"#);
+    let body = format!(r#"{{"stock":{stock},"force":true,"draw":{draw}{extra}}}"#);
     let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let reply = client.send(Method::PUT, &path, Some(body.as_bytes()), &[("authorization", &auth)]).await;
@@ -88,7 +89,7 @@ fn users_by_type(events: &[(Value, String)]) -> BTreeMap<String, BTreeMap<i64, V
     by
 }
 
-/// 5,000 entries for 100 units: exactly 100 sold, every order from a winner
+/// 5,000 entries for 100 units in three stock buckets: exactly 100 sold, every order from a winner
 /// or a promoted entry; `seckillctl draw verify` reproduces the ranking
 /// from the export, and catches a changed seed and an added entry; ten
 /// winners who never order are replaced by the next ten, in the pass that
@@ -101,7 +102,8 @@ async fn a_draw_sells_its_stock_to_its_winners_and_anyone_can_verify_it() {
     let order_service = env.spawn_order(env.order_settings()).await;
     let client = Client::new(edge.url());
     let draw_at = chrono::Utc::now() + chrono::Duration::seconds(25);
-    let warmed = warm_with_draw(&edge, sale, 100, &draw_json(-1, 25, 10)).await;
+    // In three stock buckets: the winners are counted over all of them.
+    let warmed = warm_with_draw(&edge, sale, 100, &draw_json(-1, 25, 10), r#","buckets":3"#).await;
     let commitment = warmed.json["draw"]["seedCommitment"].as_str().unwrap().to_owned();
     assert_eq!((commitment.len(), warmed.json["draw"].get("seed")), (64, None), "{}", warmed.text);
     let entry_of = enter_everyone(&client, sale, &commitment).await;

@@ -23,7 +23,7 @@ async fn an_entry_out_of_time_changes_nothing_and_a_cancelled_win_passes_down_th
     let order_service = env.spawn_order(env.order_settings()).await;
     let client = Client::new(edge.url());
     let opens = chrono::Utc::now() + chrono::Duration::seconds(3);
-    warm_with_draw(&edge, sale, 2, &draw_json(3, 7, 60)).await;
+    warm_with_draw(&edge, sale, 2, &draw_json(3, 7, 60), "").await;
 
     let early = enter(&client, sale, 1).await;
     assert_eq!((early.status.as_u16(), early.code()), (403, "SALE_NOT_ACTIVE"), "{}", early.text);
@@ -43,19 +43,7 @@ async fn an_entry_out_of_time_changes_nothing_and_a_cancelled_win_passes_down_th
     let draw = drawn(&client, sale).await;
     assert_eq!((draw["entries"].as_i64(), draw["winners"].as_i64()), (Some(6), Some(2)));
 
-    let late = enter(&client, sale, 99).await;
-    assert_eq!((late.status.as_u16(), late.code()), (409, "ENTRIES_CLOSED"), "{}", late.text);
-    let after = read_draw(&client, sale).await.json;
-    assert_eq!(after["entries"], 6, "the late entry wrote nothing: {after}");
-    let state = env.stock.draw_state(sale).await.unwrap().unwrap();
-    assert_eq!(state.events, 6, "six outcomes, none for the late entry");
-    assert!(env.stock.draw_entries(sale).await.unwrap().iter().all(|(_, user)| user.get() != 99));
-    let again = enter(&client, sale, 1).await;
-    assert!(
-        matches!(again.json["status"].as_str(), Some("WON" | "WAITLISTED")),
-        "an entrant reads their entry: {}",
-        again.text
-    );
+    a_late_entry_changes_nothing(&env, &client, sale).await;
 
     // The winners: one orders and cancels; the first on the list is promoted.
     let by_type = |events: &[(Value, String)]| -> BTreeMap<String, BTreeSet<i64>> {
@@ -93,8 +81,42 @@ async fn an_entry_out_of_time_changes_nothing_and_a_cancelled_win_passes_down_th
     .await;
     let events = outcomes(&env, sale, 7).await;
     assert_eq!(by_type(&events)["PROMOTED"], BTreeSet::from([first_waiting]), "the unit passes to the list's first");
+    the_dashboard_shows_the_draw(&edge, sale, &draw).await;
     order_service.stop().await;
     edge.stop().await;
+}
+
+/// The dashboard's sale card, read in a real browser: the draw's entries,
+/// winners and proof, and no waiting-room rows.
+async fn the_dashboard_shows_the_draw(edge: &seckill_e2e::Running, sale: SaleKey, draw: &Value) {
+    let repo = seckill_e2e::repo_root();
+    let python = repo.join(".data/venv/bin/python");
+    let (activity, sku) = (sale.activity.to_string(), sale.sku.to_string());
+    let figure = |name: &str| draw[name].as_str().map_or_else(|| draw[name].to_string(), str::to_owned);
+    let read = tokio::process::Command::new(&python)
+        .arg(repo.join("tests/browser/draw_card.py"))
+        .args([edge.console_url().as_str(), seckill_e2e::ADMIN_TOKEN, &activity, &sku])
+        .args([figure("entries"), figure("winners"), figure("seed"), figure("entriesDigest")])
+        .output()
+        .await
+        .expect("running the browser");
+    let shown = String::from_utf8_lossy(&read.stdout);
+    assert!(read.status.success(), "{shown}{}", String::from_utf8_lossy(&read.stderr));
+}
+
+/// An entry after the draw is refused and writes nothing; an entrant
+/// reads their entry.
+async fn a_late_entry_changes_nothing(env: &TestEnv, client: &Client, sale: SaleKey) {
+    let late = enter(client, sale, 99).await;
+    assert_eq!((late.status.as_u16(), late.code()), (409, "ENTRIES_CLOSED"), "{}", late.text);
+    let after = read_draw(client, sale).await.json;
+    assert_eq!(after["entries"], 6, "the late entry wrote nothing: {after}");
+    let state = env.stock.draw_state(sale).await.unwrap().unwrap();
+    assert_eq!(state.events, 6, "six outcomes, none for the late entry");
+    assert!(env.stock.draw_entries(sale).await.unwrap().iter().all(|(_, user)| user.get() != 99));
+    let again = enter(client, sale, 1).await;
+    let status = again.json["status"].as_str();
+    assert!(matches!(status, Some("WON" | "WAITLISTED")), "an entrant reads their entry: {}", again.text);
 }
 
 /// Two edges; the one holding the `draws` lease is killed (SIGKILL) at

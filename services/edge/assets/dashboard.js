@@ -132,8 +132,22 @@ function saleCard(sale) {
     const each = buckets.map((b) => `#${b.bucket}: ${number(b.remaining)} left, ${number(b.buyers)} buyers`).join(" · ");
     rows.push(["buckets", `${each}; ${number(sale.redis.inTransit)} in transit`, "buckets"]);
   }
+  // A sale sold by a draw: its entries, winners and what became of their
+  // rights, and the proof (the seed once drawn, the entry list's digest).
+  const draw = sale.draw;
+  if (draw) {
+    const at = (ms) => new Date(ms).toISOString().replace(".000Z", "Z");
+    rows.push(["draw: entries", draw.entries, "draw-entries"]);
+    rows.push(["draw", draw.drawn ? `drawn at ${at(draw.drawnAtMs)}` : `at ${at(draw.drawMs)}`, "draw-state"]);
+    rows.push(["winners / rights used", `${number(draw.winners)} / ${number(draw.claimed)}`, "draw-winners"]);
+    rows.push(["promoted / expired / lost", `${number(draw.promoted)} / ${number(draw.expired)} / ${number(draw.lost)}`, "draw-moves"]);
+    rows.push(["waitlisted now", draw.waitlisted, "draw-waitlisted"]);
+    rows.push(["outcomes not yet published", draw.eventsUnpublished, "draw-unpublished"]);
+    rows.push(["seed commitment", draw.seedCommitment, "draw-commitment"]);
+    rows.push(["seed / entry list digest", draw.drawn ? `${draw.seed} / ${draw.entriesDigest}` : "at the draw", "draw-proof"]);
+  }
   // A sale behind a waiting room: the line, who is in, the rate, the wait.
-  const room = sale.waitingRoom;
+  const room = draw ? null : sale.waitingRoom;
   if (room) {
     rows.push(["waiting room: waiting", room.waiting, "room-waiting"]);
     rows.push(["admitted last minute / active", `${number(room.admittedLastMinute)} / ${number(room.active)} of ${number(room.activeBuyers)}`, "room-active"]);

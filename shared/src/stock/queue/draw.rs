@@ -250,7 +250,7 @@ impl Stock {
     pub async fn outcomes_published(&self, sale: SaleKey, id: &str, count: usize) -> Result<(), RedisCallError> {
         let meta = self.keys.queue(sale).all()[0].clone();
         let mut pipe = redis::pipe();
-        pipe.hset(&meta, "published", id).ignore().hincr(&meta, "published_count", count).ignore();
+        pipe.atomic().hset(&meta, "published", id).ignore().hincr(&meta, "published_count", count).ignore();
         self.conn.pipe::<()>(&pipe).await.map(drop)
     }
 
