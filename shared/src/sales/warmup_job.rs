@@ -102,6 +102,13 @@ fn validate(request: &WarmupRequest) -> Result<(), WarmupError> {
     if let Some(wrong) = request.draw.as_ref().and_then(|d| d.invalid(request.starts_at, request.ends_at)) {
         return Err(WarmupError::Invalid(wrong));
     }
+    // A draw already due would be made at once, over whatever entered.
+    if let Some(draw) = request.draw.as_ref().filter(|d| d.draw_at <= Utc::now()) {
+        return Err(WarmupError::Invalid(format!(
+            "draw.drawAt must be in the future, got {}",
+            draw.draw_at.to_rfc3339()
+        )));
+    }
     if let Some(id) = &request.id {
         let plain = id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if id.is_empty() || id.len() > 64 || !plain {
@@ -138,7 +145,10 @@ async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) ->
     let committed_round = match (job.step, job.round) {
         (Step::Committed, Some(round)) => round,
         _ => {
-            if !stock.freeze(sale, &every, request.force).await? {
+            // The previous round's draw outcomes not yet on their topic
+            // would go with its keys: they are in flight too.
+            let unpublished = stock.draw_state(sale).await?.is_some_and(|d| d.events_unpublished > 0);
+            if (unpublished && !request.force) || !stock.freeze(sale, &every, request.force).await? {
                 return Err(WarmupError::InFlight(sale));
             }
             let mut tx = pool.begin().await?;
