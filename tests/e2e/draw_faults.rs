@@ -1,7 +1,8 @@
 //! A draw under what goes wrong: an entry before entries open or after the
 //! draw (refused, nothing written), a won order cancelled (its unit passes
-//! down the list), and the edge making the draw killed at `drawAt` (one
-//! draw, not two: the other edge makes it, the same way).
+//! down the list), the edge making the draw killed at `drawAt` (one draw,
+//! not two: the other edge makes it, the same way), and a warm-up while
+//! the draw's outcomes wait for their topic.
 
 use crate::draw::{draw_json, drawn, enter, outcomes, read_draw, warm_with_draw};
 use seckill_e2e::http::Client;
@@ -171,7 +172,7 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
     let draw_at = chrono::Utc::now() + chrono::Duration::seconds(6);
     let body = draw_json(-1, 6, 60);
     let request: seckill_shared::sales::Draw = serde_json::from_str(&body).unwrap();
-    warm(&env, sale, 30, request).await;
+    warm(&env, sale, 30, request, true).await.expect("warmed up");
     for user in 1..=200 {
         assert_eq!(enter(&first_client, sale, user).await.json["status"], "ENTERED");
     }
@@ -205,16 +206,55 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
     assert_eq!(state.events, 200, "one outcome per entry recorded: one draw");
 }
 
+/// A draw made with nobody to publish its outcomes (no edge runs): a new
+/// warm-up of the sale is refused while they wait, unless forced; a draw
+/// already due is refused and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_up_waits_for_the_draws_outcomes_to_be_published() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 2, 60)).unwrap();
+    let draw_at = draw.draw_at;
+    warm(&env, sale, 3, draw.clone(), true).await.expect("warmed up");
+    for user in 1..=5 {
+        let user = seckill_shared::domain::UserId::new(user).unwrap();
+        env.stock.enter_draw(sale, user, None).await.unwrap();
+    }
+    tokio::time::sleep((draw_at - chrono::Utc::now()).to_std().unwrap_or_default()).await;
+    let made = eventually("the draw made", Duration::from_secs(10), || async {
+        seckill_edge::draw::make::make(&env.stock, sale).await.map_err(|e| e.to_string())?.ok_or("not yet".to_owned())
+    })
+    .await;
+    assert_eq!((made.entries, made.winners), (5, 3));
+    assert_eq!(env.stock.draw_state(sale).await.unwrap().unwrap().events_unpublished, 5);
+
+    let later: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 60, 60)).unwrap();
+    let again = warm(&env, sale, 3, later.clone(), false).await;
+    assert!(matches!(again, Err(seckill_shared::sales::WarmupError::InFlight(_))), "{again:?}");
+    assert!(env.stock.draw_state(sale).await.unwrap().unwrap().drawn, "the drawn round is left as it was");
+    let past = warm(&env, sale, 3, draw, true).await;
+    assert!(matches!(past, Err(seckill_shared::sales::WarmupError::Invalid(_))), "drawAt past: {past:?}");
+    warm(&env, sale, 3, later, true).await.expect("a forced warm-up replaces the round");
+    let fresh = env.stock.draw_state(sale).await.unwrap().unwrap();
+    assert_eq!((fresh.drawn, fresh.entries, fresh.events), (false, 0, 0));
+}
+
 /// Warms `sale` up with `stock` units and `draw`, as the edge's admin API
 /// would.
-async fn warm(env: &TestEnv, sale: SaleKey, stock: i64, draw: seckill_shared::sales::Draw) {
+async fn warm(
+    env: &TestEnv,
+    sale: SaleKey,
+    stock: i64,
+    draw: seckill_shared::sales::Draw,
+    force: bool,
+) -> Result<seckill_shared::db::SaleRow, seckill_shared::sales::WarmupError> {
     let request = seckill_shared::sales::WarmupRequest {
         id: None,
         sale,
         stock,
         starts_at: None,
         ends_at: None,
-        force: true,
+        force,
         payment_window_seconds: 900,
         buckets: 1,
         admission: None,
@@ -223,5 +263,5 @@ async fn warm(env: &TestEnv, sale: SaleKey, stock: i64, draw: seckill_shared::sa
     };
     let locks = seckill_shared::ops::lock::LockClient::new(env.stock.connection(), Default::default());
     let lock = seckill_shared::config::LockSettings::warmup();
-    seckill_shared::sales::warmup(&env.stock, &env.db, &locks, &lock, &request).await.expect("warmed up");
+    seckill_shared::sales::warmup(&env.stock, &env.db, &locks, &lock, &request).await
 }
