@@ -162,3 +162,71 @@ async fn killed_after_the_events_before_the_offsets_an_order_service_sends_them_
     env.verify_events(sale).await;
     assert!(next.terminate().await);
 }
+
+/// A redriven order whose record the sweeper publishes again (the redrive
+/// died after the deduction and the link, before its publish): the record
+/// the sweeper rebuilds from Redis carries no `redriveOf`, and the order's
+/// CREATED event still names the order it replaces — read from the link,
+/// as the outbox's trigger read it before the order service produced the
+/// event itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redriven_order_published_again_by_the_sweeper_keeps_its_link() {
+    use seckill_shared::ops::fence::Fence;
+    use seckill_shared::ops::lock::LockClient;
+    use seckill_shared::stock::Deduction;
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    env.warmup(sale, 5).await;
+    let nonce = format!("{:016x}", rand::random::<u64>());
+    let user = seckill_shared::domain::UserId::new(7).unwrap();
+    let (order, accepted) = match env.stock.deduct(sale, user, 1, &nonce, Duration::ZERO).await.unwrap() {
+        Deduction::Accepted { order_id, accepted_at, .. } => (order_id, accepted_at),
+        other => panic!("{other:?}"),
+    };
+    let original = format!("{}-{}-9-00000000000000ab", sale.activity, sale.sku);
+    let run: i64 = sqlx::query_scalar(
+        "INSERT INTO dlq_runs (kind, operator, filter, dry_run) VALUES ('redrive', 'test', '{}', false) RETURNING run_id",
+    )
+    .fetch_one(&env.db)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO dlq_redrives (original_order_id, call_id, run_id, new_order_id, placed_at) VALUES ($1, $2, $3, $4, now())")
+        .bind(&original)
+        .bind(&nonce)
+        .bind(run)
+        .bind(order.as_str())
+        .execute(&env.db)
+        .await
+        .unwrap();
+
+    let settings = std::sync::Arc::new(env.compensator_settings());
+    let grace = settings.sweeper.grace_ms as i64;
+    eventually("Redis's clock past the order's deadline and grace", Duration::from_secs(30), || async {
+        let now = env.stock.now_ms().await.map_err(|e| e.to_string())?;
+        if now > accepted + grace {
+            Ok(())
+        } else {
+            Err(format!("{now}"))
+        }
+    })
+    .await;
+    let sweeper = seckill_compensator::sweeper::Sweeper::new(settings, env.connections(), Background::default())
+        .expect("a sweeper");
+    let locks = LockClient::new(env.stock.connection(), Background::default());
+    let lease = Duration::from_secs(30);
+    let guard = locks.acquire(&env.stock.keys().sweeper_lock(), lease, Duration::ZERO).await.unwrap().unwrap();
+    let fence = Fence { lock: guard.key(), token: guard.fence(), holder: guard.holder() };
+    // The first sweep marks where it stands; the second republishes.
+    sweeper.sweep_once(fence).await.expect("a checkpoint");
+    let report = sweeper.sweep_once(fence).await.expect("a sweep");
+    assert_eq!(report.republished, 1, "{report:?}");
+
+    let order_service = env.spawn_order(env.order_settings()).await;
+    let events = env.read_topic(&env.topics().events, 1, Duration::from_secs(60)).await;
+    let created: Vec<serde_json::Value> =
+        events.iter().filter_map(|m| serde_json::from_slice(m.payload()?).ok()).collect();
+    assert_eq!(created.len(), 1, "{created:?}");
+    assert_eq!((created[0]["orderId"].as_str(), created[0]["type"].as_str()), (Some(order.as_str()), Some("CREATED")));
+    assert_eq!(created[0]["redriveOf"], original.as_str(), "the CREATED event names the order it replaces");
+    order_service.stop().await;
+}

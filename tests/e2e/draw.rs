@@ -101,9 +101,10 @@ async fn a_draw_sells_its_stock_to_its_winners_and_anyone_can_verify_it() {
     let edge = env.spawn_edge(crate::waiting_room::settings(&env)).await;
     let order_service = env.spawn_order(env.order_settings()).await;
     let client = Client::new(edge.url());
-    let draw_at = chrono::Utc::now() + chrono::Duration::seconds(25);
+    // Time enough for 5,000 entries beside the suite's other tests.
+    let draw_at = chrono::Utc::now() + chrono::Duration::seconds(40);
     // In three stock buckets: the winners are counted over all of them.
-    let warmed = warm_with_draw(&edge, sale, 100, &draw_json(-1, 25, 10), r#","buckets":3"#).await;
+    let warmed = warm_with_draw(&edge, sale, 100, &draw_json(-1, 40, 10), r#","buckets":3"#).await;
     let commitment = warmed.json["draw"]["seedCommitment"].as_str().unwrap().to_owned();
     assert_eq!((commitment.len(), warmed.json["draw"].get("seed")), (64, None), "{}", warmed.text);
     let entry_of = enter_everyone(&client, sale, &commitment).await;

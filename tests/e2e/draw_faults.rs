@@ -23,8 +23,8 @@ async fn an_entry_out_of_time_changes_nothing_and_a_cancelled_win_passes_down_th
     let edge = env.spawn_edge(crate::waiting_room::settings(&env)).await;
     let order_service = env.spawn_order(env.order_settings()).await;
     let client = Client::new(edge.url());
-    let opens = chrono::Utc::now() + chrono::Duration::seconds(3);
-    warm_with_draw(&edge, sale, 2, &draw_json(3, 7, 60), "").await;
+    let opens = chrono::Utc::now() + chrono::Duration::seconds(6);
+    warm_with_draw(&edge, sale, 2, &draw_json(6, 10, 60), "").await;
 
     let early = enter(&client, sale, 1).await;
     assert_eq!((early.status.as_u16(), early.code()), (403, "SALE_NOT_ACTIVE"), "{}", early.text);
@@ -169,8 +169,8 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
     .await;
     let (_second, client) = edge(&env);
     ready(&client).await;
-    let draw_at = chrono::Utc::now() + chrono::Duration::seconds(6);
-    let body = draw_json(-1, 6, 60);
+    let draw_at = chrono::Utc::now() + chrono::Duration::seconds(12);
+    let body = draw_json(-1, 12, 60);
     let request: seckill_shared::sales::Draw = serde_json::from_str(&body).unwrap();
     warm(&env, sale, 30, request, true).await.expect("warmed up");
     for user in 1..=200 {
@@ -181,7 +181,8 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
     let just_before = draw_at - chrono::Duration::milliseconds(300);
     tokio::time::sleep((just_before - chrono::Utc::now()).to_std().unwrap_or_default()).await;
     first.kill9().await;
-    assert_eq!(read_draw(&client, sale).await.json["state"], "OPEN", "killed before the draw");
+    let state = read_draw(&client, sale).await.json["state"].clone();
+    assert_ne!(state, "DRAWN", "killed before the draw: the lease is its for seconds more");
 
     let draw = drawn(&client, sale).await;
     assert_eq!((draw["entries"].as_i64(), draw["winners"].as_i64()), (Some(200), Some(30)));
@@ -213,7 +214,7 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
 async fn a_warm_up_waits_for_the_draws_outcomes_to_be_published() {
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 2, 60)).unwrap();
+    let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 4, 60)).unwrap();
     let draw_at = draw.draw_at;
     warm(&env, sale, 3, draw.clone(), true).await.expect("warmed up");
     for user in 1..=5 {

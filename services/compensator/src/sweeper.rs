@@ -265,6 +265,16 @@ impl Sweeper {
             }
             return Ok(stock.unreserve(std::slice::from_ref(order_id)).await?);
         }
+        // A redriven order's record names the order it replaces; Redis
+        // does not keep that, the redrive's link does (written before its
+        // publish): the order's events read it from the record.
+        let link = sqlx::query_scalar!(
+            "SELECT original_order_id FROM dlq_redrives WHERE new_order_id = $1",
+            order_id.as_str()
+        )
+        .fetch_optional(&self.deps.db);
+        let redrive_of = within(deadline, link).await?.map(|original| OrderId::parse(&original)).transpose()?;
+        let record = OrderRecord { redrive_of, ..record };
         let headers = trace.as_ref().map(|t| t.trace()).unwrap_or_default().headers();
         let payload = serde_json::to_vec(&record)?;
         let key = user.to_string();
