@@ -29,6 +29,10 @@
 --   event, the rest stay in the line, each a 'waitlisted' event with its
 --   place. Returns 1 drawn now, 0 drawn before, -2 the line does not hold
 --   every entry (the caller ranks again).
+-- ARGV[1] 'published': ARGV[2] the last outcome (a stream id) on the topic,
+--   ARGV[3] how many the publisher sent up to it, ARGV[4] its lease's fence.
+--   Moves the publisher's cursor. Returns 1, or -3 when a publisher of a
+--   later term moved it (this one's term is over: nothing written).
 local m = redis.call('HMGET', KEYS[1], 'round', 'starts', 'prequeue', 'closed', 'ends', 'draw', 'drawn', 'frozen',
   'ttl', 'expires', 'admitted')
 if not m[1] or m[6] ~= '1' then
@@ -106,6 +110,13 @@ elseif ARGV[1] == 'enter' then
     end
   end
   return answer(ticket)
+elseif ARGV[1] == 'published' then
+  if tonumber(ARGV[4]) < tonumber(redis.call('HGET', KEYS[1], 'published_fence') or '0') then
+    return -3
+  end
+  redis.call('HSET', KEYS[1], 'published', ARGV[2], 'published_fence', ARGV[4])
+  redis.call('HINCRBY', KEYS[1], 'published_count', ARGV[3])
+  return 1
 elseif ARGV[1] == 'freeze' then
   if drawn or closed then
     return -1

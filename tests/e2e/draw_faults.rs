@@ -207,9 +207,10 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
     assert_eq!(state.events, 200, "one outcome per entry recorded: one draw");
 }
 
-/// A draw made with nobody to publish its outcomes (no edge runs): a new
-/// warm-up of the sale is refused while they wait, unless forced; a draw
-/// already due is refused and changes nothing.
+/// A draw made with nobody to publish its outcomes (no edge runs): the
+/// publisher's cursor refuses a write of an older lease term; a new
+/// warm-up of the sale is refused while the outcomes wait, unless forced;
+/// a draw already due is refused and changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_up_waits_for_the_draws_outcomes_to_be_published() {
     let env = TestEnv::new().await;
@@ -228,6 +229,12 @@ async fn a_warm_up_waits_for_the_draws_outcomes_to_be_published() {
     .await;
     assert_eq!((made.entries, made.winners), (5, 3));
     assert_eq!(env.stock.draw_state(sale).await.unwrap().unwrap().events_unpublished, 5);
+    // The publisher's cursor carries its lease's fence: a holder of an
+    // older term (frozen past it) cannot move it once a later one did.
+    assert!(env.stock.outcomes_published(sale, "0-1", 0, 5).await.unwrap());
+    assert!(!env.stock.outcomes_published(sale, "9999999999999-0", 5, 4).await.unwrap(), "an older term's");
+    let after = env.stock.draw_state(sale).await.unwrap().unwrap();
+    assert_eq!((after.published_through.as_str(), after.events_unpublished), ("0-1", 5));
 
     let later: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 60, 60)).unwrap();
     let again = warm(&env, sale, 3, later.clone(), false).await;

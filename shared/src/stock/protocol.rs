@@ -194,10 +194,11 @@ answers! {
     /// A draw's entries and the draw (entering and reading answer a
     /// table; freezing and applying a code).
     queue_draw = "queue_draw.lua", otherwise "{status, entry, user, ...}, status a word";
-    DONE = 1: "frozen (freeze); drawn now (apply)";
+    DONE = 1: "frozen (freeze); drawn now (apply); the cursor moved (published)";
     NOT_YET = 0: "before the draw's time (freeze); drawn before (apply)";
     NO_DRAW_TO_MAKE = -1: "no draw to make: none, made already, or the sale closed first";
     NOT_WHOLE = -2: "the line does not hold every entry ranked: rank again";
+    LATER_TERM = -3: "a publisher of a later term moved the cursor: nothing written";
 }
 
 /// Every script's answers, one entry per file of `lua/`.

@@ -6,7 +6,8 @@
 //! losses the admission passes of every edge record — to
 //! `seckill.draw-events` ([`event`]), moving its cursor only once Kafka
 //! acknowledged them: an outcome is published at least once, under the
-//! same `eventId` each time.
+//! same `eventId` each time. The cursor carries the lease's fence: a holder
+//! frozen past its term cannot move it back once a later one moved it.
 
 pub mod event;
 pub mod make;
@@ -15,7 +16,7 @@ use crate::http::AppState;
 use event::DrawEvent;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::domain::SaleKey;
-use seckill_shared::ops::leader::{self, Turn};
+use seckill_shared::ops::leader::{self, Term, Turn};
 use seckill_shared::ops::lease::{Lease, LeaseTerm};
 use seckill_shared::ops::shutdown::Background;
 use seckill_shared::stock::queue::DrawState;
@@ -41,34 +42,52 @@ pub async fn run(state: AppState, background: Background, shutdown: Cancellation
     let every = Duration::from_millis(state.settings.admission.tick_ms);
     // The others ask for the seat once a second, not every tick.
     let retry = every.max(Duration::from_secs(1));
-    leader::lead("draws", &lease, retry, &shutdown, |_term: Arc<LeaseTerm>| {
+    leader::lead("draws", &lease, retry, &shutdown, |term: Arc<LeaseTerm>| {
         let (state, producer, topic) = (state.clone(), producer.clone(), topic.clone());
         async move {
-            turn(&state, &producer, &topic).await;
-            Turn::Again(every)
+            match turn(&state, &producer, &topic, term.fence()).await {
+                Ok(()) => Turn::Again(every),
+                Err(LaterTerm) => Turn::StepDown,
+            }
         }
     })
     .await
 }
 
-/// One look at every draw.
-async fn turn(state: &AppState, producer: &OnceLock<FutureProducer>, topic: &str) {
+/// A publisher of a later term moved a cursor: this term is over.
+#[derive(Debug, thiserror::Error)]
+#[error("a publisher of a later term moved the draw's cursor")]
+struct LaterTerm;
+
+/// One look at every draw, as the holder of the term `fence`.
+async fn turn(state: &AppState, producer: &OnceLock<FutureProducer>, topic: &str, fence: i64) -> Result<(), LaterTerm> {
     let sales = match state.stock.rooms().await {
         Ok(sales) => sales,
         Err(error) => {
             tracing::warn!(%error, "the draws not read; looking again later");
-            return;
+            return Ok(());
         }
     };
     for sale in sales {
         // One draw that fails stops no other.
-        if let Err(error) = look(state, producer, topic, sale).await {
+        if let Err(error) = look(state, producer, topic, sale, fence).await {
+            if error.is::<LaterTerm>() {
+                tracing::warn!(%sale, "another edge publishes the draws now: stepping down");
+                return Err(LaterTerm);
+            }
             tracing::warn!(%sale, error = format!("{error:#}"), "a draw's turn failed; trying again");
         }
     }
+    Ok(())
 }
 
-async fn look(state: &AppState, producer: &OnceLock<FutureProducer>, topic: &str, sale: SaleKey) -> anyhow::Result<()> {
+async fn look(
+    state: &AppState,
+    producer: &OnceLock<FutureProducer>,
+    topic: &str,
+    sale: SaleKey,
+    fence: i64,
+) -> anyhow::Result<()> {
     let Some(draw) = state.stock.draw_state(sale).await? else {
         return Ok(());
     };
@@ -86,18 +105,19 @@ async fn look(state: &AppState, producer: &OnceLock<FutureProducer>, topic: &str
                 producer.get_or_init(|| made)
             }
         };
-        publish(state, producer, topic, sale, &draw).await?;
+        publish(state, (producer, topic), sale, &draw, fence).await?;
     }
     Ok(())
 }
 
-/// Publishes `sale`'s outcomes not yet on the topic, a batch at a time.
+/// Publishes `sale`'s outcomes not yet on the topic, a batch at a time,
+/// moving the cursor as the holder of the term `fence`.
 async fn publish(
     state: &AppState,
-    producer: &FutureProducer,
-    topic: &str,
+    (producer, topic): (&FutureProducer, &str),
     sale: SaleKey,
     draw: &DrawState,
+    fence: i64,
 ) -> anyhow::Result<()> {
     let source = &state.settings.servers.kafka.cloudevents_source;
     let deadline = Duration::from_millis(state.settings.servers.kafka.message_timeout_ms);
@@ -128,7 +148,9 @@ async fn publish(
                 Err(_) => anyhow::bail!("an outcome's delivery was cancelled"),
             }
         }
-        state.stock.outcomes_published(sale, &last.id, rows.len()).await?;
+        if !state.stock.outcomes_published(sale, &last.id, rows.len(), fence).await? {
+            return Err(LaterTerm.into());
+        }
         for event in &events {
             metrics::counter!("seckill_draw_events_published_total", "type" => event.kind.clone()).increment(1);
         }

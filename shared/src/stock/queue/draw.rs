@@ -246,12 +246,20 @@ impl Stock {
     }
 
     /// Records that `sale`'s outcomes up to `id` (`count` of them now) are
-    /// on the topic.
-    pub async fn outcomes_published(&self, sale: SaleKey, id: &str, count: usize) -> Result<(), RedisCallError> {
-        let meta = self.keys.queue(sale).all()[0].clone();
-        let mut pipe = redis::pipe();
-        pipe.atomic().hset(&meta, "published", id).ignore().hincr(&meta, "published_count", count).ignore();
-        self.conn.pipe::<()>(&pipe).await.map(drop)
+    /// on the topic, for the publisher of the lease term `fence`: `false`
+    /// when a publisher of a later term moved the cursor (nothing written:
+    /// this one's term is over).
+    pub async fn outcomes_published(
+        &self,
+        sale: SaleKey,
+        id: &str,
+        count: usize,
+        fence: i64,
+    ) -> Result<bool, RedisCallError> {
+        use crate::stock::protocol::queue_draw::*;
+        let mut invocation = with_keys(&QUEUE_DRAW, &self.keys.queue(sale).all());
+        invocation.arg("published").arg(id).arg(count).arg(fence);
+        Ok(self.conn.invoke::<i64>(&invocation).await? != LATER_TERM)
     }
 
     /// `sale`'s draw (`None`: the sale has none). The seed is shown once
