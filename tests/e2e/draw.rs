@@ -102,9 +102,9 @@ async fn a_draw_sells_its_stock_to_its_winners_and_anyone_can_verify_it() {
     let order_service = env.spawn_order(env.order_settings()).await;
     let client = Client::new(edge.url());
     // Time enough for 5,000 entries beside the suite's other tests.
-    let draw_at = chrono::Utc::now() + chrono::Duration::seconds(40);
+    let draw_at = chrono::Utc::now() + chrono::Duration::seconds(60);
     // In three stock buckets: the winners are counted over all of them.
-    let warmed = warm_with_draw(&edge, sale, 100, &draw_json(-1, 40, 10), r#","buckets":3"#).await;
+    let warmed = warm_with_draw(&edge, sale, 100, &draw_json(-1, 60, 10), r#","buckets":3"#).await;
     let commitment = warmed.json["draw"]["seedCommitment"].as_str().unwrap().to_owned();
     assert_eq!((commitment.len(), warmed.json["draw"].get("seed")), (64, None), "{}", warmed.text);
     let entry_of = enter_everyone(&client, sale, &commitment).await;
@@ -163,11 +163,11 @@ async fn a_draw_sells_its_stock_to_its_winners_and_anyone_can_verify_it() {
     edge.stop().await;
 }
 
-/// 5,000 users enter (16 at a time), each answered ENTERED with the one
+/// 5,000 users enter (8 at a time), each answered ENTERED with the one
 /// commitment; entering again answers the same entry. Their entry ids.
 async fn enter_everyone(client: &Client, sale: SaleKey, commitment: &str) -> HashMap<i64, String> {
     let entries: Vec<Reply> =
-        stream::iter(1..=5_000i64).map(|user| enter(client, sale, user)).buffered(16).collect().await;
+        stream::iter(1..=5_000i64).map(|user| enter(client, sale, user)).buffered(8).collect().await;
     let mut entry_of = HashMap::new();
     for (user, reply) in (1..=5_000i64).zip(&entries) {
         assert_eq!((reply.status.as_u16(), reply.json["status"].as_str()), (200, Some("ENTERED")), "{}", reply.text);
