@@ -30,14 +30,21 @@ async fn the_relay_sends_on_after_its_producer_failed_fatally() {
             .expect("a relay");
     relay.producer().inject_fatal_error();
     let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
-    let (mut turns, mut sent) = (0, 0);
-    loop {
-        turns += 1;
-        assert!(turns <= 3, "the relay still fails after {turns} turns");
+    // A turn may send nothing yet while other tests' transactions on the
+    // server hold the relay's horizon below these rows: it turns again. A
+    // failed turn is the fatal error's; after two, the relay must be sending.
+    let (mut failures, mut sent) = (0, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while sent < 10 && std::time::Instant::now() < deadline {
         match relay.relay_once(&term).await {
-            Ok(0) => break,
             Ok(n) => sent += n,
-            Err(error) => eprintln!("turn {turns}: {error}"),
+            Err(error) => {
+                failures += 1;
+                assert!(failures <= 2, "the relay still fails after {failures} failed turns: {error}");
+            }
+        }
+        if sent < 10 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     assert_eq!(sent, 10, "the ten events, on the new producer");
