@@ -314,18 +314,7 @@ async fn each_users_events_leave_in_order_and_one_refused_for_good_is_parked() {
     settings.events.enabled = true;
     let relay = Relay::new(std::sync::Arc::new(settings), env.connections(), Background::default()).expect("a relay");
     let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
-    // A turn may hold back events behind a transaction another test keeps
-    // open on the shared server (the relay's rule): the next turns send them.
-    let dealt = std::sync::atomic::AtomicUsize::new(0);
-    seckill_e2e::eventually("three rows dealt with", Duration::from_secs(60), || async {
-        let turn = relay.relay_once(&term).await.expect("a turn past the refused event");
-        match dealt.fetch_add(turn, std::sync::atomic::Ordering::SeqCst) + turn {
-            3 => Ok(()),
-            n if n < 3 => Err(format!("{n} so far")),
-            n => panic!("{n} rows dealt with: one sent twice"),
-        }
-    })
-    .await;
+    seckill_e2e::relay_rows(&relay, &term, 3).await;
 
     let events = env.read_topic(&env.topics().events, 2, Duration::from_secs(5)).await;
     let mut ids: Vec<String> = events

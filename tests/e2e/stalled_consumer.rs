@@ -50,11 +50,29 @@ async fn answers(client: &Client, path: &str, status: u16, words: &str) {
     .await;
 }
 
+/// Orders a hundred at a time until the member behind `first` has consumed
+/// some (it holds partitions): "ready" is said before a member's first
+/// assignment, and the other member may take every record until then.
+/// How many orders were written.
+async fn both_members_consume(env: &TestEnv, sale: seckill_shared::domain::SaleKey, first: &Client) -> i64 {
+    let mut written = 0;
+    loop {
+        env.produce_orders(sale, written + 1..written + 101).await;
+        written += 100;
+        env.wait_orders(sale, "CREATED", written).await;
+        let consumed = sample(&first.get("/metrics").await.text, "seckill_order_records_consumed_total");
+        if consumed.unwrap_or(0.0) > 0.0 {
+            return written;
+        }
+        assert!(written < 300, "the first member consumed nothing of {written} orders");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_member_is_reported_and_its_partitions_move_to_the_others() {
     let env = TestEnv::new().await;
     let sale = env.sale();
-    env.warmup(sale, 200).await;
+    env.warmup(sale, 400).await;
     let proxy = Pausable::start("127.0.0.1:5432".parse().unwrap()).await;
     let through = env.database.url.replace("127.0.0.1:5432", &proxy.addr.to_string());
     let (first_port, second_port) = (free_port(), free_port());
@@ -64,12 +82,11 @@ async fn a_stalled_member_is_reported_and_its_partitions_move_to_the_others() {
         (Client::new(format!("http://127.0.0.1:{first_port}")), Client::new(format!("http://127.0.0.1:{second_port}")));
     answers(&first_health, "/readyz", 200, "ready").await;
     answers(&second_health, "/readyz", 200, "ready").await;
-    env.produce_orders(sale, 1..101).await;
-    env.wait_orders(sale, "CREATED", 100).await;
+    let written = both_members_consume(&env, sale, &first_health).await;
 
     proxy.pause();
-    env.produce_orders(sale, 101..201).await;
-    env.wait_orders(sale, "CREATED", 200).await;
+    env.produce_orders(sale, written + 1..written + 101).await;
+    env.wait_orders(sale, "CREATED", written + 100).await;
     answers(&first_health, "/readyz", 503, "order worker 0 made no progress").await;
     answers(&first_health, "/readyz", 503, ".seckill.orders[").await;
     let metrics = first_health.get("/metrics").await.text;

@@ -12,11 +12,13 @@ pub mod pg_ha;
 pub mod private_postgres;
 pub mod proxy;
 pub mod redis_cluster;
+mod relay_turns;
 mod sale;
 pub mod schemas;
 mod services;
 mod topics;
 
+pub use relay_turns::relay_rows;
 pub use services::{Child, CtlOutput, Running};
 pub use topics::Group;
 
