@@ -33,7 +33,13 @@ pub(crate) fn draw_json(opens: i64, draw_at: i64, claim_seconds: i64) -> String 
 }
 
 pub(crate) async fn enter(client: &Client, sale: SaleKey, user: i64) -> Reply {
-    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{user}}}"#, sale.activity, sale.sku);
+    enter_with(client, sale, user, None).await
+}
+
+/// An entry bringing `proof` (a challenge and its solution).
+pub(crate) async fn enter_with(client: &Client, sale: SaleKey, user: i64, proof: Option<(&str, &str)>) -> Reply {
+    let proof = proof.map(|(c, s)| format!(r#","challenge":"{c}","solution":"{s}""#)).unwrap_or_default();
+    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{user}{proof}}}"#, sale.activity, sale.sku);
     client.send(Method::POST, "/api/seckill/draw/entries", Some(body.as_bytes()), &[]).await
 }
 

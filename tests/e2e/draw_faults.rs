@@ -2,9 +2,10 @@
 //! draw (refused, nothing written), a won order cancelled (its unit passes
 //! down the list), the edge making the draw killed at `drawAt` (one draw,
 //! not two: the other edge makes it, the same way), and a warm-up while
-//! the draw's outcomes wait for their topic.
+//! the draw's outcomes wait for their topic; a draw that asks a proof of
+//! work takes no entry without one.
 
-use crate::draw::{draw_json, drawn, enter, outcomes, read_draw, warm_with_draw};
+use crate::draw::{draw_json, drawn, enter, enter_with, outcomes, read_draw, warm_with_draw};
 use seckill_e2e::http::Client;
 use seckill_e2e::{eventually, Child, TestEnv};
 use seckill_shared::domain::SaleKey;
@@ -84,6 +85,43 @@ async fn an_entry_out_of_time_changes_nothing_and_a_cancelled_win_passes_down_th
     assert_eq!(by_type(&events)["PROMOTED"], BTreeSet::from([first_waiting]), "the unit passes to the list's first");
     the_dashboard_shows_the_draw(&edge, sale, &draw).await;
     order_service.stop().await;
+    edge.stop().await;
+}
+
+/// A draw that asks a proof of work refuses an entry without one, with a
+/// wrong solution and with another user's solved challenge (403
+/// CHALLENGE_FAILED, nothing entered); a solved challenge of the user's
+/// own enters, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_without_the_proof_of_work_the_draw_asks_is_refused_and_changes_nothing() {
+    use seckill_edge::admission::challenge::{leading_zero_bits, solve};
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let edge = env.spawn_edge(crate::waiting_room::settings(&env)).await;
+    let client = Client::new(edge.url());
+    let plain = draw_json(-1, 60, 60);
+    let draw = format!(r#"{},"challenge":{{"kind":"pow","bits":12}}}}"#, plain.strip_suffix('}').unwrap());
+    warm_with_draw(&edge, sale, 2, &draw, "").await;
+    let path = format!("/api/seckill/queue/challenge?activityId={}&skuId={}&userId=1", sale.activity, sale.sku);
+    let issued = client.get(&path).await;
+    assert_eq!((issued.status.as_u16(), issued.json["bits"].as_u64()), (200, Some(12)), "{}", issued.text);
+    let challenge = issued.json["challenge"].as_str().unwrap().to_owned();
+    let solution = solve(&challenge, 12);
+    let wrong = (0u64..).map(|n| format!("w{n}")).find(|s| leading_zero_bits(&challenge, s) < 12).unwrap();
+    for (user, proof, what) in [
+        (1, None, "no proof"),
+        (1, Some((challenge.as_str(), wrong.as_str())), "wrong"),
+        (2, Some((&challenge, &solution)), "another's"),
+    ] {
+        let refused = enter_with(&client, sale, user, proof).await;
+        assert_eq!((refused.status.as_u16(), refused.code()), (403, "CHALLENGE_FAILED"), "{what}: {}", refused.text);
+    }
+    assert_eq!(read_draw(&client, sale).await.json["entries"], 0, "nothing entered");
+    let entered = enter_with(&client, sale, 1, Some((&challenge, &solution))).await;
+    assert_eq!(entered.json["status"], "ENTERED", "{}", entered.text);
+    let again = enter_with(&client, sale, 1, Some((&challenge, &solution))).await;
+    assert_eq!(again.json["entry"], entered.json["entry"], "the same entry, asked again: {}", again.text);
+    assert_eq!(read_draw(&client, sale).await.json["entries"], 1);
     edge.stop().await;
 }
 

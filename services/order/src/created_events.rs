@@ -11,18 +11,17 @@
 //! (`<orderId>:CREATED`), its key (the user), and its value — `occurredAt`
 //! is when the edge accepted the order, which the record carries.
 
-use crate::relay_waves::Deliveries;
+use crate::relay_waves::{self, Deliveries};
 use crate::store::Sources;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-use rdkafka::types::RDKafkaErrorCode;
 use seckill_shared::config::KafkaSettings;
 use seckill_shared::domain::{OrderEvent, OrderRecord};
 use seckill_shared::kafka::cloud_event::{self, Attributes};
 use seckill_shared::kafka::renewing::Renewing;
 use seckill_shared::ops::trace_export::traceparent_of;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The producer of one worker's CREATED events (made anew after a fatal
 /// error). Delivery reports of failures only: a batch waits for all its
@@ -87,30 +86,11 @@ impl CreatedEvents {
             };
             let headers = cloud_event::headers(trace, attributes);
             spans.push(span);
-            let mut record =
+            let record =
                 BaseRecord::with_opaque_to(&self.topic, wave.opaque(i)).key(&key).payload(&payload).headers(headers);
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    // The local queue is full: let deliveries drain it.
-                    Err((error, back)) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
-                        record = back;
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                    Err((error, _)) => return Err(error),
-                }
-            }
+            relay_waves::queue(&producer, record).await?;
         }
-        // Every record acknowledged or failed (a failure's report is served
-        // by the producer's thread before the count drops). Watched, not
-        // flushed: librdkafka's flush waits up to 100 ms between looks.
-        let give_up = Instant::now() + self.timeout;
-        while producer.in_flight_count() > 0 {
-            if Instant::now() >= give_up {
-                return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        relay_waves::settled(&producer, self.timeout).await?;
         drop(spans);
         if let Some((_, error)) = producer.context().failures(&wave).into_iter().next() {
             return Err(error);

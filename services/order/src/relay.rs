@@ -18,12 +18,10 @@
 //! `retention_ms`, their counts kept per sale round for the reconciliation.
 
 use crate::relay_hold::CreatedFirst;
-use crate::relay_waves::Deliveries;
+use crate::relay_waves::{self, Deliveries};
 use crate::Settings;
 use parking_lot::Mutex;
-use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-use rdkafka::types::RDKafkaErrorCode;
 use seckill_shared::db::{outbox, within};
 use seckill_shared::kafka::renewing::Renewing;
 use seckill_shared::ops::host::Connections;
@@ -329,37 +327,17 @@ impl Relay {
                 let span = seckill_shared::kafka::spans::send(topic, key, row.event.traceparent.as_deref());
                 let headers = row.event.headers(&self.settings.servers.kafka.cloudevents_source, &span);
                 spans.push(span);
-                let mut record =
+                let record =
                     BaseRecord::with_opaque_to(topic, sent.opaque(i)).key(key).payload(payload).headers(headers);
-                loop {
-                    match producer.send(record) {
-                        Ok(()) => break,
-                        // The local queue is full: let deliveries drain it.
-                        Err((error, back)) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
-                            record = back;
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                        }
-                        Err((error, _)) if seckill_shared::kafka::refused_for_good(&error) => {
-                            refused.push((i, error));
-                            break;
-                        }
-                        Err((error, _)) => return Err(RelayError::Kafka(error)),
-                    }
+                match relay_waves::queue(&producer, record).await {
+                    Ok(()) => {}
+                    Err(error) if seckill_shared::kafka::refused_for_good(&error) => refused.push((i, error)),
+                    Err(error) => return Err(RelayError::Kafka(error)),
                 }
             }
-            // Every record of the wave acknowledged or failed (a failure's
-            // report is served by the producer's thread before the count
-            // drops). Watched, not flushed: librdkafka's flush waits up to
-            // 100 ms between looks when no report comes.
             let timeout =
                 Duration::from_millis(self.settings.servers.kafka.message_timeout_ms) + Duration::from_secs(5);
-            let give_up = Instant::now() + timeout;
-            while producer.in_flight_count() > 0 {
-                if Instant::now() >= give_up {
-                    return Err(RelayError::Kafka(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
+            relay_waves::settled(&producer, timeout).await.map_err(RelayError::Kafka)?;
             refused.extend(producer.context().failures(&sent));
             drop(spans);
             for (i, error) in refused {

@@ -1,13 +1,17 @@
 //! The relay producer's delivery reports, by wave: the relay sends a
 //! user's events one wave at a time ([`crate::relay`]), and a failure
 //! reported late, for a wave it stopped waiting for, must not be taken for
-//! the next one's.
+//! the next one's. The relay and the CREATED events' producer
+//! ([`crate::created_events`]) queue and watch their waves alike.
 
 use parking_lot::Mutex;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::message::ToBytes;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// The relay producer's delivery reports (failures only): which records of
 /// which wave failed, and why. A record's opaque is its wave and its index
@@ -58,4 +62,41 @@ impl ProducerContext for Deliveries {
             self.failed.lock().push((opaque, error.clone()));
         }
     }
+}
+
+/// Queues `record`, waiting while the producer's local queue is full (the
+/// deliveries drain it); the error of a record it refuses otherwise.
+pub async fn queue<K, P>(
+    producer: &ThreadedProducer<Deliveries>,
+    mut record: BaseRecord<'_, K, P, usize>,
+) -> Result<(), KafkaError>
+where
+    K: ToBytes + ?Sized,
+    P: ToBytes + ?Sized,
+{
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((error, back)) if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                record = back;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err((error, _)) => return Err(error),
+        }
+    }
+}
+
+/// Waits until every queued record is acknowledged or failed, for at most
+/// `timeout` (a failure's report is served by the producer's thread before
+/// the count drops). Watched, not flushed: librdkafka's flush waits up to
+/// 100 ms between looks when no report comes.
+pub async fn settled(producer: &ThreadedProducer<Deliveries>, timeout: Duration) -> Result<(), KafkaError> {
+    let give_up = Instant::now() + timeout;
+    while producer.in_flight_count() > 0 {
+        if Instant::now() >= give_up {
+            return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
 }

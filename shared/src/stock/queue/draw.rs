@@ -111,6 +111,9 @@ pub struct DrawState {
     /// The last outcome published (a stream id): the publisher's cursor.
     #[serde(skip)]
     pub published_through: String,
+    /// The proof of work an entry must bring (leading zero bits; 0: none).
+    #[serde(skip)]
+    pub challenge_bits: u32,
 }
 
 impl Stock {
@@ -299,6 +302,7 @@ impl Stock {
             events,
             events_unpublished: events - int("published_count"),
             published_through: fields.get("published").cloned().unwrap_or_else(|| "0-0".into()),
+            challenge_bits: int("bits") as u32,
         }))
     }
 }

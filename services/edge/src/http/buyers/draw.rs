@@ -3,7 +3,6 @@
 //! this edge signs a winner's admission token and checks the proof of work.
 
 use super::draw_bodies::{DrawBody, EnterBody, EntryBody};
-use crate::admission::challenge::Challenge;
 use crate::admission::token::Token;
 use crate::client_addr::ClientAddr;
 use crate::http::bodies::ErrorBody;
@@ -102,17 +101,8 @@ pub(crate) async fn enter(
     state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
     let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
-    let room = state.stock.room(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
-    let solved = match room.challenge_bits {
-        0 => None,
-        bits => {
-            let (asked, solution) = (body.challenge.as_deref(), body.solution.as_deref());
-            let checked =
-                Challenge::check(&state.signer, asked, solution, (sale, user, bits), seckill_shared::now_ms())
-                    .map_err(|refused| ApiError::ChallengeFailed(refused.to_string()))?;
-            Some(checked)
-        }
-    };
+    let (asked, solution) = (body.challenge.as_deref(), body.solution.as_deref());
+    let solved = super::queue::solved(&state, (sale, user, draw.challenge_bits), asked, solution)?;
     let proof = solved.as_ref().map(|c| (c.nonce.as_str(), c.expires_ms));
     let entered = state.stock.enter_draw(sale, user, proof).await.map_err(redis)?;
     answer(&state, sale, entered, &draw)

@@ -124,21 +124,29 @@ pub(crate) async fn join(
     state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
     let room = state.stock.room(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
-    let solved = match room.challenge_bits {
-        0 => None,
-        bits => {
-            let (asked, solution) = (body.challenge.as_deref(), body.solution.as_deref());
-            let checked =
-                Challenge::check(&state.signer, asked, solution, (sale, user, bits), seckill_shared::now_ms())
-                    .map_err(|refused| ApiError::ChallengeFailed(refused.to_string()))?;
-            Some(checked)
-        }
-    };
+    let solved =
+        solved(&state, (sale, user, room.challenge_bits), body.challenge.as_deref(), body.solution.as_deref())?;
     let proof = solved.as_ref().map(|c| (c.nonce.as_str(), c.expires_ms));
     let joined = state.stock.join_room(sale, user, proof).await.map_err(redis)?;
     let Json(mut body) = answer(&state, sale, joined)?;
     body.seed_commitment = Some(room.seed_commitment);
     Ok(Json(body))
+}
+
+/// The proof of work a room of `bits` asks of `user` (none when 0),
+/// checked: a join's and a draw entry's.
+pub(super) fn solved(
+    state: &AppState,
+    (sale, user, bits): (SaleKey, UserId, u32),
+    asked: Option<&str>,
+    solution: Option<&str>,
+) -> Result<Option<Challenge>, ApiError> {
+    if bits == 0 {
+        return Ok(None);
+    }
+    Challenge::check(&state.signer, asked, solution, (sale, user, bits), seckill_shared::now_ms())
+        .map(Some)
+        .map_err(|refused| ApiError::ChallengeFailed(refused.to_string()))
 }
 
 /// A ticket, polled at its `pollAfterMs`.
