@@ -12,7 +12,11 @@
 -- order holds one; 0 only when no unit is left), ARGV[2] the most tickets
 -- this pass admits, ARGV[3] the rate's tolerance (ms), ARGV[4] how long
 -- past its token's expiry a claimed ticket's order may still be deciding
--- (ms: the publish deadline).
+-- (ms: the publish deadline), ARGV[5] the meta's 'used' as the caller read
+-- it before the units (absent from older callers): a right spent since
+-- then left `active` but may have taken its units after the caller read
+-- them, so it counts as an order taken (a pass that admitted on the stale
+-- figure once promoted a draw's waitlisted entry no unit was left for).
 --
 -- Returns {admitted now, waiting, active, stale claims}: the last a flat
 -- list {ticket, user, ...} of tickets still claimed ARGV[4] ms past their
@@ -133,7 +137,12 @@ if per_minute == 1 then
 elseif per_minute > 1 then
   interval = (60000 + tolerance) / (per_minute - 1)
 end
-local cap = math.min(tonumber(m[2]), math.floor(tonumber(m[5]) * orders))
+local room_for = orders
+if ARGV[5] then
+  local spent = tonumber(redis.call('HGET', KEYS[1], 'used') or '0') - tonumber(ARGV[5])
+  room_for = math.max(orders - math.max(spent, 0), 0)
+end
+local cap = math.min(tonumber(m[2]), math.floor(tonumber(m[5]) * room_for))
 local ttl, abandon = tonumber(m[4]), tonumber(m[10])
 local seen_since = now - abandon
 local tat, total = tonumber(m[9]), tonumber(m[11])

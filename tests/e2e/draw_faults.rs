@@ -3,7 +3,8 @@
 //! down the list), the edge making the draw killed at `drawAt` (one draw,
 //! not two: the other edge makes it, the same way), and a warm-up while
 //! the draw's outcomes wait for their topic; a draw that asks a proof of
-//! work takes no entry without one.
+//! work takes no entry without one; a right spent while a pass reads the
+//! units promotes nobody.
 
 use crate::draw::{draw_json, drawn, enter, enter_with, outcomes, read_draw, warm_with_draw};
 use seckill_e2e::http::Client;
@@ -122,6 +123,50 @@ async fn an_entry_without_the_proof_of_work_the_draw_asks_is_refused_and_changes
     let again = enter_with(&client, sale, 1, Some((&challenge, &solution))).await;
     assert_eq!(again.json["entry"], entered.json["entry"], "the same entry, asked again: {}", again.text);
     assert_eq!(read_draw(&client, sale).await.json["entries"], 1);
+    edge.stop().await;
+}
+
+/// A winner's order spent between an admission pass's read of the units
+/// and its script: the pass, on the units as it read them, promotes
+/// nobody — no unit is left for a promotion. (Before: it counted the spent
+/// right out of the admitted and the units still in, and promoted the
+/// first waitlisted entry; a clean-clone run saw one promoted while the
+/// winners were still ordering.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_right_spent_while_a_pass_reads_the_units_promotes_nobody() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let edge = env.spawn_edge(crate::waiting_room::settings(&env)).await;
+    let client = Client::new(edge.url());
+    warm_with_draw(&edge, sale, 2, &draw_json(-1, 4, 60), "").await;
+    for user in 1..=4 {
+        assert_eq!(enter(&client, sale, user).await.json["status"], "ENTERED");
+    }
+    assert_eq!(drawn(&client, sale).await["winners"], 2);
+    let winner = eventually("a winner", Duration::from_secs(10), || async {
+        for user in 1..=4 {
+            let entry = enter(&client, sale, user).await;
+            if entry.json["status"] == "WON" {
+                return Ok((user, entry.json["admission"].as_str().unwrap_or_default().to_owned()));
+            }
+        }
+        Err("no winner read".to_owned())
+    })
+    .await;
+
+    let stale = env.stock.pass_reads(sale).await.expect("the reads");
+    assert_eq!((stale.used, stale.orders), (0, 2), "read before the order");
+    let placed = crate::waiting_room::order_with(&client, sale, winner.0, Some(&winner.1)).await;
+    assert_eq!(placed.status, 202, "{}", placed.text);
+    eventually("the right spent", Duration::from_secs(10), || async {
+        let state = env.stock.draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
+        (state.claimed == 1).then_some(()).ok_or(format!("{} spent", state.claimed))
+    })
+    .await;
+    let pass = env.stock.admit_after(sale, stale, 100, Duration::from_secs(10)).await.expect("a pass");
+    assert_eq!(pass.now, 0, "a pass on the units read before the order promoted someone");
+    let state = env.stock.draw_state(sale).await.unwrap().unwrap();
+    assert_eq!((state.promoted, state.waitlisted), (0, 2), "{state:?}");
     edge.stop().await;
 }
 

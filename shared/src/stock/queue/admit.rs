@@ -27,6 +27,15 @@ pub struct Admitted {
     pub stale: Vec<(String, UserId)>,
 }
 
+/// What a pass read before its script ran ([`Stock::pass_reads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassReads {
+    /// The rights used by an order so far (the room's meta `used`).
+    pub used: i64,
+    /// The orders the units left could take, read after `used`.
+    pub orders: i64,
+}
+
 impl Stock {
     /// One admission pass of `sale`'s room: by the orders the units still
     /// on sale can take (every bucket's units, read now, over the round's
@@ -42,10 +51,38 @@ impl Stock {
         tolerance_ms: i64,
         grace: Duration,
     ) -> Result<Admitted, RedisCallError> {
+        let reads = self.pass_reads(sale).await?;
+        self.admit_after(sale, reads, tolerance_ms, grace).await
+    }
+
+    /// What a pass reads before its script runs, in this order: the rights
+    /// used so far, then the orders the units left can take. A right spent
+    /// in between or after may have taken its units after the second read:
+    /// the script counts every right spent since the first as taken
+    /// (`queue_admit.lua`, `ARGV[5]`), so a pass never admits on units already
+    /// sold.
+    pub async fn pass_reads(&self, sale: SaleKey) -> Result<PassReads, RedisCallError> {
+        let k = self.keys.queue(sale);
+        let [meta, ..] = k.all();
+        let mut pipe = redis::pipe();
+        pipe.hget(meta, "used");
+        let (used,): (Option<i64>,) = self.conn.pipe(&pipe).await?.unwrap_or_default();
         let orders = self.orders_left(sale).await?;
+        Ok(PassReads { used: used.unwrap_or(0), orders })
+    }
+
+    /// The pass's script on `reads` made before.
+    pub async fn admit_after(
+        &self,
+        sale: SaleKey,
+        reads: PassReads,
+        tolerance_ms: i64,
+        grace: Duration,
+    ) -> Result<Admitted, RedisCallError> {
         let k = self.keys.queue(sale);
         let mut invocation = with_keys(&QUEUE_ADMIT, &k.all());
-        invocation.arg(orders).arg(MOST_PER_PASS).arg(tolerance_ms).arg(grace.as_millis() as u64);
+        invocation.arg(reads.orders).arg(MOST_PER_PASS).arg(tolerance_ms).arg(grace.as_millis() as u64);
+        invocation.arg(reads.used);
         let (now, waiting, active, stale): (i64, i64, i64, Vec<String>) = self.conn.invoke(&invocation).await?;
         let stale = stale
             .chunks(2)

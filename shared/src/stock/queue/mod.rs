@@ -16,7 +16,7 @@ mod draw;
 mod setup;
 mod ticket;
 
-pub use admit::{Admitted, MOST_PER_PASS};
+pub use admit::{Admitted, PassReads, MOST_PER_PASS};
 pub use claim::Claim;
 pub use draw::{DrawState, EntryAnswer, EntryStatus, EntryView, OutcomeRow};
 pub use setup::RoomSettings;
