@@ -8,7 +8,8 @@ use futures::stream::{self, StreamExt};
 use hyper::Method;
 use seckill_e2e::http::{Client, Reply};
 use seckill_e2e::{eventually, Running, TestEnv, ADMIN_TOKEN};
-use seckill_shared::domain::SaleKey;
+use seckill_shared::domain::{SaleKey, UserId};
+use seckill_shared::sales::draw_proof;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -119,18 +120,24 @@ async fn a_draw_sells_its_stock_to_its_winners_and_anyone_can_verify_it() {
     let draw = drawn(&client, sale).await;
     let (seed, digest) = (draw["seed"].as_str().unwrap(), draw["entriesDigest"].as_str().unwrap());
     assert_eq!(draw["winners"], 100);
-    let proof = seckill_shared::sales::draw_proof::sha256_hex(seed.as_bytes());
-    assert_eq!(proof, commitment, "the seed revealed is the one committed");
-    let ranking = verify_with_no_server(&env, sale, seed, &commitment, digest).await;
-    the_notifier_reads_the_ranking(&env, sale, &ranking).await;
 
-    // 90 winners order; 10 never do. A waitlisted user may not order.
-    order_with_their_rights(&client, sale, &entry_of, &ranking[..90]).await;
-    let refused = crate::waiting_room::order_with(&client, sale, ranking[100], None).await;
+    // 90 winners order at once (their rights last `claimSeconds` from the
+    // draw); 10 never do. A waitlisted user may not order. The ranking, as
+    // a buyer computes it from the seed revealed, is checked below against
+    // the verify command's.
+    let users: Vec<UserId> = entry_of.keys().map(|u| UserId::new(*u).unwrap()).collect();
+    let ranked: Vec<i64> = draw_proof::ranking(seed, &users).iter().map(|(u, _)| u.get()).collect();
+    order_with_their_rights(&client, sale, &entry_of, &ranked[..90]).await;
+    let refused = crate::waiting_room::order_with(&client, sale, ranked[100], None).await;
     assert_eq!((refused.status.as_u16(), refused.code()), (403, "ADMISSION_REQUIRED"), "{}", refused.text);
-    let place = client.get(&format!("/api/seckill/draw/entries/{}", entry_of[&ranking[100]])).await;
+    let place = client.get(&format!("/api/seckill/draw/entries/{}", entry_of[&ranked[100]])).await;
     let read = (place.json["status"].as_str(), place.json["place"].as_u64());
     assert_eq!(read, (Some("WAITLISTED"), Some(1)), "{}", place.text);
+
+    assert_eq!(draw_proof::sha256_hex(seed.as_bytes()), commitment, "the seed revealed is the one committed");
+    let ranking = verify_with_no_server(&env, sale, seed, &commitment, digest).await;
+    assert_eq!(ranking, ranked, "the verify command ranks as the draw did");
+    the_notifier_reads_the_ranking(&env, sale, &ranking).await;
 
     // Their rights lapse; the next ten are promoted in the same pass.
     let by = users_by_type(&outcomes(&env, sale, 5_020).await);
