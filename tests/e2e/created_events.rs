@@ -56,6 +56,10 @@ async fn five_orders_halted_at(env: &TestEnv, sale: SaleKey, point: &str) -> (Ve
         }
     })
     .await;
+    // Stopped before the batch's offsets were committed: a halt that let
+    // the process run on a moment (a stop signal sent to the process, not
+    // the thread) committed them, and nothing was consumed again.
+    assert_eq!(env.order_lag().await, 5, "the halted service committed no offset");
     (records, child)
 }
 

@@ -20,5 +20,20 @@ pub fn at(point: &str) {
         return;
     }
     tracing::warn!(point, "halting at a test's point (SIGSTOP)");
-    let _ = std::process::Command::new("kill").arg("-STOP").arg(std::process::id().to_string()).status();
+    stop_here();
+}
+
+/// Stops the whole process before this thread goes on. The signal is sent
+/// to the calling thread (`raise`), which takes it on its way back from the
+/// call and stops every thread with it. Sent to the process (`kill -STOP
+/// <pid>`), another thread may take it: on a busy machine this one ran on
+/// meanwhile and committed the batch's offsets (a clean-clone run's
+/// failure).
+#[allow(unsafe_code)]
+fn stop_here() {
+    // SAFETY: raise only sends a signal to the calling thread; SIGSTOP has
+    // no handler to run.
+    unsafe {
+        libc::raise(libc::SIGSTOP);
+    }
 }
