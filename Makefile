@@ -7,7 +7,7 @@ CARGO ?= cargo
 PROFILE ?= dev
 TEST_THREADS ?= 4
 
-.PHONY: lint sqlx-check sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short bench-redis-cluster postgres-ha-up chaos-pg chaos-pg-short fuzz-long test-code
+.PHONY: lint sqlx-check sqlx-prepare compile compile-tests servers-and-tools help infra-up infra-down infra-status build-deps test-tools build test demo deploy-render deploy-check image chaos bench soak upgrade-test clean-data cluster-up chaos-cluster chaos-cluster-short demo-cluster bench-cluster redis-cluster-up test-redis-cluster chaos-redis-cluster chaos-redis-cluster-short bench-redis-cluster postgres-ha-up chaos-pg chaos-pg-short fuzz-long test-code test-stress
 
 help:
 	@echo "make demo    bring infra up, start the services, run a flash sale under load, print the reconciliation"
@@ -22,6 +22,7 @@ help:
 	@echo "make chaos-pg   PostgreSQL's primary and standby killed, frozen and cut off under load (up.sh --postgres-ha: pg_auto_failover)"
 	@echo "make fuzz-long Schemathesis against api/openapi.json, 500 cases an operation (make test runs 30)"
 	@echo "make test-code the tests that read the code and the docs (the map, its rules, file sizes): no servers"
+	@echo "make test-stress the suite of make test's first stage on a busy machine: every core kept busy, test threads doubled"
 	@echo "make deploy-render | deploy-check   the Kubernetes manifests, rendered / validated offline"
 	@echo "make image   the container image (podman; see infra/image/build.sh)"
 	@echo "make infra-up | infra-down | infra-status"
@@ -77,6 +78,16 @@ test: build-deps
 	infra/local/down.sh --postgres-ha
 	$(MAKE) deploy-check
 	$(MAKE) chaos-cluster-short
+
+# The suite make test runs first, on a machine busy with other work: one
+# `yes > /dev/null` per core beside it (infra/local/busy.sh) and twice the
+# test threads. Not part of CI: it shows that no test depends on how fast
+# this machine is (a test that places a fault by a sleep fails here first).
+test-stress: build-deps
+	$(MAKE) -j2 --output-sync=target servers-and-tools compile-tests
+	infra/local/clean-test-data.sh
+	infra/local/busy.sh $(CARGO) test --workspace -- --test-threads=$$(( $(TEST_THREADS) * 2 ))
+	infra/local/clean-test-data.sh
 
 # The tests that read the code and the docs (the map, the rules, the
 # sizes, every path and link): no server needed, a second once compiled.

@@ -15,3 +15,5 @@ mod code_rules;
 mod code_size;
 #[path = "code/script_protocol.rs"]
 mod script_protocol;
+#[path = "code/test_rules.rs"]
+mod test_rules;

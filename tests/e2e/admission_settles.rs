@@ -111,8 +111,18 @@ async fn a_buyer_who_hangs_up_mid_publish_has_the_order_and_the_room_goes_on() {
     kafka.pause();
     let connection = order_and_hold(edge.addr, sale, 1, &token).await;
     until_deducted(&env, sale).await;
+    let buyer = connection.local_addr().expect("the buyer's address");
     drop(connection);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The edge saw the hang-up and let the connection go (the request with
+    // it) while the publish is still held.
+    eventually("the edge to let the hung-up connection go", Duration::from_secs(30), || async {
+        match seckill_e2e::sockets::server_side_open(edge.addr, buyer) {
+            false => Ok(()),
+            true => Err("still open on the edge's side".to_owned()),
+        }
+    })
+    .await;
+    assert_eq!(env.stock.room(sale).await.unwrap().unwrap().used, 0, "the order not settled yet: Kafka is held");
     kafka.resume();
 
     room_goes_on(&client, &next, Duration::from_secs(120)).await;

@@ -30,13 +30,6 @@ fn order_service(env: &TestEnv, halt_at: Option<&str>) -> Child {
     Child::start("seckill-order", &child_env)
 }
 
-/// Whether the process is stopped (SIGSTOP): its state in /proc.
-fn stopped(child: &Child) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.pid())).unwrap_or_default();
-    // "pid (comm) S …": the state follows the command's closing parenthesis.
-    stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T'))
-}
-
 /// Five orders deducted in Redis and on the orders topic, and an order
 /// service stopped at `point` of the batch that writes them.
 async fn five_orders_halted_at(env: &TestEnv, sale: SaleKey, point: &str) -> (Vec<OrderRecord>, Child) {
@@ -49,10 +42,10 @@ async fn five_orders_halted_at(env: &TestEnv, sale: SaleKey, point: &str) -> (Ve
     let child = order_service(env, Some(point));
     eventually(&format!("the order service stopped at {point}"), Duration::from_secs(90), || async {
         let rows = env.count_orders(sale, "CREATED").await;
-        if rows == 5 && stopped(&child) {
+        if rows == 5 && child.stopped() {
             Ok(())
         } else {
-            Err(format!("{rows} rows, stopped {}", stopped(&child)))
+            Err(format!("{rows} rows, stopped {}", child.stopped()))
         }
     })
     .await;

@@ -203,44 +203,42 @@ async fn a_late_entry_changes_nothing(env: &TestEnv, client: &Client, sale: Sale
     assert!(matches!(status, Some("WON" | "WAITLISTED")), "an entrant reads their entry: {}", again.text);
 }
 
-/// Two edges; the one holding the `draws` lease is killed (SIGKILL) at
-/// `drawAt`, just before it is due. The other takes the lease over and
-/// makes the draw: one draw — every
-/// entry won or waitlisted once, as many winners as units, every outcome
-/// published — whoever made it.
+/// An edge as a process of its own, ready, stopping itself at `halt` (its
+/// `SECKILL_TEST_HALT_AT`; empty: nowhere).
+async fn edge_process(env: &TestEnv, halt: &str) -> (Child, Client) {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut child_env = env.child_env();
+    for (name, value) in [
+        ("SECKILL_HTTP_ADDR", free.to_string()),
+        ("SECKILL__ADMISSION__SIGNING_KEY", crate::waiting_room::SIGNING_KEY.to_owned()),
+        ("SECKILL__ADMISSION__TICK_MS", "100".to_owned()),
+        ("SECKILL_TEST_HALT_AT", halt.to_owned()),
+    ] {
+        child_env.push((name.into(), value));
+    }
+    let (child, client) = (Child::start("seckill-edge", &child_env), Client::new(format!("http://{free}")));
+    eventually("an edge to serve", Duration::from_secs(30), || async {
+        let reply = client.try_send(hyper::Method::GET, "/readyz", None, &[]).await.map_err(|e| e.to_string())?;
+        if reply.status == 200 {
+            Ok(())
+        } else {
+            Err(reply.text)
+        }
+    })
+    .await;
+    (child, client)
+}
+
+/// Two edges; the one holding the `draws` lease is killed (SIGKILL) half-way
+/// through the draw: its entries frozen, nothing drawn. The other takes the
+/// lease over and makes the draw: one draw — every entry won or waitlisted
+/// once, as many winners as units, every outcome published — whoever made
+/// it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edge_killed_at_the_draw_leaves_one_draw() {
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let edge = |env: &TestEnv| {
-        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let mut child_env = env.child_env();
-        for (name, value) in [
-            ("SECKILL_HTTP_ADDR", free.to_string()),
-            ("SECKILL__ADMISSION__SIGNING_KEY", crate::waiting_room::SIGNING_KEY.to_owned()),
-            ("SECKILL__ADMISSION__TICK_MS", "100".to_owned()),
-        ] {
-            child_env.push((name.into(), value));
-        }
-        (Child::start("seckill-edge", &child_env), Client::new(format!("http://{free}")))
-    };
-    let ready = |client: &Client| {
-        let client = client.clone();
-        async move {
-            eventually("an edge to serve", Duration::from_secs(30), || async {
-                let reply =
-                    client.try_send(hyper::Method::GET, "/readyz", None, &[]).await.map_err(|e| e.to_string())?;
-                if reply.status == 200 {
-                    Ok(())
-                } else {
-                    Err(reply.text)
-                }
-            })
-            .await
-        }
-    };
-    let (first, first_client) = edge(&env);
-    ready(&first_client).await;
+    let (first, first_client) = edge_process(&env, "draw-frozen").await;
     // The first edge holds the lease before the second starts.
     eventually("the first edge to hold the draws lease", Duration::from_secs(30), || async {
         let held: Option<(String,)> = sqlx::query_as("SELECT holder FROM leases WHERE name = 'draws'")
@@ -250,19 +248,25 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
         held.map(drop).ok_or_else(|| "no holder yet".to_owned())
     })
     .await;
-    let (_second, client) = edge(&env);
-    ready(&client).await;
-    let draw_at = chrono::Utc::now() + chrono::Duration::seconds(12);
+    let (_second, client) = edge_process(&env, "").await;
     let body = draw_json(-1, 12, 60);
     let request: seckill_shared::sales::Draw = serde_json::from_str(&body).unwrap();
     warm(&env, sale, 30, request, true).await.expect("warmed up");
     for user in 1..=200 {
         assert_eq!(enter(&first_client, sale, user).await.json["status"], "ENTERED");
     }
-    // Killed just before the draw is due: whatever it had begun, the draw
-    // is the other edge's to make, once it takes the lease over.
-    let just_before = draw_at - chrono::Duration::milliseconds(300);
-    tokio::time::sleep((just_before - chrono::Utc::now()).to_std().unwrap_or_default()).await;
+    // Killed half-way through the draw, its entries frozen and nothing
+    // drawn (it stopped itself there): the draw is the other edge's to
+    // make, once it takes the lease over. (It stops only once its freeze
+    // answered "frozen".)
+    eventually("the first edge stopped with the draw half made", Duration::from_secs(60), || async {
+        let state = env.stock.draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
+        match (first.stopped(), state.drawn) {
+            (true, false) => Ok(()),
+            seen => Err(format!("(stopped, drawn): {seen:?}")),
+        }
+    })
+    .await;
     first.kill9().await;
     let state = read_draw(&client, sale).await.json["state"].clone();
     assert_ne!(state, "DRAWN", "killed before the draw: the lease is its for seconds more");

@@ -47,8 +47,8 @@ pub(crate) fn redis_addr() -> std::net::SocketAddr {
     "127.0.0.1:6379".parse().expect("an address")
 }
 
-/// Redis stops answering for two seconds (four times the edge's call
-/// timeout) while buyers order: the deductions ran when it came back, so
+/// Redis stops answering while buyers order, until a call outlived the
+/// edge's call timeout and was asked again: the deductions ran when it came back, so
 /// the buyers are told what they decided — 202 with their order — and not
 /// a 503 for a unit that is in fact held. (Before: every buyer of the
 /// batch was answered 503, and each had an order afterwards.)
@@ -62,8 +62,17 @@ async fn a_deduction_whose_answer_was_not_heard_is_asked_again() {
     let order = env.spawn_order(env.order_settings()).await;
     let client = Client::new(edge.url());
     proxy.pause();
+    let deduct = seckill_e2e::script_sha("deduct");
     let (replies, _) = tokio::join!(crowd(&client, sale, 1, 10), async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Resumed once a call outlived its timeout and was asked again:
+        // both are held, the first one unheard.
+        eventually("a deduction asked again", Duration::from_secs(30), || async {
+            match proxy.held(&deduct) {
+                held if held >= 2 => Ok(()),
+                held => Err(format!("{held} deduction calls held")),
+            }
+        })
+        .await;
         proxy.resume();
     });
     assert_eq!(
@@ -190,10 +199,28 @@ async fn a_full_queue_refuses_at_once_and_keeps_nothing() {
     .await;
     let client = Client::new(edge.url());
     proxy.pause();
-    let (replies, _) = tokio::join!(crowd(&client, sale, 1, 40), async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        proxy.resume();
-    });
+    let deduct = seckill_e2e::script_sha("deduct");
+    let buyers: Vec<_> = (1..=40)
+        .map(|user| {
+            let client = client.clone();
+            tokio::spawn(async move { client.order(sale.activity.get(), sale.sku.get(), user).await })
+        })
+        .collect();
+    // Resumed once a call is held and some buyers were already refused: the
+    // queue behind the call filled up.
+    eventually("a call held and the queue full", Duration::from_secs(30), || async {
+        let refused = buyers.iter().filter(|buyer| buyer.is_finished()).count();
+        match proxy.held(&deduct) {
+            held if held >= 1 && refused >= 1 => Ok(()),
+            held => Err(format!("{held} calls held, {refused} buyers answered")),
+        }
+    })
+    .await;
+    proxy.resume();
+    let mut replies = Vec::new();
+    for buyer in buyers {
+        replies.push(buyer.await.expect("a buyer"));
+    }
     let (accepted, refused) = (count(&replies, 202), count(&replies, 503));
     assert_eq!(accepted + refused, 40, "202 or 503, nothing else");
     assert!(refused > 0 && accepted > 0, "some waited in the queue, some found it full: {accepted} / {refused}");

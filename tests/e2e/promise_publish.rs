@@ -42,9 +42,19 @@ async fn a_rollback_that_did_not_undo_the_order_answers_the_order() {
         }
     })
     .await;
-    // The rollback waits here until the publish deadline (1 s + 2 s) passed.
+    // The rollback is held here until the order's publish deadline (1 s +
+    // 2 s) has passed by Redis's clock: the reservation is the sweeper's.
     proxy.pause();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let rollback = seckill_e2e::script_sha("rollback");
+    eventually("the rollback held past the publish deadline", Duration::from_secs(30), || async {
+        let now = env.stock.now_ms().await.map_err(|e| e.to_string())?;
+        let stale = env.stock.stale_reservations(sale, now, 10).await.map_err(|e| e.to_string())?;
+        match (proxy.held(&rollback), stale.len()) {
+            (1.., 1) => Ok(()),
+            seen => Err(format!("(rollbacks held, reservations past their deadline): {seen:?}")),
+        }
+    })
+    .await;
     proxy.resume();
     let reply = buyer.await.expect("the buyer's request");
     assert_eq!((reply.status.as_u16(), reply.code()), (202, "QUEUED"), "the order stands: {}", reply.text);

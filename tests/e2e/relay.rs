@@ -189,6 +189,8 @@ async fn a_frozen_relay_is_replaced() {
     env.warmup(sale, 1_000).await;
     let mut child_env = env.child_env();
     child_env.push(("SECKILL__METRICS_ADDR".into(), "127.0.0.1:0".into()));
+    // The host's "running" line (its tasks started) is what is waited for.
+    child_env.push(("RUST_LOG".into(), "info".into()));
     let first = seckill_e2e::Child::start("seckill-order", &child_env);
     let holder = eventually("the first order service relaying", Duration::from_secs(60), || async {
         let holder: Option<String> =
@@ -201,7 +203,16 @@ async fn a_frozen_relay_is_replaced() {
     })
     .await;
     let second = seckill_e2e::Child::start("seckill-order", &child_env);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The other one runs (its relay started, asking for the lease) before
+    // the holder is frozen.
+    eventually("the second order service running", Duration::from_secs(60), || async {
+        if second.logged("running") {
+            Ok(())
+        } else {
+            Err(second.warnings(3).join("; "))
+        }
+    })
+    .await;
     first.signal("STOP");
     // Orders whose CREATED events go through the outbox (the order service
     // produces its own orders' CREATED events itself, without the relay).

@@ -35,8 +35,8 @@ fn warmup_body(stock: i64, buckets: u32, id: Option<&str>) -> String {
     format!(r#"{{"stock":{stock},"buckets":{buckets},"force":true{id}}}"#)
 }
 
-/// The client hangs up half a second into a re-warm of a sale in three
-/// buckets (the edge's Redis 300 ms away: a warm-up of some seconds): the
+/// The client hangs up once a re-warm of a sale in three buckets has begun
+/// (the edge's Redis 300 ms away: a warm-up of some seconds): the
 /// warm-up runs to its end anyway — PostgreSQL and every bucket on round 2,
 /// none held still. (Before: the handler was dropped with the connection,
 /// leaving buckets held still and PostgreSQL rolled back to round 1.)
@@ -58,7 +58,14 @@ async fn a_client_that_hangs_up_does_not_cut_a_warm_up_in_half() {
         sale.activity, sale.sku, body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Hung up once the warm-up has begun: its row written, not finished.
+    eventually("the warm-up to begin", Duration::from_secs(30), || async {
+        match seckill_shared::sales::warmup_rows::unfinished(&env.db, sale).await {
+            Ok(Some(_)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     drop(stream);
     eventually("the warm-up to end", Duration::from_secs(90), || async {
         let done = seckill_shared::sales::warmup_rows::unfinished(&env.db, sale).await.unwrap().is_none();

@@ -16,11 +16,19 @@ mod relay_turns;
 mod sale;
 pub mod schemas;
 mod services;
+pub mod sockets;
 mod topics;
 
 pub use relay_turns::relay_rows;
 pub use services::{Child, CtlOutput, Running};
 pub use topics::Group;
+
+/// The hash a script of `lua/` is called by (EVALSHA), as a client that
+/// loads it computes it: what a proxy holding calls can look for.
+pub fn script_sha(name: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join(format!("lua/{name}.lua"))).expect("the script");
+    redis::Script::new(&text).get_hash().to_owned()
+}
 
 use seckill_shared::config::{DbSettings, KafkaSettings, RedisSettings, Servers};
 use seckill_shared::domain::SaleKey;

@@ -57,6 +57,8 @@ pub struct Pausable {
     /// Connections accepted before this number are cut off.
     cut_below: tokio::sync::watch::Sender<u64>,
     accepted: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// What clients sent since the last pause, while paused.
+    held: HeldLog,
 }
 
 /// Waits until a connection's bytes may go on: never, once it is cut off.
@@ -80,25 +82,45 @@ async fn until_open(
     }
 }
 
+/// What clients sent while the proxy was paused (since the last pause).
+type HeldLog = std::sync::Arc<std::sync::Mutex<Vec<u8>>>;
+
 /// Copies `from` to `to`, each chunk once `flag` is down and the
-/// connection not cut off.
+/// connection not cut off. Reading goes on while the bytes are held, so
+/// that what the client sends meanwhile is seen (`log`, when given, keeps
+/// what arrived while held).
 async fn pass_on(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut flag: tokio::sync::watch::Receiver<bool>,
     mut cut_below: tokio::sync::watch::Receiver<u64>,
     number: u64,
+    log: Option<HeldLog>,
 ) {
-    let mut buf = vec![0u8; 64 * 1024];
-    while let Ok(n) = from.read(&mut buf).await {
-        // An end is held like bytes are: a cut connection is never closed.
-        if !until_open(&mut flag, &mut cut_below, number).await || n == 0 {
+    let (chunks, mut ready) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let watching = flag.clone();
+    let reading = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        // An end is passed on (and so held) like bytes are: an empty chunk.
+        while let Ok(n) = from.read(&mut buf).await {
+            if let (Some(log), true) = (&log, *watching.borrow()) {
+                log.lock().expect("the proxy's log").extend_from_slice(&buf[..n]);
+            }
+            if chunks.send(buf[..n].to_vec()).is_err() || n == 0 {
+                break;
+            }
+        }
+    });
+    while let Some(chunk) = ready.recv().await {
+        // A cut connection is never closed.
+        if !until_open(&mut flag, &mut cut_below, number).await || chunk.is_empty() {
             break;
         }
-        if to.write_all(&buf[..n]).await.is_err() {
+        if to.write_all(&chunk).await.is_err() {
             break;
         }
     }
+    reading.abort();
 }
 
 impl Pausable {
@@ -126,23 +148,26 @@ impl Pausable {
         let (cut_below, watching_cut) = tokio::sync::watch::channel(0u64);
         let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counter = accepted.clone();
+        let held = HeldLog::default();
+        let log = held.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let number = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let (watching, watching_answers, watching_cut) =
                     (watching.clone(), watching_answers.clone(), watching_cut.clone());
+                let log = log.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(target).await else { return };
                     let (client_read, client_write) = client.into_split();
                     let (server_read, server_write) = server.into_split();
                     tokio::join!(
-                        pass_on(client_read, server_write, watching, watching_cut.clone(), number),
-                        pass_on(server_read, client_write, watching_answers, watching_cut, number),
+                        pass_on(client_read, server_write, watching, watching_cut.clone(), number, Some(log)),
+                        pass_on(server_read, client_write, watching_answers, watching_cut, number, None),
                     );
                 });
             }
         });
-        Self { addr, paused, answers_held, cut_below, accepted }
+        Self { addr, paused, answers_held, cut_below, accepted, held }
     }
 
     /// Holds every answer from now on (what clients send still goes on).
@@ -152,7 +177,16 @@ impl Pausable {
 
     /// Holds everything clients send from now on.
     pub fn pause(&self) {
+        self.held.lock().expect("the proxy's log").clear();
         self.paused.send_replace(true);
+    }
+
+    /// How many times `needle` occurs in what clients sent since the last
+    /// pause while paused: a command held (a script's hash, say), to wait
+    /// for before resuming.
+    pub fn held(&self, needle: &str) -> usize {
+        let held = self.held.lock().expect("the proxy's log");
+        held.windows(needle.len()).filter(|w| *w == needle.as_bytes()).count()
     }
 
     /// Passes the held bytes on, both ways, and everything after them.

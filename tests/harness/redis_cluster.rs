@@ -122,9 +122,34 @@ pub fn signal_node(port: u16, signal: &str) {
 /// primary, the promoted one).
 pub async fn fail_over(slot: u16, behind: Duration) -> (u16, u16) {
     let (primary, replica) = cut_off_replica(slot).await;
-    tokio::time::sleep(behind).await;
+    wait_writes_unreplicated(primary, behind).await;
     kill_and_promote(slot, primary, replica).await;
     (primary, replica)
+}
+
+/// The primary on `port`'s replication offset (`master_repl_offset`).
+fn replication_offset(port: u16) -> Option<i64> {
+    let info = std::process::Command::new("redis-cli").args(["-p", &port.to_string(), "info", "replication"]).output();
+    let info = String::from_utf8_lossy(&info.ok()?.stdout).into_owned();
+    info.lines().find_map(|line| line.strip_prefix("master_repl_offset:")?.trim().parse().ok())
+}
+
+/// Waits until the primary on `port`, its replica cut off, has taken
+/// writes the replica does not have (its offset moved on) and at least
+/// `behind` has passed: a failover now loses acknowledged writes, which is
+/// what the fault is for. Fails when no write comes within a minute (the
+/// fault would prove nothing).
+pub async fn wait_writes_unreplicated(port: u16, behind: Duration) {
+    let cut = replication_offset(port).expect("the primary's replication offset");
+    let since = std::time::Instant::now();
+    crate::eventually("writes the cut-off replica does not have", Duration::from_secs(60), || async {
+        match replication_offset(port) {
+            Some(now) if now > cut && since.elapsed() >= behind => Ok(()),
+            seen => Err(format!("offset {seen:?}, {cut} when cut off, {:?} since", since.elapsed())),
+        }
+    })
+    .await;
+    eprintln!("redis :{port} took writes its replica does not have ({:?} after the cut)", since.elapsed());
 }
 
 /// Freezes the replica of `slot`'s primary (SIGSTOP) and drops its link:

@@ -213,6 +213,20 @@ impl Child {
         lines[lines.len().saturating_sub(n)..].to_vec()
     }
 
+    /// Whether the process logged a line containing `needle` (a step it
+    /// announces, such as "running"): what a test waits for before a fault.
+    pub fn logged(&self, needle: &str) -> bool {
+        std::fs::read_to_string(&self.log).unwrap_or_default().lines().any(|line| line.contains(needle))
+    }
+
+    /// Whether the process is stopped (SIGSTOP, or a halt hook's stop):
+    /// its state in /proc.
+    pub fn stopped(&self) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        // "pid (comm) S …": the state follows the command's closing parenthesis.
+        stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T'))
+    }
+
     /// The process's id.
     pub fn pid(&self) -> u32 {
         self.inner.id().expect("a running child has a pid")

@@ -165,7 +165,9 @@ impl TestEnv {
         self.pipeline_lag().await.map(|lag| lag.compensator.total).unwrap_or(i64::MAX)
     }
 
-    async fn pipeline_lag(&self) -> anyhow::Result<seckill_shared::kafka::PipelineLag> {
+    /// The lag of the order service's and the compensator's groups, or why
+    /// it could not be read.
+    pub async fn pipeline_lag(&self) -> anyhow::Result<seckill_shared::kafka::PipelineLag> {
         seckill_shared::kafka::pipeline_lag(&self.kafka).await
     }
 

@@ -283,7 +283,7 @@ impl Worker {
         drop(writes);
         metrics::histogram!("seckill_order_transaction_seconds").record(started.elapsed().as_secs_f64());
         metrics::counter!("seckill_order_orders_written_total").increment(outcome.created.len() as u64);
-        crate::halt::at("committed");
+        seckill_shared::ops::halt::at("committed");
         self.follow_and_announce(&outcome, &sources).await?;
 
         // Only rejects need their message back (rarely any): the first one
@@ -304,7 +304,7 @@ impl Worker {
         // Dead-lettered orders are the compensator's now: no longer reserved.
         let handed_over: Vec<OrderId> = outcome.rejected.iter().map(|(r, _, _)| r.order_id.clone()).collect();
         self.deps.stock.unreserve(&handed_over).await?;
-        crate::halt::at("delivered");
+        seckill_shared::ops::halt::at("delivered");
         Ok(())
     }
 

@@ -16,7 +16,6 @@ pub const ABOUT: &str = "The order service: consumes seckill.orders in the secki
 pub mod consumer;
 pub mod created_events;
 pub mod dead_letters;
-pub mod halt;
 pub mod lag;
 pub mod metrics;
 pub mod record_spans;

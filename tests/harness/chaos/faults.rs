@@ -93,39 +93,25 @@ pub async fn inject(test: &TestEnv, sale: SaleKey, pipeline: &mut Pipeline, faul
         Fault::KillEdge => pipeline.kill_and_restart(Kind::Edge).await,
         Fault::KillOrder => pipeline.kill_and_restart(Kind::Order).await,
         Fault::KillCompensator => pipeline.kill_and_restart(Kind::Compensator).await,
-        Fault::StopKafka(down) => {
-            infra_async("down.sh", &["kafka"]).await;
-            tokio::time::sleep(down).await;
-            infra_async("up.sh", &["kafka"]).await;
-        }
-        Fault::HangThenKillKafka { hang, down } => {
-            let pidfile = crate::repo_root().join(".data/kafka/kafka.pid");
-            let pid = std::fs::read_to_string(&pidfile).expect("the broker's pid file").trim().to_owned();
-            let _ = std::process::Command::new("kill").args(["-STOP", &pid]).status();
-            tokio::time::sleep(hang).await;
-            kill9(pidfile);
-            let _ = std::process::Command::new("kill").args(["-CONT", &pid]).status();
-            tokio::time::sleep(down).await;
-            infra_async("up.sh", &["kafka"]).await;
-        }
+        Fault::StopKafka(down) => stopped_for(&["kafka"], down).await,
+        Fault::HangThenKillKafka { hang, down } => hang_then_kill_kafka(hang, down).await,
         Fault::PauseRedis(pause) => {
             let ms = pause.as_millis().to_string();
             let paused = std::process::Command::new("redis-cli").args(["client", "pause", &ms, "all"]).status();
             assert!(paused.is_ok_and(|s| s.success()), "CLIENT PAUSE");
+            // Timed on purpose: the pause lasts `pause`; the fault ends with it.
             tokio::time::sleep(pause).await;
         }
-        Fault::StopPostgres(down) => {
-            infra_async("down.sh", &["postgres"]).await;
-            tokio::time::sleep(down).await;
-            infra_async("up.sh", &["postgres"]).await;
-        }
+        Fault::StopPostgres(down) => stopped_for(&["postgres"], down).await,
         Fault::BlockDatabase(down) => {
             test.set_database_reachable(false).await;
+            // Timed on purpose: the database is unreachable for `down`.
             tokio::time::sleep(down).await;
             test.set_database_reachable(true).await;
         }
         Fault::KillRedis => {
             kill9(crate::repo_root().join(".data/redis/redis.pid"));
+            // Timed on purpose: Redis stays down half a second.
             tokio::time::sleep(Duration::from_millis(500)).await;
             infra_async("up.sh", &["redis"]).await;
         }
@@ -136,6 +122,9 @@ pub async fn inject(test: &TestEnv, sale: SaleKey, pipeline: &mut Pipeline, faul
                     records.push(record);
                 }
             }
+            // Counted: a sale sold out first leaves nothing to dead-letter,
+            // and the fault would prove nothing.
+            assert!(!records.is_empty(), "no order of {n} could be deducted to dead-letter (sold out first?)");
             eprintln!("chaos: dead-lettering {} orders", records.len());
             test.produce_dead_letters(&records, "DB_REJECTED").await;
         }
@@ -153,6 +142,7 @@ pub async fn inject(test: &TestEnv, sale: SaleKey, pipeline: &mut Pipeline, faul
             let leader = test.orders_leader().await;
             eprintln!("chaos: broker {leader} leads partition 0 of the orders topic");
             kill9(crate::repo_root().join(format!(".data/cluster/kafka-{leader}/kafka.pid")));
+            // Timed on purpose: the leader stays down for `down`.
             tokio::time::sleep(down).await;
             infra_async("up.sh", &["--cluster"]).await;
         }
@@ -162,12 +152,36 @@ pub async fn inject(test: &TestEnv, sale: SaleKey, pipeline: &mut Pipeline, faul
     }
 }
 
+/// The local `server` stopped (`infra/local/down.sh`) for `down`, then
+/// started again.
+async fn stopped_for(server: &'static [&'static str], down: Duration) {
+    infra_async("down.sh", server).await;
+    // Timed on purpose: the server stays down for `down`.
+    tokio::time::sleep(down).await;
+    infra_async("up.sh", server).await;
+}
+
+/// The broker frozen (SIGSTOP) for `hang`, then killed, and down for `down`.
+async fn hang_then_kill_kafka(hang: Duration, down: Duration) {
+    let pidfile = crate::repo_root().join(".data/kafka/kafka.pid");
+    let pid = std::fs::read_to_string(&pidfile).expect("the broker's pid file").trim().to_owned();
+    let _ = std::process::Command::new("kill").args(["-STOP", &pid]).status();
+    // Timed on purpose: the broker hangs for `hang`, then is killed.
+    tokio::time::sleep(hang).await;
+    kill9(pidfile);
+    let _ = std::process::Command::new("kill").args(["-CONT", &pid]).status();
+    // Timed on purpose: and stays down for `down`.
+    tokio::time::sleep(down).await;
+    infra_async("up.sh", &["kafka"]).await;
+}
+
 /// `kill -9` the primary of the sale's slot while its replica is `behind`,
 /// let the cluster promote the replica, and bring the old primary back
 /// five seconds later.
 async fn kill_slot_primary(test: &TestEnv, sale: SaleKey, behind: Duration) {
     assert_eq!(test.topology, Topology::RedisCluster, "a slot's primary to kill needs the Redis Cluster topology");
     fail_over(sale_slot(test, sale), behind).await;
+    // Timed on purpose: the old primary stays down five seconds.
     tokio::time::sleep(Duration::from_secs(5)).await;
     infra_async("up.sh", &["--redis-cluster"]).await;
 }
@@ -198,7 +212,7 @@ async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Dura
         let _ = std::process::Command::new("redis-cli")
             .args(["-p", &primary.to_string(), "client", "kill", "type", "replica"])
             .status();
-        tokio::time::sleep(behind).await;
+        crate::redis_cluster::wait_writes_unreplicated(primary, behind).await;
     }
     kill9(crate::repo_root().join(format!(".data/cluster/redis-{primary}/redis.pid")));
     if let Some(pid) = &stalled {
@@ -214,6 +228,7 @@ async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Dura
     })
     .await;
     eprintln!("chaos: Sentinel promoted :{} after {:?}", sentinel_primary(), promoted.elapsed());
+    // Timed on purpose: the old primary stays down for `down`.
     tokio::time::sleep(down).await;
     infra_async("up.sh", &["--cluster"]).await;
 }

@@ -113,6 +113,29 @@ impl Pipeline {
         }
     }
 
+    /// Order requests the edges running now answered, every outcome (each
+    /// edge's `seckill_edge_orders_total`; an edge that does not answer,
+    /// or was restarted, counts what it has).
+    pub async fn orders_answered(&self) -> u64 {
+        let mut answered = 0.0;
+        for addr in &self.edge_addrs {
+            let client = crate::http::Client::new(format!("http://{addr}"));
+            let reply = tokio::time::timeout(
+                Duration::from_secs(2),
+                client.try_send(hyper::Method::GET, "/metrics", None, &[]),
+            )
+            .await;
+            let Ok(Ok(reply)) = reply else { continue };
+            answered += reply
+                .text
+                .lines()
+                .filter(|line| line.starts_with("seckill_edge_orders_total{"))
+                .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+                .sum::<f64>();
+        }
+        answered as u64
+    }
+
     /// `kill -9` the first instance of `kind`, and start it again a second later.
     pub async fn kill_and_restart(&mut self, kind: Kind) {
         let slot = self.running.iter_mut().find(|(k, _, _)| *k == kind).expect("an instance of that kind");

@@ -71,6 +71,26 @@ pub async fn run(scenario: Scenario) -> Outcome {
     outcome
 }
 
+/// Whether `fault` would land on work in hand now: a compensator kill
+/// while dead letters wait for it (its group's lag), every other fault
+/// while the load flows (the edges answered orders since the last fault,
+/// `since`: records for the order service, calls for the servers).
+async fn work_in_hand(test: &TestEnv, pipeline: &Pipeline, fault: &faults::Fault, since: u64) -> Result<(), String> {
+    if matches!(fault, faults::Fault::KillCompensator) {
+        return match test.pipeline_lag().await {
+            Ok(lag) if lag.compensator.total > 0 => Ok(()),
+            Ok(lag) => Err(format!("no dead letter waits for the compensator (lag {})", lag.compensator.total)),
+            Err(error) => Err(format!("the compensator's lag: {error:#}")),
+        };
+    }
+    let now = pipeline.orders_answered().await;
+    if now > since {
+        Ok(())
+    } else {
+        Err(format!("{now} orders answered by the edges, {since} at the last fault: the load does not flow"))
+    }
+}
+
 /// Where the load writes the ids it was answered 202 for and every answer.
 struct Files {
     accepted: PathBuf,
@@ -139,11 +159,21 @@ async fn load_with_faults(
     });
 
     let started = Instant::now();
+    let mut answered = pipeline.orders_answered().await;
     for (at, fault) in scenario.faults.clone() {
-        if let Some(wait) = at.checked_sub(started.elapsed()) {
-            tokio::time::sleep(wait).await;
-        }
+        // Due at its time into the load, and only once the process it hits
+        // has work in hand (a fault on an idle process, on a slow machine,
+        // would prove nothing).
+        let since = answered;
+        crate::eventually(&format!("{fault:?} due with work in hand"), Duration::from_secs(120), || async {
+            if started.elapsed() < at {
+                return Err(format!("{:?} into the load", started.elapsed()));
+            }
+            work_in_hand(test, pipeline, &fault, since).await
+        })
+        .await;
         faults::inject(test, sale, pipeline, fault).await;
+        answered = pipeline.orders_answered().await;
     }
     let bench = bench.await.expect("bench task");
     assert!(bench.status.success(), "bench failed: {}", String::from_utf8_lossy(&bench.stderr));

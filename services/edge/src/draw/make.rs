@@ -26,6 +26,8 @@ pub async fn make(stock: &Stock, sale: SaleKey) -> anyhow::Result<Option<Made>> 
     if stock.freeze_draw(sale).await? != Some(true) {
         return Ok(None);
     }
+    // The crash tests stop an edge here: frozen, not drawn.
+    seckill_shared::ops::halt::at("draw-frozen");
     let seed = stock.draw_seed(sale).await?.ok_or_else(|| anyhow::anyhow!("the draw of {sale} has no seed"))?;
     // Twice at most: an entry can only have slipped in before the freeze,
     // so a second read of the frozen entries is whole.

@@ -1,11 +1,13 @@
 //! The crash tests' hook: with `SECKILL_TEST_HALT_AT=<point>` in its
-//! environment, the order service stops itself (SIGSTOP) the first time a
-//! batch reaches that point — `committed` (its transaction committed, no
-//! CREATED event produced) or `delivered` (every event delivered, the
-//! offsets not committed) — and the test kills it there
-//! (`tests/e2e/created_events.rs`). Compiled into every build: the tests
-//! run the binaries `make` builds, without test features. The variable is
-//! read once; unset (as always outside the tests), a point costs a load.
+//! environment, a service stops itself (SIGSTOP) the first time it reaches
+//! that point, and the test kills it there. The order service's points:
+//! `committed` (a batch's transaction committed, no CREATED event produced)
+//! and `delivered` (every event delivered, the offsets not committed:
+//! `tests/e2e/created_events.rs`); the edge's: `draw-frozen` (a draw's
+//! entries frozen, the draw not applied: `tests/e2e/draw_faults.rs`).
+//! Compiled into every build: the tests run the binaries `make` builds,
+//! without test features. The variable is read once; unset (as always
+//! outside the tests), a point costs a load.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
