@@ -42,18 +42,21 @@
 --         the buyer's admission token and claimed it), quantity: six per
 --         request, decided in the order given
 --
--- Returns one {code, round, order_id?, n?, m?, slot?} per request, in order:
---   1 accepted {1, round, order_id, stock_left, accepted_ms, slot},
---   -1 SALE_NOT_FOUND, -2 SALE_NOT_ACTIVE, -3 ALREADY_PURCHASED (a limit of
---   one: order_id = the user's order), -4 SOLD_OUT (n = the units left:
+-- Returns one string: the round, then one entry per request, in order,
+-- each after a comma ("7,1:9-1-12-a1b2c3d4e5f60718:0:1733512345678:0,-4:0"),
+-- an entry's code first and its fields after colons (one string to parse,
+-- not a nested array per request: shared/src/stock/deduct.rs):
+--   1 accepted "1:order_id:slot:accepted_ms:stock_left",
+--   -1 SALE_NOT_FOUND, -2 SALE_NOT_ACTIVE, -3 ALREADY_PURCHASED "-3:order_id"
+--   (a limit of one: the user's order), -4 SOLD_OUT "-4:n" (the units left:
 --   fewer than asked), -5 the call was voided (by an edge that gave up
 --   hearing its outcome: nothing was kept), -6 the user's home is another
 --   bucket of the sale (user id mod 'of' is not 'home': the edge read
 --   another round's buckets), -7 a warm-up is replacing the round (nothing
 --   kept; ask again), -8 the round sells only with an admission from its
---   waiting room and this request has none, -9 LIMIT_REACHED (n = the units
---   the user holds, m = the limit), -10 the quantity is above the round's
---   'max' (n = 'max').
+--   waiting room and this request has none, -9 LIMIT_REACHED "-9:held:limit"
+--   (the units the user holds, the limit), -10 the quantity is above the
+--   round's 'max' "-10:max".
 --
 -- Invariant: stock never goes below zero and a user holds at most 'limit'
 -- units per round, in live orders of at least one unit each, one per place
@@ -109,12 +112,17 @@ local function units_held(own)
   return units
 end
 
+-- The answer: the round, then every request's entry.
+local function reply()
+  return round .. ',' .. table.concat(answers, ',')
+end
+
 -- Asked again: the outcome, not a second deduction.
 local prior = redis.call('GET', KEYS[7])
 if prior then
   if prior == 'V' then
-    for i = 1, n do answers[i] = {-5, round} end
-    return answers
+    for i = 1, n do answers[i] = '-5' end
+    return reply()
   end
   local held = redis.call('HMGET', KEYS[3], unpack(users))
   local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -139,9 +147,9 @@ if prior then
         end
       end
       if own then
-        answers[i] = {1, round, entry, stock, tonumber(string.match(value, '([^|]*)$')) or 0, slot}
+        answers[i] = '1:' .. entry .. ':' .. slot .. ':' .. (string.match(value, '([^|]*)$') or '0') .. ':' .. stock
       else
-        answers[i] = {-5, round}
+        answers[i] = '-5'
       end
     elseif c == 1 then
       -- As the script before quantities kept it: the order is the one
@@ -149,42 +157,42 @@ if prior then
       local nonce = ARGV[1 + 6 * i]
       if held[i] and string.sub(held[i], -#nonce - 1) == '-' .. nonce then
         local value = redis.call('HGET', KEYS[4], held[i]) or ''
-        answers[i] = {1, round, held[i], stock, tonumber(string.match(value, '([^|]*)$')) or 0, 0}
+        answers[i] = '1:' .. held[i] .. ':0:' .. (string.match(value, '([^|]*)$') or '0') .. ':' .. stock
       else
-        answers[i] = {-5, round}
+        answers[i] = '-5'
       end
     elseif c == -3 then
-      answers[i] = {-3, round, held[i]}
+      answers[i] = '-3:' .. (held[i] or '')
     elseif c == -4 then
-      answers[i] = {-4, round, false, stock}
+      answers[i] = '-4:' .. stock
     elseif c == -9 then
-      answers[i] = {-9, round, false, units_held(places_of(users[i])), limit}
+      answers[i] = '-9:' .. units_held(places_of(users[i])) .. ':' .. limit
     elseif c == -10 then
-      answers[i] = {-10, round, false, max}
+      answers[i] = '-10:' .. max
     else
-      answers[i] = {c, round}
+      answers[i] = entry
     end
   end
-  return answers
+  return reply()
 end
 
 -- Only a call that kept something records its outcome: one that kept
 -- nothing decides afresh when asked again, which is as true.
 if not meta[3] then
-  for i = 1, n do answers[i] = {-1, 0} end
-  return answers
+  for i = 1, n do answers[i] = '-1' end
+  return reply()
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local starts = tonumber(meta[1]) or 0
 local ends = tonumber(meta[2]) or 0
 if (starts > 0 and now < starts) or (ends > 0 and now >= ends) then
-  for i = 1, n do answers[i] = {-2, round} end
-  return answers
+  for i = 1, n do answers[i] = '-2' end
+  return reply()
 end
 if meta[5] then
-  for i = 1, n do answers[i] = {-7, round} end
-  return answers
+  for i = 1, n do answers[i] = '-7' end
+  return reply()
 end
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
 local deadline = now + tonumber(ARGV[3])
@@ -200,22 +208,22 @@ for i = 1, n do
   local own = limit > 1 and places_of(user)
   local units_own = own and units_held(own)
   if gated and ARGV[4 + 6 * i] ~= '1' then
-    answers[i] = {-8, round}
+    answers[i] = '-8'
     codes[i] = -8
   elseif of > 1 and home_of(user) ~= home then
-    answers[i] = {-6, round}
+    answers[i] = '-6'
     codes[i] = -6
   elseif quantity > max then
-    answers[i] = {-10, round, false, max}
+    answers[i] = '-10:' .. max
     codes[i] = -10
   elseif existing then
-    answers[i] = {-3, round, existing}
+    answers[i] = '-3:' .. existing
     codes[i] = -3
   elseif own and units_own + quantity > limit then
-    answers[i] = {-9, round, false, units_own, limit}
+    answers[i] = '-9:' .. units_own .. ':' .. limit
     codes[i] = -9
   elseif stock < quantity then
-    answers[i] = {-4, round, false, stock}
+    answers[i] = '-4:' .. stock
     codes[i] = -4
   else
     stock = stock - quantity
@@ -240,7 +248,7 @@ for i = 1, n do
     reserved[at - 1], reserved[at] = deadline, order_id
     traces[at - 1], traces[at] = order_id,
       round .. '|' .. ARGV[2 + 6 * i] .. '|' .. ARGV[3 + 6 * i] .. '|' .. quantity .. '|' .. slot
-    answers[i] = {1, round, order_id, stock, now, slot}
+    answers[i] = '1:' .. order_id .. ':' .. slot .. ':' .. now .. ':' .. stock
     codes[i] = order_id
   end
 end
@@ -268,4 +276,4 @@ if accepted > 0 then
     end
   end
 end
-return answers
+return reply()

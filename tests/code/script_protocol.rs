@@ -27,11 +27,11 @@ fn without_comments(lua: &str) -> String {
         .join("\n")
 }
 
-/// The integer right after `at` in `code` (spaces and one `{` skipped),
-/// when one stands there whole.
+/// The integer right after `at` in `code` (spaces and one `{` or `'`
+/// skipped), when one stands there whole.
 fn integer_at(code: &str, at: usize) -> Option<i64> {
     let rest = code[at..].trim_start();
-    let rest = rest.strip_prefix('{').map_or(rest, str::trim_start);
+    let rest = rest.strip_prefix(['{', '\'']).map_or(rest, str::trim_start);
     let sign = usize::from(rest.starts_with('-'));
     let digits = rest[sign..].chars().take_while(char::is_ascii_digit).count();
     let end = rest[sign + digits..].chars().next();
@@ -42,7 +42,8 @@ fn integer_at(code: &str, at: usize) -> Option<i64> {
 }
 
 /// Every literal code a script answers: `return N`, `return {N, ...}`, and
-/// an answer built as `... = {N, ...}` or `{N}`.
+/// an answer built as `... = {N, ...}`, `{N}` or a string `'N'`, `'N:...'`
+/// (`lua/deduct.lua`'s entries).
 fn codes_answered(lua: &str) -> Vec<i64> {
     let code = without_comments(lua);
     let mut found = Vec::new();
@@ -51,7 +52,7 @@ fn codes_answered(lua: &str) -> Vec<i64> {
             found.push(n);
         }
     }
-    for (at, _) in code.match_indices("= {") {
+    for (at, _) in code.match_indices("= {").chain(code.match_indices("= '")) {
         if let Some(n) = integer_at(&code, at + 1) {
             found.push(n);
         }
@@ -152,6 +153,10 @@ fn a_code_or_a_state_the_definition_lacks_is_caught() {
         "-- return -12 in a comment\nif x then\n  answers[i] = {-11, round}\n  return answers\nend\nreturn {1, 2}";
     assert_eq!(codes_answered(lua), [-11, 1]);
     assert_eq!(unnamed(deduct, &codes_answered(lua)), [-11]);
+    // The same code as one of deduct.lua's string entries.
+    let lua = "answers[i] = '-12:' .. n\nanswers[i] = '-5'\nanswers[i] = '1:' .. id";
+    assert_eq!(codes_answered(lua), [-12, -5, 1]);
+    assert_eq!(unnamed(deduct, &codes_answered(lua)), [-12]);
     // A count is fine where the script answers counts; a negative is not.
     let lend = ALL.iter().find(|a| a.script == "lend.lua").unwrap();
     assert_eq!(unnamed(lend, &[7, 0, -1, -3]), [-3]);

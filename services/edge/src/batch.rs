@@ -156,7 +156,7 @@ impl Batcher {
                 let take = waiting.requests.len().min(self.limits.max);
                 waiting.requests.drain(..take).collect()
             };
-            metrics::histogram!("seckill_edge_deduct_batch_size").record(batch.len() as f64);
+            crate::hot_metrics::DEDUCT_BATCH_SIZE.record(batch.len() as f64);
             let deadline = batch.iter().map(|w| w.publish_deadline).max().unwrap_or_default();
             let (requests, answers): (Vec<DeductRequest>, Vec<oneshot::Sender<Answer>>) =
                 batch.into_iter().map(|w| (w.request, w.answer)).unzip();

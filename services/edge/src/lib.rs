@@ -16,6 +16,7 @@ pub mod client_addr;
 pub mod dashboard;
 pub mod draw;
 pub mod home;
+pub mod hot_metrics;
 pub mod http;
 pub mod identity;
 pub mod jwks_fetch;

@@ -9,7 +9,7 @@
 //! requests may be answered "nothing kept" truthfully.
 
 use super::keys::Bucket;
-use super::{with_keys, Stock};
+use super::Stock;
 use crate::domain::{OrderId, SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
@@ -143,35 +143,35 @@ impl Stock {
     /// call, the same answers.
     #[tracing::instrument(name = "deduct_batch", level = "debug", skip_all, fields(%sale, call = %call.id, requests = call.requests.len()))]
     pub async fn deduct_batch(&self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Deduction>, RedisCallError> {
-        let k = self.keys.bucket(sale, call.bucket);
+        let k = self.keys.bucket_kept(sale, call.bucket);
         let call_key = k.call(&call.id);
-        let mut invocation = with_keys(
-            &DEDUCT,
-            &[&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.seq, &call_key, &k.trace, &k.held],
-        );
-        invocation
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(DEDUCT.get_hash()).arg(9);
+        for key in [&k.meta, &k.stock, &k.buyers, &k.orders, &k.reserved, &k.seq, &call_key, &k.trace, &k.held] {
+            evalsha.arg(key.as_str());
+        }
+        evalsha
             .arg(sale.activity.get())
             .arg(sale.sku.get())
             .arg(call.publish_deadline.as_millis() as u64)
             .arg(&call.id)
             .arg(self.call_outcome_ms);
+        let suffix = call.bucket.nonce_suffix();
         for request in &call.requests {
-            invocation
-                .arg(request.user.get())
-                .arg(call.nonce(request))
+            evalsha.arg(request.user.get());
+            if suffix.is_empty() {
+                evalsha.arg(&request.nonce);
+            } else {
+                evalsha.arg(format!("{}{suffix}", request.nonce));
+            }
+            evalsha
                 .arg(&request.request_id)
                 .arg(&request.traceparent)
                 .arg(if request.admitted { "1" } else { "0" })
                 .arg(request.quantity);
         }
-        let answers: Vec<Vec<redis::Value>> = self.conn.invoke(&invocation).await?;
-        if answers.len() != call.requests.len() {
-            return Err(RedisCallError::Unexpected {
-                script: "deduct.lua",
-                answer: format!("{} answers to {} requests", answers.len(), call.requests.len()),
-            });
-        }
-        answers.iter().map(|answer| parse_deduction(answer)).collect()
+        let reply: String = self.conn.evalsha(&DEDUCT, &evalsha, &k.meta).await?;
+        parse_deductions(&reply, call.requests.len())
     }
 
     /// Whether what `call` decided — its deduction, or its void — reached the
@@ -195,41 +195,92 @@ impl Stock {
     }
 }
 
-fn parse_deduction(answer: &[redis::Value]) -> Result<Deduction, RedisCallError> {
-    let unexpected = || RedisCallError::Unexpected { script: "deduct.lua", answer: format!("{answer:?}") };
-    let int = |i: usize| match answer.get(i) {
-        Some(redis::Value::Int(n)) => Some(*n),
-        _ => None,
-    };
-    let text = |i: usize| match answer.get(i) {
-        Some(redis::Value::BulkString(bytes)) => String::from_utf8(bytes.clone()).ok(),
-        Some(redis::Value::SimpleString(s)) => Some(s.clone()),
-        _ => None,
-    };
+/// The script's one-string answer (`lua/deduct.lua`: the round, then an
+/// entry per request, `code[:field...]`), one deduction per request; `n`
+/// requests were asked.
+pub(super) fn parse_deductions(reply: &str, n: usize) -> Result<Vec<Deduction>, RedisCallError> {
+    let unexpected = || RedisCallError::Unexpected { script: "deduct.lua", answer: reply.chars().take(512).collect() };
+    let mut entries = reply.split(',');
+    let round: i64 = entries.next().and_then(|r| r.parse().ok()).ok_or_else(unexpected)?;
+    let decided: Vec<Deduction> =
+        entries.map(|entry| parse_entry(entry, round)).collect::<Option<_>>().ok_or_else(unexpected)?;
+    if decided.len() != n {
+        return Err(RedisCallError::Unexpected {
+            script: "deduct.lua",
+            answer: format!("{} answers to {n} requests", decided.len()),
+        });
+    }
+    Ok(decided)
+}
+
+/// One request's entry of the answer (`None`: not one the script writes).
+fn parse_entry(entry: &str, round: i64) -> Option<Deduction> {
+    let mut fields = entry.split(':');
+    let code: i64 = fields.next()?.parse().ok()?;
+    let mut int = || fields.next()?.parse::<i64>().ok();
     use super::protocol::deduct::*;
-    match int(0).ok_or_else(unexpected)? {
+    Some(match code {
         ACCEPTED => {
-            let order_id = text(2).and_then(|id| OrderId::parse(&id).ok()).ok_or_else(unexpected)?;
-            Ok(Deduction::Accepted {
-                order_id,
-                round: int(1).unwrap_or(0),
-                stock_left: int(3),
-                accepted_at: int(4).ok_or_else(unexpected)?,
-                slot: int(5).and_then(|slot| u32::try_from(slot).ok()).ok_or_else(unexpected)?,
-            })
+            let mut fields = entry.split(':').skip(1);
+            let order_id = OrderId::parse(fields.next()?).ok()?;
+            let slot = fields.next()?.parse().ok()?;
+            let accepted_at = fields.next()?.parse().ok()?;
+            let stock_left = fields.next().and_then(|n| n.parse().ok());
+            Deduction::Accepted { order_id, round, stock_left, accepted_at, slot }
         }
-        SALE_NOT_FOUND => Ok(Deduction::SaleNotFound),
-        SALE_NOT_ACTIVE => Ok(Deduction::NotActive),
-        ALREADY_PURCHASED => Ok(Deduction::AlreadyPurchased { order_id: text(2) }),
-        SOLD_OUT => Ok(Deduction::SoldOut { available: int(3).unwrap_or(0) }),
-        LIMIT_REACHED => {
-            Ok(Deduction::LimitReached { held: int(3).ok_or_else(unexpected)?, limit: int(4).ok_or_else(unexpected)? })
+        SALE_NOT_FOUND => Deduction::SaleNotFound,
+        SALE_NOT_ACTIVE => Deduction::NotActive,
+        ALREADY_PURCHASED => {
+            let held = entry.split(':').nth(1).filter(|id| !id.is_empty());
+            Deduction::AlreadyPurchased { order_id: held.map(str::to_owned) }
         }
-        OVER_MAX_PER_ORDER => Ok(Deduction::OverMaxPerOrder { max: int(3).ok_or_else(unexpected)? }),
-        VOIDED => Ok(Deduction::Voided),
-        OTHER_BUCKET => Ok(Deduction::OtherBucket),
-        WARMING => Ok(Deduction::Warming),
-        ADMISSION_REQUIRED => Ok(Deduction::AdmissionRequired),
-        _ => Err(unexpected()),
+        SOLD_OUT => Deduction::SoldOut { available: int().unwrap_or(0) },
+        LIMIT_REACHED => Deduction::LimitReached { held: int()?, limit: int()? },
+        OVER_MAX_PER_ORDER => Deduction::OverMaxPerOrder { max: int()? },
+        VOIDED => Deduction::Voided,
+        OTHER_BUCKET => Deduction::OtherBucket,
+        WARMING => Deduction::Warming,
+        ADMISSION_REQUIRED => Deduction::AdmissionRequired,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_the_script_writes_is_read() {
+        let reply = "7,1:9-1-12-a1b2c3d4e5f60718:1:1733512345678:3,-3:9-1-3-00000000000000aa,-3:,-4:2,-9:2:3,-10:2,-5,-6,-7,-8,-2";
+        let decided = parse_deductions(reply, 11).unwrap();
+        let order_id = OrderId::parse("9-1-12-a1b2c3d4e5f60718").unwrap();
+        let expected = [
+            Deduction::Accepted { order_id, round: 7, stock_left: Some(3), accepted_at: 1733512345678, slot: 1 },
+            Deduction::AlreadyPurchased { order_id: Some("9-1-3-00000000000000aa".into()) },
+            Deduction::AlreadyPurchased { order_id: None },
+            Deduction::SoldOut { available: 2 },
+            Deduction::LimitReached { held: 2, limit: 3 },
+            Deduction::OverMaxPerOrder { max: 2 },
+            Deduction::Voided,
+            Deduction::OtherBucket,
+            Deduction::Warming,
+            Deduction::AdmissionRequired,
+            Deduction::NotActive,
+        ];
+        assert_eq!(decided, expected);
+        assert_eq!(parse_deductions("0,-1", 1).unwrap(), [Deduction::SaleNotFound]);
+    }
+
+    #[test]
+    fn an_answer_that_is_not_the_scripts_is_an_error() {
+        for (reply, n, why) in [
+            ("7,-4:2", 2, "fewer entries than requests"),
+            ("x,-4:2", 1, "no round"),
+            ("7,-99", 1, "an unknown code"),
+            ("7,1:not-an-id:0:1", 1, "an order id that is none"),
+            ("7,-9:2", 1, "a field missing"),
+        ] {
+            assert!(parse_deductions(reply, n).is_err(), "{why}");
+        }
     }
 }

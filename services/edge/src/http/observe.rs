@@ -33,9 +33,30 @@ static REQUEST_IDS: LazyLock<SequentialRequestId> =
 impl SequentialRequestId {
     fn make(&self) -> HeaderValue {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::from_str(&format!("{:08x}-{n:x}", self.prefix)).expect("hex and a dash are a valid header")
+        // `prefix-n`: the prefix's 8 hex digits, the counter's without
+        // leading zeros (written by hand: `format!` was a cost on every
+        // request).
+        let mut id = [0u8; 8 + 1 + 16];
+        hex_into(&mut id[..8], u128::from(self.prefix));
+        id[8] = b'-';
+        let digits = (16 - n.leading_zeros() as usize / 4).max(1);
+        hex_into(&mut id[9..9 + digits], u128::from(n));
+        HeaderValue::from_bytes(&id[..9 + digits]).expect("hex and a dash are a valid header")
     }
 }
+
+/// Writes the low `out.len()` hex digits of `value` (lower case) into `out`.
+fn hex_into(out: &mut [u8], mut value: u128) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for digit in out.iter_mut().rev() {
+        *digit = DIGITS[(value & 0xf) as usize];
+        value >>= 4;
+    }
+}
+
+/// The header names the middleware writes, made once.
+const REQUEST_ID: HeaderName = HeaderName::from_static(REQUEST_ID_HEADER);
+const TRACEPARENT: HeaderName = HeaderName::from_static(TRACEPARENT_HEADER);
 
 /// Whether a client's request id may be carried: 1 to 128 visible ASCII
 /// characters.
@@ -46,9 +67,13 @@ fn valid_request_id(value: &HeaderValue) -> bool {
 
 /// A `traceparent` of a new trace (version 00), `sampled` or not.
 fn new_traceparent(sampled: bool) -> HeaderValue {
-    let flags = if sampled { "01" } else { "00" };
-    let value = format!("00-{:032x}-{:016x}-{flags}", rand::random::<u128>() | 1, rand::random::<u64>() | 1);
-    HeaderValue::from_str(&value).expect("hex and dashes are a valid header")
+    let mut value = *b"00-00000000000000000000000000000000-0000000000000000-00";
+    hex_into(&mut value[3..35], rand::random::<u128>() | 1);
+    hex_into(&mut value[36..52], u128::from(rand::random::<u64>() | 1));
+    if sampled {
+        value[54] = b'1';
+    }
+    HeaderValue::from_bytes(&value).expect("hex and dashes are a valid header")
 }
 
 /// Whether a client's `traceparent` is valid W3C trace context
@@ -103,7 +128,7 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         Some(id) => id.clone(),
         None => {
             let id = REQUEST_IDS.make();
-            headers.insert(HeaderName::from_static(REQUEST_ID_HEADER), id.clone());
+            headers.insert(REQUEST_ID, id.clone());
             id
         }
     };
@@ -147,7 +172,7 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         client_trace
     };
     let fresh = || new_traceparent(!trace_export::exporting());
-    request.headers_mut().insert(HeaderName::from_static(TRACEPARENT_HEADER), carried.unwrap_or_else(fresh));
+    request.headers_mut().insert(TRACEPARENT, carried.unwrap_or_else(fresh));
     let mut response = next.run(request).instrument(span.clone()).await;
     let status = response.status();
     span.record("http.response.status_code", i64::from(status.as_u16()));
@@ -157,8 +182,8 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
     if let Some(detail) = response.extensions().get::<ErrorDetail>() {
         span.in_scope(|| tracing::error!(status = status.as_u16(), error = %detail.0, "request failed"));
     }
-    response.headers_mut().insert(HeaderName::from_static(REQUEST_ID_HEADER), request_id);
-    metrics::histogram!("seckill_edge_request_seconds").record(started.elapsed().as_secs_f64());
+    response.headers_mut().insert(REQUEST_ID, request_id);
+    crate::hot_metrics::REQUEST_SECONDS.record(started.elapsed().as_secs_f64());
     response
 }
 
@@ -176,6 +201,23 @@ mod tests {
             assert_eq!(valid_request_id(&value), ok, "{id:?}");
         }
         assert!(valid_request_id(&HeaderValue::from_str(&"y".repeat(128)).unwrap()));
+    }
+
+    #[test]
+    fn made_ids_are_hex_as_format_writes_it() {
+        let ids = SequentialRequestId { prefix: 0x00c0ffee, next: AtomicU64::new(0) };
+        for expected in ["00c0ffee-0", "00c0ffee-1", "00c0ffee-2"] {
+            assert_eq!(ids.make(), expected);
+        }
+        ids.next.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(ids.make(), "00c0ffee-ffffffffffffffff");
+        ids.next.store(0x10, Ordering::Relaxed);
+        assert_eq!(ids.make(), "00c0ffee-10");
+        let mut out = [0u8; 32];
+        hex_into(&mut out, 0x0af7651916cd43dd8448eb211c80319c);
+        assert_eq!(&out, b"0af7651916cd43dd8448eb211c80319c");
+        assert!(new_traceparent(true).to_str().unwrap().ends_with("-01"));
+        assert!(new_traceparent(false).to_str().unwrap().ends_with("-00"));
     }
 
     #[test]

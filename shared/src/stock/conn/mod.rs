@@ -141,6 +141,33 @@ impl RedisConn {
         self.bounded(invocation.invoke_async(&mut conn)).await
     }
 
+    /// Runs `evalsha` — `EVALSHA` of `script`'s hash, its keys and
+    /// arguments written straight into one command (no argument copied
+    /// apart, as a prepared invocation does: the accepted path's calls) —
+    /// bounded; a server that does not know the script yet is given it
+    /// (on the node of `key`, one of the call's keys) and asked again.
+    pub async fn evalsha<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        evalsha: &Cmd,
+        key: &str,
+    ) -> Result<T, RedisCallError> {
+        let mut conn = self.clone();
+        match self.bounded(evalsha.query_async(&mut conn)).await {
+            Err(error)
+                if error
+                    .redis_error()
+                    .is_some_and(|e| e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)) =>
+            {
+                let mut invocation = script.prepare_invoke();
+                invocation.key(key);
+                self.bounded(invocation.load_async(&mut conn)).await?;
+                self.bounded(evalsha.query_async(&mut conn)).await
+            }
+            other => other,
+        }
+    }
+
     /// Runs a pipeline, bounded; an empty one sends nothing.
     pub async fn pipe<T: redis::FromRedisValue>(&self, pipe: &Pipeline) -> Result<Option<T>, RedisCallError> {
         if pipe.is_empty() {

@@ -70,12 +70,13 @@ pub(crate) async fn place_order(
     let orders = state.orders.clone();
     let order = async move {
         let result = place_order_inner(&state, client, &headers, request).await;
-        let answer = super::order_answers::OrderAnswer::of(&result);
-        metrics::counter!("seckill_edge_orders_total", "outcome" => answer.code()).increment(1);
+        crate::hot_metrics::order_answered(super::order_answers::OrderAnswer::of(&result));
         result
     };
+    // Boxed: the task then holds a pointer, and the order's whole state
+    // (some kilobytes) is not copied each time the task's future moves.
     orders
-        .spawn(order.in_current_span())
+        .spawn(Box::pin(order).in_current_span())
         .await
         .unwrap_or_else(|error| Err(ApiError::Internal(anyhow::anyhow!("placing the order stopped: {error}"))))
 }
@@ -128,7 +129,7 @@ async fn deduct_and_publish(
         )
     });
     let deduction = deduct(state, request, admitted, trace, deadline).instrument(span).await;
-    metrics::histogram!("seckill_edge_deduct_seconds").record(started.elapsed().as_secs_f64());
+    crate::hot_metrics::DEDUCT_SECONDS.record(started.elapsed().as_secs_f64());
     // Not decided: answered without a deduction (503, or 202 UNCONFIRMED).
     let deduction = match deduction {
         Ok(deduction) => deduction,
@@ -141,10 +142,10 @@ async fn deduct_and_publish(
         .in_round(won.round)
         .holding(request.quantity, won.slot);
     let started = Instant::now();
-    metrics::gauge!("seckill_edge_publishes_in_flight").increment(1.0);
+    crate::hot_metrics::PUBLISHES_IN_FLIGHT.increment(1.0);
     let published = state.publisher.publish(&record, trace, permit).await;
-    metrics::gauge!("seckill_edge_publishes_in_flight").decrement(1.0);
-    metrics::histogram!("seckill_edge_publish_seconds").record(started.elapsed().as_secs_f64());
+    crate::hot_metrics::PUBLISHES_IN_FLIGHT.decrement(1.0);
+    crate::hot_metrics::PUBLISH_SECONDS.record(started.elapsed().as_secs_f64());
     outcome::published(state, &record, published, deadline).await
 }
 
