@@ -19,8 +19,10 @@
 -- sweeper publishes one again only after it, so this is the fallback of a
 -- clock that jumped, not a path of the sale.)
 --
--- A batch holds thousands of orders: the reads, writes and removals go in
--- variadic commands of up to CHUNK orders, the counters move once.
+-- The caller sends a batch's orders in slices of a hundred or so (each
+-- call holds Redis about a millisecond: shared/src/stock/follow_created.rs);
+-- within a call, the reads, writes and removals go in variadic commands of
+-- up to CHUNK orders, the counters move once.
 local CHUNK = 1000
 local n = #ARGV / 5
 local moved = { queued = 0, failed = 0, queued_extra = 0 }
