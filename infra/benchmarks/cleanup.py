@@ -41,8 +41,11 @@ def clean_up():
     for table in ("orders", "sales", "order_events", "order_events_pruned", "late_payments"):
         psql(f"DELETE FROM {table} WHERE activity_id BETWEEN {sale(0)} AND {sale(99)}")
     drop_ceiling_database()
-    topics = [f"{RUN}.{kind}seckill.orders{suffix}" for kind in ("", "reference.", "p2.") for suffix in ("", ".dlq")]
-    topics += [f"{RUN}.seckill.order-events", f"{RUN}.seckill.draw-events"]
+    psql(f"DROP DATABASE IF EXISTS seckill_{RUN}_drain WITH (FORCE)")
+    topics = [f"{RUN}.{kind}seckill.orders{suffix}" for kind in ("", "reference.", "p2.", "second.", "minimal.")
+              for suffix in ("", ".dlq")]
+    topics += [f"{RUN}.{kind}seckill.{name}-events" for kind in ("", "second.", "minimal.", "reference.", "p2.")
+               for name in ("order", "draw")]
     try:
         deleted = delete_topics(topics)
     except (OSError, ConnectionError, struct.error) as error:

@@ -82,8 +82,8 @@ def wait_port(addr, seconds=30):
     raise SystemExit(f"bench: nothing listens on {addr}")
 
 
-def ctl(*args, check=True):
-    out = subprocess.run([str(BIN / "seckillctl"), *map(str, args)], env=ENV, capture_output=True, text=True)
+def ctl(*args, check=True, env=None):
+    out = subprocess.run([str(BIN / "seckillctl"), *map(str, args)], env=env or ENV, capture_output=True, text=True)
     if check and out.returncode != 0:
         raise SystemExit(f"bench: seckillctl {' '.join(map(str, args))} failed: {out.stderr}{out.stdout}")
     return out.stdout
@@ -116,6 +116,14 @@ def cpu_seconds(pid):
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def server_cpu():
+    """CPU seconds so far of Redis, the broker and PostgreSQL (every
+    process, and the backends that ended)."""
+    cpu = {name: sum(cpu_seconds(p) for p in pids) for name, pids in server_pids(with_postgres=True).items()}
+    cpu["postgres"] += postmaster_children_cpu()
+    return cpu
 
 
 def server_pids(with_postgres=False):
@@ -179,8 +187,8 @@ def psql(sql):
     return out.stdout.strip()
 
 
-def lag():
-    return json.loads(ctl("lag", "--json"))["order"]["total"]
+def lag(extra=None):
+    return json.loads(ctl("lag", "--json", env=dict(ENV, **(extra or {}))))["order"]["total"]
 
 
 def machine():
@@ -217,28 +225,10 @@ def order_metric(name):
     return 0
 
 
-def order_service():
-    proc = start([str(BIN / "seckill-order")], "order", {"SECKILL__METRICS_ADDR": ORDER_METRICS})
+def order_service(extra=None):
+    proc = start([str(BIN / "seckill-order")], "order", dict({"SECKILL__METRICS_ADDR": ORDER_METRICS}, **(extra or {})))
     wait_http(f"http://{ORDER_METRICS}/readyz")
     return proc
-
-
-def taskset(cpus, pid):
-    subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], capture_output=True)
-
-
-def pin(pinned):
-    """Pinned: PostgreSQL (the postmaster and every backend; a new backend
-    inherits the postmaster's affinity) on CPU 1 alone, every other process —
-    Redis, the broker, the services, this script and what it starts
-    (pgbench, seckillctl) — on CPU 0. Not pinned: every process on both."""
-    postgres, rest = ("1", "0") if pinned else ("0,1", "0,1")
-    pids = server_pids(with_postgres=True)
-    for pid in pids["postgres"]:
-        taskset(postgres, pid)
-    for pid in pids["redis-server"] + pids["java"] + [p.pid for p in PROCS if p.poll() is None]:
-        taskset(rest, pid)
-    os.sched_setaffinity(0, {0} if pinned else {0, 1})
 
 
 def ratio(a, b):
