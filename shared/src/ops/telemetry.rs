@@ -53,12 +53,22 @@ pub fn init_tracing(settings: &TelemetrySettings, service: &'static str) {
     // sampled record, a write of it) or one inside such a span. Any other
     // (`#[instrument]` on a ledger call, a batch write, a settle) run
     // outside a kept trace would reach the exporter as a root of its own.
+    //
+    // Each part says the most verbose level it may pass (info): without a
+    // hint the combination has none, and then every debug and trace
+    // callsite of every crate — the `log` records bridged in included — is
+    // asked about on every call, exported or not (measured: about 6,000
+    // instructions an order at the edge with one trace in a hundred kept).
+    let info = tracing_subscriber::filter::LevelFilter::INFO;
     let exported = Targets::new()
         .with_target("seckill", tracing::Level::INFO)
-        .and(filter_fn(|meta| meta.is_span() || *meta.level() <= tracing::Level::WARN))
-        .and(dynamic_filter_fn(|meta, cx| {
-            !meta.is_span() || meta.fields().field("otel.kind").is_some() || cx.lookup_current().is_some()
-        }));
+        .and(filter_fn(|meta| meta.is_span() || *meta.level() <= tracing::Level::WARN).with_max_level_hint(info))
+        .and(
+            dynamic_filter_fn(|meta, cx| {
+                !meta.is_span() || meta.fields().field("otel.kind").is_some() || cx.lookup_current().is_some()
+            })
+            .with_max_level_hint(info),
+        );
     let log = tracing_subscriber::fmt::layer().with_target(true);
     let mut layers: Vec<Box<dyn Layer<Registry> + Send + Sync>> = Vec::new();
     if settings.json {
