@@ -12,7 +12,7 @@ the report from what they found.
 """
 import time
 
-from benchmarks import accepted, ceilings, drain, end_to_end, events, flames, report, sold_out, spans
+from benchmarks import accepted, ceilings, drain, end_to_end, events, features, flames, report, sold_out, spans
 from benchmarks.cleanup import clean_up
 from benchmarks.common import LOGS, PROCS, RESULTS, RUN, ctl, edge, log, machine, sale, stop
 
@@ -41,6 +41,7 @@ def main():
     RESULTS["drain_reference"] = drain.reference_drain((sale(9), sale(3)), "first", RESULTS["drain"]["backlog"])
     RESULTS["drain_pair"] = drain.pair(RESULTS["drain"], RESULTS["drain_reference"], "the order service first")
     accepted.consuming(e)
+    e = accepted.p99_at_a_rate(e)
     accepted.quantity_two()
     sold = sold_out.sold_out()
     sold_out.queue_poll(sold)
@@ -50,6 +51,7 @@ def main():
     end_to_end.sale_end_to_end(o)
     accepted.two_partitions()
     drain.second_pair()
+    features.features()
     flames.flames()
     spans.tracing_cost()
     report.write_report(time.time() - started)

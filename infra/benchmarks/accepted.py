@@ -32,6 +32,29 @@ def consuming(e):
     log(f"accepted path, order service consuming: p99 {RESULTS['accepted_path_consuming']['latencyMs']['p99']:.2f} ms")
 
 
+def p99_at_a_rate(e):
+    """The accepted path's p99 at a fixed rate (open loop, half the rate the
+    plain accepted path reached), while the order service consumes what it
+    accepts and, on an edge of its own whose orders nobody consumes,
+    without: what the drain's Redis and CPU do to a buyer's wait when the
+    machine is not saturated by the load itself (measured closed-loop, the
+    p99 follows the throughput the drain's CPU takes). Returns the edge to
+    run on."""
+    rate = round(RESULTS["accepted_path"]["requestsPerSecond"] / 2)
+    warm(sale(22), 1, 50_000_000)
+    consuming = load(EDGE, sale(22), 1, rate * 8, rate * 8, rate=rate)
+    stop(e)
+    alone_edge = edge({"SECKILL_TOPIC_PREFIX": f"{RUN}.fixed."})
+    warm(sale(23), 1, 50_000_000)
+    alone = load(EDGE, sale(23), 1, rate * 8, rate * 8, rate=rate)
+    stop(alone_edge)
+    RESULTS["accepted_at_a_rate"] = {"rate": rate, "consuming": consuming, "alone": alone,
+                                     "p99Ratio": ratio(consuming["latencyMs"]["p99"], alone["latencyMs"]["p99"])}
+    log(f"accepted path at {rate} req/s: p99 {consuming['latencyMs']['p99']:.2f} ms while consuming, "
+        f"{alone['latencyMs']['p99']:.2f} ms alone")
+    return edge()
+
+
 def quantity_two():
     """The accepted path again, under the same load while the order service
     consumes, with orders of two units (a limit of 2 per buyer): beside

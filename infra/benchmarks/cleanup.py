@@ -42,9 +42,9 @@ def clean_up():
         psql(f"DELETE FROM {table} WHERE activity_id BETWEEN {sale(0)} AND {sale(99)}")
     drop_ceiling_database()
     psql(f"DROP DATABASE IF EXISTS seckill_{RUN}_drain WITH (FORCE)")
-    topics = [f"{RUN}.{kind}seckill.orders{suffix}" for kind in ("", "reference.", "p2.", "second.", "minimal.")
+    topics = [f"{RUN}.{kind}seckill.orders{suffix}" for kind in ("", "reference.", "p2.", "second.", "minimal.", "fixed.", "features.")
               for suffix in ("", ".dlq")]
-    topics += [f"{RUN}.{kind}seckill.{name}-events" for kind in ("", "second.", "minimal.", "reference.", "p2.")
+    topics += [f"{RUN}.{kind}seckill.{name}-events" for kind in ("", "second.", "minimal.", "reference.", "p2.", "fixed.", "features.")
                for name in ("order", "draw")]
     try:
         deleted = delete_topics(topics)

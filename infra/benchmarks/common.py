@@ -94,10 +94,14 @@ def warm(activity, sku, stock, per_user_limit=1):
 
 
 def load(url, activity, sku, users, requests, conns=CONNS, offset=0, get=None, timeline_ms=None, stride=1,
-         traceparent=None, quantity=1):
+         traceparent=None, quantity=1, rate=None, through_room=False):
     args = ["bench", "--url", f"http://{url}", "--activity", activity, "--sku", sku, "--users", users,
             "--requests", requests, "--concurrency", conns, "--user-offset", offset, "--user-stride", stride,
             "--quantity", quantity, "--json"]
+    if rate:
+        args += ["--rate", rate]
+    if through_room:
+        args += ["--through-room"]
     if get:
         args += ["--get", get]
     if traceparent:
@@ -119,10 +123,10 @@ def cpu_seconds(pid):
 
 
 def server_cpu():
-    """CPU seconds so far of Redis, the broker and PostgreSQL (every
-    process, and the backends that ended)."""
-    cpu = {name: sum(cpu_seconds(p) for p in pids) for name, pids in server_pids(with_postgres=True).items()}
-    cpu["postgres"] += postmaster_children_cpu()
+    """CPU seconds so far of Redis, the broker and PostgreSQL, by process
+    (the backends that ended under "ended"): what `cpu_per` takes."""
+    cpu = {name: {pid: cpu_seconds(pid) for pid in pids} for name, pids in server_pids(with_postgres=True).items()}
+    cpu["postgres"]["ended"] = postmaster_children_cpu()
     return cpu
 
 
@@ -134,16 +138,15 @@ def server_pids(with_postgres=False):
     return found
 
 
-def profiled_load(proc, url, activity, requests, traceparent=None):
+def profiled_load(proc, url, activity, requests, traceparent=None, through_room=False):
     """`load`, plus the CPU each part spent per request (microseconds): the
     process serving it, Redis, the Kafka broker (java) and the generator."""
-    servers = server_pids()
     def sample():
-        return {"service": cpu_seconds(proc.pid), **{k: sum(cpu_seconds(p) for p in v) for k, v in servers.items()}}
+        return {"service": {proc.pid: cpu_seconds(proc.pid)},
+                **{k: {p: cpu_seconds(p) for p in v} for k, v in server_pids().items()}}
     before = sample()
-    result = load(url, activity, 1, requests, requests, traceparent=traceparent)
-    after = sample()
-    per = {k: round((after[k] - before[k]) / requests * 1e6, 1) for k in before}
+    result = load(url, activity, 1, requests, requests, traceparent=traceparent, through_room=through_room)
+    per = cpu_per(before, sample(), requests)
     per["generator"] = round(result.get("generatorCpuPercent", 0) / 100 * result["seconds"] / requests * 1e6, 1)
     result["cpuMicrosPerRequest"] = per
     return result
@@ -175,7 +178,8 @@ def pipeline_cpu(edge_proc, order_proc):
 
 def cpu_per(before, after, n):
     """Microseconds per unit of what each part spent between two samples (a
-    pid absent from the first counts from zero)."""
+    pid absent from the first counts from zero; one gone by the second, such
+    as Redis's rewrite child, is not counted)."""
     return {k: round(sum(t - before.get(k, {}).get(pid, 0.0) for pid, t in v.items()) / n * 1e6, 1)
             for k, v in after.items()}
 
@@ -203,9 +207,9 @@ def machine():
 
 def edge(extra=None):
     # Status reads (and queue polls) unlimited per client: the load comes
-    # from one address.
+    # from one address. Its log at its default level (info), as shipped.
     base = {"SECKILL_HTTP_ADDR": EDGE, "SECKILL__STATUS_READS__PER_CLIENT_PER_SECOND": "1000000000",
-            "SECKILL__STATUS_READS__PER_CLIENT_BURST": "1000000000"}
+            "SECKILL__STATUS_READS__PER_CLIENT_BURST": "1000000000", "RUST_LOG": "info"}
     proc = start([str(BIN / "seckill-edge")], "edge", dict(base, **(extra or {})))
     wait_http(f"http://{EDGE}/readyz")
     return proc

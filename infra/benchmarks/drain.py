@@ -110,7 +110,7 @@ def reference_drain(sales, label, backlog, prefix=None):
                                  capture_output=True, text=True, check=True).stdout)
     seconds = report["lastWrittenMs"] / 1000 - first
     cpu = {"minimal drain": round((done.ru_utime + done.ru_stime - children.ru_utime - children.ru_stime) / backlog * 1e6, 1),
-           **{k: round((after[k] - before[k]) / backlog * 1e6, 1) for k in before}}
+           **cpu_per(before, after, backlog)}
     result = {"backlog": backlog, "written": report["written"], "seconds": seconds,
               "ordersPerSecond": report["written"] / seconds, "cpuMicrosPerOrder": cpu}
     log(f"minimal drain ({label}): {report['written']} of {backlog} in {seconds:.2f}s = {result['ordersPerSecond']:.0f} orders/s; "

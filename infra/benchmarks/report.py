@@ -5,6 +5,7 @@ import time
 
 from benchmarks.common import RESULTS, ROOT, RUN, machine, ratio
 from benchmarks.drain import drain_rows
+from benchmarks.features import feature_rows
 
 
 def edge_rows(r):
@@ -40,6 +41,11 @@ def edge_rows(r):
         ("edge, accepted path while the order service consumes", f"{accc['requestsPerSecond']:,.0f} req/s",
          f"p50 {accc['latencyMs']['p50']:.2f} ms, p99 {accc['latencyMs']['p99']:.2f} ms (target p99 10 ms)",
          f"{ratio(accc['requestsPerSecond'], seed['requestsPerSecond']):.2f} x seed reference + publish"),
+        ("edge, accepted path at a fixed rate (half the plain one): while the order service consumes, and alone",
+         f"{r['accepted_at_a_rate']['rate']:,} req/s",
+         f"p99 {r['accepted_at_a_rate']['consuming']['latencyMs']['p99']:.2f} ms consuming, "
+         f"{r['accepted_at_a_rate']['alone']['latencyMs']['p99']:.2f} ms alone",
+         f"{r['accepted_at_a_rate']['p99Ratio']:.2f} x the p99 alone (target 1.2)"),
         ("edge, accepted path of 2-unit orders (limit 2 per buyer) while the order service consumes", f"{q2['requestsPerSecond']:,.0f} req/s",
          f"p50 {q2['latencyMs']['p50']:.2f} ms, p99 {q2['latencyMs']['p99']:.2f} ms",
          f"{q2['ratioToOneUnit']:.2f} x the rate of 1-unit orders (goal 0.9); {q2['unitsRatioToOneUnit']:.2f} x their units per second (goal 1.6)"),
@@ -182,7 +188,7 @@ def reading(r):
 
 def write_report(total_seconds):
     r = RESULTS
-    rows = edge_rows(r) + pipeline_rows(r)
+    rows = edge_rows(r) + pipeline_rows(r) + feature_rows(r)
     cpu = {k: r[k]["generatorCpuPercent"] for k in ("ceiling_http", "ceiling_http_paired", "accepted_path", "sold_out_path") if "generatorCpuPercent" in r[k]}
     lines = [
         "# Benchmarks",

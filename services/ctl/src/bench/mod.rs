@@ -78,6 +78,12 @@ pub struct Args {
     /// its requests to be traced (e.g. `00-<32 hex>-<16 hex>-01`).
     #[arg(long)]
     traceparent: Option<String>,
+    /// Each buyer goes through the sale's waiting room first: joins, polls
+    /// the ticket until admitted, then orders with the admission token (a
+    /// room-guarded sale's whole journey; the latency counted is the
+    /// order's).
+    #[arg(long)]
+    through_room: bool,
     /// After the load, wait for drain and reconcile the sale.
     #[arg(long)]
     reconcile: bool,

@@ -133,11 +133,15 @@ impl WorkerResult {
     }
 }
 
-/// The request for `user` (the order, or `--get`'s path).
-fn request(args: &Args, user: i64) -> Request<Full<Bytes>> {
+/// The request for `user` (the order, or `--get`'s path), with `admission`
+/// (the room's token) when the buyer has one.
+fn request(args: &Args, user: i64, admission: Option<&str>) -> Request<Full<Bytes>> {
     let mut builder = Request::builder();
     if let Some(traceparent) = &args.traceparent {
         builder = builder.header("traceparent", traceparent.as_str());
+    }
+    if let Some(token) = admission {
+        builder = builder.header("seckill-admission", token);
     }
     match &args.get {
         Some(path) => builder.method(Method::GET).uri(format!("{}{}", args.url, path)).body(Full::new(Bytes::new())),
@@ -172,8 +176,9 @@ pub(super) async fn run(load: Arc<Load>) -> WorkerResult {
             tokio::time::sleep_until((load.started + Duration::from_secs_f64(i as f64 / rate)).into()).await;
         }
         let user = user_for(&load.args, i);
+        let admission = if load.args.through_room { admitted(&load, user).await } else { None };
         let sent = Instant::now();
-        let answer = match load.client.request(request(&load.args, user)).await {
+        let answer = match load.client.request(request(&load.args, user, admission.as_deref())).await {
             Ok(response) => {
                 let status = response.status().as_u16();
                 Some((status, response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default()))
@@ -190,4 +195,36 @@ pub(super) async fn run(load: Arc<Load>) -> WorkerResult {
         load.progress.inc(1);
     }
     result
+}
+
+/// `user`'s way through the sale's waiting room: joined, the ticket polled
+/// every 50 ms until it carries an admission token (at most a minute).
+/// `None` when the room gave none (the order then goes without, and is
+/// refused).
+async fn admitted(load: &Load, user: i64) -> Option<String> {
+    let args = &load.args;
+    let body = format!(r#"{{"activityId":{},"skuId":{},"userId":{user}}}"#, args.activity, args.sku);
+    let join = Request::post(format!("{}/api/seckill/queue", args.url))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("a valid request");
+    let joined = json_of(load.client.request(join).await.ok()?).await?;
+    let ticket = joined["ticket"].as_str()?.to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let poll = Request::get(format!("{}/api/seckill/queue/{ticket}", args.url))
+            .body(Full::new(Bytes::new()))
+            .expect("a valid request");
+        if let Some(token) = json_of(load.client.request(poll).await.ok()?).await?["admission"].as_str() {
+            return Some(token.to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// A response's body as JSON.
+async fn json_of(response: hyper::Response<hyper::body::Incoming>) -> Option<serde_json::Value> {
+    let body = response.into_body().collect().await.ok()?.to_bytes();
+    serde_json::from_slice(&body).ok()
 }
