@@ -58,8 +58,10 @@ def edge_rows(r):
          f"({r['readyz_flood']['healthzFlooded']['latencyMs']['p99']:.2f} ms; target 1.2); "
          f"{r['readyz_flood']['p99Ratio']:.2f} x alone"),
         ("(a) again, right before the sold-out path", f"{http_paired:,.0f} req/s", "", f"{ratio(http_paired, http):.2f} x (a)"),
-        ("edge, sold-out path (64 conns)", f"{so['requestsPerSecond']:,.0f} req/s", f"p99 {so['latencyMs']['p99']:.2f} ms",
-         f"{ratio(so['requestsPerSecond'], http_paired):.2f} x (a) measured right before (target 0.8); {ratio(so['requestsPerSecond'], http):.2f} x (a) at the start"),
+        ("edge, sold-out path (64 conns)", f"{so['requestsPerSecond']:,.0f} req/s",
+         f"p99 {so['latencyMs']['p99']:.2f} ms ((a) right before: {r['ceiling_http_paired']['latencyMs']['p99']:.2f} ms, "
+         f"{ratio(so['latencyMs']['p99'], r['ceiling_http_paired']['latencyMs']['p99']):.2f} x; target 1.2)",
+         f"{ratio(so['requestsPerSecond'], http_paired):.2f} x (a) measured right before (target 0.9); {ratio(so['requestsPerSecond'], http):.2f} x (a) at the start"),
         ("waiting room: one ticket polled (GET /api/seckill/queue/{ticket}, 64 conns)", f"{r['queue_poll']['requestsPerSecond']:,.0f} req/s",
          f"p99 {r['queue_poll']['latencyMs']['p99']:.2f} ms",
          f"{r['queue_poll']['ratioToSoldOut']:.2f} x the sold-out path; {r['queue_poll']['ratioToHttp']:.2f} x (a) measured before it"),
