@@ -33,6 +33,8 @@ pub struct SocketBounds {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SocketOptions {
     pub peer: SocketAddr,
+    /// This end's address (its port tells one connection from another).
+    pub local: Option<SocketAddr>,
     pub keepalive: bool,
     pub keepalive_idle: Option<Duration>,
     pub user_timeout: Option<Duration>,
@@ -71,6 +73,7 @@ impl SocketBounds {
             if self.is_database(&peer) {
                 found.push(SocketOptions {
                     peer,
+                    local: socket.local_addr().ok().and_then(|address| address.as_socket()),
                     keepalive: socket.keepalive().unwrap_or(false),
                     keepalive_idle: socket.tcp_keepalive_time().ok(),
                     user_timeout: socket.tcp_user_timeout().ok().flatten(),
