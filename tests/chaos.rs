@@ -15,16 +15,20 @@ async fn chaos() {
     let scenarios = vec![
         scenario("1 kill -9 edge mid-burst", 1, vec![(3_000, Fault::KillEdge), (8_000, Fault::KillEdge)]),
         scenario("2 kill -9 order service twice", 2, vec![(3_000, Fault::KillOrder), (8_000, Fault::KillOrder)]),
-        scenario(
-            "3 kill -9 compensator mid-record",
-            3,
-            vec![
-                (2_000, Fault::DeadLetters(400)),
-                (2_300, Fault::KillCompensator),
-                (5_000, Fault::DeadLetters(400)),
-                (5_200, Fault::KillCompensator),
-            ],
-        ),
+        Scenario {
+            // Units left for the second dead letters (5 s in).
+            stock: 8_000,
+            ..scenario(
+                "3 kill -9 compensator mid-record",
+                3,
+                vec![
+                    (2_000, Fault::DeadLetters(400)),
+                    (2_300, Fault::KillCompensator),
+                    (5_000, Fault::DeadLetters(400)),
+                    (5_200, Fault::KillCompensator),
+                ],
+            )
+        },
         scenario("4 Kafka stopped 10 s", 4, vec![(3_000, Fault::StopKafka(secs(10)))]),
         scenario("5 PostgreSQL stopped 10 s", 5, vec![(3_000, Fault::StopPostgres(secs(10)))]),
         scenario("6 Redis kill -9 and restart", 6, vec![(4_000, Fault::KillRedis)]),
@@ -47,6 +51,8 @@ async fn chaos() {
         Scenario {
             per_user_limit: 3,
             quantities: "1,2,3",
+            // Units left for the dead letters (4 s in): two a buyer on average.
+            stock: 12_000,
             ..scenario(
                 "12 buyers of 1, 2 or 3 units (limit 3): kill -9 edge, order service, compensator; Kafka stopped 10 s",
                 12,

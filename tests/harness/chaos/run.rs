@@ -71,17 +71,26 @@ pub async fn run(scenario: Scenario) -> Outcome {
     outcome
 }
 
-/// Whether `fault` would land on work in hand now: a compensator kill
-/// while dead letters wait for it (its group's lag), every other fault
-/// while the load flows (the edges answered orders since the last fault,
-/// `since`: records for the order service, calls for the servers).
-async fn work_in_hand(test: &TestEnv, pipeline: &Pipeline, fault: &faults::Fault, since: u64) -> Result<(), String> {
-    if matches!(fault, faults::Fault::KillCompensator) {
-        return match test.pipeline_lag().await {
-            Ok(lag) if lag.compensator.total > 0 => Ok(()),
-            Ok(lag) => Err(format!("no dead letter waits for the compensator (lag {})", lag.compensator.total)),
-            Err(error) => Err(format!("the compensator's lag: {error:#}")),
-        };
+/// Whether `fault` would land on work in hand now: a compensator killed
+/// right after dead letters were made while some still wait for it (its
+/// group's lag: "mid-record"); an order service killed while records wait
+/// for it (its group's lag) or the load flows; any other fault while the
+/// load flows (the edges answered orders since the last fault, `since`).
+async fn work_in_hand(
+    test: &TestEnv,
+    pipeline: &Pipeline,
+    fault: &faults::Fault,
+    since: u64,
+    after_dead_letters: bool,
+) -> Result<(), String> {
+    let lag = || async { test.pipeline_lag().await.map_err(|error| format!("the groups' lag: {error:#}")) };
+    match fault {
+        faults::Fault::KillCompensator if after_dead_letters => {
+            let lag = lag().await?.compensator.total;
+            return if lag > 0 { Ok(()) } else { Err(format!("no dead letter waits for the compensator (lag {lag})")) };
+        }
+        faults::Fault::KillOrder if lag().await?.order.total > 0 => return Ok(()),
+        _ => {}
     }
     let now = pipeline.orders_answered().await;
     if now > since {
@@ -160,6 +169,7 @@ async fn load_with_faults(
 
     let started = Instant::now();
     let mut answered = pipeline.orders_answered().await;
+    let mut dead_letters_made = false;
     for (at, fault) in scenario.faults.clone() {
         // Due at its time into the load, and only once the process it hits
         // has work in hand (a fault on an idle process, on a slow machine,
@@ -169,9 +179,10 @@ async fn load_with_faults(
             if started.elapsed() < at {
                 return Err(format!("{:?} into the load", started.elapsed()));
             }
-            work_in_hand(test, pipeline, &fault, since).await
+            work_in_hand(test, pipeline, &fault, since, dead_letters_made).await
         })
         .await;
+        dead_letters_made = matches!(fault, faults::Fault::DeadLetters(_));
         faults::inject(test, sale, pipeline, fault).await;
         answered = pipeline.orders_answered().await;
     }
