@@ -9,10 +9,10 @@ fn scenario(name: &'static str, seed: u64, faults: Vec<(u64, Fault)>) -> Scenari
     Scenario { rate: 700.0, ..Scenario::flash_sale(seckill_e2e::Topology::Single, name, seed, faults) }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos() {
+/// The suite's scenarios, in the order they run.
+fn scenarios() -> Vec<Scenario> {
     let secs = Duration::from_secs;
-    let scenarios = vec![
+    vec![
         scenario("1 kill -9 edge mid-burst", 1, vec![(3_000, Fault::KillEdge), (8_000, Fault::KillEdge)]),
         scenario("2 kill -9 order service twice", 2, vec![(3_000, Fault::KillOrder), (8_000, Fault::KillOrder)]),
         Scenario {
@@ -84,9 +84,13 @@ async fn chaos() {
                 at.iter().copied().zip(order).collect()
             })
         },
-    ];
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos() {
     let mut rows = Vec::new();
-    for scenario in scenarios {
+    for scenario in scenarios() {
         let outcome = run(scenario).await;
         println!("{}", outcome.row());
         rows.push(outcome.row());
