@@ -108,6 +108,12 @@ impl<P: Fatal> Renewing<P> {
         slot.clone()
     }
 
+    /// The fatal error of the current producer, if any (none once a new
+    /// one replaced it).
+    pub fn fatal(&self) -> Option<String> {
+        self.current.read().fatal()
+    }
+
     /// Raises a fatal error in the current producer (tests only).
     #[cfg(feature = "fault-injection")]
     pub fn inject_fatal_error(&self) {
