@@ -45,6 +45,17 @@ fn every_service_answers_help_version_and_refuses_unknown_arguments() {
         ] {
             assert!(help.stdout.contains(wanted), "{name} --help names {wanted}");
         }
+        let examples: Vec<&str> = help
+            .stdout
+            .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+            .filter(|word| word.starts_with("SECKILL_") && word.contains('='))
+            .collect();
+        assert!(!examples.is_empty(), "{name} --help shows a setting given in the environment");
+        for example in examples {
+            let (key, value) = example.split_once('=').unwrap();
+            let checked = run(name, &["--check-config"], &[(key, value)]);
+            assert_eq!(checked.code, 0, "{name} --help's example {example} would start: {}", checked.stderr);
+        }
         let version = run(name, &["--version"], &[]);
         assert_eq!(version.code, 0, "{name} --version");
         assert!(
@@ -55,6 +66,28 @@ fn every_service_answers_help_version_and_refuses_unknown_arguments() {
         let bogus = run(name, &["--bogus"], &[]);
         assert_eq!(bogus.code, 2, "{name} --bogus is a usage error, never a start: {}", bogus.stderr);
         assert!(bogus.stderr.contains("--bogus"), "{}", bogus.stderr);
+    }
+}
+
+/// README's table of binaries names every command `seckillctl --help`
+/// lists (the first word of each), so none is found only by accident.
+#[test]
+fn the_readme_names_every_command_of_seckillctl() {
+    let readme = std::fs::read_to_string(seckill_e2e::repo_root().join("README.md")).unwrap();
+    let row = readme.lines().find(|line| line.starts_with("| `seckillctl` |")).expect("README's row of seckillctl");
+    let help = run("seckillctl", &["--help"], &[]);
+    let commands: Vec<&str> = help
+        .stdout
+        .lines()
+        .skip_while(|line| !line.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|command| *command != "help")
+        .collect();
+    assert!(commands.len() >= 10, "seckillctl --help lists its commands: {}", help.stdout);
+    for command in commands {
+        assert!(row.contains(&format!("`{command}")), "README's seckillctl row names `{command}`: {row}");
     }
 }
 
@@ -181,6 +214,18 @@ fn check_config_says_whether_the_settings_would_start() {
     }
 }
 
+/// A setting spelt with one underscore would be ignored: it is refused,
+/// naming the spelling meant; a variable of Kubernetes' service links is not
+/// the service's and is left alone.
+#[test]
+fn a_setting_misspelt_in_the_environment_is_refused_naming_the_one_meant() {
+    let misspelt = run("seckill-edge", &["--check-config"], &[("SECKILL_USER_JWT_LEEWAY_SECS", "5")]);
+    assert_eq!(misspelt.code, 1, "{}", misspelt.stdout);
+    assert!(misspelt.stderr.contains("SECKILL__USER_JWT_LEEWAY_SECS"), "{}", misspelt.stderr);
+    let link = run("seckill-edge", &["--check-config"], &[("SECKILL_EDGE_SERVICE_HOST", "10.0.0.1")]);
+    assert_eq!(link.code, 0, "{}", link.stderr);
+}
+
 /// The configuration page's examples, as written, would start: unknown
 /// keys are refused, so each key is one the binary reads.
 #[test]
@@ -188,10 +233,53 @@ fn the_configuration_pages_examples_would_start() {
     for (binary, example, shown) in [
         ("seckill-edge", "edge.toml", "max_in_flight = 4096"),
         ("seckill-order", "order.toml", "held_back_after_ms = 10000"),
+        ("seckill-compensator", "compensator.toml", "lock_lease_ms = 10000"),
     ] {
         let printed = check_documented_toml(binary, example);
         assert!(printed.contains(shown), "{binary}: {printed}");
     }
+}
+
+/// Every setting a service prints (`--print-config`) is on the
+/// configuration page: in its table of variables, or in one of its TOML
+/// examples (a commented `# key = …` line counts).
+#[test]
+fn the_configuration_page_names_every_setting() {
+    let page = std::fs::read_to_string(seckill_e2e::repo_root().join("docs/configuration.md")).unwrap();
+    let rows: Vec<&str> = page.lines().filter(|line| line.starts_with("| `")).collect();
+    let mut documented = std::collections::BTreeSet::new();
+    for block in page.split("```toml\n").skip(1) {
+        let block = &block[..block.find("```").expect("a TOML example ends")];
+        let uncommented: Vec<&str> = block
+            .lines()
+            .map(|line| line.strip_prefix("# ").filter(|rest| rest.contains(" = ")).unwrap_or(line))
+            .collect();
+        documented.extend(setting_names(&uncommented.join("\n")));
+    }
+    assert!(documented.len() > 40, "the page's examples were read: {documented:?}");
+    for (name, _) in SERVICES {
+        let printed = run(name, &["--print-config"], &[]);
+        let missing: Vec<String> = setting_names(&printed.stdout)
+            .into_iter()
+            .filter(|key| !documented.contains(key) && !rows.iter().any(|row| row.contains(&format!("`{key}`"))))
+            .collect();
+        assert!(missing.is_empty(), "{name}: settings docs/configuration.md does not name: {missing:?}");
+    }
+}
+
+/// The dotted names of the settings in a TOML text.
+fn setting_names(text: &str) -> Vec<String> {
+    fn walk(table: &toml::Table, prefix: &str, names: &mut Vec<String>) {
+        for (key, value) in table {
+            match value {
+                toml::Value::Table(inner) => walk(inner, &format!("{prefix}{key}."), names),
+                _ => names.push(format!("{prefix}{key}")),
+            }
+        }
+    }
+    let mut names = Vec::new();
+    walk(&text.parse::<toml::Table>().expect("TOML"), "", &mut names);
+    names
 }
 
 /// Runs `--check-config` on the TOML example of docs/configuration.md named

@@ -89,6 +89,9 @@ pub fn load_from<T: DeserializeOwned + Serialize + Default>(
     // has no admin token) ignores it, while a file or SECKILL__ key it lacks
     // still fails. The settings' own defaults say which keys exist.
     let schema = serde_json::to_value(T::default()).context("describing the settings")?;
+    if unknown == UnknownKeys::Refuse {
+        refuse_misspelt_vars(vars, &schema)?;
+    }
     for (name, value) in vars {
         if let Some((_, path)) = CONTRACT_VARS.iter().find(|(var, _)| var == name) {
             let known = path.iter().try_fold(&schema, |node, part| node.get(part)).is_some();
@@ -118,6 +121,50 @@ pub fn load_from<T: DeserializeOwned + Serialize + Default>(
     let mut settings = toml::Value::try_from(T::default()).context("describing the settings")?;
     overlay(&mut settings, toml::Value::Table(table));
     T::deserialize(settings).map_err(|e| anyhow::anyhow!("invalid settings: {e}"))
+}
+
+/// Fails on a `SECKILL_` variable that is neither the contract's nor a
+/// `SECKILL__` key but would be silently ignored though it plainly meant a
+/// setting: a setting spelt with single underscores
+/// (`SECKILL_USER_JWT_LEEWAY_SECS`), or a contract variable nearly spelt
+/// (`SECKILL_REDIS_ULR`). The message names the variable meant. Others under
+/// the prefix (`SECKILL_CONFIG`, the tools' own, Kubernetes' service links
+/// such as `SECKILL_EDGE_SERVICE_HOST`) are left alone.
+fn refuse_misspelt_vars(vars: &[(String, String)], schema: &serde_json::Value) -> anyhow::Result<()> {
+    let mut settings = Vec::new();
+    setting_paths(schema, &mut Vec::new(), &mut settings);
+    for (name, _) in vars {
+        let Some(rest) = name.strip_prefix("SECKILL_") else { continue };
+        if rest.starts_with('_') || CONTRACT_VARS.iter().any(|(var, _)| var == name) {
+            continue;
+        }
+        if let Some(path) = settings.iter().find(|path| path.join("_").eq_ignore_ascii_case(rest)) {
+            let contract = CONTRACT_VARS.iter().find(|(_, keys)| keys.iter().eq(path.iter()));
+            let meant = match contract {
+                Some((var, _)) => (*var).to_owned(),
+                None => format!("SECKILL__{}", path.join("__").to_ascii_uppercase()),
+            };
+            bail!("environment variable {name} names no setting; {meant} sets {}", path.join("."));
+        }
+        if let Some((var, _)) = CONTRACT_VARS.iter().find(|(var, _)| strsim::levenshtein(var, name) <= 2) {
+            bail!("environment variable {name} names no setting; did you mean {var}?");
+        }
+    }
+    Ok(())
+}
+
+/// The path of every setting in `schema` (the defaults, serialized).
+fn setting_paths(schema: &serde_json::Value, path: &mut Vec<String>, paths: &mut Vec<Vec<String>>) {
+    match schema.as_object() {
+        Some(fields) => {
+            for (key, value) in fields {
+                path.push(key.clone());
+                setting_paths(value, path, paths);
+                path.pop();
+            }
+        }
+        None => paths.push(path.clone()),
+    }
 }
 
 /// Puts `given` over `base`: tables merge key by key, anything else replaces.
@@ -261,6 +308,23 @@ mod tests {
         std::fs::write(&path, "typo_addr = \"x\"\n").unwrap();
         let err = load_from::<Sample>(path.to_str(), &[], UnknownKeys::Refuse).unwrap_err();
         assert!(err.to_string().contains("typo_addr"), "{err}");
+    }
+
+    #[test]
+    fn a_setting_spelt_with_single_underscores_is_refused_naming_its_variable() {
+        let err = load_from::<Sample>(None, &vars(&[("SECKILL_KAFKA_ORDER_PARTITIONS", "3")]), UnknownKeys::Refuse)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("SECKILL__KAFKA__ORDER_PARTITIONS sets kafka.order_partitions"), "{err}");
+        let err = load_from::<Sample>(None, &vars(&[("SECKILL_REDIS_ULR", "redis://x")]), UnknownKeys::Refuse)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean SECKILL_REDIS_URL"), "{err}");
+        // What names no setting and spells none is not the services' own.
+        let others = [("SECKILL_EDGE_SERVICE_HOST", "10.0.0.1"), ("SECKILL_DATA", "/d"), ("SECKILL_CONFIG", "")];
+        load_from::<Sample>(None, &vars(&others), UnknownKeys::Refuse).unwrap();
+        // The operator's tool shares every service's environment.
+        load_from::<Sample>(None, &vars(&[("SECKILL_KAFKA_ORDER_PARTITIONS", "3")]), UnknownKeys::Ignore).unwrap();
     }
 
     #[test]

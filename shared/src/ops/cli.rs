@@ -28,7 +28,7 @@ TOML file named by SECKILL_CONFIG, then environment variables:
   SECKILL_ADMIN_TOKEN      admin_token      (edge) admin API refused when unset
   SECKILL_USER_JWT_SECRET  user_jwt_secret  (edge) user JWT auth off when unset
 
-Any other key as SECKILL__SECTION__KEY (e.g. SECKILL__RETRY__MAX_MS=1000).
+Any other key as SECKILL__SECTION__KEY (e.g. SECKILL__REDIS__TIMEOUT_MS=2000).
 Every key and its effective value: --print-config. docs/configuration.md
 describes them. A key the service does not have is an
 error naming it. RUST_LOG sets the log filter.";

@@ -30,8 +30,8 @@ pub fn router() -> Router<AppState> {
         .route("/api/seckill/result", get(get_result))
 }
 
-/// Places an order for one unit: rate limits, one atomic deduction in Redis,
-/// a publish to Kafka acknowledged by every in-sync replica.
+/// Places an order (`quantity` units, one when absent): rate limits, one atomic
+/// deduction in Redis, a publish to Kafka acknowledged by every in-sync replica.
 #[utoipa::path(
     post,
     path = "/api/seckill/order",
