@@ -227,10 +227,10 @@ pub async fn reconcile(
 ) -> Result<Report, ReconcileError> {
     let pg = source::<sqlx::Error>("postgresql");
     let redis = source::<crate::stock::conn::RedisCallError>("redis");
-    let row = crate::db::find_sale(pool, sale).await.map_err(&pg)?.ok_or(ReconcileError::SaleNotFound(sale))?;
+    // Redis first, then PostgreSQL (reads::sale_and_counts: one snapshot).
     let snapshot = stock.snapshot(sale).await.map_err(&redis)?;
+    let (row, counts) = reads::sale_and_counts(pool, sale).await?;
     let round = row.round;
-    let counts = reads::status_counts(pool, sale, round).await?;
     let terms = reads::round_terms(pool, sale, round).await?;
     let (failed_accepted, cancelled_accepted) = reads::accepted(stock, pool, sale, round).await?;
     let (broken_promises, redriven) = reads::broken_promises(stock, pool, sale, round).await?;

@@ -25,8 +25,31 @@ pub(super) struct StatusCounts {
     pub cancelled_by_reason: BTreeMap<String, i64>,
 }
 
+/// The sale's row (its stock in PostgreSQL) and its round's orders by
+/// status, from one snapshot, read after Redis's figures. An order is
+/// deducted in Redis, written in PostgreSQL, then followed in Redis: read in
+/// this order, one written meanwhile is either still in flight in Redis (not
+/// drained yet) or in both of PostgreSQL's figures — never among the orders
+/// and not taken from the stock (two reads apart once showed the stock one
+/// unit above the orders'), nor gone from Redis and missing from PostgreSQL.
+pub(super) async fn sale_and_counts(
+    pool: &PgPool,
+    sale: SaleKey,
+) -> Result<(crate::db::SaleRow, StatusCounts), ReconcileError> {
+    let pg = source::<sqlx::Error>("postgresql");
+    let mut books = pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await.map_err(&pg)?;
+    let row = crate::db::find_sale(&mut *books, sale).await.map_err(&pg)?.ok_or(ReconcileError::SaleNotFound(sale))?;
+    let counts = status_counts(&mut *books, sale, row.round).await?;
+    books.commit().await.map_err(&pg)?;
+    Ok((row, counts))
+}
+
 /// Per status and reason: how many orders of the round.
-pub(super) async fn status_counts(pool: &PgPool, sale: SaleKey, round: i32) -> Result<StatusCounts, ReconcileError> {
+async fn status_counts<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    sale: SaleKey,
+    round: i32,
+) -> Result<StatusCounts, ReconcileError> {
     let by_status = sqlx::query!(
         r#"SELECT status, reason, count(*) AS "count!", sum(quantity)::bigint AS "units!",
                   count(*) FILTER (WHERE status = 'CANCELLED' AND unit_returned_at IS NULL) AS "pending!"
@@ -37,7 +60,7 @@ pub(super) async fn status_counts(pool: &PgPool, sale: SaleKey, round: i32) -> R
         sale.sku.get(),
         round
     )
-    .fetch_all(pool)
+    .fetch_all(db)
     .await
     .map_err(source::<sqlx::Error>("postgresql"))?;
     let mut counts = StatusCounts::default();

@@ -175,7 +175,7 @@ pub struct SaleRow {
 }
 
 /// Reads one sale.
-pub async fn find_sale(pool: &PgPool, sale: SaleKey) -> sqlx::Result<Option<SaleRow>> {
+pub async fn find_sale<'e>(db: impl sqlx::PgExecutor<'e>, sale: SaleKey) -> sqlx::Result<Option<SaleRow>> {
     sqlx::query_as!(
         SaleRow,
         "SELECT activity_id, sku_id, round, total_stock, remaining_stock, starts_at, ends_at, payment_window_seconds
@@ -183,7 +183,7 @@ pub async fn find_sale(pool: &PgPool, sale: SaleKey) -> sqlx::Result<Option<Sale
         sale.activity.get(),
         sale.sku.get()
     )
-    .fetch_optional(pool)
+    .fetch_optional(db)
     .await
 }
 
