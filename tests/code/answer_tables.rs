@@ -4,7 +4,7 @@
 //! `lua/deduct.lua` has its row.
 
 use crate::code_map::read;
-use seckill_edge::http::buyers::order_answers::OrderAnswer;
+use seckill_edge::order_answers::OrderAnswer;
 use seckill_shared::stock::protocol::{deduct, TicketState};
 
 #[test]

@@ -84,7 +84,7 @@ async fn freshly_started_services_expose_every_metric_the_dashboard_and_the_aler
         assert_eq!(undescribed(text), Vec::<String>::new(), "the {service}'s metrics without a # HELP line");
     }
     // Every answer of the order table (OrderAnswer), the edge's outcomes.
-    let outcomes = seckill_edge::http::buyers::order_answers::OrderAnswer::ALL.iter().map(|answer| answer.code());
+    let outcomes = seckill_edge::order_answers::OrderAnswer::ALL.iter().map(|answer| answer.code());
     for outcome in outcomes {
         let series = format!("seckill_edge_orders_total{{outcome=\"{outcome}\"}} 0");
         assert!(edge_text.contains(&series), "{series} on the fresh edge:\n{edge_text}");

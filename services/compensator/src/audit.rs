@@ -18,22 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The audit's settings.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AuditSettings {
-    /// Export the gauges from this process.
-    pub enabled: bool,
-    /// Time between audits.
-    pub interval_ms: u64,
-}
-
-impl Default for AuditSettings {
-    fn default() -> Self {
-        Self { enabled: true, interval_ms: 15_000 }
-    }
-}
-
 /// Runs until `shutdown`.
 pub async fn run(settings: Arc<Settings>, deps: Connections, shutdown: CancellationToken) -> anyhow::Result<()> {
     let interval = Duration::from_millis(settings.audit.interval_ms);

@@ -25,25 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The worker's settings.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DeadlineSettings {
-    /// Run the worker in this process (every instance may).
-    pub enabled: bool,
-    /// Time between polls when nothing is due.
-    pub poll_ms: u64,
-    /// Most orders cancelled per transaction (a full batch polls again at
-    /// once).
-    pub batch: i64,
-}
-
-impl Default for DeadlineSettings {
-    fn default() -> Self {
-        Self { enabled: true, poll_ms: 100, batch: 1000 }
-    }
-}
-
 /// Runs until `shutdown`.
 pub async fn run(settings: Arc<Settings>, deps: Connections, shutdown: CancellationToken) -> anyhow::Result<()> {
     let poll = Duration::from_millis(settings.deadlines.poll_ms);

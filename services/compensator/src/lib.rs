@@ -19,67 +19,17 @@ pub mod audit;
 pub mod deadlines;
 pub mod job;
 pub mod metrics;
+pub mod settings;
 pub mod settle;
 pub mod sweeper;
+
+pub use settings::{Settings, SweeperSettings};
 
 use seckill_shared::config::Servers;
 use seckill_shared::ops::catalogue::Metric;
 use seckill_shared::ops::host::{Connections, Hosted, ServiceSettings};
 use seckill_shared::ops::shutdown::Background;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-
-/// The reservation sweeper's settings.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SweeperSettings {
-    /// Run the sweeper in this process (one instance sweeps at a time).
-    pub enabled: bool,
-    /// Margin after a reservation's publish deadline (set by the edge from
-    /// its own delivery timeout, on Redis's clock) before it may be swept:
-    /// room for a broker that appends a record the edge already gave up on.
-    pub grace_ms: u64,
-    /// Time between sweeps.
-    pub interval_ms: u64,
-    /// Lease of the sweeper's lock (renewed by its watchdog).
-    pub lock_lease_ms: u64,
-    /// Most reservations settled per sale per sweep.
-    pub batch: usize,
-}
-
-impl Default for SweeperSettings {
-    fn default() -> Self {
-        Self { enabled: true, grace_ms: 10_000, interval_ms: 2_000, lock_lease_ms: 10_000, batch: 500 }
-    }
-}
-
-/// Settings of `seckill-compensator`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Settings {
-    pub sweeper: SweeperSettings,
-    pub deadlines: deadlines::DeadlineSettings,
-    pub audit: audit::AuditSettings,
-    #[serde(flatten)]
-    pub service: ServiceSettings,
-    #[serde(flatten)]
-    pub servers: Servers,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        let mut servers = Servers::default();
-        // One record at a time, and the sweeper: few connections suffice.
-        servers.database.max_connections = 4;
-        Self {
-            sweeper: SweeperSettings::default(),
-            deadlines: deadlines::DeadlineSettings::default(),
-            audit: audit::AuditSettings::default(),
-            service: ServiceSettings::listening_on("127.0.0.1:9102"),
-            servers,
-        }
-    }
-}
 
 /// The compensator: hosted by the shared skeleton, which connects and then
 /// calls [`Hosted::start`].

@@ -2,8 +2,7 @@
 //! recorder's registry is looked up (the name hashed, a label set built)
 //! on first use, not on every record. What they mean is in `metrics.rs`.
 
-use crate::http::buyers::order_answers::OrderAnswer;
-use metrics::{Counter, Gauge, Histogram};
+use metrics::{Gauge, Histogram};
 use std::sync::LazyLock;
 
 /// `seckill_edge_request_seconds`.
@@ -21,29 +20,3 @@ pub static PUBLISHES_IN_FLIGHT: LazyLock<Gauge> = LazyLock::new(|| metrics::gaug
 /// `seckill_edge_deduct_batch_size`.
 pub static DEDUCT_BATCH_SIZE: LazyLock<Histogram> =
     LazyLock::new(|| metrics::histogram!("seckill_edge_deduct_batch_size"));
-
-/// `seckill_edge_orders_total`, one counter per answer of the order table,
-/// in [`OrderAnswer::ALL`]'s order.
-static ORDERS: LazyLock<Vec<Counter>> = LazyLock::new(|| {
-    OrderAnswer::ALL
-        .iter()
-        .map(|answer| metrics::counter!("seckill_edge_orders_total", "outcome" => answer.code()))
-        .collect()
-});
-
-/// Counts an order request that ended in `answer`.
-pub fn order_answered(answer: OrderAnswer) {
-    ORDERS[answer as usize].increment(1);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_answer_has_its_own_counter() {
-        for (at, answer) in OrderAnswer::ALL.iter().enumerate() {
-            assert_eq!(*answer as usize, at, "{answer:?} stands at its place in ALL");
-        }
-    }
-}

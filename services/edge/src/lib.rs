@@ -24,6 +24,7 @@ pub mod ledger;
 pub mod limit;
 pub mod lookup;
 pub mod metrics;
+pub mod order_answers;
 pub mod publish;
 pub mod serve;
 pub mod settings;
@@ -34,11 +35,22 @@ pub mod warmup_resume;
 pub mod write_deadline;
 
 use anyhow::Context;
-use http::AppState;
+use client_addr::TrustedProxies;
+use http::operators::{admin_guard::AdminThrottle, session::Sessions};
+use http::readiness::{self, Readiness};
+use http::state::{BodyLimits, Buyers, BuyersParts, Edge, Operators, OperatorsParts, Provider, ProviderParts, Users};
+use limit::RateLimits;
+use publish::Publisher;
+use seckill_shared::config::DbSettings;
 use seckill_shared::ops::host::Binary;
+use seckill_shared::ops::lock::LockClient;
 use seckill_shared::ops::shutdown::Background;
+use seckill_shared::stock::Stock;
 use settings::ConnectionSettings;
 pub use settings::Settings;
+use sold_out::SoldOutFlags;
+use sqlx::PgPool;
+use status_reads::StatusReads;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +66,10 @@ pub struct Application {
     /// The operators' listener (`admin_addr`); `None` when the console
     /// shares the buyers' address.
     console: Option<tokio::net::TcpListener>,
-    state: AppState,
+    /// Every audience's state (the routers').
+    edge: Edge,
+    /// The proxies whose word about a request's client is taken.
+    proxies: Arc<TrustedProxies>,
     /// The edge's background tasks (lock watchdogs, limiter clean-up),
     /// stopped after the last request is answered.
     background: Background,
@@ -97,14 +112,17 @@ impl Application {
             Some(bound.with_context(|| format!("binding admin_addr {}", settings.admin_addr))?)
         };
         let background = Background::new(CancellationToken::new());
-        let state = AppState::new(Arc::new(settings), stock, db, publisher, &background)?;
-        Ok(Self { listener, console, state, background })
+        let settings = Arc::new(settings);
+        let proxies =
+            Arc::new(TrustedProxies::parse(&settings.auth.trusted_proxies, settings.auth.client_address_header)?);
+        let edge = assemble(settings, stock, db, publisher, &background)?;
+        Ok(Self { listener, console, edge, proxies, background })
     }
 
     /// The edge's producer, for tests that inject its faults.
     #[cfg(feature = "fault-injection")]
     pub fn publisher(&self) -> publish::Publisher {
-        self.state.publisher.clone()
+        self.edge.buyers.publisher.clone()
     }
 
     /// The address the edge listens on for buyers.
@@ -150,19 +168,19 @@ impl Binary for Application {
     /// background tasks.
     async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let console_addr = self.console_addr();
-        let Self { listener, console, state, background } = self;
+        let Self { listener, console, edge, proxies, background } = self;
+        let settings = edge.buyers.settings.clone();
         tracing::info!(
-            addr = %listener.local_addr()?, console = %console_addr, deduction = ?state.settings.deduction,
+            addr = %listener.local_addr()?, console = %console_addr, deduction = ?settings.deduction,
             "edge listening"
         );
-        let publisher = state.publisher.clone();
-        let timeout = Duration::from_millis(state.settings.shutdown_timeout_ms);
-        let connections = state.settings.connections.clone();
-        let proxies = state.proxies.clone();
-        let orders = state.orders.clone();
+        let publisher = edge.buyers.publisher.clone();
+        let timeout = Duration::from_millis(settings.shutdown_timeout_ms);
+        let connections = settings.connections.clone();
+        let orders = edge.buyers.orders.clone();
         let buyers = serve::serve(
             listener,
-            http::public_router(state.clone()),
+            http::public_router(edge.clone()),
             &connections,
             proxies.clone(),
             shutdown.clone(),
@@ -174,12 +192,12 @@ impl Binary for Application {
         };
         let operators = async {
             if let Some(console) = console {
-                let router = http::console_router(state.clone());
+                let router = http::console_router(edge.clone());
                 serve::serve(console, router, &console_connections, proxies, shutdown, timeout).await;
             }
         };
         tokio::join!(buyers, operators);
-        drop(state);
+        drop(edge);
         // Orders whose clients left (or whose connections the drain ended)
         // finish before the producer is flushed.
         orders.close();
@@ -194,4 +212,129 @@ impl Binary for Application {
         tracing::info!("edge stopped");
         Ok(())
     }
+}
+
+/// The edge's parts, built once, each audience handed only its own (the
+/// routers take them from [`Edge`]); the background jobs started on
+/// `background`.
+fn assemble(
+    settings: Arc<Settings>,
+    stock: Stock,
+    db: PgPool,
+    publisher: Publisher,
+    background: &Background,
+) -> anyhow::Result<Edge> {
+    let users = Users { identity: identity_of(&settings, background)?, settings: settings.clone() };
+    let limits = Arc::new(RateLimits::new(&settings.rate_limit));
+    let status_reads = Arc::new(StatusReads::new(&settings.status_reads));
+    let admin_throttle = Arc::new(AdminThrottle::new(&settings.admin_auth));
+    let forgetting = (limits.clone(), status_reads.clone(), admin_throttle.clone());
+    background.spawn("limiter clean-up", forget_quiet_clients(forgetting, background.shutdown().clone()));
+    let pool = |max_connections| {
+        seckill_shared::db::connect_lazy(&DbSettings { max_connections, ..settings.servers.database.clone() })
+    };
+    let console_db = pool(settings.console.pool_connections)?;
+    let sold_out = Arc::new(SoldOutFlags::new(Duration::from_millis(settings.sold_out_flag_ms)));
+    let locks = LockClient::new(stock.connection(), background.clone());
+    let homes = Arc::new(home::Homes::new(stock.clone()));
+    let limits_of_batches = batch::BatchLimits {
+        max: settings.deduct_batch_max,
+        queue_max: settings.deduct_queue_max,
+        resolve: Duration::from_millis(settings.deduct_resolve_ms),
+    };
+    let buyers = Buyers(Arc::new(BuyersParts {
+        batcher: batch::Batcher::new(stock.clone(), limits_of_batches, background.clone()),
+        orders: tokio_util::task::TaskTracker::new(),
+        signer: admission::Signer::new(settings.admission.signing_key.as_ref().map(|k| k.expose())),
+        status_db: pool(settings.status_reads.pool_connections)?,
+        status_reads,
+        users: users.clone(),
+        settings: settings.clone(),
+        stock: stock.clone(),
+        db: db.clone(),
+        publisher: publisher.clone(),
+        limits: limits.clone(),
+        sold_out: sold_out.clone(),
+        locks: locks.clone(),
+        homes: homes.clone(),
+    }));
+    let provider =
+        Provider(Arc::new(ProviderParts { settings: settings.clone(), stock: stock.clone(), db: db.clone() }));
+    let operators = Operators(Arc::new(OperatorsParts {
+        dashboard: dashboard::Dashboard::new(stock.clone(), console_db.clone(), settings.servers.kafka.clone()),
+        sessions: Sessions::new(settings.behind_tls),
+        admin_throttle,
+        console_db,
+        limits,
+        users: users.clone(),
+        settings: settings.clone(),
+        stock: stock.clone(),
+        locks: locks.clone(),
+        sold_out: sold_out.clone(),
+        homes: homes.clone(),
+    }));
+    let readiness = Arc::new(Readiness::default());
+    let resumer =
+        warmup_resume::Resumer { settings: settings.clone(), stock: stock.clone(), db, locks, sold_out, homes };
+    let checked = readiness::Checked { identity: users.identity, stock, publisher, settings };
+    start_jobs(checked, readiness.clone(), resumer, background);
+    let connections = &buyers.settings.connections;
+    let body = BodyLimits {
+        max_bytes: buyers.settings.body_limit_bytes,
+        deadline: Duration::from_millis(connections.body_timeout_ms),
+    };
+    Ok(Edge { buyers, provider, operators, readiness, body })
+}
+
+/// How requests name their user (`None`: no identity configured); keys
+/// fetched from a JWKS are refreshed on `background`.
+fn identity_of(settings: &Settings, background: &Background) -> anyhow::Result<Option<Arc<identity::Identity>>> {
+    let identity = identity::Identity::from_settings(settings)?.map(Arc::new);
+    if let Some(identity::Identity::Keys(keys)) = identity.as_deref() {
+        let every = Duration::from_secs(settings.user_jwks_refresh_secs.max(1));
+        background.spawn("JWKS refresh", keys.clone().refresh_every(every, background.shutdown().clone()));
+    }
+    if identity.is_none() && settings.auth.allow_anonymous {
+        tracing::warn!(
+            "auth.allow_anonymous: with no user identity, anyone may cancel any order and read orders by user id"
+        );
+    }
+    Ok(identity)
+}
+
+/// The edge's jobs apart from requests: the readiness check, the waiting
+/// rooms' admission passes, the warm-up resumer and the draws.
+fn start_jobs(
+    checked: readiness::Checked,
+    readiness: Arc<Readiness>,
+    resumer: warmup_resume::Resumer,
+    background: &Background,
+) {
+    let shutdown = background.shutdown().clone();
+    let tick = Duration::from_millis(checked.settings.admission.tick_ms);
+    let grace = checked.publisher.deadline();
+    let passes = admission::ticker::admit_every(checked.stock.clone(), tick, grace, shutdown.clone());
+    background.spawn("admission passes", passes);
+    let (settings, stock, db) = (resumer.settings.clone(), resumer.stock.clone(), resumer.db.clone());
+    background.spawn("draws", draw::run(settings, stock, db, background.clone(), shutdown.clone()));
+    background.spawn("warm-up resumer", warmup_resume::run(resumer, background.clone(), shutdown.clone()));
+    background.spawn("readiness", readiness::watch(readiness, checked, shutdown));
+}
+
+/// The limiters that keep a state per user or client.
+type Forgetting = (Arc<RateLimits>, Arc<StatusReads>, Arc<AdminThrottle>);
+
+/// Forgets limiter state of users and clients who went quiet, blocks that
+/// ended and misses remembered past their time, until shutdown.
+async fn forget_quiet_clients(
+    (limits, status_reads, admin_throttle): Forgetting,
+    shutdown: CancellationToken,
+) -> Result<(), std::convert::Infallible> {
+    seckill_shared::ops::shutdown::every("limiter clean-up", Duration::from_secs(30), shutdown, || async {
+        limits.shrink();
+        status_reads.shrink();
+        admin_throttle.shrink();
+        Ok(())
+    })
+    .await
 }

@@ -1,7 +1,7 @@
 //! The metrics the edge exports, each with its help text; described and
 //! exposed from the start by [`seckill_shared::ops::catalogue::publish`].
 
-use crate::http::buyers::order_answers::OrderAnswer;
+use crate::order_answers::OrderAnswer;
 use seckill_shared::ops::catalogue::{self, Metric};
 
 /// Every outcome `seckill_edge_orders_total` counts: the answers of the

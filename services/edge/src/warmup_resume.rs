@@ -10,13 +10,17 @@
 //! one). A warm-up whose run is still going holds the sale's warm-up lock:
 //! the resumer finds it busy and leaves it be.
 
-use crate::http::AppState;
+use crate::home::Homes;
+use crate::settings::{Settings, WarmupResumeSettings};
+use crate::sold_out::SoldOutFlags;
 use seckill_shared::ops::leader::{self, Turn};
 use seckill_shared::ops::lease::{Lease, LeaseTerm};
+use seckill_shared::ops::lock::LockClient;
 use seckill_shared::ops::shutdown::Background;
 use seckill_shared::sales::warmup_rows::{self, Step};
 use seckill_shared::sales::{self, WarmupError, WarmupRequest};
-use serde::{Deserialize, Serialize};
+use seckill_shared::stock::Stock;
+use sqlx::PgPool;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,23 +29,15 @@ use tokio_util::sync::CancellationToken;
 /// The lease one resumer across the edges holds.
 pub const LEASE: &str = "warm-up resumer";
 
-/// How the edges finish warm-ups cut short.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WarmupResumeSettings {
-    /// How often the resuming edge looks for warm-ups cut short (ms).
-    pub every_ms: u64,
-    /// The resumer's lease: another edge takes over this long after the
-    /// resuming one stopped renewing it (ms).
-    pub lease_ms: u64,
-    /// Backoff between two runs of one warm-up that failed again.
-    pub retry: seckill_shared::ops::retry::RetrySettings,
-}
-
-impl Default for WarmupResumeSettings {
-    fn default() -> Self {
-        Self { every_ms: 1_000, lease_ms: 5_000, retry: Default::default() }
-    }
+/// What the resumer uses: a warm-up's parts, and this edge's flags and
+/// buckets of the sale, reset once it finished.
+pub struct Resumer {
+    pub settings: Arc<Settings>,
+    pub stock: Stock,
+    pub db: PgPool,
+    pub locks: LockClient,
+    pub sold_out: Arc<SoldOutFlags>,
+    pub homes: Arc<Homes>,
 }
 
 /// The runs of one warm-up that failed, and when the next may start.
@@ -51,7 +47,8 @@ struct Backoff {
 }
 
 /// Competes for the lease; while holding it, resumes warm-ups cut short.
-pub async fn run(state: AppState, background: Background, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(state: Resumer, background: Background, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let state = Arc::new(state);
     let settings = state.settings.warmup_resume.clone();
     let lease = Lease::new(state.db.clone(), LEASE, Duration::from_millis(settings.lease_ms), background);
     let every = Duration::from_millis(settings.every_ms);
@@ -68,12 +65,8 @@ pub async fn run(state: AppState, background: Background, shutdown: Cancellation
 
 /// One look: every sale's last unfinished warm-up whose backoff has passed
 /// is run again. Returns how many finished now.
-async fn resume_once(
-    state: &AppState,
-    settings: &WarmupResumeSettings,
-    failed: &mut HashMap<String, Backoff>,
-) -> usize {
-    let deadline = state.db_deadline();
+async fn resume_once(state: &Resumer, settings: &WarmupResumeSettings, failed: &mut HashMap<String, Backoff>) -> usize {
+    let deadline = state.settings.servers.database.call_deadline();
     let unfinished = match seckill_shared::db::within(deadline, warmup_rows::unfinished_everywhere(&state.db)).await {
         Ok(unfinished) => unfinished,
         Err(error) => {

@@ -22,50 +22,16 @@ pub mod record_spans;
 pub mod relay;
 pub mod relay_hold;
 pub mod relay_waves;
+pub mod settings;
 pub mod store;
+
+pub use settings::Settings;
 
 use seckill_shared::config::Servers;
 use seckill_shared::ops::catalogue::Metric;
 use seckill_shared::ops::host::{Connections, Hosted, ServiceSettings};
 use seckill_shared::ops::shutdown::Background;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-
-/// Settings of `seckill-order`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Settings {
-    /// Most records written in one transaction. Larger batches spread each
-    /// transaction's fixed costs (begin, stock update, commit, the Redis
-    /// round trip, the offset commit) over more orders: draining a 200,000-
-    /// record backlog went from 97k to 119k orders/s at 2,000 and 110-131k
-    /// at 4,000 in one session; a batch still closes after `batch_wait_ms`
-    /// when records arrive slowly.
-    pub batch_size: usize,
-    /// Longest wait to fill a batch.
-    pub batch_wait_ms: u64,
-    /// Consumers (group members) in this process.
-    pub consumers: usize,
-    /// The relay of order events (`seckill.order-events`).
-    pub events: relay::EventSettings,
-    #[serde(flatten)]
-    pub service: ServiceSettings,
-    #[serde(flatten)]
-    pub servers: Servers,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            batch_size: 4_000,
-            batch_wait_ms: 20,
-            consumers: 2,
-            events: relay::EventSettings::default(),
-            service: ServiceSettings::listening_on("127.0.0.1:9101"),
-            servers: Servers::default(),
-        }
-    }
-}
 
 /// The order service: hosted by the shared skeleton, which connects and
 /// then calls [`Hosted::start`].
@@ -98,45 +64,5 @@ impl Hosted for Settings {
         }
         background.spawn("lag reporter", lag::report_lag(settings, rejoin, background.shutdown().clone()));
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use seckill_shared::config::{load_from, UnknownKeys};
-
-    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
-    }
-
-    #[test]
-    fn the_service_defaults_of_flattened_parts_hold() {
-        let settings: Settings = load_from(None, &[], UnknownKeys::Refuse).unwrap();
-        assert_eq!(settings.service.metrics_addr, "127.0.0.1:9101");
-        let settings: Settings =
-            load_from(None, &vars(&[("SECKILL__RETRY__MAX_MS", "7")]), UnknownKeys::Refuse).unwrap();
-        assert_eq!((settings.service.metrics_addr.as_str(), settings.service.retry.max_ms), ("127.0.0.1:9101", 7));
-    }
-
-    #[test]
-    fn flattened_keys_stay_top_level() {
-        let settings: Settings = load_from(
-            None,
-            &vars(&[
-                ("SECKILL__METRICS_ADDR", "127.0.0.1:1"),
-                ("SECKILL__RETRY__MAX_MS", "7"),
-                ("SECKILL_KEY_PREFIX", "p:"),
-                ("SECKILL__BATCH_SIZE", "9"),
-            ]),
-            UnknownKeys::Refuse,
-        )
-        .unwrap();
-        assert_eq!(settings.service.metrics_addr, "127.0.0.1:1");
-        assert_eq!(settings.service.retry.max_ms, 7);
-        assert_eq!(settings.servers.redis.key_prefix, "p:");
-        assert_eq!(settings.batch_size, 9);
-        let err = load_from::<Settings>(None, &vars(&[("SECKILL__BATCH_SIZ", "9")]), UnknownKeys::Refuse).unwrap_err();
-        assert!(err.to_string().contains("batch_siz"), "{err}");
     }
 }

@@ -28,7 +28,6 @@ use seckill_shared::ops::host::Connections;
 use seckill_shared::ops::leader::{self, Turn};
 use seckill_shared::ops::lease::{Lease, LeaseError, LeaseTerm};
 use seckill_shared::ops::shutdown::Background;
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,44 +39,6 @@ type Outgoing<'a> = ((String, Vec<u8>), &'a outbox::OutboxRow);
 /// The lease one relay per database holds: the cursor is the database's,
 /// whatever the topic or key prefix.
 pub const LEASE: &str = "order-events relay";
-
-/// The relay's settings.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct EventSettings {
-    /// Relay events from this order service (one relays at a time).
-    pub enabled: bool,
-    /// Most events sent in one turn.
-    pub batch: i64,
-    /// How long the relay waits when the outbox is empty.
-    pub poll_ms: u64,
-    /// How long events stay in the outbox once they happened (and were
-    /// relayed) before they are pruned.
-    pub retention_ms: u64,
-    /// How often pruning runs.
-    pub prune_every_ms: u64,
-    /// Length of the relay's lease: a relay that stops renewing it (frozen,
-    /// cut off) is replaced by another order service after this long.
-    pub lease_ms: u64,
-    /// Events that waited this long behind a transaction still open on the
-    /// server (any database's) are reported: the log names the transaction,
-    /// `/metrics` counts them. Looked at this often while turns are empty.
-    pub held_back_after_ms: u64,
-}
-
-impl Default for EventSettings {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            batch: 1_000,
-            poll_ms: 100,
-            retention_ms: 24 * 3_600_000,
-            prune_every_ms: 60_000,
-            lease_ms: 5_000,
-            held_back_after_ms: seckill_shared::db::horizon::HELD_BACK_AFTER.as_millis() as u64,
-        }
-    }
-}
 
 /// Why a turn failed (the cursor did not move; the turn is done again).
 #[derive(Debug, thiserror::Error)]

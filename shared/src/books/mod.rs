@@ -18,12 +18,16 @@ use crate::stock::{SaleSnapshot, Stock};
 use sqlx::PgPool;
 use std::collections::BTreeMap;
 
-/// Every term of the invariant, and the verdict (`GET /admin/sales/{a}/{s}`
 mod judge;
 mod reads;
+mod reconcile_error;
+
+use reconcile_error::source;
+pub use reconcile_error::ReconcileError;
 
 pub use judge::check;
 
+/// Every term of the invariant, and the verdict (`GET /admin/sales/{a}/{s}`
 /// answers it; `seckillctl reconcile --json` prints it).
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -186,34 +190,6 @@ impl Report {
             && self.events_pending == 0
             && self.cancels_pending == 0
     }
-}
-
-/// Why a reconciliation could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    /// The sale is not in PostgreSQL.
-    #[error("sale {0} not found")]
-    SaleNotFound(SaleKey),
-    /// A source could not be read.
-    #[error("could not read {source_name}: {error:#}")]
-    Source {
-        /// `redis`, `postgresql` or `kafka`.
-        source_name: &'static str,
-        /// Why.
-        #[source]
-        error: anyhow::Error,
-    },
-}
-
-impl From<sqlx::Error> for ReconcileError {
-    /// PostgreSQL could not be read (or did not answer within its deadline).
-    fn from(error: sqlx::Error) -> Self {
-        Self::Source { source_name: "postgresql", error: error.into() }
-    }
-}
-
-fn source<E: Into<anyhow::Error>>(source_name: &'static str) -> impl Fn(E) -> ReconcileError {
-    move |error| ReconcileError::Source { source_name, error: error.into() }
 }
 
 /// Reconciles one sale. `require_drained` makes orders still in flight a

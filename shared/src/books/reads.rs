@@ -3,7 +3,7 @@
 //! accepted, and the promises broken. The checks on what is read are
 //! [`super::judge`].
 
-use super::{source, ReconcileError};
+use super::reconcile_error::{source, ReconcileError};
 use crate::domain::SaleKey;
 use crate::stock::Stock;
 use sqlx::PgPool;

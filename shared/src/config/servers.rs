@@ -104,6 +104,9 @@ pub struct KafkaSettings {
     pub cloudevents_source: String,
 }
 
+/// `ce_source` when `kafka.cloudevents_source` is not set.
+pub const DEFAULT_CLOUDEVENTS_SOURCE: &str = "urn:seckill:order-events";
+
 impl Default for KafkaSettings {
     fn default() -> Self {
         Self {
@@ -118,7 +121,7 @@ impl Default for KafkaSettings {
             session_timeout_ms: 10_000,
             fetch_min_bytes: 65_536,
             admin_timeout_ms: 10_000,
-            cloudevents_source: crate::kafka::cloud_event::DEFAULT_SOURCE.into(),
+            cloudevents_source: DEFAULT_CLOUDEVENTS_SOURCE.into(),
         }
     }
 }
@@ -249,11 +252,24 @@ impl Default for TelemetrySettings {
     }
 }
 
+/// Refuses an endpoint that is no `http://` URL with a host (what
+/// `--check-config` runs): the exporter speaks plain HTTP only.
+pub fn check_endpoint(endpoint: &str) -> anyhow::Result<()> {
+    let rest = endpoint.strip_prefix("http://").ok_or_else(|| {
+        anyhow::anyhow!("telemetry.otlp_endpoint (SECKILL_OTLP_ENDPOINT) {endpoint:?}: an http:// URL (OTLP over HTTP/protobuf, no TLS), e.g. http://127.0.0.1:4318")
+    })?;
+    let host = rest.split('/').next().unwrap_or("");
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        anyhow::bail!("telemetry.otlp_endpoint (SECKILL_OTLP_ENDPOINT) {endpoint:?}: no host");
+    }
+    Ok(())
+}
+
 impl TelemetrySettings {
     /// Refuses an endpoint the exporter cannot use and a ratio outside 0–1.
     pub fn check(&self) -> anyhow::Result<()> {
         if let Some(endpoint) = &self.otlp_endpoint {
-            crate::ops::trace_export::check_endpoint(endpoint)?;
+            check_endpoint(endpoint)?;
         }
         if !(0.0..=1.0).contains(&self.otlp_sample_ratio) {
             anyhow::bail!("telemetry.otlp_sample_ratio {} is not between 0 and 1", self.otlp_sample_ratio);
@@ -306,5 +322,24 @@ impl LockSettings {
     /// The wait.
     pub fn wait(&self) -> Duration {
         Duration::from_millis(self.wait_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_http_url_with_a_host_is_an_endpoint() {
+        for (endpoint, ok) in [
+            ("http://127.0.0.1:4318", true),
+            ("http://otel-collector.observability:4318/", true),
+            ("https://collector:4318", false),
+            ("collector:4318", false),
+            ("http://", false),
+            ("http:///v1/traces", false),
+        ] {
+            assert_eq!(check_endpoint(endpoint).is_ok(), ok, "{endpoint}");
+        }
     }
 }

@@ -2,7 +2,6 @@
 //! `--sale`, `--position`; the same names in the dashboard's JSON), and one
 //! record as `list` and `show` print it.
 
-use super::stable_hash;
 use crate::domain::{OrderRecord, SaleKey};
 use crate::kafka::{dlq_header, header_str, headers_map};
 use chrono::{DateTime, Utc};
@@ -180,6 +179,12 @@ pub fn entry(message: &OwnedMessage) -> Entry {
         headers,
         value,
     }
+}
+
+/// A stable hex name for a text (FNV-1a).
+pub(super) fn stable_hash(text: &str) -> String {
+    let hash = text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
+    format!("{hash:016x}")
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! the page shows it.
 
 pub mod filter;
+mod reading;
 pub mod redrive;
 pub mod replay;
 mod resume;
@@ -15,15 +16,14 @@ pub mod runs;
 pub mod stats;
 
 pub use filter::{entry, parse_position, parse_sale, Entry, Filter};
-pub use runs::Outcome;
+pub use reading::read_dlq;
+pub use runs::{Outcome, RecordDone, RunError};
 
 use crate::config::Servers;
-use crate::kafka::read::{read_to_end, Start};
 use crate::kafka::renewing::Renewing;
 use crate::kafka::{dlq_header, header_str, Topics};
 use crate::stock::Stock;
 use parking_lot::Mutex;
-use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::FutureProducer;
 use sqlx::PgPool;
@@ -44,30 +44,6 @@ pub struct DlqToolSettings {
 impl Default for DlqToolSettings {
     fn default() -> Self {
         Self { max_replays: 3 }
-    }
-}
-
-/// Why a run, or a read, did not finish.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// A source could not be read (Kafka, PostgreSQL, Redis).
-    #[error("{0:#}")]
-    Unreadable(anyhow::Error),
-    /// The run could not do what it was asked (a publish refused, no such
-    /// topic).
-    #[error("{0:#}")]
-    Failed(anyhow::Error),
-}
-
-impl RunError {
-    /// A source that could not be read.
-    pub fn unreadable(error: impl Into<anyhow::Error>) -> Self {
-        Self::Unreadable(error.into())
-    }
-
-    /// What the run could not do.
-    pub fn failed(error: impl Into<anyhow::Error>) -> Self {
-        Self::Failed(error.into())
     }
 }
 
@@ -143,38 +119,6 @@ impl RunOptions {
     }
 }
 
-/// What a run did with one record, as it happens.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RecordDone {
-    /// `partition:offset` on the dead-letter topic.
-    pub position: String,
-    /// Its `dlq.reason`.
-    pub reason: String,
-    /// Its order (`-` when the record names none).
-    pub order_id: String,
-    /// What the run did.
-    pub outcome: Outcome,
-    /// Why, or where it went.
-    pub detail: String,
-    /// A redrive's new order.
-    pub new_order_id: Option<String>,
-}
-
-impl RecordDone {
-    /// The verb the tool prints for it.
-    pub fn verb(&self, kind: &str, dry_run: bool) -> &'static str {
-        match (self.outcome, kind, dry_run) {
-            (Outcome::Refused, _, _) => "refused",
-            (Outcome::Skipped, _, _) => "skipped",
-            (_, "replay", true) => "would replay",
-            (_, "replay", false) => "replayed",
-            (_, _, true) => "would redrive",
-            (_, _, false) => "redrove",
-        }
-    }
-}
-
 /// How a run ended.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -237,25 +181,6 @@ async fn finish(audit: &runs::Run, records: resume::Resumable, result: Result<()
     audit.finish(error.as_deref()).await?;
     result?;
     stopped.map_err(RunError::Unreadable)
-}
-
-/// A stable hex name for a text (FNV-1a).
-fn stable_hash(text: &str) -> String {
-    let hash = text.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
-    format!("{hash:016x}")
-}
-
-/// Reads the DLQ from the beginning (or from `group`'s committed position)
-/// up to the high watermarks taken at the start. `visit` returns whether to
-/// go on.
-pub fn read_dlq(
-    servers: &Servers,
-    group: Option<&str>,
-    visit: impl FnMut(&BaseConsumer, &OwnedMessage) -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
-    let topic = Topics::new(&servers.kafka).dlq;
-    let start = group.map_or(Start::Beginning, Start::Committed);
-    read_to_end(&servers.kafka, &topic, start, Duration::from_secs(120), visit)
 }
 
 /// Up to `limit` dead letters `filter` takes, oldest first (a read of the

@@ -375,7 +375,7 @@ fn round_over(original: &OrderRecord, round: i64) -> Option<String> {
 /// The nonce of a redrive call's order id: derived from the call id, so an
 /// order this call placed is recognised by its id alone.
 fn nonce_of(call_id: &str) -> String {
-    super::stable_hash(call_id)
+    super::filter::stable_hash(call_id)
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! run resumes where it stopped; a crash between a record's effect and its
 //! commit hands that one record over once more.
 
-use super::{read_dlq, Filter};
+use super::reading::read_dlq;
+use super::Filter;
 use crate::config::Servers;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{Message, OwnedMessage};

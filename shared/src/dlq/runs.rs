@@ -5,7 +5,7 @@
 //! interrupted run shows what it did. A run from the dashboard names its
 //! submission: the same one again starts nothing ([`Started::Before`]).
 
-use super::{Filter, RecordDone, RunError};
+use super::Filter;
 use chrono::{DateTime, Utc};
 use rdkafka::message::{Message, OwnedMessage};
 use sqlx::PgPool;
@@ -22,6 +22,62 @@ pub enum Outcome {
     Skipped,
     /// Not sent, for a reason the run names (a loop, sold out, …).
     Refused,
+}
+
+/// What a run did with one record, as it happens.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordDone {
+    /// `partition:offset` on the dead-letter topic.
+    pub position: String,
+    /// Its `dlq.reason`.
+    pub reason: String,
+    /// Its order (`-` when the record names none).
+    pub order_id: String,
+    /// What the run did.
+    pub outcome: Outcome,
+    /// Why, or where it went.
+    pub detail: String,
+    /// A redrive's new order.
+    pub new_order_id: Option<String>,
+}
+
+impl RecordDone {
+    /// The verb the tool prints for it.
+    pub fn verb(&self, kind: &str, dry_run: bool) -> &'static str {
+        match (self.outcome, kind, dry_run) {
+            (Outcome::Refused, _, _) => "refused",
+            (Outcome::Skipped, _, _) => "skipped",
+            (_, "replay", true) => "would replay",
+            (_, "replay", false) => "replayed",
+            (_, _, true) => "would redrive",
+            (_, _, false) => "redrove",
+        }
+    }
+}
+
+/// Why a run, or a read, did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A source could not be read (Kafka, PostgreSQL, Redis).
+    #[error("{0:#}")]
+    Unreadable(anyhow::Error),
+    /// The run could not do what it was asked (a publish refused, no such
+    /// topic).
+    #[error("{0:#}")]
+    Failed(anyhow::Error),
+}
+
+impl RunError {
+    /// A source that could not be read.
+    pub fn unreadable(error: impl Into<anyhow::Error>) -> Self {
+        Self::Unreadable(error.into())
+    }
+
+    /// What the run could not do.
+    pub fn failed(error: impl Into<anyhow::Error>) -> Self {
+        Self::Failed(error.into())
+    }
 }
 
 impl Outcome {

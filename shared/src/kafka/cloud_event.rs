@@ -12,8 +12,6 @@ use rdkafka::message::{Header, OwnedHeaders};
 pub const SPEC_VERSION: &str = "1.0";
 /// `ce_dataschema`: the schema's `$id`.
 pub const DATA_SCHEMA: &str = "https://seckill.dev/schemas/order-events.v1.json";
-/// `ce_source` when `kafka.cloudevents_source` is not set.
-pub const DEFAULT_SOURCE: &str = "urn:seckill:order-events";
 
 /// `ce_type` of an event of `kind` (`CREATED` → `com.seckill.order.created`;
 /// the schema lists each).

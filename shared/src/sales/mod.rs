@@ -8,23 +8,20 @@
 //! schedules the expiry of every key of the sale.
 
 mod admission;
+mod close;
 pub mod draw_proof;
 mod draw_settings;
 mod warmup_job;
 pub mod warmup_rows;
 
 pub use admission::{Admission, Challenge};
+pub use close::close;
 pub use draw_settings::{Draw, MAX_CLAIM_SECONDS};
 pub use warmup_job::warmup;
 
-use crate::config::LockSettings;
-use crate::db::{self, SaleRow};
 use crate::domain::{Limits, SaleKey};
-use crate::ops::lock::LockClient;
 use crate::stock::conn::RedisCallError;
-use crate::stock::{SaleLock, Stock};
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 
 /// What to warm up.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -94,40 +91,4 @@ pub enum WarmupError {
     /// PostgreSQL failed.
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
-}
-
-/// Closes `sale` now, under its warm-up lock: PostgreSQL's end first (an
-/// end only moves earlier), then Redis's (`lua/close.lua`): no order is
-/// accepted after it, and every key of the sale expires once the payment
-/// window and `redis.sale_key_margin_secs` have passed. Closing again
-/// changes nothing more. The sale as PostgreSQL now holds it.
-pub async fn close(
-    stock: &Stock,
-    pool: &PgPool,
-    locks: &LockClient,
-    lock: &LockSettings,
-    sale: SaleKey,
-) -> Result<SaleRow, WarmupError> {
-    let lock_name = stock.keys().sale_lock(sale, SaleLock::Warmup);
-    let Some(guard) = locks.acquire_with_watchdog(&lock_name, lock.lease(), lock.wait(), 0).await? else {
-        return Err(WarmupError::Busy(sale));
-    };
-    let result = async {
-        let row = db::close_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale))?;
-        // A warm-up cut short is not resumed over a close.
-        warmup_rows::closed(pool, sale).await?;
-        let window = i64::from(row.payment_window_seconds);
-        stock.close(sale, window).await?;
-        stock.close_room(sale, stock.sale_keys_expire_at(crate::now_ms(), window)).await?;
-        // A 200 is never lost in a failover: the replicas have the end.
-        for bucket in stock.directory(sale).await?.buckets {
-            if !stock.round_confirmed(sale, bucket).await? {
-                return Err(WarmupError::NotReplicated(format!("close of {sale}")));
-            }
-        }
-        Ok(row)
-    }
-    .await;
-    guard.release().await;
-    result
 }

@@ -1,7 +1,7 @@
 //! One connection of the load: its requests, one after the other (on the
 //! open loop's schedule with `--rate`), and the tally of their answers.
 
-use super::Args;
+use super::args::Args;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};

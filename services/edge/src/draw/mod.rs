@@ -12,7 +12,7 @@
 pub mod event;
 pub mod make;
 
-use crate::http::AppState;
+use crate::settings::Settings;
 use event::DrawEvent;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::domain::SaleKey;
@@ -20,6 +20,7 @@ use seckill_shared::ops::leader::{self, Term, Turn};
 use seckill_shared::ops::lease::{Lease, LeaseTerm};
 use seckill_shared::ops::shutdown::Background;
 use seckill_shared::stock::queue::DrawState;
+use seckill_shared::stock::Stock;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -33,12 +34,19 @@ const BATCH: usize = 500;
 
 /// Competes for the lease; while holding it, makes the draws that are due
 /// and publishes their outcomes.
-pub async fn run(state: AppState, background: Background, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    settings: Arc<Settings>,
+    stock: Stock,
+    db: sqlx::PgPool,
+    background: Background,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let state = Maker { settings, stock };
     // Made at the first outcome to publish: an edge that never leads, or
     // leads with no draw, holds no producer.
     let producer: Arc<OnceLock<FutureProducer>> = Arc::default();
     let topic = seckill_shared::kafka::Topics::new(&state.settings.servers.kafka).draw_events;
-    let lease = Lease::new(state.db.clone(), LEASE, LEASE_LENGTH, background);
+    let lease = Lease::new(db, LEASE, LEASE_LENGTH, background);
     let every = Duration::from_millis(state.settings.admission.tick_ms);
     // The others ask for the seat once a second, not every tick.
     let retry = every.max(Duration::from_secs(1));
@@ -54,13 +62,20 @@ pub async fn run(state: AppState, background: Background, shutdown: Cancellation
     .await
 }
 
+/// What the draw maker uses.
+#[derive(Clone)]
+struct Maker {
+    settings: Arc<Settings>,
+    stock: Stock,
+}
+
 /// A publisher of a later term moved a cursor: this term is over.
 #[derive(Debug, thiserror::Error)]
 #[error("a publisher of a later term moved the draw's cursor")]
 struct LaterTerm;
 
 /// One look at every draw, as the holder of the term `fence`.
-async fn turn(state: &AppState, producer: &OnceLock<FutureProducer>, topic: &str, fence: i64) -> Result<(), LaterTerm> {
+async fn turn(state: &Maker, producer: &OnceLock<FutureProducer>, topic: &str, fence: i64) -> Result<(), LaterTerm> {
     let sales = match state.stock.rooms().await {
         Ok(sales) => sales,
         Err(error) => {
@@ -82,7 +97,7 @@ async fn turn(state: &AppState, producer: &OnceLock<FutureProducer>, topic: &str
 }
 
 async fn look(
-    state: &AppState,
+    state: &Maker,
     producer: &OnceLock<FutureProducer>,
     topic: &str,
     sale: SaleKey,
@@ -113,7 +128,7 @@ async fn look(
 /// Publishes `sale`'s outcomes not yet on the topic, a batch at a time,
 /// moving the cursor as the holder of the term `fence`.
 async fn publish(
-    state: &AppState,
+    state: &Maker,
     (producer, topic): (&FutureProducer, &str),
     sale: SaleKey,
     draw: &DrawState,

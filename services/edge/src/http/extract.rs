@@ -5,11 +5,11 @@
 //! closes the connection, its body unread), of the expected shape (400
 //! otherwise), every refusal an [`ApiError`].
 
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::state::BodyLimits;
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRef, FromRequest, Request};
 use axum::http::header;
-use std::time::Duration;
 
 /// A body parsed into `T`.
 pub struct JsonBody<T>(pub T);
@@ -20,16 +20,20 @@ pub trait FromJsonBody: Sized {
     fn from_json(bytes: &[u8]) -> Result<Self, ApiError>;
 }
 
-impl<T: FromJsonBody> FromRequest<AppState> for JsonBody<T> {
+impl<S: Send + Sync, T: FromJsonBody> FromRequest<S> for JsonBody<T>
+where
+    BodyLimits: FromRef<S>,
+{
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let limits = BodyLimits::from_ref(state);
         let content_type = request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
         if !content_type.is_some_and(is_json) {
             return Err(ApiError::UnsupportedMediaType(content_type.unwrap_or("none").chars().take(64).collect()));
         }
-        let deadline = Duration::from_millis(state.settings.connections.body_timeout_ms);
-        let bytes = tokio::time::timeout(deadline, read(request, state.settings.body_limit_bytes))
+        let deadline = limits.deadline;
+        let bytes = tokio::time::timeout(deadline, read(request, limits.max_bytes))
             .await
             .map_err(|_| ApiError::RequestTimeout(deadline))??;
         T::from_json(&bytes).map(JsonBody)

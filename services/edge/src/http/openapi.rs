@@ -9,7 +9,7 @@ use super::bodies::{
     PaymentOutcomeCode, PaymentRecordedBody, QueuedBody, QueuedCode, WarmupBody,
 };
 use super::operators::admin::WarmedUpBody;
-use super::AppState;
+use crate::http::state::Edge;
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
@@ -113,7 +113,7 @@ pub fn document() -> String {
 }
 
 /// `GET /openapi.json`.
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Edge> {
     Router::new().route("/openapi.json", get(openapi_json))
 }
 

@@ -99,7 +99,7 @@ pub struct Settings {
     /// The waiting rooms: the tokens' signing key, the admission passes.
     pub admission: AdmissionSettings,
     /// Warm-ups cut short, finished by the edges themselves.
-    pub warmup_resume: crate::warmup_resume::WarmupResumeSettings,
+    pub warmup_resume: WarmupResumeSettings,
     /// The edge is reached through TLS (a terminating proxy or ingress):
     /// the dashboard's session cookie is then `Secure`.
     pub behind_tls: bool,

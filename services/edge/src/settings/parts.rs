@@ -214,3 +214,22 @@ impl Default for AdmissionSettings {
         Self { signing_key: None, tick_ms: 200, challenge_ttl_secs: 120 }
     }
 }
+
+/// How the edges finish warm-ups cut short.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WarmupResumeSettings {
+    /// How often the resuming edge looks for warm-ups cut short (ms).
+    pub every_ms: u64,
+    /// The resumer's lease: another edge takes over this long after the
+    /// resuming one stopped renewing it (ms).
+    pub lease_ms: u64,
+    /// Backoff between two runs of one warm-up that failed again.
+    pub retry: seckill_shared::ops::retry::RetrySettings,
+}
+
+impl Default for WarmupResumeSettings {
+    fn default() -> Self {
+        Self { every_ms: 1_000, lease_ms: 5_000, retry: Default::default() }
+    }
+}

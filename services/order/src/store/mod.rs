@@ -25,12 +25,14 @@
 //! same order id can deadlock; PostgreSQL aborts one (SQLSTATE 40P01), which
 //! is transient, and the batch is retried.
 
+mod batch;
 mod rows;
 
+use batch::{duplicate_user, in_round, sale_not_found, sale_of, statuses, Sale, SaleState};
+pub use batch::{BatchOutcome, Source, Sources};
 use rows::{insert, insert_orders, is_unique_violation, take_stock, OrderColumns};
 use seckill_shared::db::{is_data_error, within};
-use seckill_shared::domain::{FailReason, Fate, OrderRecord, SaleKey};
-use seckill_shared::kafka::Trace;
+use seckill_shared::domain::{FailReason, OrderRecord, SaleKey};
 use sqlx::{PgConnection, PgPool};
 use std::collections::{HashMap, HashSet};
 
@@ -65,56 +67,6 @@ impl From<sqlx::Error> for WriteError {
         }
     }
 }
-
-/// What became of each record of a batch. The records of `created` and
-/// `already_done` name the round of their row.
-#[derive(Debug, Default)]
-pub struct BatchOutcome {
-    /// Written now, CREATED.
-    pub created: Vec<OrderRecord>,
-    /// Already had a row (a duplicate, a replay, or settled FAILED first).
-    pub already_done: Vec<(OrderRecord, Fate)>,
-    /// Can never be written: to the dead-letter topic.
-    pub rejected: Vec<(OrderRecord, FailReason, String)>,
-}
-
-/// (activity, sku) of a sale, as PostgreSQL stores it.
-type Sale = (i64, i64);
-
-fn sale_of(record: &OrderRecord) -> Sale {
-    (record.activity_id.get(), record.sku_id.get())
-}
-
-/// A sale as read at the start of a write: its round and remaining stock.
-#[derive(Debug, Clone, Copy)]
-struct SaleState {
-    round: i32,
-    remaining: i64,
-}
-
-impl SaleState {
-    /// Whether `record` may become an order of this round: it names this
-    /// round, or (a record from before rounds travelled) none.
-    fn takes(&self, record: &OrderRecord) -> bool {
-        record.round.is_none_or(|round| round == i64::from(self.round))
-    }
-}
-
-/// Where one order's record came from: its request id and trace context
-/// (stored with its row and carried by its events) and its position in
-/// `seckill.orders` (stored with its row: the relay holds the order's later
-/// events until the order group's committed offset has passed it — its
-/// CREATED event is produced before that commit).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Source<'a> {
-    pub trace: Trace<'a>,
-    /// `None`: a row written without a record (tests); its CREATED event
-    /// is then the insert trigger's to write.
-    pub position: Option<(i32, i64)>,
-}
-
-/// The source of each order (by order id); orders absent have none.
-pub type Sources<'a> = HashMap<&'a str, Source<'a>>;
 
 /// Writes `records` one transaction each, after a batch of them was
 /// refused: one bad row must not fail the good ones. A row refused for good
@@ -338,37 +290,4 @@ async fn read_sales(
                FROM sales s JOIN unnest($1::bigint[], $2::bigint[]) AS b(activity_id, sku_id) USING (activity_id, sku_id)"
         )
     })
-}
-
-/// The fates and rounds of those of `ids` that have a row.
-async fn statuses(tx: &mut PgConnection, ids: &[&str]) -> Result<HashMap<String, (Fate, i32)>, sqlx::Error> {
-    if ids.is_empty() {
-        return Ok(HashMap::new());
-    }
-    Ok(sqlx::query!("SELECT order_id, status, reason, round FROM orders WHERE order_id = ANY($1)", ids as &[&str])
-        .fetch_all(tx)
-        .await?
-        .into_iter()
-        .map(|r| {
-            let fate = Fate::from_row(&r.status, r.reason.as_deref());
-            (r.order_id, (fate, r.round))
-        })
-        .collect())
-}
-
-/// `record` as its row holds it: in `round`.
-fn in_round(record: &OrderRecord, round: i32) -> OrderRecord {
-    OrderRecord { round: Some(i64::from(round)), ..record.clone() }
-}
-
-fn sale_not_found(record: &OrderRecord) -> (OrderRecord, FailReason, String) {
-    (record.clone(), FailReason::SaleNotFound, format!("sale {} does not exist", record.sale()))
-}
-
-fn duplicate_user(record: &OrderRecord) -> (OrderRecord, FailReason, String) {
-    (
-        record.clone(),
-        FailReason::DuplicateUser,
-        format!("user {} already holds an order in sale {}", record.user_id, record.sale()),
-    )
 }

@@ -1,7 +1,7 @@
 //! The rows a batch writes: the orders (one insert of arrays), and the
 //! stock guard that takes each sale's `remaining_stock` down by them.
 
-use super::{duplicate_user, in_round, sale_of, statuses, BatchOutcome, Sale, SaleState, Sources};
+use super::batch::{duplicate_user, in_round, sale_of, statuses, BatchOutcome, Sale, SaleState, Sources};
 use seckill_shared::domain::OrderRecord;
 use sqlx::PgConnection;
 use std::collections::{HashMap, HashSet};

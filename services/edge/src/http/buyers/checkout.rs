@@ -2,9 +2,12 @@
 //! provider: [`crate::http::provider::payments`].)
 
 use super::order::status_body;
+use crate::http::auth;
 use crate::http::bodies::{ErrorBody, OrderOwnerBody, OrderStatusBody};
+use crate::http::error::ApiError;
 use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
-use crate::http::{auth, ApiError, AppState};
+use crate::http::state::Buyers;
+use crate::http::state::Edge;
 use crate::ledger::{self, PaymentError};
 use crate::lookup::LookupError;
 use axum::extract::{Path, State};
@@ -15,7 +18,7 @@ use seckill_shared::db::within;
 use seckill_shared::domain::{OrderId, UserId};
 
 /// The cancel route (buyer's API: CORS as the rest of it).
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Edge> {
     Router::new().route("/api/seckill/order/{order_id}/cancel", post(cancel))
 }
 
@@ -27,14 +30,9 @@ impl FromJsonBody for OrderOwnerBody {
 
 /// The checks the route makes first: the token (when user auth is on)
 /// names the body's user, the per-user limit, a well-formed order id.
-fn admit(
-    state: &AppState,
-    headers: &HeaderMap,
-    raw: &str,
-    body: &OrderOwnerBody,
-) -> Result<(OrderId, UserId), ApiError> {
+fn admit(state: &Buyers, headers: &HeaderMap, raw: &str, body: &OrderOwnerBody) -> Result<(OrderId, UserId), ApiError> {
     let user = UserId::new(body.user_id).map_err(ApiError::invalid)?;
-    auth::require_identity(state, headers, user)?;
+    auth::require_identity(&state.users, headers, user)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
     let order_id = OrderId::parse(raw).map_err(ApiError::invalid)?;
     Ok((order_id, user))
@@ -74,7 +72,7 @@ pub(crate) fn refusal(error: PaymentError) -> ApiError {
     )
 )]
 pub(crate) async fn cancel(
-    State(state): State<AppState>,
+    State(state): State<Buyers>,
     headers: HeaderMap,
     Path(raw): Path<String>,
     JsonBody(body): JsonBody<OrderOwnerBody>,

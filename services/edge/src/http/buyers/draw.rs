@@ -5,9 +5,12 @@
 use super::draw_bodies::{DrawBody, EnterBody, EntryBody};
 use crate::admission::token::Token;
 use crate::client_addr::ClientAddr;
+use crate::http::auth;
 use crate::http::bodies::ErrorBody;
+use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
-use crate::http::{auth, ApiError, AppState};
+use crate::http::state::Buyers;
+use crate::http::state::Edge;
 use axum::extract::{Extension, Path, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
@@ -17,7 +20,7 @@ use seckill_shared::domain::{SaleKey, UserId};
 use seckill_shared::stock::queue::{DrawState, EntryAnswer, EntryStatus, EntryView};
 
 /// A draw's routes (buyer's API: CORS as the rest of it).
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Edge> {
     Router::new()
         .route("/api/seckill/draw/entries", post(enter))
         .route("/api/seckill/draw/entries/{entry}", get(read))
@@ -33,7 +36,7 @@ fn redis(error: impl Into<anyhow::Error>) -> ApiError {
 }
 
 /// What an entry answers; a winner's unused right is its signed token.
-fn entry_body(state: &AppState, sale: SaleKey, view: EntryView, draw: &DrawState) -> EntryBody {
+fn entry_body(state: &Buyers, sale: SaleKey, view: EntryView, draw: &DrawState) -> EntryBody {
     let won = view.status == EntryStatus::Won && !view.used;
     let admission = won.then(|| {
         let token =
@@ -54,7 +57,7 @@ fn entry_body(state: &AppState, sale: SaleKey, view: EntryView, draw: &DrawState
 }
 
 /// An entry's answer as the contract says it.
-fn answer(state: &AppState, sale: SaleKey, answer: EntryAnswer, draw: &DrawState) -> Result<Json<EntryBody>, ApiError> {
+fn answer(state: &Buyers, sale: SaleKey, answer: EntryAnswer, draw: &DrawState) -> Result<Json<EntryBody>, ApiError> {
     match answer {
         EntryAnswer::Entry(view) => Ok(Json(entry_body(state, sale, view, draw))),
         EntryAnswer::NotOpen { opens_ms } => Err(ApiError::NotOpenYet(time(opens_ms))),
@@ -87,7 +90,7 @@ fn answer(state: &AppState, sale: SaleKey, answer: EntryAnswer, draw: &DrawState
     )
 )]
 pub(crate) async fn enter(
-    State(state): State<AppState>,
+    State(state): State<Buyers>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<EnterBody>,
@@ -97,7 +100,7 @@ pub(crate) async fn enter(
     if body.solution.as_ref().is_some_and(|s| s.chars().count() > 64) {
         return Err(ApiError::invalid("solution must be at most 64 characters"));
     }
-    auth::require_user(&state, &headers, user)?;
+    auth::require_user(&state.users, &headers, user)?;
     state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
     let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
@@ -124,12 +127,12 @@ pub(crate) async fn enter(
     )
 )]
 pub(crate) async fn read(
-    State(state): State<AppState>,
+    State(state): State<Buyers>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     Path(entry): Path<String>,
 ) -> Result<Json<EntryBody>, ApiError> {
-    let caller = auth::caller(&state, &headers)?;
+    let caller = auth::caller(&state.users, &headers)?;
     state.status_reads.check_client(client.0).map_err(ApiError::RateLimited)?;
     let Some(sale) = seckill_shared::stock::queue::ticket_sale(&entry) else {
         return Err(ApiError::NotFound);
@@ -160,7 +163,7 @@ pub(crate) async fn read(
     )
 )]
 pub(crate) async fn draw(
-    State(state): State<AppState>,
+    State(state): State<Buyers>,
     Extension(client): Extension<ClientAddr>,
     Path((activity, sku)): Path<(String, String)>,
 ) -> Result<Json<DrawBody>, ApiError> {

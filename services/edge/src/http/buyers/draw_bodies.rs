@@ -1,8 +1,8 @@
 //! A draw's bodies: an entry, what an entry reads, and the draw as anyone
 //! may read it.
 
+use crate::http::error::ApiError;
 use crate::http::extract::{from_serde, FromJsonBody};
-use crate::http::ApiError;
 use chrono::{DateTime, Utc};
 use seckill_shared::stock::queue::EntryStatus;
 use serde::{Deserialize, Serialize};

@@ -10,18 +10,19 @@ pub(crate) mod draw;
 pub(crate) mod draw_bodies;
 pub(crate) mod order;
 mod order_admission;
-pub mod order_answers;
 mod order_outcome;
 pub(crate) mod order_request;
 pub(crate) mod queue;
 pub(crate) mod queue_bodies;
 mod queue_page;
 
-use super::{auth, ApiError, AppState};
+use crate::http::auth;
+use crate::http::error::ApiError;
+use crate::http::state::{Buyers, Edge};
 use axum::{middleware, Router};
 
 /// The buyers' routes.
-pub fn router(state: &AppState) -> Router<AppState> {
+pub fn router(state: &Buyers) -> Router<Edge> {
     // Each group answers a wrong method itself, inside its layers: a CORS
     // preflight to the buyer's API is answered by its CORS layer first.
     let method_not_allowed = || async { ApiError::MethodNotAllowed };
@@ -31,9 +32,9 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(draw::router())
         .method_not_allowed_fallback(method_not_allowed);
     // Gateway mode only: the hot path pays for no layer it does not need.
-    let api = match state.identity.as_deref() {
+    let api = match state.users.identity.as_deref() {
         Some(crate::identity::Identity::Gateway { .. }) => {
-            api.layer(middleware::from_fn_with_state(state.clone(), auth::gateway_header_from_trusted_proxies))
+            api.layer(middleware::from_fn_with_state(state.users.clone(), auth::gateway_header_from_trusted_proxies))
         }
         _ => api,
     };

@@ -4,9 +4,12 @@ use super::order_admission;
 use super::order_outcome::{self as outcome, Placed};
 use super::order_request::OrderRequest;
 use crate::client_addr::ClientAddr;
+use crate::http::auth;
 use crate::http::bodies::{ErrorBody, OrderRequestBody, OrderStatusBody, QueuedBody};
+use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
-use crate::http::{auth, ApiError, AppState};
+use crate::http::state::Buyers;
+use crate::http::state::Edge;
 use crate::lookup::{self, LookupError, OrderView};
 use crate::settings::DeductionMode;
 use axum::extract::{Extension, Path, Query, State};
@@ -23,7 +26,7 @@ use std::time::Instant;
 use tracing::Instrument;
 
 /// Buyer routes.
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Edge> {
     Router::new()
         .route("/api/seckill/order", post(place_order))
         .route("/api/seckill/order/{order_id}", get(get_order))
@@ -59,7 +62,7 @@ pub fn router() -> Router<AppState> {
     )
 )]
 pub(crate) async fn place_order(
-    State(state): State<AppState>,
+    State(state): State<Buyers>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     JsonBody(request): JsonBody<OrderRequest>,
@@ -70,7 +73,7 @@ pub(crate) async fn place_order(
     let orders = state.orders.clone();
     let order = async move {
         let result = place_order_inner(&state, client, &headers, request).await;
-        crate::hot_metrics::order_answered(super::order_answers::OrderAnswer::of(&result));
+        outcome::answer_of(&result).count();
         result
     };
     // Boxed: the task then holds a pointer, and the order's whole state
@@ -81,8 +84,8 @@ pub(crate) async fn place_order(
         .unwrap_or_else(|error| Err(ApiError::Internal(anyhow::anyhow!("placing the order stopped: {error}"))))
 }
 
-async fn place_order_inner(state: &AppState, client: ClientAddr, headers: &HeaderMap, request: OrderRequest) -> Placed {
-    auth::require_user(state, headers, request.user)?;
+async fn place_order_inner(state: &Buyers, client: ClientAddr, headers: &HeaderMap, request: OrderRequest) -> Placed {
+    auth::require_user(&state.users, headers, request.user)?;
     let sale = SaleKey::new(request.activity, request.sku);
     // A sale known sold out is answered before the rate limits: the answer
     // costs nothing and touches nothing, so there is nothing to protect.
@@ -109,7 +112,7 @@ async fn place_order_inner(state: &AppState, client: ClientAddr, headers: &Heade
 /// The deduction (`admitted`: the order's admission token is claimed) and,
 /// when it accepted, the publish; the answer either comes to.
 async fn deduct_and_publish(
-    state: &AppState,
+    state: &Buyers,
     request: OrderRequest,
     admitted: bool,
     trace: crate::publish::Trace<'_>,
@@ -155,7 +158,7 @@ async fn deduct_and_publish(
 /// (it resolves or voids a call it did not hear, and confirms the void) but
 /// an unconfirmed one; the lock not had within its wait kept nothing.
 async fn deduct(
-    state: &AppState,
+    state: &Buyers,
     request: OrderRequest,
     admitted: bool,
     trace: crate::publish::Trace<'_>,
@@ -220,14 +223,14 @@ fn lookup_error(error: LookupError) -> ApiError {
     )
 )]
 pub(crate) async fn get_order(
-    State(state): State<AppState>,
+    State(state): State<Buyers>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     Path(raw): Path<String>,
 ) -> Result<Json<OrderStatusBody>, ApiError> {
     // With user auth on, the token comes first: whether an order id exists
     // is told to its owner only. Without it, the client is what is limited.
-    let caller = auth::caller(&state, &headers)?;
+    let caller = auth::caller(&state.users, &headers)?;
     match caller {
         Some(user) => state.limits.check(user),
         None => state.limits.check_global().and_then(|()| state.status_reads.check_client(client.0)),
@@ -272,12 +275,12 @@ pub(crate) async fn get_order(
     )
 )]
 pub(crate) async fn get_result(
-    State(state): State<AppState>,
+    State(state): State<Buyers>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<OrderStatusBody>, ApiError> {
     let (sale, user) = sale_and_user(&query)?;
-    auth::require_identity(&state, &headers, user)?;
+    auth::require_identity(&state.users, &headers, user)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
     let view = within(state.db_deadline(), lookup::user_order(&state.stock, &state.status_db, sale, user))
         .await

@@ -4,7 +4,8 @@
 //! once the order is kept, or released when nothing was.
 
 use crate::admission::token::{self, Token};
-use crate::http::{ApiError, AppState};
+use crate::http::error::ApiError;
+use crate::http::state::Buyers;
 use axum::http::HeaderMap;
 use seckill_shared::domain::{SaleKey, UserId};
 use seckill_shared::stock::queue::Claim;
@@ -12,7 +13,7 @@ use seckill_shared::stock::queue::Claim;
 /// The order's claimed admission: `None` without the header (the
 /// deduction refuses the order if the round admits through its room).
 pub(super) async fn claim(
-    state: &AppState,
+    state: &Buyers,
     headers: &HeaderMap,
     sale: SaleKey,
     user: UserId,
@@ -50,14 +51,14 @@ pub(super) async fn claim(
 /// The claimed `token` after its order: spent when the order may be kept
 /// (accepted, or not known: one token places at most one order), released
 /// when the order kept nothing (the buyer may try again with it).
-pub(super) async fn settle(state: &AppState, token: &Token, result: &super::order_outcome::Placed) {
-    let kept = super::order_answers::OrderAnswer::of(result).may_have_kept();
+pub(super) async fn settle(state: &Buyers, token: &Token, result: &super::order_outcome::Placed) {
+    let kept = super::order_outcome::answer_of(result).may_have_kept();
     settle_step(state, token, kept).await;
 }
 
 /// Spends (`kept`) or releases the claimed `token`, confirmed by the
 /// replicas.
-async fn settle_step(state: &AppState, token: &Token, kept: bool) {
+async fn settle_step(state: &Buyers, token: &Token, kept: bool) {
     let (sale, ticket, user, round) = (token.sale, token.ticket.as_str(), token.user, token.round);
     match state.stock.settle_ticket(sale, ticket, user, round, kept).await {
         Ok(true) => {}

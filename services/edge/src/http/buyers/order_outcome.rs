@@ -4,8 +4,11 @@
 //! `UNCONFIRMED` where that is not known). An order taken on ([`Taken`]:
 //! both 202s) is not an error; every refusal is an [`ApiError`].
 
+use crate::http::auth;
 use crate::http::bodies::{ErrorBody, ErrorCode, QueuedBody};
-use crate::http::{auth, ApiError, AppState};
+use crate::http::error::ApiError;
+use crate::http::state::Buyers;
+use crate::order_answers::OrderAnswer;
 use crate::publish::PublishOutcome;
 use axum::http::header::RETRY_AFTER;
 use axum::http::StatusCode;
@@ -32,6 +35,44 @@ pub enum Taken {
 
 /// What a placed order answers: taken on, or refused.
 pub type Placed = Result<Taken, ApiError>;
+
+/// The answer of the order table ([`OrderAnswer`]) a placed order's result
+/// is: the one place every error path of the route maps into. An error the
+/// order route never answers counts as `INTERNAL` (it would be a bug).
+pub fn answer_of(result: &Placed) -> OrderAnswer {
+    let error = match result {
+        Ok(Taken::Queued(_)) => return OrderAnswer::Queued,
+        Ok(Taken::Unconfirmed(_)) => return OrderAnswer::Unconfirmed,
+        Err(error) => error,
+    };
+    match error {
+        ApiError::AlreadyPurchased(_) => OrderAnswer::AlreadyPurchased,
+        ApiError::LimitReached { .. } => OrderAnswer::LimitReached,
+        ApiError::SoldOut | ApiError::FewerLeft(_) => OrderAnswer::SoldOut,
+        ApiError::SaleNotFound => OrderAnswer::SaleNotFound,
+        ApiError::SaleNotActive | ApiError::NotOpenYet(_) => OrderAnswer::SaleNotActive,
+        ApiError::AdmissionRequired(_) => OrderAnswer::AdmissionRequired,
+        ApiError::Unauthorized(_) => OrderAnswer::Unauthorized,
+        ApiError::Forbidden(_) => OrderAnswer::Forbidden,
+        ApiError::RateLimited(_) => OrderAnswer::RateLimited,
+        ApiError::InvalidRequest(_) => OrderAnswer::InvalidRequest,
+        ApiError::PayloadTooLarge(_) => OrderAnswer::PayloadTooLarge,
+        ApiError::UnsupportedMediaType(_) => OrderAnswer::UnsupportedMediaType,
+        ApiError::RequestTimeout(_) => OrderAnswer::RequestTimeout,
+        ApiError::MethodNotAllowed => OrderAnswer::MethodNotAllowed,
+        ApiError::TryAgain(_) => OrderAnswer::TryAgain,
+        ApiError::Internal(_)
+        | ApiError::ChallengeFailed(_)
+        | ApiError::EntriesClosed
+        | ApiError::OrderNotFound
+        | ApiError::OrderPending
+        | ApiError::PaymentConflict
+        | ApiError::AlreadyPaid
+        | ApiError::OrderFailed(_)
+        | ApiError::NotFound
+        | ApiError::SaleBusy(_) => OrderAnswer::Internal,
+    }
+}
 
 impl IntoResponse for Taken {
     fn into_response(self) -> Response {
@@ -65,7 +106,7 @@ pub(super) struct Won {
 }
 
 /// The order a deduction accepted, or the answer its refusal gets.
-pub(super) fn accepted(state: &AppState, sale: SaleKey, deduction: Deduction) -> Result<Won, ApiError> {
+pub(super) fn accepted(state: &Buyers, sale: SaleKey, deduction: Deduction) -> Result<Won, ApiError> {
     match deduction {
         Deduction::Accepted { order_id, round, accepted_at, slot, .. } => {
             Ok(Won { order_id, round, accepted_at, slot })
@@ -75,7 +116,7 @@ pub(super) fn accepted(state: &AppState, sale: SaleKey, deduction: Deduction) ->
         // Its id only to a buyer who proved who they are: otherwise anyone
         // naming a user id would learn that user's order.
         Deduction::AlreadyPurchased { order_id } => {
-            Err(ApiError::AlreadyPurchased(order_id.filter(|_| auth::identified(state))))
+            Err(ApiError::AlreadyPurchased(order_id.filter(|_| auth::identified(&state.users))))
         }
         // None left: the edge answers the sale's next requests itself. Some
         // left, fewer than asked: a smaller order may still be taken.
@@ -101,7 +142,7 @@ pub(super) fn accepted(state: &AppState, sale: SaleKey, deduction: Deduction) ->
 
 /// What the buyer hears once the publish of `record` came to `outcome`.
 pub(super) async fn published(
-    state: &AppState,
+    state: &Buyers,
     record: &OrderRecord,
     outcome: PublishOutcome,
     deadline: Duration,
@@ -172,7 +213,7 @@ enum RolledBack {
 /// have it — and answers by that, not by what the script said: a rollback
 /// that did nothing (the order was written, or its deadline passed) leaves
 /// an order that stands.
-async fn roll_back(state: &AppState, record: &OrderRecord, deadline: Duration) -> RolledBack {
+async fn roll_back(state: &Buyers, record: &OrderRecord, deadline: Duration) -> RolledBack {
     let (order_id, user, held) = (&record.order_id, record.user_id, record.held());
     // What the script answered does not matter: the order read below does.
     let _ = (|| state.stock.rollback(order_id, user, held, FailReason::PublishFailed, deadline))
@@ -189,6 +230,59 @@ async fn roll_back(state: &AppState, record: &OrderRecord, deadline: Duration) -
         Err(error) => {
             tracing::warn!(order_id = %order_id, %error, "reading the order after its rollback failed");
             RolledBack::Unknown
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A placed order's result of each answer.
+    fn sample(answer: OrderAnswer) -> Placed {
+        let why = || anyhow::anyhow!("x");
+        Err(match answer {
+            OrderAnswer::Queued => {
+                return Ok(Taken::Queued(seckill_shared::domain::OrderId::parse("1-2-3-ab").unwrap()))
+            }
+            OrderAnswer::Unconfirmed => return Ok(Taken::Unconfirmed(None)),
+            OrderAnswer::AlreadyPurchased => ApiError::AlreadyPurchased(None),
+            OrderAnswer::LimitReached => ApiError::LimitReached { held: 1, limit: 2 },
+            OrderAnswer::SoldOut => ApiError::SoldOut,
+            OrderAnswer::SaleNotFound => ApiError::SaleNotFound,
+            OrderAnswer::SaleNotActive => ApiError::SaleNotActive,
+            OrderAnswer::AdmissionRequired => ApiError::AdmissionRequired("x".into()),
+            OrderAnswer::Unauthorized => ApiError::Unauthorized("x".into()),
+            OrderAnswer::Forbidden => ApiError::Forbidden("x".into()),
+            OrderAnswer::RateLimited => ApiError::RateLimited(std::time::Duration::from_secs(1)),
+            OrderAnswer::InvalidRequest => ApiError::InvalidRequest("x".into()),
+            OrderAnswer::PayloadTooLarge => ApiError::PayloadTooLarge(1),
+            OrderAnswer::UnsupportedMediaType => ApiError::UnsupportedMediaType("x".into()),
+            OrderAnswer::RequestTimeout => ApiError::RequestTimeout(std::time::Duration::from_secs(1)),
+            OrderAnswer::MethodNotAllowed => ApiError::MethodNotAllowed,
+            OrderAnswer::TryAgain => ApiError::TryAgain(why()),
+            OrderAnswer::Internal => ApiError::Internal(why()),
+        })
+    }
+
+    #[test]
+    fn each_row_says_what_its_answer_does() {
+        use axum::response::IntoResponse;
+        for &answer in OrderAnswer::ALL {
+            let row = answer.row();
+            assert_eq!(answer_of(&sample(answer)), answer);
+            let known = std::iter::once("QUEUED").chain(ErrorCode::ALL.iter().map(|c| c.as_str()));
+            assert!(known.clone().any(|c| c == answer.code()), "{answer:?}: a contract code");
+            let response = match sample(answer) {
+                Ok(taken) => taken.into_response(),
+                Err(error) => {
+                    assert_eq!(error.code().as_str(), row.code, "{answer:?}");
+                    error.into_response()
+                }
+            };
+            assert_eq!(response.status().as_u16(), row.status, "{answer:?}");
+            let kept_nothing = row.promise.starts_with("nothing was kept") || row.promise.starts_with("nothing new");
+            assert_eq!(answer.may_have_kept(), !kept_nothing, "{answer:?}");
         }
     }
 }

@@ -4,8 +4,8 @@
 //! order is the deduction's to check); every refusal names the field.
 
 use crate::http::bodies::OrderRequestBody;
+use crate::http::error::ApiError;
 use crate::http::extract::FromJsonBody;
-use crate::http::ApiError;
 use seckill_shared::domain::{integer, ActivityId, SkuId, UserId, MAX_QUANTITY};
 use serde_json::{Map, Value};
 

@@ -6,9 +6,12 @@ use super::queue_bodies::{ChallengeBody, JoinBody, TicketBody};
 use crate::admission::challenge::Challenge;
 use crate::admission::token::Token;
 use crate::client_addr::ClientAddr;
+use crate::http::auth;
 use crate::http::bodies::ErrorBody;
+use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
-use crate::http::{auth, ApiError, AppState};
+use crate::http::state::Buyers;
+use crate::http::state::Edge;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
@@ -19,7 +22,7 @@ use seckill_shared::stock::queue::{TicketAnswer, TicketStatus, TicketView};
 use std::collections::HashMap;
 
 /// The waiting room's routes (buyer's API: CORS as the rest of it).
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Edge> {
     Router::new()
         .route("/api/seckill/queue", post(join))
         .route("/api/seckill/queue/challenge", get(challenge))
@@ -32,7 +35,7 @@ fn time(ms: i64) -> DateTime<Utc> {
 
 /// What a ticket answers: its status, place and wait, and once admitted
 /// the signed token.
-fn ticket_body(state: &AppState, sale: SaleKey, view: TicketView) -> TicketBody {
+fn ticket_body(state: &Buyers, sale: SaleKey, view: TicketView) -> TicketBody {
     let admitted = view.status == TicketStatus::Admitted;
     let admission = admitted.then(|| {
         let token = Token {
@@ -62,7 +65,7 @@ fn ticket_body(state: &AppState, sale: SaleKey, view: TicketView) -> TicketBody 
 }
 
 /// A join or a read's answer as the contract says it.
-fn answer(state: &AppState, sale: SaleKey, answer: TicketAnswer) -> Result<Json<TicketBody>, ApiError> {
+fn answer(state: &Buyers, sale: SaleKey, answer: TicketAnswer) -> Result<Json<TicketBody>, ApiError> {
     let closed = |status| TicketBody {
         ticket: String::new(),
         status,
@@ -109,7 +112,7 @@ fn redis(error: impl Into<anyhow::Error>) -> ApiError {
     )
 )]
 pub(crate) async fn join(
-    State(state): State<AppState>,
+    State(state): State<Buyers>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<JoinBody>,
@@ -120,7 +123,7 @@ pub(crate) async fn join(
     if body.solution.as_ref().is_some_and(|s| s.chars().count() > 64) {
         return Err(ApiError::invalid("solution must be at most 64 characters"));
     }
-    auth::require_user(&state, &headers, user)?;
+    auth::require_user(&state.users, &headers, user)?;
     state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
     state.limits.check(user).map_err(ApiError::RateLimited)?;
     let room = state.stock.room(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
@@ -136,7 +139,7 @@ pub(crate) async fn join(
 /// The proof of work a room of `bits` asks of `user` (none when 0),
 /// checked: a join's and a draw entry's.
 pub(super) fn solved(
-    state: &AppState,
+    state: &Buyers,
     (sale, user, bits): (SaleKey, UserId, u32),
     asked: Option<&str>,
     solution: Option<&str>,
@@ -165,12 +168,12 @@ pub(super) fn solved(
     )
 )]
 pub(crate) async fn poll(
-    State(state): State<AppState>,
+    State(state): State<Buyers>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     Path(ticket): Path<String>,
 ) -> Result<Json<TicketBody>, ApiError> {
-    let caller = auth::caller(&state, &headers)?;
+    let caller = auth::caller(&state.users, &headers)?;
     state.status_reads.check_client(client.0).map_err(ApiError::RateLimited)?;
     let Some(sale) = seckill_shared::stock::queue::ticket_sale(&ticket) else {
         return Err(ApiError::NotFound);
@@ -204,13 +207,13 @@ pub(crate) async fn poll(
     )
 )]
 pub(crate) async fn challenge(
-    State(state): State<AppState>,
+    State(state): State<Buyers>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<ChallengeBody>, ApiError> {
     let (sale, user) = super::order::sale_and_user(&query)?;
-    auth::require_user(&state, &headers, user)?;
+    auth::require_user(&state.users, &headers, user)?;
     state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
     let room = state.stock.room(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
     if room.challenge_bits == 0 {

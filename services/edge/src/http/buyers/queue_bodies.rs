@@ -1,7 +1,7 @@
 //! The waiting room's bodies: a join, a challenge, and what a ticket reads.
 
+use crate::http::error::ApiError;
 use crate::http::extract::{from_serde, FromJsonBody};
-use crate::http::ApiError;
 use seckill_shared::stock::queue::TicketStatus;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

@@ -3,8 +3,9 @@
 //! and its status. No build step: the page, script and style are embedded
 //! in the binary, as the dashboard's are.
 
+use crate::http::error::ApiError;
 use crate::http::pages::{asset, html};
-use crate::http::{ApiError, AppState};
+use crate::http::state::Edge;
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -17,7 +18,7 @@ const SCRIPT: &str = include_str!("../../../assets/queue.js");
 const STYLE: &str = include_str!("../../../assets/queue.css");
 
 /// The page's routes.
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Edge> {
     Router::new()
         .route("/queue/{activity_id}/{sku_id}", get(page))
         .route("/queue/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))

@@ -1,9 +1,12 @@
 //! The operator's API: warm a sale up, close it, and read its
 //! reconciliation.
 
+use crate::http::auth;
 use crate::http::bodies::{ErrorBody, WarmupBody};
+use crate::http::error::ApiError;
 use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
-use crate::http::{auth, ApiError, AppState};
+use crate::http::state::Edge;
+use crate::http::state::Operators;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::routing::{post, put};
@@ -14,7 +17,7 @@ use seckill_shared::domain::{ActivityId, Limits, SaleKey, SkuId};
 use seckill_shared::sales::{self, WarmupError, WarmupRequest};
 
 /// Admin routes.
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Edge> {
     Router::new()
         .route("/admin/sales/{activity_id}/{sku_id}", put(warm_up).get(report))
         .route("/admin/sales/{activity_id}/{sku_id}/close", post(close))
@@ -66,12 +69,12 @@ fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
     )
 )]
 pub(crate) async fn warm_up(
-    State(state): State<AppState>,
+    State(state): State<Operators>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
     JsonBody(body): JsonBody<WarmupBody>,
 ) -> Result<([(HeaderName, HeaderValue); 1], Json<WarmedUpBody>), ApiError> {
-    auth::require_admin(&state, &headers)?;
+    auth::require_admin(&state.settings, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
     let asked_id = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let id = body.warmup_id.or(asked_id).unwrap_or_else(|| format!("w-{:016x}", rand::random::<u64>()));
@@ -131,11 +134,11 @@ pub(crate) async fn warm_up(
     )
 )]
 pub(crate) async fn close(
-    State(state): State<AppState>,
+    State(state): State<Operators>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
 ) -> Result<Json<SaleRow>, ApiError> {
-    auth::require_admin(&state, &headers)?;
+    auth::require_admin(&state.settings, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
     let row = sales::close(&state.stock, &state.console_db, &state.locks, &state.settings.warmup_lock, sale)
         .await
@@ -173,11 +176,11 @@ fn warmup_refusal(error: WarmupError) -> ApiError {
     )
 )]
 pub(crate) async fn report(
-    State(state): State<AppState>,
+    State(state): State<Operators>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
 ) -> Result<Json<Report>, ApiError> {
-    auth::require_admin(&state, &headers)?;
+    auth::require_admin(&state.settings, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
     let report = books::reconcile(&state.stock, &state.console_db, Some(&state.settings.servers.kafka), sale, false)
         .await

@@ -8,7 +8,7 @@
 //! the proxy is the client.
 
 use crate::client_addr::ClientAddr;
-use crate::http::{ApiError, AppState};
+use crate::http::error::ApiError;
 use crate::limit::KeyedLimiter;
 use crate::settings::AdminAuthSettings;
 use axum::extract::{Request, State};
@@ -79,9 +79,9 @@ impl AdminThrottle {
 
 /// The middleware: 429 for a blocked client, a failure counted and logged
 /// for every 401.
-pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn guard(State(throttle): State<Arc<AdminThrottle>>, request: Request, next: Next) -> Response {
     let client = request.extensions().get::<ClientAddr>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |client| client.0);
-    if let Some(wait) = state.admin_throttle.blocked_for(client) {
+    if let Some(wait) = throttle.blocked_for(client) {
         metrics::counter!("seckill_edge_admin_auth_throttled_total").increment(1);
         return ApiError::RateLimited(wait).into_response();
     }
@@ -90,7 +90,7 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
     if response.status() == StatusCode::UNAUTHORIZED {
         metrics::counter!("seckill_edge_admin_auth_failures_total").increment(1);
         tracing::warn!(%client, path, "admin authentication failed");
-        state.admin_throttle.failed(client);
+        throttle.failed(client);
     }
     response
 }

@@ -7,8 +7,11 @@
 //! are embedded in the binary: nothing is fetched from elsewhere.
 
 use crate::dashboard::Figures;
+use crate::http::auth;
+use crate::http::error::ApiError;
 use crate::http::pages::{asset, html};
-use crate::http::{auth, ApiError, AppState};
+use crate::http::state::Edge;
+use crate::http::state::Operators;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header::{LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, StatusCode};
@@ -25,7 +28,7 @@ const SCRIPT: &str = include_str!("../../../assets/dashboard.js");
 const STYLE: &str = include_str!("../../../assets/dashboard.css");
 
 /// Dashboard routes.
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Edge> {
     Router::new()
         .route("/admin/dashboard", get(page))
         .route("/admin/dashboard/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
@@ -46,8 +49,8 @@ pub(super) fn login_page(status: StatusCode, message: &str, next: &str) -> Respo
 }
 
 /// The dashboard, or the sign-in form when the browser has no session.
-async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if auth::require_admin_or_session(&state, &headers).is_ok() {
+async fn page(State(state): State<Operators>, headers: HeaderMap) -> Response {
+    if auth::require_admin_or_session(&state.settings, &state.sessions, &headers).is_ok() {
         html(StatusCode::OK, page_for(&state))
     } else {
         login_page(StatusCode::OK, "", PAGES[0])
@@ -56,8 +59,8 @@ async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
 
 /// The page, with a warning under its title when anyone may act for any
 /// user (`auth.allow_anonymous` with no identity configured).
-fn page_for(state: &AppState) -> String {
-    if state.identity.is_none() && state.settings.auth.allow_anonymous {
+fn page_for(state: &Operators) -> String {
+    if state.users.identity.is_none() && state.settings.auth.allow_anonymous {
         let warning = "<p class=\"warning\" id=\"anonymous\">auth.allow_anonymous: no user identity is configured \
                        — anyone may cancel any order and read orders by user id</p>";
         PAGE.replacen("</h1>", &format!("</h1>\n  {warning}"), 1)
@@ -85,10 +88,10 @@ fn operator_of(name: &str) -> String {
 }
 
 /// Exchanges the admin token for a session cookie, then back to the page.
-async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Result<Response, ApiError> {
+async fn login(State(state): State<Operators>, Form(form): Form<LoginForm>) -> Result<Response, ApiError> {
     // Guessing tokens costs what any request costs.
     state.limits.check_global().map_err(ApiError::RateLimited)?;
-    if let Err(refused) = auth::check_admin_token(&state, &form.token) {
+    if let Err(refused) = auth::check_admin_token(&state.settings, &form.token) {
         return Ok(login_page(StatusCode::UNAUTHORIZED, &format!("<p class=\"error\">{refused}</p>"), &form.next));
     }
     let cookie = state.sessions.open(&operator_of(&form.name));
@@ -97,15 +100,15 @@ async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Re
 }
 
 /// Ends the session.
-async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
+async fn logout(State(state): State<Operators>, headers: HeaderMap) -> Response {
     let cookie = state.sessions.close(&headers);
     (StatusCode::SEE_OTHER, [(LOCATION, "/admin/dashboard".parse().expect("a path")), (SET_COOKIE, cookie)])
         .into_response()
 }
 
 /// The latest figures as JSON.
-async fn snapshot(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Arc<Figures>>, ApiError> {
-    auth::require_admin_or_session(&state, &headers)?;
+async fn snapshot(State(state): State<Operators>, headers: HeaderMap) -> Result<Json<Arc<Figures>>, ApiError> {
+    auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
     let figures = state
         .dashboard
         .current()
@@ -117,12 +120,12 @@ async fn snapshot(State(state): State<AppState>, headers: HeaderMap) -> Result<J
 /// The figures as Server-Sent Events (`figures`), one set a second, for as
 /// long as the credentials hold: the stream ends at sign-out, when the
 /// session expires, or when the admin token changes.
-async fn events(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    auth::require_admin_or_session(&state, &headers)?;
+async fn events(State(state): State<Operators>, headers: HeaderMap) -> Result<Response, ApiError> {
+    auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
     let receiver = state.dashboard.watch();
     let stream = futures::stream::unfold((receiver, state, headers), |(mut receiver, state, headers)| async move {
         receiver.changed().await.ok()?;
-        if auth::require_admin_or_session(&state, &headers).is_err() {
+        if auth::require_admin_or_session(&state.settings, &state.sessions, &headers).is_err() {
             return None;
         }
         let figures = receiver.borrow_and_update().clone()?;

@@ -5,7 +5,8 @@
 //! this user may read, removed when it ends; it goes on if the caller
 //! leaves, and a run named by a submission sent before starts nothing.
 
-use crate::http::{ApiError, AppState};
+use crate::http::error::ApiError;
+use crate::http::state::Operators;
 use seckill_shared::config::{DbSettings, Servers};
 use seckill_shared::dlq::{DlqToolSettings, Filter};
 use std::io::Write;
@@ -53,7 +54,7 @@ struct ToolSettings {
 
 /// Runs the tool to its end; the run's id, as the audit trail names it by
 /// its submission.
-pub async fn run(state: &AppState, asked: Asked) -> Result<i64, ApiError> {
+pub async fn run(state: &Operators, asked: Asked) -> Result<i64, ApiError> {
     let servers = Servers {
         database: DbSettings { max_connections: 1, ..state.settings.servers.database.clone() },
         ..state.settings.servers.clone()

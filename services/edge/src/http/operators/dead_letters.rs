@@ -12,9 +12,12 @@
 
 use super::dashboard::login_page;
 use super::dead_letter_run;
+use crate::http::auth;
+use crate::http::error::ApiError;
 use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
 use crate::http::pages::{asset, html};
-use crate::http::{auth, ApiError, AppState};
+use crate::http::state::Edge;
+use crate::http::state::Operators;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -30,7 +33,7 @@ const SCRIPT: &str = include_str!("../../../assets/dead_letters.js");
 const MOST_LISTED: usize = 1_000;
 
 /// Dead-letter routes.
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Edge> {
     Router::new()
         .route("/admin/dead-letters", get(page))
         .route("/admin/dead-letters/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
@@ -41,8 +44,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The page, or the sign-in form leading back to it.
-async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    match auth::require_admin_or_session(&state, &headers) {
+async fn page(State(state): State<Operators>, headers: HeaderMap) -> Response {
+    match auth::require_admin_or_session(&state.settings, &state.sessions, &headers) {
         Ok(()) => html(StatusCode::OK, PAGE.to_owned()),
         Err(_) => login_page(StatusCode::OK, "", "/admin/dead-letters"),
     }
@@ -69,11 +72,11 @@ struct StatsQuery {
 
 /// The dead letters' figures, with how many the index has not read yet.
 async fn stats(
-    State(state): State<AppState>,
+    State(state): State<Operators>,
     headers: HeaderMap,
     Query(query): Query<StatsQuery>,
 ) -> Result<Json<dlq::stats::Report>, ApiError> {
-    auth::require_admin_or_session(&state, &headers)?;
+    auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
     let sale =
         query.sale.filter(|s| !s.is_empty()).map(|s| dlq::parse_sale(&s)).transpose().map_err(ApiError::invalid)?;
     let kafka = &state.settings.servers.kafka;
@@ -110,11 +113,11 @@ impl RecordsQuery {
 
 /// The dead letters a filter takes, oldest first.
 async fn records(
-    State(state): State<AppState>,
+    State(state): State<Operators>,
     headers: HeaderMap,
     Query(query): Query<RecordsQuery>,
 ) -> Result<Json<Vec<Entry>>, ApiError> {
-    auth::require_admin_or_session(&state, &headers)?;
+    auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
     let limit = query.limit.unwrap_or(200).clamp(1, MOST_LISTED);
     Ok(Json(dlq::list(&state.settings.servers, query.filter()?, limit).await?))
 }
@@ -168,11 +171,11 @@ struct RunBody {
 }
 
 /// Who acts: the session's name, else (with the admin token) the body's.
-fn operator(state: &AppState, headers: &HeaderMap, asked: Option<&str>) -> Result<String, ApiError> {
+fn operator(state: &Operators, headers: &HeaderMap, asked: Option<&str>) -> Result<String, ApiError> {
     if let Some(signed_in) = state.sessions.operator(headers) {
         return Ok(signed_in);
     }
-    auth::require_admin(state, headers)?;
+    auth::require_admin(&state.settings, headers)?;
     asked
         .and_then(super::session::operator_name)
         .ok_or_else(|| ApiError::invalid("operator: who runs it (a script with the admin token names itself)"))
@@ -181,7 +184,7 @@ fn operator(state: &AppState, headers: &HeaderMap, asked: Option<&str>) -> Resul
 /// Starts a run (`seckillctl`, a process of its own: [`dead_letter_run`])
 /// and answers once it ended; the run goes on if the caller leaves.
 async fn start_run(
-    State(state): State<AppState>,
+    State(state): State<Operators>,
     headers: HeaderMap,
     JsonBody(request): JsonBody<RunRequest>,
 ) -> Result<Json<RunBody>, ApiError> {
@@ -213,24 +216,24 @@ async fn start_run(
     Ok(Json(run_body(&state, run_id).await?))
 }
 
-async fn run_body(state: &AppState, run_id: i64) -> Result<RunBody, ApiError> {
+async fn run_body(state: &Operators, run_id: i64) -> Result<RunBody, ApiError> {
     let run = dlq::runs::latest(&state.console_db, 1, Some(run_id)).await?.pop().ok_or(ApiError::NotFound)?;
     let records = dlq::runs::records(&state.console_db, run_id).await?;
     Ok(RunBody { run, records })
 }
 
 /// The latest runs, newest first: the audit trail.
-async fn latest_runs(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<RunRow>>, ApiError> {
-    auth::require_admin_or_session(&state, &headers)?;
+async fn latest_runs(State(state): State<Operators>, headers: HeaderMap) -> Result<Json<Vec<RunRow>>, ApiError> {
+    auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
     Ok(Json(dlq::runs::latest(&state.console_db, 50, None).await?))
 }
 
 /// One run, with what it did with each record.
 async fn one_run(
-    State(state): State<AppState>,
+    State(state): State<Operators>,
     headers: HeaderMap,
     Path(run_id): Path<i64>,
 ) -> Result<Json<RunBody>, ApiError> {
-    auth::require_admin_or_session(&state, &headers)?;
+    auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
     Ok(Json(run_body(&state, run_id).await?))
 }

@@ -12,15 +12,16 @@ mod dead_letter_run;
 mod dead_letters;
 pub mod session;
 
-use super::{ApiError, AppState};
+use crate::http::error::ApiError;
+use crate::http::state::{Edge, Operators};
 use axum::{middleware, Router};
 
 /// The operators' routes.
-pub fn router(state: &AppState) -> Router<AppState> {
+pub fn router(state: &Operators) -> Router<Edge> {
     let method_not_allowed = || async { ApiError::MethodNotAllowed };
     admin::router()
         .method_not_allowed_fallback(method_not_allowed)
         .merge(dashboard::router().method_not_allowed_fallback(method_not_allowed))
         .merge(dead_letters::router().method_not_allowed_fallback(method_not_allowed))
-        .layer(middleware::from_fn_with_state(state.clone(), admin_guard::guard))
+        .layer(middleware::from_fn_with_state(state.admin_throttle.clone(), admin_guard::guard))
 }

@@ -3,10 +3,11 @@
 
 pub(crate) mod payments;
 
-use super::{ApiError, AppState};
+use crate::http::error::ApiError;
+use crate::http::state::Edge;
 use axum::Router;
 
 /// The provider's routes.
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Edge> {
     payments::router().method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
 }

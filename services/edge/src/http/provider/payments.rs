@@ -8,8 +8,10 @@
 
 use crate::http::bodies::{ErrorBody, PaymentNotificationBody, PaymentOutcomeCode, PaymentRecordedBody};
 use crate::http::buyers::checkout::refusal;
+use crate::http::error::ApiError;
 use crate::http::extract::{FromJsonBody, JsonBody};
-use crate::http::{ApiError, AppState};
+use crate::http::state::Edge;
+use crate::http::state::Provider;
 use crate::ledger::{self, Outcome, Payment};
 use crate::signature;
 use axum::extract::State;
@@ -20,7 +22,7 @@ use seckill_shared::db::within;
 use serde::Deserialize;
 
 /// The notification route (called by the provider's servers: no CORS).
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<Edge> {
     Router::new().route("/api/payments/notify", post(notify))
 }
 
@@ -51,7 +53,7 @@ impl FromJsonBody for RawBody {
     )
 )]
 pub(crate) async fn notify(
-    State(state): State<AppState>,
+    State(state): State<Provider>,
     headers: HeaderMap,
     JsonBody(RawBody(raw)): JsonBody<RawBody>,
 ) -> Result<Json<PaymentRecordedBody>, ApiError> {
