@@ -134,3 +134,44 @@ async fn a_replay_goes_on_after_the_tools_producer_failed_fatally() {
     let replayed = env.read_topic(&topics.orders, 1, Duration::from_secs(30)).await;
     assert_eq!(replayed[0].payload(), Some(&b"not an order"[..]));
 }
+
+/// The draws' producer fails fatally before a draw's outcomes are
+/// published: a new one publishes them, each once. (Before: the draws'
+/// producer was made once and never again, so the edge holding the lease
+/// published nothing more.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draws_outcomes_are_published_once_after_the_draw_producer_failed_fatally() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let draw: seckill_shared::sales::Draw = serde_json::from_str(&crate::draw::draw_json(-1, 2, 60)).unwrap();
+    crate::draw_faults::warm(&env, sale, 3, draw, true).await.expect("warmed up");
+    for user in 1..=5 {
+        env.stock.enter_draw(sale, UserId::new(user).unwrap(), None).await.unwrap();
+    }
+    let draws = seckill_edge::draw::Draws::new(std::sync::Arc::new(env.edge_settings()), env.stock.clone());
+    let producer = draws.producer().expect("a producer");
+    producer.inject_fatal_error();
+    assert!(producer.fatal().is_some(), "the draws' producer failed fatally");
+    // The draw is made once `drawAt` passed, and its outcomes published, by
+    // this holder of the (unfenced) first term.
+    eventually("the draw made and its outcomes published", Duration::from_secs(30), || async {
+        draws.look(sale, 1).await.map_err(|error| format!("{error:#}"))?;
+        let state = env.stock.draw_state(sale).await.map_err(|e| e.to_string())?.ok_or("no draw")?;
+        if state.drawn && state.events_unpublished == 0 {
+            Ok(())
+        } else {
+            Err(format!("drawn {}, {} outcomes unpublished", state.drawn, state.events_unpublished))
+        }
+    })
+    .await;
+    assert!(draws.producer().unwrap().fatal().is_none(), "a new producer replaced the failed one");
+    // Read as a consumer would: five outcomes (3 won, 2 waitlisted), each
+    // once — asked for one more than that, the topic holds no sixth.
+    let records = env.read_topic(&env.topics().draw_events, 6, Duration::from_secs(5)).await;
+    let events: Vec<serde_json::Value> =
+        records.iter().map(|r| serde_json::from_slice(r.payload().unwrap_or_default()).unwrap()).collect();
+    let ids: std::collections::BTreeSet<&str> = events.iter().map(|e| e["eventId"].as_str().unwrap()).collect();
+    assert_eq!((records.len(), ids.len()), (5, 5), "each outcome once: {events:?}");
+    let won = events.iter().filter(|e| e["type"] == "WON").count();
+    assert_eq!(won, 3, "{events:?}");
+}

@@ -3,8 +3,9 @@
 //! no duplicates (a sequence the broker refuses, a producer id fenced):
 //! from then on it fails every send, for good. The edge retires such a
 //! producer and makes another (`services/edge/src/publish/`); every other
-//! producer of the project — the relay's, the dead letters', the
-//! sweeper's, `seckillctl dlq replay`'s — does it through [`Renewing`].
+//! producer of the project — the relay's, the CREATED events', the dead
+//! letters', the sweeper's, the draws', `seckillctl dlq replay`'s — does it
+//! through [`Renewing`].
 //! What the old one had in flight failed with it; its sender's own retry
 //! sends it again on the new one (a relay turn, a batch, a sweep, a run).
 

@@ -16,6 +16,7 @@ use crate::settings::Settings;
 use event::DrawEvent;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::domain::SaleKey;
+use seckill_shared::kafka::renewing::Renewing;
 use seckill_shared::ops::leader::{self, Term, Turn};
 use seckill_shared::ops::lease::{Lease, LeaseTerm};
 use seckill_shared::ops::shutdown::Background;
@@ -32,143 +33,150 @@ const LEASE_LENGTH: Duration = Duration::from_secs(5);
 /// Outcomes published in one batch.
 const BATCH: usize = 500;
 
-/// Competes for the lease; while holding it, makes the draws that are due
-/// and publishes their outcomes.
-pub async fn run(
+/// The draws' maker and publisher of one edge: what it reads and its
+/// producer, made at the first outcome to publish (an edge that never
+/// leads, or leads with no draw, holds none) and made anew after a fatal
+/// error, as every producer of the project is.
+pub struct Draws {
     settings: Arc<Settings>,
     stock: Stock,
-    db: sqlx::PgPool,
-    background: Background,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let state = Maker { settings, stock };
-    // Made at the first outcome to publish: an edge that never leads, or
-    // leads with no draw, holds no producer.
-    let producer: Arc<OnceLock<FutureProducer>> = Arc::default();
-    let topic = seckill_shared::kafka::Topics::new(&state.settings.servers.kafka).draw_events;
-    let lease = Lease::new(db, LEASE, LEASE_LENGTH, background);
-    let every = Duration::from_millis(state.settings.admission.tick_ms);
-    // The others ask for the seat once a second, not every tick.
-    let retry = every.max(Duration::from_secs(1));
-    leader::lead("draws", &lease, retry, &shutdown, |term: Arc<LeaseTerm>| {
-        let (state, producer, topic) = (state.clone(), producer.clone(), topic.clone());
-        async move {
-            match turn(&state, &producer, &topic, term.fence()).await {
-                Ok(()) => Turn::Again(every),
-                Err(LaterTerm) => Turn::StepDown,
-            }
-        }
-    })
-    .await
+    topic: String,
+    producer: OnceLock<Renewing<FutureProducer>>,
 }
 
-/// What the draw maker uses.
-#[derive(Clone)]
-struct Maker {
-    settings: Arc<Settings>,
-    stock: Stock,
+impl Draws {
+    /// The draws of the sales in `stock`.
+    pub fn new(settings: Arc<Settings>, stock: Stock) -> Self {
+        let topic = seckill_shared::kafka::Topics::new(&settings.servers.kafka).draw_events;
+        Self { settings, stock, topic, producer: OnceLock::new() }
+    }
+
+    /// Competes for the lease; while holding it, makes the draws that are
+    /// due and publishes their outcomes.
+    pub async fn run(
+        self: Arc<Self>,
+        db: sqlx::PgPool,
+        background: Background,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let lease = Lease::new(db, LEASE, LEASE_LENGTH, background);
+        let every = Duration::from_millis(self.settings.admission.tick_ms);
+        // The others ask for the seat once a second, not every tick.
+        let retry = every.max(Duration::from_secs(1));
+        leader::lead("draws", &lease, retry, &shutdown, |term: Arc<LeaseTerm>| {
+            let draws = self.clone();
+            async move {
+                match draws.turn(term.fence()).await {
+                    Ok(()) => Turn::Again(every),
+                    Err(LaterTerm) => Turn::StepDown,
+                }
+            }
+        })
+        .await
+    }
+
+    /// One look at every draw, as the holder of the term `fence`.
+    async fn turn(&self, fence: i64) -> Result<(), LaterTerm> {
+        let sales = match self.stock.rooms().await {
+            Ok(sales) => sales,
+            Err(error) => {
+                tracing::warn!(%error, "the draws not read; looking again later");
+                return Ok(());
+            }
+        };
+        for sale in sales {
+            // One draw that fails stops no other.
+            if let Err(error) = self.look(sale, fence).await {
+                if error.is::<LaterTerm>() {
+                    tracing::warn!(%sale, "another edge publishes the draws now: stepping down");
+                    return Err(LaterTerm);
+                }
+                tracing::warn!(%sale, error = format!("{error:#}"), "a draw's turn failed; trying again");
+            }
+        }
+        Ok(())
+    }
+
+    /// One look at `sale`'s draw, as the holder of the term `fence`: made
+    /// if it is due, its outcomes not yet on the topic published. A
+    /// [`LaterTerm`] error: another edge publishes now.
+    pub async fn look(&self, sale: SaleKey, fence: i64) -> anyhow::Result<()> {
+        let Some(draw) = self.stock.draw_state(sale).await? else {
+            return Ok(());
+        };
+        if !draw.drawn && !draw.closed && seckill_shared::now_ms() >= draw.draw_ms {
+            if let Some(made) = make::make(&self.stock, sale).await? {
+                metrics::counter!("seckill_draws_made_total").increment(1);
+                tracing::info!(%sale, entries = made.entries, winners = made.winners, digest = %made.digest, "draw made");
+            }
+        }
+        if draw.events_unpublished > 0 {
+            let producer = self.producer()?.get();
+            self.publish(&producer, sale, &draw, fence).await?;
+        }
+        Ok(())
+    }
+
+    /// The producer, made now if it was not yet.
+    pub fn producer(&self) -> anyhow::Result<&Renewing<FutureProducer>> {
+        if let Some(producer) = self.producer.get() {
+            return Ok(producer);
+        }
+        let kafka = self.settings.servers.kafka.clone();
+        let made = Renewing::new("draws", move || seckill_shared::kafka::producer(&kafka))?;
+        Ok(self.producer.get_or_init(|| made))
+    }
+
+    /// Publishes `sale`'s outcomes not yet on the topic, a batch at a time,
+    /// moving the cursor as the holder of the term `fence`.
+    async fn publish(
+        &self,
+        producer: &FutureProducer,
+        sale: SaleKey,
+        draw: &DrawState,
+        fence: i64,
+    ) -> anyhow::Result<()> {
+        let source = &self.settings.servers.kafka.cloudevents_source;
+        let deadline = Duration::from_millis(self.settings.servers.kafka.message_timeout_ms);
+        let mut cursor = draw.published_through.clone();
+        loop {
+            let rows = self.stock.draw_outcomes(sale, &cursor, BATCH).await?;
+            let Some(last) = rows.last() else {
+                return Ok(());
+            };
+            let events: Vec<DrawEvent> = rows.iter().map(|row| DrawEvent::of(sale, draw.round, row)).collect();
+            let mut waits = Vec::with_capacity(events.len());
+            for event in &events {
+                let payload = serde_json::to_vec(event)?;
+                let key = event.user_id.to_string();
+                let record = FutureRecord::to(&self.topic).key(&key).payload(&payload).headers(event.headers(source));
+                match producer.send_result(record) {
+                    Ok(wait) => waits.push(wait),
+                    Err((error, _)) => anyhow::bail!("an outcome not sent: {error}"),
+                }
+            }
+            let delivered = tokio::time::timeout(deadline * 2, futures::future::join_all(waits))
+                .await
+                .map_err(|_| anyhow::anyhow!("outcomes not acknowledged within {:?}", deadline * 2))?;
+            for result in delivered {
+                match result {
+                    Ok(Ok(_)) => {}
+                    Ok(Err((error, _))) => anyhow::bail!("an outcome not delivered: {error}"),
+                    Err(_) => anyhow::bail!("an outcome's delivery was cancelled"),
+                }
+            }
+            if !self.stock.outcomes_published(sale, &last.id, rows.len(), fence).await? {
+                return Err(LaterTerm.into());
+            }
+            for event in &events {
+                metrics::counter!("seckill_draw_events_published_total", "type" => event.kind.clone()).increment(1);
+            }
+            cursor = last.id.clone();
+        }
+    }
 }
 
 /// A publisher of a later term moved a cursor: this term is over.
 #[derive(Debug, thiserror::Error)]
 #[error("a publisher of a later term moved the draw's cursor")]
-struct LaterTerm;
-
-/// One look at every draw, as the holder of the term `fence`.
-async fn turn(state: &Maker, producer: &OnceLock<FutureProducer>, topic: &str, fence: i64) -> Result<(), LaterTerm> {
-    let sales = match state.stock.rooms().await {
-        Ok(sales) => sales,
-        Err(error) => {
-            tracing::warn!(%error, "the draws not read; looking again later");
-            return Ok(());
-        }
-    };
-    for sale in sales {
-        // One draw that fails stops no other.
-        if let Err(error) = look(state, producer, topic, sale, fence).await {
-            if error.is::<LaterTerm>() {
-                tracing::warn!(%sale, "another edge publishes the draws now: stepping down");
-                return Err(LaterTerm);
-            }
-            tracing::warn!(%sale, error = format!("{error:#}"), "a draw's turn failed; trying again");
-        }
-    }
-    Ok(())
-}
-
-async fn look(
-    state: &Maker,
-    producer: &OnceLock<FutureProducer>,
-    topic: &str,
-    sale: SaleKey,
-    fence: i64,
-) -> anyhow::Result<()> {
-    let Some(draw) = state.stock.draw_state(sale).await? else {
-        return Ok(());
-    };
-    if !draw.drawn && !draw.closed && seckill_shared::now_ms() >= draw.draw_ms {
-        if let Some(made) = make::make(&state.stock, sale).await? {
-            metrics::counter!("seckill_draws_made_total").increment(1);
-            tracing::info!(%sale, entries = made.entries, winners = made.winners, digest = %made.digest, "draw made");
-        }
-    }
-    if draw.events_unpublished > 0 {
-        let producer = match producer.get() {
-            Some(producer) => producer,
-            None => {
-                let made = seckill_shared::kafka::producer(&state.settings.servers.kafka)?;
-                producer.get_or_init(|| made)
-            }
-        };
-        publish(state, (producer, topic), sale, &draw, fence).await?;
-    }
-    Ok(())
-}
-
-/// Publishes `sale`'s outcomes not yet on the topic, a batch at a time,
-/// moving the cursor as the holder of the term `fence`.
-async fn publish(
-    state: &Maker,
-    (producer, topic): (&FutureProducer, &str),
-    sale: SaleKey,
-    draw: &DrawState,
-    fence: i64,
-) -> anyhow::Result<()> {
-    let source = &state.settings.servers.kafka.cloudevents_source;
-    let deadline = Duration::from_millis(state.settings.servers.kafka.message_timeout_ms);
-    let mut cursor = draw.published_through.clone();
-    loop {
-        let rows = state.stock.draw_outcomes(sale, &cursor, BATCH).await?;
-        let Some(last) = rows.last() else {
-            return Ok(());
-        };
-        let events: Vec<DrawEvent> = rows.iter().map(|row| DrawEvent::of(sale, draw.round, row)).collect();
-        let mut waits = Vec::with_capacity(events.len());
-        for event in &events {
-            let payload = serde_json::to_vec(event)?;
-            let key = event.user_id.to_string();
-            let record = FutureRecord::to(topic).key(&key).payload(&payload).headers(event.headers(source));
-            match producer.send_result(record) {
-                Ok(wait) => waits.push(wait),
-                Err((error, _)) => anyhow::bail!("an outcome not sent: {error}"),
-            }
-        }
-        let delivered = tokio::time::timeout(deadline * 2, futures::future::join_all(waits))
-            .await
-            .map_err(|_| anyhow::anyhow!("outcomes not acknowledged within {:?}", deadline * 2))?;
-        for result in delivered {
-            match result {
-                Ok(Ok(_)) => {}
-                Ok(Err((error, _))) => anyhow::bail!("an outcome not delivered: {error}"),
-                Err(_) => anyhow::bail!("an outcome's delivery was cancelled"),
-            }
-        }
-        if !state.stock.outcomes_published(sale, &last.id, rows.len(), fence).await? {
-            return Err(LaterTerm.into());
-        }
-        for event in &events {
-            metrics::counter!("seckill_draw_events_published_total", "type" => event.kind.clone()).increment(1);
-        }
-        cursor = last.id.clone();
-    }
-}
+pub struct LaterTerm;

@@ -9,8 +9,7 @@ use crate::http::auth;
 use crate::http::bodies::ErrorBody;
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
-use crate::http::state::Buyers;
-use crate::http::state::Edge;
+use crate::http::state::{Buyers, Edge};
 use axum::extract::{Extension, Path, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
@@ -35,9 +34,12 @@ fn redis(error: impl Into<anyhow::Error>) -> ApiError {
     ApiError::TryAgain(error.into())
 }
 
-/// What an entry answers; a winner's unused right is its signed token.
+/// What an entry answers; a winner's unused right is its signed token,
+/// shown only to a caller identified as the entry's user (a user token, or
+/// `auth.allow_anonymous`): with no identity configured, anyone could name
+/// the user id and take the winner's right.
 fn entry_body(state: &Buyers, sale: SaleKey, view: EntryView, draw: &DrawState) -> EntryBody {
-    let won = view.status == EntryStatus::Won && !view.used;
+    let won = view.status == EntryStatus::Won && !view.used && auth::identified(&state.users);
     let admission = won.then(|| {
         let token =
             Token { sale, round: view.round, user: view.user, ticket: view.entry.clone(), expires_ms: view.until_ms };

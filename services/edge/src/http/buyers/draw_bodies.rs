@@ -48,7 +48,8 @@ pub struct EntryBody {
     pub entry: String,
     #[schema(example = "ENTERED")]
     pub status: EntryStatus,
-    /// `WON` with its right unused: the admission token; the order carries
+    /// `WON` with its right unused, to a caller identified as its user (a
+    /// user token, or `auth.allow_anonymous`): the admission token; the order carries
     /// it in the `Seckill-Admission` header.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
