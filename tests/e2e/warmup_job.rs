@@ -171,3 +171,67 @@ async fn a_warm_up_no_replica_confirmed_is_not_answered_200() {
     assert_eq!(done.json["round"], 1, "the same warm-up finished: round 1");
     edge.stop().await;
 }
+
+/// A warm-up the edge accepted is judged by the clock once, when it is
+/// accepted. A draw's warm-up cut short right after it was recorded (its
+/// edge killed: the job's row, nothing more) and repeated with its id only
+/// once its `drawAt` passed is finished, not refused, and its draw made,
+/// late; a finished warm-up asked again after its `endsAt` answers its own
+/// sale. A new warm-up is still refused either way. (Before: both repeats
+/// answered 400 "must be in the future", and the resumer gave the cut one
+/// up, the sale answering 503 until warmed up anew.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_up_already_accepted_is_finished_whatever_the_clock_says() {
+    use seckill_shared::sales::{warmup, warmup_rows, Draw, WarmupError, WarmupRequest};
+    let env = TestEnv::new().await;
+    let locks = seckill_shared::ops::lock::LockClient::new(env.stock.connection(), Default::default());
+    let lock = seckill_shared::config::LockSettings::warmup();
+    let sale = env.sale();
+    let draw: Draw = serde_json::from_str(&crate::draw::draw_json(-1, 2, 60)).unwrap();
+    let cut = WarmupRequest {
+        id: Some(format!("cut-{}", sale.sku)),
+        sale,
+        stock: 3,
+        starts_at: None,
+        ends_at: None,
+        force: true,
+        payment_window_seconds: 900,
+        buckets: 1,
+        admission: None,
+        draw: Some(draw.clone()),
+        limits: Default::default(),
+    };
+    let id = cut.id.clone().unwrap();
+    warmup_rows::begin(&env.db, &id, &cut).await.unwrap().expect("the job recorded, as the edge accepted it");
+    // The clock passes the draw's time while the warm-up waits.
+    tokio::time::sleep((draw.draw_at - chrono::Utc::now()).to_std().unwrap_or_default()).await;
+    let new = WarmupRequest { id: Some(format!("new-{}", sale.sku)), ..cut.clone() };
+    let refused = warmup(&env.stock, &env.db, &locks, &lock, &new).await;
+    assert!(matches!(refused, Err(WarmupError::Invalid(_))), "a new warm-up with drawAt past: {refused:?}");
+    let row = warmup(&env.stock, &env.db, &locks, &lock, &cut).await.expect("the accepted one finished");
+    assert_eq!(row.round, 1);
+    let made = eventually("the draw made, late", Duration::from_secs(10), || async {
+        seckill_edge::draw::make::make(&env.stock, sale).await.map_err(|e| e.to_string())?.ok_or("not yet".to_owned())
+    })
+    .await;
+    assert_eq!((made.entries, made.winners), (0, 0));
+    assert!(env.stock.draw_state(sale).await.unwrap().unwrap().drawn);
+
+    let short = env.sale();
+    let ends = chrono::Utc::now() + chrono::Duration::seconds(2);
+    let done = WarmupRequest {
+        id: Some(format!("short-{}", short.sku)),
+        sale: short,
+        ends_at: Some(ends),
+        draw: None,
+        stock: 5,
+        ..cut.clone()
+    };
+    let first = warmup(&env.stock, &env.db, &locks, &lock, &done).await.expect("warmed up");
+    tokio::time::sleep((ends - chrono::Utc::now()).to_std().unwrap_or_default()).await;
+    let again = warmup(&env.stock, &env.db, &locks, &lock, &done).await.expect("its own answer, after endsAt");
+    assert_eq!((again.round, again.total_stock), (first.round, first.total_stock), "the same warm-up, no new round");
+    let late = WarmupRequest { id: Some(format!("late-{}", short.sku)), ..done };
+    let refused = warmup(&env.stock, &env.db, &locks, &lock, &late).await;
+    assert!(matches!(refused, Err(WarmupError::Invalid(_))), "a new warm-up with endsAt past: {refused:?}");
+}

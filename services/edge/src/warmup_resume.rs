@@ -96,8 +96,9 @@ async fn resume_once(state: &Resumer, settings: &WarmupResumeSettings, failed: &
             }
             // Its run is going on (it holds the sale's lock): left be.
             Err(WarmupError::Busy(_)) => {}
-            // It can no longer be honoured (its sale ended meanwhile):
-            // never run again.
+            // It can no longer be honoured (a close replaced it; its
+            // clock is not judged again: a sale over or a draw due while
+            // it waited is finished all the same): never run again.
             Err(WarmupError::Invalid(why)) => {
                 failed.remove(&warmup.id);
                 let ended = warmup_rows::ended(&state.db, &warmup.id, Some(Step::Closed), Some(&why));

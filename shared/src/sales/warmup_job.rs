@@ -36,6 +36,9 @@ use sqlx::PgPool;
 /// warm-up lock (`lock`: its lease and wait) to its end, or finishes it
 /// from where an earlier run stopped; returns the sale as PostgreSQL now
 /// holds it. Asked again once done, answers the sale without a new round.
+/// The clock judges a new warm-up only (`endsAt` and `drawAt` ahead): one
+/// already accepted is finished, or answered, whatever the time now — a
+/// draw cut short before its `drawAt` is drawn once it is finished, late.
 #[tracing::instrument(name = "warmup", skip_all, fields(sale = %request.sale, warmup_id = request.id.as_deref().unwrap_or("")))]
 pub async fn warmup(
     stock: &Stock,
@@ -45,6 +48,13 @@ pub async fn warmup(
     request: &WarmupRequest,
 ) -> Result<SaleRow, WarmupError> {
     validate(request)?;
+    let accepted = match &request.id {
+        Some(id) => warmup_rows::find(pool, id).await?.is_some(),
+        None => false,
+    };
+    if !accepted {
+        validate_clock(request, Utc::now())?;
+    }
     let id = request.id.clone().unwrap_or_else(|| format!("w-{:016x}", rand::random::<u64>()));
     let sale = request.sale;
     let lock_name = stock.keys().sale_lock(sale, SaleLock::Warmup);
@@ -64,6 +74,7 @@ pub async fn warmup(
     result
 }
 
+/// What a warm-up must be whenever it is asked.
 fn validate(request: &WarmupRequest) -> Result<(), WarmupError> {
     if request.stock < 0 || request.stock > 1_000_000_000 {
         return Err(WarmupError::Invalid(format!("stock must be between 0 and 1000000000, got {}", request.stock)));
@@ -85,11 +96,6 @@ fn validate(request: &WarmupRequest) -> Result<(), WarmupError> {
             return Err(WarmupError::Invalid("startsAt must be before endsAt".into()));
         }
     }
-    // Over before it could sell (and its keys would expire as they are
-    // loaded): nothing a warm-up could honour.
-    if let Some(ends) = request.ends_at.filter(|ends| *ends <= Utc::now()) {
-        return Err(WarmupError::Invalid(format!("endsAt must be in the future, got {}", ends.to_rfc3339())));
-    }
     if let Some(wrong) = request.limits.invalid() {
         return Err(WarmupError::Invalid(wrong));
     }
@@ -102,18 +108,29 @@ fn validate(request: &WarmupRequest) -> Result<(), WarmupError> {
     if let Some(wrong) = request.draw.as_ref().and_then(|d| d.invalid(request.starts_at, request.ends_at)) {
         return Err(WarmupError::Invalid(wrong));
     }
-    // A draw already due would be made at once, over whatever entered.
-    if let Some(draw) = request.draw.as_ref().filter(|d| d.draw_at <= Utc::now()) {
-        return Err(WarmupError::Invalid(format!(
-            "draw.drawAt must be in the future, got {}",
-            draw.draw_at.to_rfc3339()
-        )));
-    }
     if let Some(id) = &request.id {
         let plain = id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if id.is_empty() || id.len() > 64 || !plain {
             return Err(WarmupError::Invalid("warmupId must be 1 to 64 letters, digits, '-' or '_'".into()));
         }
+    }
+    Ok(())
+}
+
+/// What a new warm-up must be at `now`: a sale that is not over yet, a
+/// draw not yet due. Not asked of a warm-up already accepted: its clock
+/// ran on while it was cut short, and it is finished all the same.
+fn validate_clock(request: &WarmupRequest, now: DateTime<Utc>) -> Result<(), WarmupError> {
+    // Over before it could sell: nothing a new warm-up could honour.
+    if let Some(ends) = request.ends_at.filter(|ends| *ends <= now) {
+        return Err(WarmupError::Invalid(format!("endsAt must be in the future, got {}", ends.to_rfc3339())));
+    }
+    // A draw already due would be made at once, over whatever entered.
+    if let Some(draw) = request.draw.as_ref().filter(|d| d.draw_at <= now) {
+        return Err(WarmupError::Invalid(format!(
+            "draw.drawAt must be in the future, got {}",
+            draw.draw_at.to_rfc3339()
+        )));
     }
     Ok(())
 }

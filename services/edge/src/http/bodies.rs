@@ -315,8 +315,9 @@ pub struct WarmupBody {
     #[serde(default)]
     #[schema(nullable = false)]
     pub starts_at: Option<DateTime<Utc>>,
-    /// Open when absent; in the future (a sale over before it is warmed up
-    /// is refused, 400).
+    /// Open when absent; in the future for a new warm-up (a sale over
+    /// before it is warmed up is refused, 400; a warm-up already accepted,
+    /// asked again with its id, is finished whatever the time).
     #[serde(default)]
     #[schema(nullable = false)]
     pub ends_at: Option<DateTime<Utc>>,
