@@ -14,7 +14,9 @@
 //! request is decided there again. One borrowing per bucket at a time on
 //! this edge: requests that waited for it ask their bucket again rather
 //! than borrow once more. The sale is sold out only when no bucket had a
-//! unit to lend and none is on its way.
+//! unit to lend and none is on its way, and the home bucket, asked again
+//! after that, had none either (the last units may have come home between
+//! a request's deduction and its borrowing).
 
 use crate::batch::{Answer, Batcher};
 use parking_lot::{Mutex, RwLock};
@@ -91,6 +93,9 @@ impl Homes {
         };
         let mut read_again = false;
         let mut stalls = 0;
+        // Nothing left to lend was found once: the home bucket is asked
+        // again before SOLD_OUT is answered (see below).
+        let mut nothing_to_lend = false;
         for _ in 0..MOST_ROUNDS {
             let home = list.home(request.user);
             let answer: Answer = batcher.deduct(sale, home, request.clone(), publish_deadline).await;
@@ -116,11 +121,17 @@ impl Homes {
                         }
                         Borrowed::Nothing => {
                             // Nothing to lend in the round this list names: sold
-                            // out, unless the sale holds another round now.
+                            // out, unless the sale holds another round now, or
+                            // another borrower (another edge's, or one of this
+                            // edge's that finished between this request's
+                            // deduction and its borrowing) moved the last units
+                            // home meanwhile. Asked once more now that nothing
+                            // is anywhere else, home holds every unit left.
                             let now = self.list(sale, true).await?;
-                            if now.round == list.round {
+                            if now.round == list.round && nothing_to_lend {
                                 return Ok(Deduction::SoldOut { available });
                             }
+                            nothing_to_lend = now.round == list.round;
                             list = now;
                         }
                     }
