@@ -17,7 +17,7 @@ fn scenario(name: &'static str, seed: u64, faults: Vec<(u64, Fault)>) -> Scenari
 async fn chaos_cluster() {
     let secs = Duration::from_secs;
     let only = std::env::var("CHAOS_ONLY").ok();
-    let scenarios = vec![
+    let scenarios = [
         scenario(
             "a kill -9 the leader broker of the orders topic",
             21,
@@ -58,9 +58,13 @@ async fn chaos_cluster() {
             )
         },
     ];
-    let mut rows = Vec::new();
+    let names: Vec<&str> = scenarios.iter().map(|s| s.name).collect();
     // CHAOS_ONLY=b2 runs the scenarios whose name starts with it.
-    for scenario in scenarios.into_iter().filter(|s| only.as_deref().is_none_or(|o| s.name.starts_with(o))) {
+    let chosen: Vec<Scenario> =
+        scenarios.iter().filter(|s| only.as_deref().is_none_or(|o| s.name.starts_with(o))).cloned().collect();
+    assert!(!chosen.is_empty(), "CHAOS_ONLY={only:?} names no scenario of {names:?}");
+    let mut rows = Vec::new();
+    for scenario in chosen {
         let outcome = run(scenario).await;
         println!("{}", outcome.row());
         rows.push(outcome.row());

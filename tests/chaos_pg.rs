@@ -68,8 +68,11 @@ const SCENARIOS: [Scenario; 9] = [
 async fn chaos_pg() {
     let only = std::env::var("CHAOS_ONLY").ok();
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|o| name.starts_with(o)));
+    let chosen: Vec<_> = SCENARIOS.into_iter().filter(|(name, _)| wanted(name)).collect();
+    let names: Vec<&str> = SCENARIOS.iter().map(|(name, _)| *name).collect();
+    assert!(!chosen.is_empty(), "CHAOS_ONLY={only:?} names no scenario of {names:?}");
     let mut rows = Vec::new();
-    for (name, run) in SCENARIOS.into_iter().filter(|(name, _)| wanted(name)) {
+    for (name, run) in chosen {
         ran(&mut rows, run(name).await);
     }
     judge(&rows);

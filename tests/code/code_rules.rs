@@ -24,9 +24,10 @@ pub(crate) fn rust_sources() -> Vec<(String, String)> {
     found
 }
 
-/// The code of a source before its unit tests (`#[cfg(test)]`).
-fn shipped(text: &str) -> &str {
-    text.split("#[cfg(test)]").next().unwrap_or(text)
+/// The code of a source without its unit tests: each `#[cfg(test)]`
+/// module cut at its matching brace (an item after one is still read).
+fn shipped(text: &str) -> String {
+    crate::module_graph::without_test_modules(text)
 }
 
 /// The invariant's bullet in ARCHITECTURE.md, by the start of its bold title.
@@ -49,7 +50,7 @@ fn paths(text: &str) -> BTreeSet<String> {
 fn offenders(sources: &[(String, String)], allowed: &BTreeSet<String>, breaks: impl Fn(&str) -> bool) -> Vec<String> {
     sources
         .iter()
-        .filter(|(path, text)| !allowed.contains(path) && breaks(&code_only(shipped(text))))
+        .filter(|(path, text)| !allowed.contains(path) && breaks(&code_only(&shipped(text))))
         .map(|(path, _)| path.clone())
         .collect()
 }
@@ -88,7 +89,7 @@ fn every_redis_key_is_built_in_keys_rs() {
     assert_eq!(allowed, BTreeSet::from(["shared/src/stock/keys.rs".to_owned()]));
     // Keys are in format strings: read the code with its strings.
     let sources: Vec<(String, String)> =
-        rust_sources().into_iter().map(|(p, t)| (p, strip_comments(shipped(&t)))).collect();
+        rust_sources().into_iter().map(|(p, t)| (p, strip_comments(&shipped(&t)))).collect();
     let spelled: Vec<&String> =
         sources.iter().filter(|(p, t)| !allowed.contains(p) && spells_a_key(t)).map(|(p, _)| p).collect();
     assert!(spelled.is_empty(), "keys spelled outside keys.rs: {spelled:?}");
@@ -160,7 +161,7 @@ fn tables() -> BTreeSet<String> {
 fn writers(sources: &[(String, String)], tables: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<String>> {
     let mut found: BTreeMap<String, BTreeSet<String>> = tables.iter().map(|t| (t.clone(), BTreeSet::new())).collect();
     for (path, text) in sources {
-        let sql = strip_comments(shipped(text)).split_whitespace().collect::<Vec<_>>().join(" ");
+        let sql = strip_comments(&shipped(text)).split_whitespace().collect::<Vec<_>>().join(" ");
         for table in tables {
             if ["INSERT INTO", "UPDATE", "DELETE FROM"].iter().any(|verb| names(&sql, &format!("{verb} {table}"))) {
                 found.get_mut(table).unwrap().insert(path.clone());
@@ -250,7 +251,7 @@ fn secrets_are_secrets() {
         .collect();
     let plain: Vec<String> = settings
         .iter()
-        .flat_map(|(p, t)| plain_secrets(shipped(t)).into_iter().map(move |f| format!("{p}: {f}")))
+        .flat_map(|(p, t)| plain_secrets(&shipped(t)).into_iter().map(move |f| format!("{p}: {f}")))
         .collect();
     assert!(plain.is_empty(), "secrets in plain strings: {plain:?}");
 }
@@ -295,6 +296,11 @@ fn a_broken_invariant_is_noticed() {
     assert!(
         offenders(&sources, &BTreeSet::new(), |c| c.contains("fn f")).contains(&"services/edge/src/a.rs".to_owned())
     );
+    // Code after a unit-test module is read; the module is not.
+    let after =
+        [("services/edge/src/c.rs".to_owned(), "#[cfg(test)]\nmod tests {\n    fn f() {}\n}\nfn g() {}\n".to_owned())];
+    assert_eq!(offenders(&after, &BTreeSet::new(), |c| c.contains("fn g")), ["services/edge/src/c.rs"]);
+    assert!(offenders(&after, &BTreeSet::new(), |c| c.contains("fn f")).is_empty());
 }
 
 /// Each `--skip module::test` in the Makefile, as (module, test).
