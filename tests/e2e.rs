@@ -50,6 +50,8 @@ mod dlq_tools;
 mod downstream;
 #[path = "e2e/draw.rs"]
 mod draw;
+#[path = "e2e/draw_entries.rs"]
+mod draw_entries;
 #[path = "e2e/draw_faults.rs"]
 mod draw_faults;
 #[path = "e2e/edge.rs"]

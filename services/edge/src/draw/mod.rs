@@ -111,6 +111,10 @@ impl Draws {
             }
         }
         if draw.events_unpublished > 0 {
+            // Nobody is told of a draw a failover could still undo.
+            if !self.stock.draw_confirmed(sale).await? {
+                anyhow::bail!("the draw is not on the replicas yet: its outcomes wait");
+            }
             let producer = self.producer()?.get();
             self.publish(&producer, sale, &draw, fence).await?;
         }

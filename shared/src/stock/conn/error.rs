@@ -18,6 +18,19 @@ pub enum RedisCallError {
     /// Redis did not answer in time. The command may still have run.
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),
+    /// The write ran on the primary, but fewer replicas than asked
+    /// (`redis.min_replica_acks`) confirmed it in time: a failover now
+    /// could lose it. Asked again, an idempotent step is confirmed (or made
+    /// again, the same).
+    #[error("{script}: {confirmed} of {asked} replicas confirmed the write in time")]
+    NotConfirmed {
+        /// The script that wrote.
+        script: &'static str,
+        /// Replicas asked for.
+        asked: u32,
+        /// Replicas that confirmed.
+        confirmed: u32,
+    },
     /// A script answered something this code does not understand.
     #[error("unexpected answer from {script}: {answer}")]
     Unexpected {
@@ -38,7 +51,7 @@ impl RedisCallError {
             Self::Redis(error) => error.is_connection_refusal() || matches!(error.kind(), redis::ErrorKind::Server(_)),
             // The cluster client may have sent it before the error it ends
             // with: only its outcome, asked for by the call's id, can say.
-            Self::Resent(_) | Self::Timeout(_) | Self::Unexpected { .. } => false,
+            Self::Resent(_) | Self::Timeout(_) | Self::Unexpected { .. } | Self::NotConfirmed { .. } => false,
         }
     }
 
@@ -46,13 +59,13 @@ impl RedisCallError {
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
         match self {
             Self::Redis(error) | Self::Resent(error) => Some(error),
-            Self::Timeout(_) | Self::Unexpected { .. } => None,
+            Self::Timeout(_) | Self::Unexpected { .. } | Self::NotConfirmed { .. } => None,
         }
     }
 
     /// Whether the answer was not heard (the call may have run): asking
     /// again is how a caller of an idempotent script learns its outcome.
     pub fn unheard(&self) -> bool {
-        !self.never_ran() && !matches!(self, Self::Unexpected { .. })
+        !self.never_ran() && !matches!(self, Self::Unexpected { .. } | Self::NotConfirmed { .. })
     }
 }

@@ -125,10 +125,45 @@ impl Stock {
         user: UserId,
         challenge: Option<(&str, i64)>,
     ) -> Result<EntryAnswer, RedisCallError> {
-        let mut invocation = with_keys(&QUEUE_DRAW, &self.keys.queue(sale).all());
         let (nonce, until) = challenge.unwrap_or(("", 0));
-        invocation.arg("enter").arg(user.get()).arg(new_ticket(sale)).arg(nonce).arg(until);
-        parse(self.conn.invoke(&invocation).await?)
+        let args = ["enter".to_owned(), user.get().to_string(), new_ticket(sale), nonce.to_owned(), until.to_string()];
+        parse(self.draw_step(sale, &args).await?)
+    }
+
+    /// Runs `queue_draw.lua`'s step `args` on `sale`'s keys; where the
+    /// replicas must confirm writes (`redis.min_replica_acks`), with `WAIT`
+    /// behind it: a step that changes the draw (an entry, the freeze, the
+    /// draw applied) is on a replica before it is answered, as a claim is —
+    /// else [`RedisCallError::NotConfirmed`] (each step is idempotent:
+    /// asked again, it is confirmed or made again the same).
+    async fn draw_step<T: redis::FromRedisValue>(&self, sale: SaleKey, args: &[String]) -> Result<T, RedisCallError> {
+        let queue = self.keys.queue(sale);
+        let keys = queue.all();
+        let (replicas, timeout) = self.replica_acks;
+        if replicas == 0 {
+            let mut invocation = with_keys(&QUEUE_DRAW, &keys);
+            invocation.arg(args);
+            return self.conn.invoke(&invocation).await;
+        }
+        let keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (answer, confirmed): (T, u32) =
+            self.conn.script_then_wait(&QUEUE_DRAW, &keys, &args, replicas, timeout).await?;
+        if confirmed < replicas {
+            return Err(RedisCallError::NotConfirmed { script: "queue_draw.lua", asked: replicas, confirmed });
+        }
+        Ok(answer)
+    }
+
+    /// Whether `sale`'s draw as this primary holds it, and every outcome
+    /// recorded before now, is on the replicas asked for
+    /// (`redis.min_replica_acks`): its outcomes are published only then,
+    /// so a draw lost in a failover is made again, the same, before anyone
+    /// is told. A sale with no draw made has nothing to confirm.
+    pub async fn draw_confirmed(&self, sale: SaleKey) -> Result<bool, RedisCallError> {
+        let meta = self.keys.queue(sale).all()[0].clone();
+        let found = self.confirm_field(&meta, &meta, "drawn").await?;
+        Ok(!matches!(found, crate::stock::confirm::Confirmation::Unconfirmed(_)))
     }
 
     /// What `entry` reads now.
@@ -146,9 +181,7 @@ impl Stock {
     /// make.
     pub async fn freeze_draw(&self, sale: SaleKey) -> Result<Option<bool>, RedisCallError> {
         use crate::stock::protocol::queue_draw::*;
-        let mut invocation = with_keys(&QUEUE_DRAW, &self.keys.queue(sale).all());
-        invocation.arg("freeze");
-        Ok(match self.conn.invoke::<i64>(&invocation).await? {
+        Ok(match self.draw_step::<i64>(sale, &["freeze".to_owned()]).await? {
             DONE => Some(true),
             NOT_YET => Some(false),
             _ => None,
@@ -198,9 +231,8 @@ impl Stock {
             pipe.zadd_multiple(&line, &scored).ignore();
             self.conn.pipe::<()>(&pipe).await?;
         }
-        let mut invocation = with_keys(&QUEUE_DRAW, &k.all());
-        invocation.arg("apply").arg(winners).arg(digest).arg(ranked.len());
-        Ok(match self.conn.invoke::<i64>(&invocation).await? {
+        let args = ["apply".to_owned(), winners.to_string(), digest.to_owned(), ranked.len().to_string()];
+        Ok(match self.draw_step::<i64>(sale, &args).await? {
             NOT_WHOLE => None,
             drawn => Some(drawn == DONE),
         })
