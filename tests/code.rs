@@ -19,3 +19,5 @@ mod module_graph;
 mod script_protocol;
 #[path = "code/test_rules.rs"]
 mod test_rules;
+#[path = "code/wiring_map.rs"]
+mod wiring_map;
