@@ -246,3 +246,53 @@ pub(crate) async fn waiting_for_a_lock(env: &TestEnv) {
     })
     .await;
 }
+
+/// PostgreSQL stops answering (every byte the edge sends it held, as a
+/// frozen primary would) while an operator warms a sale up and closes it:
+/// each is answered 503 naming PostgreSQL once the call deadline passed,
+/// and gives its sale's lock back — PostgreSQL back, the same warm-up id
+/// finishes the warm-up and the close closes (a lock kept would answer 409
+/// SALE_BUSY). (Before: both waited for good, the close's lock kept alive
+/// by its watchdog: the sale answered SALE_BUSY until the edge restarted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_up_and_a_close_give_up_a_silent_postgres_and_their_lock() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let proxy = Pausable::start(postgres_addr()).await;
+    let mut settings = env.edge_settings();
+    settings.servers.database = short_bounds(through(&env, &proxy));
+    let edge = env.spawn_edge(settings).await;
+    let console = Client::new(edge.console_url());
+    let auth = format!("Bearer {}", seckill_e2e::ADMIN_TOKEN);
+    let path = format!("/admin/sales/{}/{}", sale.activity, sale.sku);
+    let warm = || async {
+        let body = br#"{"stock":10,"force":true,"warmupId":"silent-pg-1"}"#;
+        console.send(hyper::Method::PUT, &path, Some(body), &[("authorization", &auth)]).await
+    };
+    let close = || async {
+        let close_path = format!("{path}/close");
+        console.send(hyper::Method::POST, &close_path, None, &[("authorization", &auth)]).await
+    };
+    proxy.pause();
+    let refused = tokio::time::timeout(Duration::from_secs(60), warm()).await.expect("the warm-up answered in 60 s");
+    assert_eq!((refused.status.as_u16(), refused.code()), (503, "TRY_AGAIN"), "{}", refused.text);
+    assert!(refused.json["message"].as_str().unwrap_or_default().contains("PostgreSQL"), "{}", refused.text);
+    proxy.resume();
+    eventually("the same warm-up finished", Duration::from_secs(60), || async {
+        let reply = warm().await;
+        if reply.status == 200 {
+            Ok(())
+        } else {
+            Err(reply.text)
+        }
+    })
+    .await;
+    proxy.pause();
+    let refused = tokio::time::timeout(Duration::from_secs(60), close()).await.expect("the close answered in 60 s");
+    assert_eq!((refused.status.as_u16(), refused.code()), (503, "TRY_AGAIN"), "{}", refused.text);
+    assert!(refused.json["message"].as_str().unwrap_or_default().contains("PostgreSQL"), "{}", refused.text);
+    proxy.resume();
+    let closed = close().await;
+    assert_eq!(closed.status, 200, "its lock given back: {}", closed.text);
+    edge.stop().await;
+}

@@ -358,5 +358,5 @@ pub(crate) async fn warm(
     };
     let locks = seckill_shared::ops::lock::LockClient::new(env.stock.connection(), Default::default());
     let lock = seckill_shared::config::LockSettings::warmup();
-    seckill_shared::sales::warmup(&env.stock, &env.db, &locks, &lock, &request).await
+    seckill_shared::sales::warmup(&env.stock, &env.db, seckill_e2e::CALL_DEADLINE, &locks, &lock, &request).await
 }

@@ -43,7 +43,9 @@ async fn warm(env: &TestEnv, stock: &Stock, sale: SaleKey, units: i64, ends_at: 
         limits: Default::default(),
     };
     let locks = LockClient::new(stock.connection(), Default::default());
-    warmup(stock, &env.db, &locks, &LockSettings::warmup(), &request).await.expect("warming up");
+    warmup(stock, &env.db, seckill_e2e::CALL_DEADLINE, &locks, &LockSettings::warmup(), &request)
+        .await
+        .expect("warming up");
 }
 
 /// Every key a sale's life creates — buyers, orders, reservations, traces,

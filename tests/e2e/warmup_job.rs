@@ -206,9 +206,11 @@ async fn a_warm_up_already_accepted_is_finished_whatever_the_clock_says() {
     // The clock passes the draw's time while the warm-up waits.
     tokio::time::sleep((draw.draw_at - chrono::Utc::now()).to_std().unwrap_or_default()).await;
     let new = WarmupRequest { id: Some(format!("new-{}", sale.sku)), ..cut.clone() };
-    let refused = warmup(&env.stock, &env.db, &locks, &lock, &new).await;
+    let refused = warmup(&env.stock, &env.db, seckill_e2e::CALL_DEADLINE, &locks, &lock, &new).await;
     assert!(matches!(refused, Err(WarmupError::Invalid(_))), "a new warm-up with drawAt past: {refused:?}");
-    let row = warmup(&env.stock, &env.db, &locks, &lock, &cut).await.expect("the accepted one finished");
+    let row = warmup(&env.stock, &env.db, seckill_e2e::CALL_DEADLINE, &locks, &lock, &cut)
+        .await
+        .expect("the accepted one finished");
     assert_eq!(row.round, 1);
     let made = eventually("the draw made, late", Duration::from_secs(10), || async {
         seckill_edge::draw::make::make(&env.stock, sale).await.map_err(|e| e.to_string())?.ok_or("not yet".to_owned())
@@ -227,11 +229,13 @@ async fn a_warm_up_already_accepted_is_finished_whatever_the_clock_says() {
         stock: 5,
         ..cut.clone()
     };
-    let first = warmup(&env.stock, &env.db, &locks, &lock, &done).await.expect("warmed up");
+    let first = warmup(&env.stock, &env.db, seckill_e2e::CALL_DEADLINE, &locks, &lock, &done).await.expect("warmed up");
     tokio::time::sleep((ends - chrono::Utc::now()).to_std().unwrap_or_default()).await;
-    let again = warmup(&env.stock, &env.db, &locks, &lock, &done).await.expect("its own answer, after endsAt");
+    let again = warmup(&env.stock, &env.db, seckill_e2e::CALL_DEADLINE, &locks, &lock, &done)
+        .await
+        .expect("its own answer, after endsAt");
     assert_eq!((again.round, again.total_stock), (first.round, first.total_stock), "the same warm-up, no new round");
     let late = WarmupRequest { id: Some(format!("late-{}", short.sku)), ..done };
-    let refused = warmup(&env.stock, &env.db, &locks, &lock, &late).await;
+    let refused = warmup(&env.stock, &env.db, seckill_e2e::CALL_DEADLINE, &locks, &lock, &late).await;
     assert!(matches!(refused, Err(WarmupError::Invalid(_))), "a new warm-up with endsAt past: {refused:?}");
 }

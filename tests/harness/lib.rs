@@ -42,6 +42,10 @@ use std::time::{Duration, Instant};
 /// The admin token the harness configures.
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
+/// The bound on one PostgreSQL call of a warm-up or a close the tests run
+/// themselves (as `database.call_deadline_ms` bounds the services').
+pub const CALL_DEADLINE: Duration = Duration::from_secs(30);
+
 const ADMIN_DATABASE_URL: &str = "postgres://seckill:seckill@127.0.0.1:5432/seckill";
 
 /// Which servers a test runs against.

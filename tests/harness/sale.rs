@@ -1,7 +1,7 @@
 //! A test's sale as Redis and PostgreSQL hold it: warming it up,
 //! deducting as the edge would, waiting for its orders.
 
-use crate::{eventually, TestEnv};
+use crate::{eventually, TestEnv, CALL_DEADLINE};
 use seckill_shared::config::LockSettings;
 use seckill_shared::domain::{Limits, OrderId, OrderRecord, SaleKey, UserId};
 use seckill_shared::ops::lock::LockClient;
@@ -62,7 +62,8 @@ impl TestEnv {
             limits,
         };
         let locks = LockClient::new(self.stock.connection(), Background::default());
-        seckill_shared::sales::warmup(&self.stock, &self.db, &locks, &LockSettings::warmup(), &request).await
+        seckill_shared::sales::warmup(&self.stock, &self.db, CALL_DEADLINE, &locks, &LockSettings::warmup(), &request)
+            .await
     }
 
     /// Deducts a unit for `user` as the edge would, without publishing (an

@@ -82,7 +82,8 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
         limits: Limits::asked(Some(args.per_user_limit), args.max_per_order),
     };
     let locks = seckill_shared::ops::lock::LockClient::new(stock.connection(), Default::default());
-    let row = warmup(&stock, &db, &locks, &settings.warmup_lock, &request).await.map_err(|error| {
+    let deadline = settings.servers.database.call_deadline();
+    let row = warmup(&stock, &db, deadline, &locks, &settings.warmup_lock, &request).await.map_err(|error| {
         let resumable = matches!(error, WarmupError::NotReplicated(_) | WarmupError::Redis(_) | WarmupError::Db(_));
         if resumable {
             eprintln!("warm-up {id} stopped short; run it again with --id {id} to finish it");
@@ -120,7 +121,10 @@ pub async fn close(settings: &Settings, args: CloseArgs) -> Result<(), Failure> 
     let sale = SaleKey::from_raw(args.activity, args.sku).map_err(Failure::unreadable)?;
     let (stock, db) = connect(settings).await?;
     let locks = seckill_shared::ops::lock::LockClient::new(stock.connection(), Default::default());
-    let row = seckill_shared::sales::close(&stock, &db, &locks, &settings.warmup_lock, sale).await.map_err(failure)?;
+    let deadline = settings.servers.database.call_deadline();
+    let row = seckill_shared::sales::close(&stock, &db, deadline, &locks, &settings.warmup_lock, sale)
+        .await
+        .map_err(failure)?;
     print(&row, args.json, &format!("sale {sale} closed"))
 }
 

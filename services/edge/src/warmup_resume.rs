@@ -83,7 +83,8 @@ async fn resume_once(state: &Resumer, settings: &WarmupResumeSettings, failed: &
         }
         let request = WarmupRequest { id: Some(warmup.id.clone()), ..warmup.request };
         let sale = request.sale;
-        let ran = sales::warmup(&state.stock, &state.db, &state.locks, &state.settings.warmup_lock, &request).await;
+        let (locks, lock) = (&state.locks, &state.settings.warmup_lock);
+        let ran = sales::warmup(&state.stock, &state.db, deadline, locks, lock, &request).await;
         match ran {
             Ok(row) => {
                 failed.remove(&warmup.id);

@@ -10,15 +10,19 @@ use crate::domain::SaleKey;
 use crate::ops::lock::LockClient;
 use crate::stock::{SaleLock, Stock};
 use sqlx::PgPool;
+use std::time::Duration;
 
 /// Closes `sale` now, under its warm-up lock: PostgreSQL's end first (an
 /// end only moves earlier), then Redis's (`lua/close.lua`): no order is
 /// accepted after it, and every key of the sale expires once the payment
 /// window and `redis.sale_key_margin_secs` have passed. Closing again
-/// changes nothing more. The sale as PostgreSQL now holds it.
+/// changes nothing more. The sale as PostgreSQL now holds it. Each
+/// PostgreSQL call is bounded by `deadline`; one that does not answer ends
+/// the close, its lock given back.
 pub async fn close(
     stock: &Stock,
     pool: &PgPool,
+    deadline: Duration,
     locks: &LockClient,
     lock: &LockSettings,
     sale: SaleKey,
@@ -28,9 +32,9 @@ pub async fn close(
         return Err(WarmupError::Busy(sale));
     };
     let result = async {
-        let row = db::close_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale))?;
+        let row = db::within(deadline, db::close_sale(pool, sale)).await?.ok_or(WarmupError::NotFound(sale))?;
         // A warm-up cut short is not resumed over a close.
-        warmup_rows::closed(pool, sale).await?;
+        db::within(deadline, warmup_rows::closed(pool, sale)).await?;
         let window = i64::from(row.payment_window_seconds);
         stock.close(sale, window).await?;
         stock.close_room(sale, stock.sale_keys_expire_at(crate::now_ms(), window)).await?;

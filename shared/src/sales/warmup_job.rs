@@ -31,9 +31,13 @@ use crate::stock::queue::RoomRound;
 use crate::stock::{warmup::Round, Bucket, SaleLock, Stock, MAX_BUCKETS};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use std::time::Duration;
 
 /// Runs the warm-up `request.id` (a new id when `None`) under the sale's
-/// warm-up lock (`lock`: its lease and wait) to its end, or finishes it
+/// warm-up lock (`lock`: its lease and wait), each PostgreSQL call within
+/// `deadline` (`database.call_deadline_ms`: a primary frozen or cut off
+/// ends the run, its lock given back, and is answered as PostgreSQL's
+/// failure), to its end, or finishes it
 /// from where an earlier run stopped; returns the sale as PostgreSQL now
 /// holds it. Asked again once done, answers the sale without a new round.
 /// The clock judges a new warm-up only (`endsAt` and `drawAt` ahead): one
@@ -43,13 +47,14 @@ use sqlx::PgPool;
 pub async fn warmup(
     stock: &Stock,
     pool: &PgPool,
+    deadline: Duration,
     locks: &LockClient,
     lock: &LockSettings,
     request: &WarmupRequest,
 ) -> Result<SaleRow, WarmupError> {
     validate(request)?;
     let accepted = match &request.id {
-        Some(id) => warmup_rows::find(pool, id).await?.is_some(),
+        Some(id) => db::within(deadline, warmup_rows::find(pool, id)).await?.is_some(),
         None => false,
     };
     if !accepted {
@@ -61,12 +66,14 @@ pub async fn warmup(
     let Some(guard) = locks.acquire_with_watchdog(&lock_name, lock.lease(), lock.wait(), 0).await? else {
         return Err(WarmupError::Busy(sale));
     };
-    let result = run(stock, pool, &id, request).await;
+    let result = run(stock, (pool, deadline), &id, request).await;
     if let Err(error) = &result {
         // Recorded for the reconciliation (best effort: it may be the
         // database that failed).
         let refused = matches!(error, WarmupError::InFlight(_)).then_some(Step::Refused);
-        if let Err(not_recorded) = warmup_rows::ended(pool, &id, refused, Some(&error.to_string())).await {
+        let why = error.to_string();
+        let ended = warmup_rows::ended(pool, &id, refused, Some(&why));
+        if let Err(not_recorded) = db::within(deadline, ended).await {
             tracing::warn!(warmup = %id, %not_recorded, "a warm-up's stop not recorded");
         }
     }
@@ -135,12 +142,45 @@ fn validate_clock(request: &WarmupRequest, now: DateTime<Utc>) -> Result<(), War
     Ok(())
 }
 
-/// The steps, from the one the warm-up reached.
-async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) -> Result<SaleRow, WarmupError> {
+/// Holds `every` bucket of the sale still (none with orders in flight,
+/// unless forced) and commits the new round in PostgreSQL, recorded as the
+/// warm-up's step: the round.
+async fn commit_round(
+    stock: &Stock,
+    (pool, deadline): (&PgPool, Duration),
+    id: &str,
+    request: &WarmupRequest,
+    every: &[Bucket],
+) -> Result<i32, WarmupError> {
     let sale = request.sale;
-    let job = warmup_rows::begin(pool, id, request).await?.ok_or_else(|| WarmupError::IdReused(id.to_owned()))?;
+    // The previous round's draw outcomes not yet on their topic would go
+    // with its keys: they are in flight too.
+    let unpublished = stock.draw_state(sale).await?.is_some_and(|d| d.events_unpublished > 0);
+    if (unpublished && !request.force) || !stock.freeze(sale, every, request.force).await? {
+        return Err(WarmupError::InFlight(sale));
+    }
+    let mut tx = db::within(deadline, pool.begin()).await?;
+    let window = request.payment_window_seconds as i32;
+    let (starts, ends) = (request.starts_at, request.ends_at);
+    let row = db::within(deadline, db::upsert_sale(&mut tx, sale, request.stock, starts, ends, window)).await?;
+    db::within(deadline, warmup_rows::committed(&mut tx, id, row.round)).await?;
+    db::within(deadline, tx.commit()).await?;
+    Ok(row.round)
+}
+
+/// The steps, from the one the warm-up reached.
+async fn run(
+    stock: &Stock,
+    (pool, deadline): (&PgPool, Duration),
+    id: &str,
+    request: &WarmupRequest,
+) -> Result<SaleRow, WarmupError> {
+    let sale = request.sale;
+    let job = db::within(deadline, warmup_rows::begin(pool, id, request))
+        .await?
+        .ok_or_else(|| WarmupError::IdReused(id.to_owned()))?;
     if job.step == Step::Done {
-        return db::find_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale));
+        return db::within(deadline, db::find_sale(pool, sale)).await?.ok_or(WarmupError::NotFound(sale));
     }
     if job.step == Step::Closed {
         return Err(WarmupError::Invalid(format!(
@@ -153,7 +193,7 @@ async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) ->
             let buckets = stock.place_buckets(sale, request.buckets).await?;
             let previous = stock.directory(sale).await?.buckets;
             let retired: Vec<Bucket> = previous.into_iter().filter(|b| !buckets.contains(b)).collect();
-            warmup_rows::placed(pool, id, &buckets, &retired).await?;
+            db::within(deadline, warmup_rows::placed(pool, id, &buckets, &retired)).await?;
             (buckets, retired)
         }
     };
@@ -161,20 +201,7 @@ async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) ->
     every.extend(&retired);
     let committed_round = match (job.step, job.round) {
         (Step::Committed, Some(round)) => round,
-        _ => {
-            // The previous round's draw outcomes not yet on their topic
-            // would go with its keys: they are in flight too.
-            let unpublished = stock.draw_state(sale).await?.is_some_and(|d| d.events_unpublished > 0);
-            if (unpublished && !request.force) || !stock.freeze(sale, &every, request.force).await? {
-                return Err(WarmupError::InFlight(sale));
-            }
-            let mut tx = pool.begin().await?;
-            let window = request.payment_window_seconds as i32;
-            let row = db::upsert_sale(&mut tx, sale, request.stock, request.starts_at, request.ends_at, window).await?;
-            warmup_rows::committed(&mut tx, id, row.round).await?;
-            tx.commit().await?;
-            row.round
-        }
+        _ => commit_round(stock, (pool, deadline), id, request, &every).await?,
     };
     let ms = |t: Option<DateTime<Utc>>| t.map(|t| t.timestamp_millis()).unwrap_or(0);
     let round = Round {
@@ -212,7 +239,7 @@ async fn run(stock: &Stock, pool: &PgPool, id: &str, request: &WarmupRequest) ->
             return Err(WarmupError::NotReplicated(id.to_owned()));
         }
     }
-    warmup_rows::ended(pool, id, Some(Step::Done), None).await?;
+    db::within(deadline, warmup_rows::ended(pool, id, Some(Step::Done), None)).await?;
     tracing::info!(warmup = %id, %sale, round = committed_round, "warm-up done");
-    db::find_sale(pool, sale).await?.ok_or(WarmupError::NotFound(sale))
+    db::within(deadline, db::find_sale(pool, sale)).await?.ok_or(WarmupError::NotFound(sale))
 }

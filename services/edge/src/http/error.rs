@@ -95,6 +95,16 @@ pub enum ApiError {
     /// was kept. The cause is logged, never answered.
     #[error("temporarily unavailable; nothing was kept, try again")]
     TryAgain(#[source] anyhow::Error),
+    /// What an operator's request needed did not answer (or refused):
+    /// `what` is named — PostgreSQL, Redis, the Redis replicas — the cause
+    /// logged, never answered. Nothing was kept beyond what repeating the
+    /// request finishes.
+    #[error("{what} did not answer; try again")]
+    Unanswered {
+        what: &'static str,
+        #[source]
+        cause: anyhow::Error,
+    },
     /// A bug or an unexpected failure. The client sees a generic message.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -140,7 +150,7 @@ impl ApiError {
             Self::NotFound => ErrorCode::NotFound,
             Self::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             Self::SaleBusy(_) => ErrorCode::SaleBusy,
-            Self::TryAgain(_) => ErrorCode::TryAgain,
+            Self::TryAgain(_) | Self::Unanswered { .. } => ErrorCode::TryAgain,
             Self::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -170,7 +180,7 @@ impl ApiError {
             | Self::AlreadyPaid
             | Self::OrderFailed(_) => StatusCode::CONFLICT,
             Self::SoldOut | Self::FewerLeft(_) => StatusCode::GONE,
-            Self::TryAgain(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TryAgain(_) | Self::Unanswered { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -214,7 +224,9 @@ impl IntoResponse for ApiError {
             return (status, [(header::CONTENT_TYPE, "application/json")], SOLD_OUT_BODY).into_response();
         }
         let detail = match &self {
-            Self::Internal(cause) | Self::TryAgain(cause) => Some(format!("{cause:#}")),
+            Self::Internal(cause) | Self::TryAgain(cause) | Self::Unanswered { cause, .. } => {
+                Some(format!("{cause:#}"))
+            }
             _ => None,
         };
         let mut response = (status, Json(self.body())).into_response();

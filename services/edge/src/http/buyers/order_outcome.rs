@@ -70,7 +70,8 @@ pub fn answer_of(result: &Placed) -> OrderAnswer {
         | ApiError::AlreadyPaid
         | ApiError::OrderFailed(_)
         | ApiError::NotFound
-        | ApiError::SaleBusy(_) => OrderAnswer::Internal,
+        | ApiError::SaleBusy(_)
+        | ApiError::Unanswered { .. } => OrderAnswer::Internal,
     }
 }
 

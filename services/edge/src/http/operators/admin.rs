@@ -65,7 +65,7 @@ fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
         (status = 409, description = "SALE_BUSY: another warm-up runs, the previous round has orders in flight (force to replace it), or the warm-up id was used for another request", body = ErrorBody),
         (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
         (status = 415, description = "UNSUPPORTED_MEDIA_TYPE", body = ErrorBody),
-        (status = 503, description = "TRY_AGAIN: Redis or PostgreSQL unavailable, or the replicas did not confirm the warm-up: repeat it with the same warmupId to finish it", body = ErrorBody),
+        (status = 503, description = "TRY_AGAIN: Redis or PostgreSQL unavailable (each PostgreSQL call bounded by database.call_deadline_ms), or the replicas did not confirm the warm-up — the message names which; the sale's lock is given back: repeat it with the same warmupId to finish it", body = ErrorBody),
     )
 )]
 pub(crate) async fn warm_up(
@@ -97,7 +97,16 @@ pub(crate) async fn warm_up(
     let job = tokio::spawn({
         let state = state.clone();
         async move {
-            sales::warmup(&state.stock, &state.console_db, &state.locks, &state.settings.warmup_lock, &request).await
+            let deadline = state.settings.servers.database.call_deadline();
+            sales::warmup(
+                &state.stock,
+                &state.console_db,
+                deadline,
+                &state.locks,
+                &state.settings.warmup_lock,
+                &request,
+            )
+            .await
         }
     });
     let row = job.await.map_err(|e| ApiError::Internal(e.into()))?.map_err(warmup_refusal)?;
@@ -130,7 +139,7 @@ pub(crate) async fn warm_up(
         (status = 429, description = "RATE_LIMITED: this client failed to authenticate too often (Retry-After)", body = ErrorBody),
         (status = 404, description = "SALE_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "SALE_BUSY: a warm-up of the sale runs", body = ErrorBody),
-        (status = 503, description = "TRY_AGAIN: Redis or PostgreSQL unavailable", body = ErrorBody),
+        (status = 503, description = "TRY_AGAIN: Redis or PostgreSQL unavailable (each PostgreSQL call bounded by database.call_deadline_ms), or the replicas did not confirm the end — the message names which; the sale's lock is given back: close it again", body = ErrorBody),
     )
 )]
 pub(crate) async fn close(
@@ -140,7 +149,8 @@ pub(crate) async fn close(
 ) -> Result<Json<SaleRow>, ApiError> {
     auth::require_admin(&state.settings, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
-    let row = sales::close(&state.stock, &state.console_db, &state.locks, &state.settings.warmup_lock, sale)
+    let deadline = state.settings.servers.database.call_deadline();
+    let row = sales::close(&state.stock, &state.console_db, deadline, &state.locks, &state.settings.warmup_lock, sale)
         .await
         .map_err(warmup_refusal)?;
     tracing::info!(sale = %sale, ends_at = ?row.ends_at, "sale closed");
@@ -155,7 +165,9 @@ fn warmup_refusal(error: WarmupError) -> ApiError {
         WarmupError::Busy(_) | WarmupError::InFlight(_) | WarmupError::IdReused(_) => {
             ApiError::SaleBusy(error.to_string())
         }
-        WarmupError::Redis(_) | WarmupError::Db(_) | WarmupError::NotReplicated(_) => ApiError::TryAgain(error.into()),
+        WarmupError::Redis(_) => ApiError::Unanswered { what: "Redis", cause: error.into() },
+        WarmupError::Db(_) => ApiError::Unanswered { what: "PostgreSQL", cause: error.into() },
+        WarmupError::NotReplicated(_) => ApiError::Unanswered { what: "the Redis replicas", cause: error.into() },
     }
 }
 
