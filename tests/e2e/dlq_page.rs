@@ -198,3 +198,52 @@ async fn a_run_from_the_console_is_the_tool_in_a_process_of_its_own() {
     assert!(args.starts_with("dlq redrive --sale") && args.contains("--submission apart --dry-run"), "{args}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A dead-letter run from the console that runs past its deadline
+/// (`console.run_deadline_secs`; here a tool that never ends) is ended: its
+/// process killed, the operator answered 503 naming the run, and the audit
+/// trail records the run, ended at its deadline. (Before: the console
+/// waited on the child for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_deadline_is_ended_and_recorded_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let dir = std::env::temp_dir().join(format!("console-run-{}", rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (tool, pid_file) = (dir.join("seckillctl"), dir.join("pid"));
+    std::fs::write(&tool, format!("#!/bin/sh\necho $$ > {}\nexec sleep 600\n", pid_file.display())).unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut settings = env.edge_settings();
+    settings.console.ctl_binary = tool.display().to_string();
+    settings.console.run_deadline_secs = 1;
+    let edge = env.spawn_edge(settings).await;
+    let body = serde_json::json!({"kind": "replay", "filter": {"sale": sale.to_string()}, "submission": "endless", "dryRun": false,
+                                  "operator": "ops-lee", "note": "a tool that never ends"})
+    .to_string();
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let console = Client::new(edge.console_url());
+    let headers = [("authorization", bearer.as_str())];
+    let ask = console.send(hyper::Method::POST, "/admin/dead-letters/runs", Some(body.as_bytes()), &headers);
+    let reply = tokio::time::timeout(Duration::from_secs(60), ask).await.expect("answered in 60 s");
+    assert_eq!((reply.status.as_u16(), reply.code()), (503, "TRY_AGAIN"), "{}", reply.text);
+    assert!(reply.text.contains("dead-letter run"), "{}", reply.text);
+    let pid: i32 = std::fs::read_to_string(&pid_file).expect("the tool ran").trim().parse().unwrap();
+    eventually("the tool's process ended", Duration::from_secs(10), || async {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let running = state.split(") ").nth(1).is_some_and(|rest| !rest.starts_with('Z'));
+        if running {
+            Err(state)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    let runs: Vec<serde_json::Value> = serde_json::from_str(&env.ctl(&["dlq", "runs", "--json"]).await.stdout).unwrap();
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0]["operator"], "ops-lee");
+    assert!(runs[0]["finishedAt"].is_string(), "{:#?}", runs[0]);
+    assert!(runs[0]["error"].as_str().unwrap_or_default().contains("deadline"), "{:#?}", runs[0]);
+    edge.stop().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -249,6 +249,26 @@ pub struct RunRow {
     pub error: Option<String>,
 }
 
+/// Ends the run of `spec.submission` at its deadline, as the console does
+/// when the tool it started ran past it (the process killed): recorded
+/// with `why`, whether the tool recorded its start or not; a run that had
+/// finished is left as it ended. The run's id.
+pub async fn ended_at_deadline(db: &PgPool, spec: &RunSpec<'_>, why: &str) -> Result<i64, RunError> {
+    let id = match Run::start(db, spec).await? {
+        Started::New(run) => run.id,
+        Started::Before(id) => id,
+    };
+    sqlx::query!(
+        "UPDATE dlq_runs SET finished_at = now(), error = $2 WHERE run_id = $1 AND finished_at IS NULL",
+        id,
+        why
+    )
+    .execute(db)
+    .await
+    .map_err(RunError::unreadable)?;
+    Ok(id)
+}
+
 /// The run a submission named, when one did.
 pub async fn by_submission(db: &PgPool, submission: &str) -> Result<Option<i64>, RunError> {
     sqlx::query_scalar!("SELECT run_id FROM dlq_runs WHERE submission = $1", submission)

@@ -130,30 +130,7 @@ impl Settings {
     /// Refuses what would start an edge that is open, or closed, by
     /// accident: a secret that is set but empty.
     pub fn validate(&self) -> anyhow::Result<()> {
-        for (value, name) in [
-            (&self.admin_token, "SECKILL_ADMIN_TOKEN (admin_token)"),
-            (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)"),
-            (&self.payment_webhook_secret, "SECKILL_PAYMENT_WEBHOOK_SECRET (payment_webhook_secret)"),
-            (&self.admission.signing_key, "SECKILL__ADMISSION__SIGNING_KEY (admission.signing_key)"),
-        ] {
-            if value.as_ref().is_some_and(|v| v.expose().trim().is_empty()) {
-                anyhow::bail!("{name} is set but empty; unset it, or give it a value");
-            }
-        }
-        for (value, name, shortest) in [
-            (&self.admin_token, "SECKILL_ADMIN_TOKEN (admin_token)", MIN_ADMIN_TOKEN_LEN),
-            (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)", MIN_JWT_SECRET_LEN),
-            (
-                &self.payment_webhook_secret,
-                "SECKILL_PAYMENT_WEBHOOK_SECRET (payment_webhook_secret)",
-                MIN_WEBHOOK_SECRET_LEN,
-            ),
-            (&self.admission.signing_key, "SECKILL__ADMISSION__SIGNING_KEY (admission.signing_key)", 32),
-        ] {
-            if let Some(length) = value.as_ref().map(|v| v.expose().trim().len()).filter(|length| *length < shortest) {
-                anyhow::bail!("{name} has {length} characters; at least {shortest} are needed (openssl rand -hex 16)");
-            }
-        }
+        self.validate_secrets()?;
         let identities =
             [self.user_jwt_secret.is_some(), self.user_jwks.is_some(), self.auth.gateway_user_header.is_some()];
         if identities.iter().filter(|set| **set).count() > 1 {
@@ -187,6 +164,7 @@ impl Settings {
             (u64::from(self.status_reads.pool_connections), "status_reads.pool_connections"),
             (self.console.max_in_flight as u64, "console.max_in_flight"),
             (u64::from(self.console.pool_connections), "console.pool_connections"),
+            (self.console.run_deadline_secs, "console.run_deadline_secs"),
             (self.admission.tick_ms, "admission.tick_ms"),
             (self.admission.challenge_ttl_secs, "admission.challenge_ttl_secs"),
             (self.warmup_resume.every_ms, "warmup_resume.every_ms"),
@@ -205,6 +183,35 @@ impl Settings {
                 anyhow::bail!(
                     "cors.allowed_origins: '{origin}' is not an origin (scheme://host[:port], no path) or '*'"
                 );
+            }
+        }
+        Ok(())
+    }
+
+    /// Each secret set is not empty and long enough.
+    fn validate_secrets(&self) -> anyhow::Result<()> {
+        for (value, name) in [
+            (&self.admin_token, "SECKILL_ADMIN_TOKEN (admin_token)"),
+            (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)"),
+            (&self.payment_webhook_secret, "SECKILL_PAYMENT_WEBHOOK_SECRET (payment_webhook_secret)"),
+            (&self.admission.signing_key, "SECKILL__ADMISSION__SIGNING_KEY (admission.signing_key)"),
+        ] {
+            if value.as_ref().is_some_and(|v| v.expose().trim().is_empty()) {
+                anyhow::bail!("{name} is set but empty; unset it, or give it a value");
+            }
+        }
+        for (value, name, shortest) in [
+            (&self.admin_token, "SECKILL_ADMIN_TOKEN (admin_token)", MIN_ADMIN_TOKEN_LEN),
+            (&self.user_jwt_secret, "SECKILL_USER_JWT_SECRET (user_jwt_secret)", MIN_JWT_SECRET_LEN),
+            (
+                &self.payment_webhook_secret,
+                "SECKILL_PAYMENT_WEBHOOK_SECRET (payment_webhook_secret)",
+                MIN_WEBHOOK_SECRET_LEN,
+            ),
+            (&self.admission.signing_key, "SECKILL__ADMISSION__SIGNING_KEY (admission.signing_key)", 32),
+        ] {
+            if let Some(length) = value.as_ref().map(|v| v.expose().trim().len()).filter(|length| *length < shortest) {
+                anyhow::bail!("{name} has {length} characters; at least {shortest} are needed (openssl rand -hex 16)");
             }
         }
         Ok(())

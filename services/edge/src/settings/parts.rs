@@ -157,11 +157,15 @@ pub struct ConsoleSettings {
     /// of its own, not the edge's): a path, or a name looked up beside
     /// this binary, then on `PATH`.
     pub ctl_binary: String,
+    /// A dead-letter run from the console is ended (its process killed)
+    /// once it ran this long (s), answered 503 and recorded in the audit
+    /// trail as ended at its deadline; what it did until then stays done.
+    pub run_deadline_secs: u64,
 }
 
 impl Default for ConsoleSettings {
     fn default() -> Self {
-        Self { max_in_flight: 64, pool_connections: 4, ctl_binary: "seckillctl".into() }
+        Self { max_in_flight: 64, pool_connections: 4, ctl_binary: "seckillctl".into(), run_deadline_secs: 600 }
     }
 }
 

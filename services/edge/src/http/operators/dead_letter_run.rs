@@ -8,11 +8,13 @@
 use crate::http::error::ApiError;
 use crate::http::state::Operators;
 use seckill_shared::config::{DbSettings, Servers};
+use seckill_shared::dlq::runs::{self, RunSpec};
 use seckill_shared::dlq::{DlqToolSettings, Filter};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::Duration;
 
 /// What the console asks the tool to do.
 pub struct Asked {
@@ -64,7 +66,9 @@ pub async fn run(state: &Operators, asked: Asked) -> Result<i64, ApiError> {
     let binary = ctl_binary(&state.settings.console.ctl_binary);
     let mut command = tokio::process::Command::new(&binary);
     command.args(asked.args()).env("SECKILL_CONFIG", &file).stdin(Stdio::null()).stdout(Stdio::null());
-    command.stderr(Stdio::piped());
+    // Past its deadline the wait is dropped, and the process with it.
+    command.stderr(Stdio::piped()).kill_on_drop(true);
+    let deadline = Duration::from_secs(state.settings.console.run_deadline_secs);
     // The file is the child's only configuration: none of the edge's own.
     for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("SECKILL") && name != "SECKILL_CONFIG") {
         command.env_remove(name);
@@ -73,16 +77,16 @@ pub async fn run(state: &Operators, asked: Asked) -> Result<i64, ApiError> {
     // Its own task: the run and the file's removal go on if the caller leaves.
     let ended = tokio::spawn(async move {
         let output = match running {
-            Ok(child) => child.wait_with_output().await,
-            Err(error) => Err(error),
+            Ok(child) => tokio::time::timeout(deadline, child.wait_with_output()).await,
+            Err(error) => Ok(Err(error)),
         };
         let _ = std::fs::remove_file(&file);
         output
     });
-    let output = ended
-        .await
-        .map_err(|e| ApiError::Internal(e.into()))?
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("running {}: {e}", binary.display())))?;
+    let Ok(output) = ended.await.map_err(|e| ApiError::Internal(e.into()))? else {
+        return Err(ended_at_deadline(state, &asked, deadline).await);
+    };
+    let output = output.map_err(|e| ApiError::Internal(anyhow::anyhow!("running {}: {e}", binary.display())))?;
     let said = String::from_utf8_lossy(&output.stderr);
     let said = said.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("").trim_start_matches("seckillctl: ");
     match output.status.code() {
@@ -94,6 +98,29 @@ pub async fn run(state: &Operators, asked: Asked) -> Result<i64, ApiError> {
     seckill_shared::dlq::runs::by_submission(&state.console_db, &asked.submission).await?.ok_or_else(|| {
         ApiError::Internal(anyhow::anyhow!("the run of submission {} is not recorded", asked.submission))
     })
+}
+
+/// The answer to a run ended at its deadline (its process killed), once
+/// the audit trail records it so.
+async fn ended_at_deadline(state: &Operators, asked: &Asked, deadline: Duration) -> ApiError {
+    let why = format!("ended by the console at its deadline ({} s, console.run_deadline_secs)", deadline.as_secs());
+    let spec = RunSpec {
+        kind: asked.kind,
+        operator: Some(&asked.operator),
+        note: &asked.note,
+        filter: &asked.filter,
+        target: asked.to.as_deref(),
+        dry_run: asked.dry_run,
+        submission: Some(&asked.submission),
+    };
+    let recorded = runs::ended_at_deadline(&state.console_db, &spec, &why);
+    let cause = match tokio::time::timeout(state.settings.servers.database.call_deadline(), recorded).await {
+        Ok(Ok(run)) => anyhow::anyhow!("run {run} {why}"),
+        Ok(Err(error)) => anyhow::anyhow!("a run {why}, not recorded: {error}"),
+        Err(_) => anyhow::anyhow!("a run {why}, not recorded: PostgreSQL did not answer"),
+    };
+    tracing::warn!(submission = %asked.submission, "{cause:#}");
+    ApiError::Unanswered { what: "the dead-letter run, ended at its deadline,", cause }
 }
 
 /// `configured` when it is a path; else the binary of that name beside
