@@ -89,3 +89,54 @@ async fn a_binary_older_than_the_database_still_starts() {
     env.drop_scratch_database("newer", db).await;
     started.expect("an older binary starts on a newer database");
 }
+
+/// A migration that needs a table a long transaction holds (here: a read
+/// left open on `orders`) waits for it at most a few seconds at a time: in
+/// between the wait is given up and tried again, so the sessions queued
+/// behind its exclusive lock request — every other statement on that
+/// table — are answered meanwhile; once the transaction ends, the
+/// migration is applied. (Before: `lock_timeout` 0, the migration waited
+/// for good, and every query on `orders` queued behind it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_behind_a_long_transaction_waits_a_bounded_time_and_retries() {
+    let env = TestEnv::new().await;
+    let db = env.scratch_database("held").await;
+    // The migrations before the last that locks orders exclusively.
+    let locking = |sql: &str| sql.contains("ACCESS EXCLUSIVE") && sql.contains("orders");
+    let last = MIGRATOR.iter().filter(|m| locking(m.sql.as_str())).map(|m| m.version).max().unwrap();
+    let before = MIGRATOR.iter().map(|m| m.version).filter(|v| *v < last).max().unwrap();
+    MIGRATOR.run_to(before, &db).await.expect("the older migrations");
+    let mut reader = db.begin().await.unwrap();
+    sqlx::query("SELECT count(*) FROM orders").execute(&mut *reader).await.unwrap();
+    let migrating = tokio::spawn({
+        let db = db.clone();
+        async move { seckill_shared::db::migrate(&db).await }
+    });
+    seckill_e2e::eventually("the migration waiting for its lock", std::time::Duration::from_secs(30), || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&db)
+        .await
+        .map_err(|e| e.to_string())?;
+        if waiting > 0 {
+            Ok(())
+        } else {
+            Err("not yet".to_owned())
+        }
+    })
+    .await;
+    // Queries on the table go on while the migration waits and retries.
+    for _ in 0..3 {
+        let read = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM orders").fetch_one(&db);
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(30), read).await;
+        assert!(matches!(answered, Ok(Ok(0))), "a read of orders answered while the migration waits: {answered:?}");
+    }
+    assert!(!migrating.is_finished(), "the migration waits for the transaction");
+    reader.commit().await.unwrap();
+    let migrated = tokio::time::timeout(std::time::Duration::from_secs(120), migrating).await;
+    assert!(matches!(migrated, Ok(Ok(Ok(())))), "applied once the transaction ended: {migrated:?}");
+    let applied: i64 = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations").fetch_one(&db).await.unwrap();
+    env.drop_scratch_database("held", db).await;
+    assert_eq!(applied, MIGRATOR.iter().map(|m| m.version).max().unwrap());
+}

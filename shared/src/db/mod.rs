@@ -140,9 +140,57 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
     if !newer.is_empty() {
         tracing::warn!(?newer, "the database has migrations of a newer version; this binary runs on them");
     }
+    let mut delays = crate::ops::retry::RetrySettings::default().delays();
+    for attempt in 1.. {
+        match migrate_once(pool).await {
+            Err(error) if attempt < MIGRATION_ATTEMPTS && waited_for_a_lock(&error) => {
+                let wait = delays.next().unwrap_or(MIGRATION_LOCK_TIMEOUT);
+                tracing::warn!(
+                    attempt,
+                    ?wait,
+                    "a migration waited past its lock timeout (a long transaction holds what it locks); trying again"
+                );
+                tokio::time::sleep(wait).await;
+            }
+            other => return other,
+        }
+    }
+    unreachable!("the attempts end with an answer")
+}
+
+/// How long a migration waits for a lock (its table's, or the migrator's
+/// own) before it gives up and is tried again: behind a migration's
+/// request for an exclusive lock every other session's statement on that
+/// table queues, so the wait must be short.
+pub const MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Tries of the migrations, each bounded by [`MIGRATION_LOCK_TIMEOUT`],
+/// before the caller is answered the error (the services retry on, the
+/// edge starts without them).
+const MIGRATION_ATTEMPTS: usize = 10;
+
+/// Whether `error` is a lock wait that ran out (SQLSTATE 55P03).
+fn waited_for_a_lock(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        let failed = match cause.downcast_ref::<sqlx::migrate::MigrateError>() {
+            Some(
+                sqlx::migrate::MigrateError::Execute(error) | sqlx::migrate::MigrateError::ExecuteMigration(error, _),
+            ) => Some(error),
+            _ => cause.downcast_ref::<sqlx::Error>(),
+        };
+        failed.and_then(sqlx::Error::as_database_error).and_then(|db| db.code()).is_some_and(|code| code == "55P03")
+    })
+}
+
+/// One run of the migrations on a connection of its own: no statement
+/// bound (a migration may rewrite a table), each lock waited for at most
+/// [`MIGRATION_LOCK_TIMEOUT`].
+async fn migrate_once(pool: &PgPool) -> anyhow::Result<()> {
     let mut connection = pool.acquire().await?;
+    let lock_timeout = MIGRATION_LOCK_TIMEOUT.as_millis().to_string();
     sqlx::query!(
-            r#"SELECT set_config('statement_timeout', '0', false) AS "statement!", set_config('lock_timeout', '0', false) AS "lock!""#
+            r#"SELECT set_config('statement_timeout', '0', false) AS "statement!", set_config('lock_timeout', $1, false) AS "lock!""#,
+            lock_timeout
         )
         .fetch_one(&mut *connection)
         .await?;
