@@ -11,7 +11,9 @@
 --   user holds none this round), ARGV[4] the proof-of-work challenge's nonce
 --   ('' when none is asked), ARGV[5] its expiry (ms). Entries are taken from
 --   the start of the pre-queue (entriesOpenAt) to the room's start (drawAt),
---   and never once the draw froze them.
+--   and never once the draw froze them, nor once the draw holds its most
+--   entries (meta 'max_entries', 0: no bound): 'ENTRIES_FULL', nothing
+--   written (a user holding an entry still reads it).
 -- ARGV[1] 'read': ARGV[2] the entry id.
 --   Both return {status, entry, user, until_ms, place, round, opens_ms,
 --   used}: 'ENTERED', 'WON' (until_ms: its token's expiry; used 1: it
@@ -34,7 +36,7 @@
 --   Moves the publisher's cursor. Returns 1, or -3 when a publisher of a
 --   later term moved it (this one's term is over: nothing written).
 local m = redis.call('HMGET', KEYS[1], 'round', 'starts', 'prequeue', 'closed', 'ends', 'draw', 'drawn', 'frozen',
-  'ttl', 'expires', 'admitted')
+  'ttl', 'expires', 'admitted', 'max_entries', 'joined')
 if not m[1] or m[6] ~= '1' then
   return {'NO_DRAW', '', '', 0, 0, 0, 0, 0}
 end
@@ -93,6 +95,10 @@ elseif ARGV[1] == 'enter' then
   end
   if closed or m[8] == '1' or now >= starts then
     return reply('DRAW_CLOSED')
+  end
+  local most = tonumber(m[12] or '0') or 0
+  if most > 0 and (tonumber(m[13] or '0') or 0) >= most then
+    return reply('ENTRIES_FULL')
   end
   if ARGV[4] ~= '' then
     redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)

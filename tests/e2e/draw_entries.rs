@@ -62,3 +62,29 @@ async fn an_entry_no_replica_confirmed_is_not_answered_200() {
     assert_eq!(env.stock.draw_state(sale).await.unwrap().unwrap().entries, 1, "one entry, the same");
     plain.stop().await;
 }
+
+/// A draw takes at most `maxEntries` entries: one more is answered 409
+/// `ENTRIES_FULL` and nothing is kept, while an entrant asking again still
+/// reads their entry. (Before: entries were unbounded — one client could
+/// add millions under any user ids, and the draw's one script over them
+/// held Redis for seconds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_draw_refuses_the_next_entry_and_keeps_nothing() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let draw = draw_json(-1, 60, 60).replace(r#""claimSeconds""#, r#""maxEntries":3,"claimSeconds""#);
+    warm_with_draw(&edge, sale, 2, &draw, "").await;
+    let client = Client::new(edge.url());
+    for user in 1..=3 {
+        let entered = enter(&client, sale, user).await;
+        assert_eq!(entered.status, 200, "{}", entered.text);
+    }
+    let full = enter(&client, sale, 4).await;
+    assert_eq!((full.status.as_u16(), full.code()), (409, "ENTRIES_FULL"), "{}", full.text);
+    let again = enter(&client, sale, 2).await;
+    assert_eq!((again.status.as_u16(), again.json["status"].as_str()), (200, Some("ENTERED")), "{}", again.text);
+    let state = env.stock.draw_state(sale).await.unwrap().unwrap();
+    assert_eq!(state.entries, 3, "nothing kept of the refused entry");
+    edge.stop().await;
+}

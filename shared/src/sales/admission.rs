@@ -96,6 +96,7 @@ impl Admission {
     /// The room's settings, as Redis keeps them.
     pub fn room(&self) -> RoomSettings {
         RoomSettings {
+            max_entries: 0,
             active_buyers: self.active_buyers,
             admit_per_minute: self.admit_per_minute.unwrap_or(0),
             prequeue_ms: self.prequeue_seconds * 1000,

@@ -15,6 +15,14 @@ use utoipa::ToSchema;
 /// The longest a winner may be given to order: a day.
 pub const MAX_CLAIM_SECONDS: i64 = 86_400;
 
+/// A draw's most entries when its warm-up names none (`maxEntries`): its
+/// draw and its end-of-sale pass are each one script over every entry
+/// (about 1 s per 100,000 entries on the Redis primary of its slot).
+pub const DEFAULT_MAX_ENTRIES: i64 = 100_000;
+
+/// The most entries a warm-up may allow.
+pub const MOST_ENTRIES: i64 = 1_000_000;
+
 /// A draw in front of the round (instead of a waiting room).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -31,6 +39,15 @@ pub struct Draw {
     #[serde(default)]
     #[schema(nullable = false)]
     pub challenge: Option<Challenge>,
+    /// The most entries the draw takes: one more is answered 409
+    /// `ENTRIES_FULL`, nothing kept (default 100,000; at most 1,000,000).
+    #[serde(default = "default_max_entries", deserialize_with = "crate::domain::integer::integer")]
+    #[schema(minimum = 1, maximum = 1_000_000, default = 100_000)]
+    pub max_entries: i64,
+}
+
+fn default_max_entries() -> i64 {
+    DEFAULT_MAX_ENTRIES
 }
 
 impl Draw {
@@ -51,6 +68,9 @@ impl Draw {
         }
         if ends_at.is_some_and(|ends| ends <= self.draw_at) {
             return Some("endsAt must be after draw.drawAt".into());
+        }
+        if !(1..=MOST_ENTRIES).contains(&self.max_entries) {
+            return Some(format!("draw.maxEntries must be between 1 and {MOST_ENTRIES}, got {}", self.max_entries));
         }
         match &self.challenge {
             Some(c) if c.kind != "pow" => Some(format!("draw.challenge.kind must be \"pow\", got {}", c.kind)),
@@ -74,6 +94,7 @@ impl Draw {
             overbook: 1.0,
             challenge_bits: self.challenge.as_ref().map_or(0, |c| c.bits),
             draw: true,
+            max_entries: self.max_entries,
         }
     }
 
@@ -98,6 +119,11 @@ mod tests {
         assert_eq!(good.invalid(None, None), None);
         let room = good.room();
         assert_eq!((room.prequeue_ms, room.token_ttl_ms, room.draw), (7_200_000, 600_000, true));
+        assert_eq!(
+            (good.max_entries, room.max_entries),
+            (DEFAULT_MAX_ENTRIES, DEFAULT_MAX_ENTRIES),
+            "the default bound"
+        );
         let at = |s: &str| Some(s.parse::<DateTime<Utc>>().unwrap());
         assert!(good.invalid(at("2026-12-01T12:00:01Z"), None).is_some(), "starts after the draw");
         assert!(good.invalid(None, at("2026-12-01T12:00:00Z")).is_some(), "ends at the draw");
@@ -106,6 +132,8 @@ mod tests {
             r#"{"entriesOpenAt":"2026-12-01T12:00:00Z","drawAt":"2026-12-01T12:00:00Z","claimSeconds":600}"#,
             r#"{"entriesOpenAt":"2026-12-01T10:00:00Z","drawAt":"2026-12-01T12:00:00Z","claimSeconds":5}"#,
             r#"{"entriesOpenAt":"2026-12-01T10:00:00Z","drawAt":"2026-12-01T12:00:00Z","claimSeconds":60,"challenge":{"kind":"pow","bits":40}}"#,
+            r#"{"entriesOpenAt":"2026-12-01T10:00:00Z","drawAt":"2026-12-01T12:00:00Z","claimSeconds":60,"maxEntries":0}"#,
+            r#"{"entriesOpenAt":"2026-12-01T10:00:00Z","drawAt":"2026-12-01T12:00:00Z","claimSeconds":60,"maxEntries":1000001}"#,
         ] {
             assert!(draw(bad).invalid(None, None).is_some(), "{bad}");
         }

@@ -70,6 +70,9 @@ error_codes! {
     /// A draw's entry after its `drawAt` (or once the sale closed), from a
     /// user who holds none: nothing written.
     EntriesClosed = "ENTRIES_CLOSED",
+    /// A draw's entry once the draw holds its most entries (`maxEntries`),
+    /// from a user who holds none: nothing written.
+    EntriesFull = "ENTRIES_FULL",
     /// Unknown order.
     OrderNotFound = "ORDER_NOT_FOUND",
     /// Accepted, not written yet (`Retry-After`).

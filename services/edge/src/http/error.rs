@@ -52,6 +52,9 @@ pub enum ApiError {
     /// A draw's entry after its `drawAt`, or once the sale closed.
     #[error("the draw's entries are closed")]
     EntriesClosed,
+    /// A draw's entry once it holds its most entries (`maxEntries`).
+    #[error("the draw holds its most entries")]
+    EntriesFull,
     /// One order per user per sale.
     #[error("this user already has an order in this sale")]
     AlreadyPurchased(Option<String>),
@@ -139,6 +142,7 @@ impl ApiError {
             Self::AdmissionRequired(_) => ErrorCode::AdmissionRequired,
             Self::ChallengeFailed(_) => ErrorCode::ChallengeFailed,
             Self::EntriesClosed => ErrorCode::EntriesClosed,
+            Self::EntriesFull => ErrorCode::EntriesFull,
             Self::AlreadyPurchased(_) => ErrorCode::AlreadyPurchased,
             Self::SoldOut | Self::FewerLeft(_) => ErrorCode::SoldOut,
             Self::LimitReached { .. } => ErrorCode::LimitReached,
@@ -173,6 +177,7 @@ impl ApiError {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::AlreadyPurchased(_)
             | Self::EntriesClosed
+            | Self::EntriesFull
             | Self::LimitReached { .. }
             | Self::SaleBusy(_)
             | Self::OrderPending
@@ -265,6 +270,7 @@ mod tests {
             (ApiError::SaleNotActive, 403, "SALE_NOT_ACTIVE"),
             (ApiError::AlreadyPurchased(None), 409, "ALREADY_PURCHASED"),
             (ApiError::EntriesClosed, 409, "ENTRIES_CLOSED"),
+            (ApiError::EntriesFull, 409, "ENTRIES_FULL"),
             (ApiError::SoldOut, 410, "SOLD_OUT"),
             (ApiError::FewerLeft(2), 410, "SOLD_OUT"),
             (ApiError::LimitReached { held: 1, limit: 2 }, 409, "LIMIT_REACHED"),

@@ -157,6 +157,7 @@ mod tests {
             "ADMISSION_REQUIRED",
             "CHALLENGE_FAILED",
             "ENTRIES_CLOSED",
+            "ENTRIES_FULL",
             "ALREADY_PURCHASED",
             "SOLD_OUT",
             "ORDER_NOT_FOUND",

@@ -61,6 +61,8 @@ pub enum EntryAnswer {
     Unknown,
     /// The proof-of-work challenge was used before.
     Replayed,
+    /// The draw holds its most entries: nothing was written.
+    Full,
 }
 
 /// A draw's outcome as Redis recorded it, for the publisher.
@@ -354,6 +356,7 @@ fn parse(reply: Reply) -> Result<EntryAnswer, RedisCallError> {
         "NO_DRAW" => return Ok(EntryAnswer::NoDraw),
         "UNKNOWN" => return Ok(EntryAnswer::Unknown),
         "REPLAYED" => return Ok(EntryAnswer::Replayed),
+        "ENTRIES_FULL" => return Ok(EntryAnswer::Full),
         other => return Err(RedisCallError::Unexpected { script: "queue_draw.lua", answer: other.to_owned() }),
     };
     let user = user

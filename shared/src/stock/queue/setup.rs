@@ -33,6 +33,8 @@ pub struct RoomSettings {
     /// is admitted before the draw, no entry is abandoned, and every
     /// outcome is an event.
     pub draw: bool,
+    /// A draw's most entries (0: no bound).
+    pub max_entries: i64,
 }
 
 /// The round a room opens for.
@@ -73,7 +75,8 @@ impl Stock {
             .arg(round.expire_at_ms)
             // A draw's entries wait hours, unpolled: never abandoned.
             .arg(if room.draw { NEVER_ABANDONED_MS } else { ABANDON_MS })
-            .arg(u8::from(room.draw));
+            .arg(u8::from(room.draw))
+            .arg(room.max_entries);
         let opened: i64 = self.conn.invoke(&invocation).await?;
         let mut register = redis::pipe();
         register.sadd(self.keys.rooms(), sale.to_string()).ignore();

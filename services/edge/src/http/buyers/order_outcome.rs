@@ -64,6 +64,7 @@ pub fn answer_of(result: &Placed) -> OrderAnswer {
         ApiError::Internal(_)
         | ApiError::ChallengeFailed(_)
         | ApiError::EntriesClosed
+        | ApiError::EntriesFull
         | ApiError::OrderNotFound
         | ApiError::OrderPending
         | ApiError::PaymentConflict
