@@ -126,7 +126,7 @@ async fn a_draw_sells_its_stock_to_its_winners_and_anyone_can_verify_it() {
     // a buyer computes it from the seed revealed, is checked below against
     // the verify command's.
     let users: Vec<UserId> = entry_of.keys().map(|u| UserId::new(*u).unwrap()).collect();
-    let ranked: Vec<i64> = draw_proof::ranking(seed, &users).iter().map(|(u, _)| u.get()).collect();
+    let ranked: Vec<i64> = draw_proof::ranking(seed, digest, &users).iter().map(|(u, _)| u.get()).collect();
     order_with_their_rights(&client, sale, &entry_of, &ranked[..90]).await;
     let refused = crate::waiting_room::order_with(&client, sale, ranked[100], None).await;
     assert_eq!((refused.status.as_u16(), refused.code()), (403, "ADMISSION_REQUIRED"), "{}", refused.text);

@@ -128,7 +128,7 @@ pub fn verify(args: VerifyArgs) -> Result<(), Failure> {
         wrong.push(format!("the entry list is not as published: {why}"));
         Vec::new()
     });
-    let ranking = draw_proof::ranking(&args.seed, &users);
+    let ranking = draw_proof::ranking(&args.seed, &args.digest, &users);
     if args.json {
         let ranked: Vec<serde_json::Value> = ranking
             .iter()
@@ -139,7 +139,7 @@ pub fn verify(args: VerifyArgs) -> Result<(), Failure> {
         println!("{value}");
     } else {
         println!(
-            "# rank user key (HMAC-SHA256 of the user id keyed by the seed){}",
+            "# rank user key (HMAC-SHA256 of the user id keyed by SEED:DIGEST){}",
             if args.winners > 0 { " [won]" } else { "" }
         );
         for (i, (user, key)) in ranking.iter().enumerate() {

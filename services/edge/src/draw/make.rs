@@ -3,8 +3,8 @@
 //! the ranking written as the room's line and applied in one script that
 //! runs once per round — the first entries win, as many as the units left
 //! can serve, the rest are the waitlist. Anything cut short is made again
-//! the same way: the ranking depends on the seed and the frozen entries
-//! alone, so a second edge (or the same after a crash) writes the same
+//! the same way: the ranking depends on the seed and the frozen entries'
+//! digest alone, so a second edge (or the same after a crash) writes the same
 //! line, and the script answers "drawn before".
 
 use seckill_shared::domain::{SaleKey, UserId};
@@ -37,7 +37,7 @@ pub async fn make(stock: &Stock, sale: SaleKey) -> anyhow::Result<Option<Made>> 
         let users: Vec<UserId> = by_user.keys().copied().collect();
         let digest = draw_proof::sha256_hex(draw_proof::entry_list(&users).as_bytes());
         let ranked: Vec<String> =
-            draw_proof::ranking(&seed, &users).into_iter().map(|(user, _)| by_user[&user].clone()).collect();
+            draw_proof::ranking(&seed, &digest, &users).into_iter().map(|(user, _)| by_user[&user].clone()).collect();
         let winners = stock.orders_left(sale).await?;
         match stock.apply_draw(sale, &ranked, winners, &digest).await? {
             Some(true) => {
