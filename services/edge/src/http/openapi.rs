@@ -97,9 +97,9 @@ impl Modify for OrderIdPaths {
     components(schemas(
         ErrorBody, ErrorCode, OrderRequestBody, QueuedBody, QueuedCode, OrderStatusBody, OrderStatus, OrderOwnerBody, WarmupBody, WarmedUpBody, SaleRow,
         Report, SaleSnapshot, PaymentNotificationBody, PaymentRecordedBody, PaymentOutcomeCode,
-        super::buyers::queue_bodies::JoinBody, super::buyers::queue_bodies::TicketBody, super::buyers::queue_bodies::ChallengeBody,
+        super::buyers::joining::JoinBody, super::buyers::queue_bodies::TicketBody, super::buyers::queue_bodies::ChallengeBody,
         seckill_shared::sales::Admission, seckill_shared::sales::Challenge,
-        super::buyers::draw_bodies::EnterBody, super::buyers::draw_bodies::EntryBody, super::buyers::draw_bodies::DrawBody,
+        super::buyers::draw_bodies::EntryBody, super::buyers::draw_bodies::DrawBody,
         seckill_shared::sales::Draw, seckill_shared::stock::queue::EntryStatus
     )),
     modifiers(&Security, &OrderIdPaths),

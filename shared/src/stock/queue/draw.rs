@@ -206,7 +206,7 @@ impl Stock {
         Ok(all
             .into_iter()
             .filter_map(|(entry, value)| {
-                let user = value.split('|').next()?.parse().ok()?;
+                let user = crate::stock::protocol::TicketValue::parse(&value)?.user;
                 Some((entry, UserId::new(user).ok()?))
             })
             .collect())

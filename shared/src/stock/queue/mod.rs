@@ -202,10 +202,8 @@ impl Stock {
         Ok(all
             .into_iter()
             .map(|(ticket, value)| {
-                let parts: Vec<&str> = value.split('|').collect();
-                let at = |i: usize| parts.get(i).and_then(|p| p.parse().ok()).unwrap_or(0);
-                let state = parts.get(1).and_then(|letter| crate::stock::protocol::TicketState::parse(letter));
-                (ticket, at(0), state, at(3), at(4))
+                let v = crate::stock::protocol::TicketValue::parse(&value).unwrap_or_default();
+                (ticket, v.user, v.state, v.admitted_ms, v.ended_ms)
             })
             .collect())
     }

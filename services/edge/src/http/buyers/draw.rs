@@ -2,7 +2,8 @@
 //! in Redis on the sale's waiting-room keys (`seckill_shared::stock::queue`);
 //! this edge signs a winner's admission token and checks the proof of work.
 
-use super::draw_bodies::{DrawBody, EnterBody, EntryBody};
+use super::draw_bodies::{DrawBody, EntryBody};
+use super::joining::{self, JoinBody};
 use crate::admission::token::Token;
 use crate::client_addr::ClientAddr;
 use crate::http::auth;
@@ -15,7 +16,7 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use seckill_shared::domain::{SaleKey, UserId};
+use seckill_shared::domain::SaleKey;
 use seckill_shared::stock::queue::{DrawState, EntryAnswer, EntryStatus, EntryView};
 
 /// A draw's routes (buyer's API: CORS as the rest of it).
@@ -76,7 +77,7 @@ fn answer(state: &Buyers, sale: SaleKey, answer: EntryAnswer, draw: &DrawState) 
     post,
     path = "/api/seckill/draw/entries",
     tag = "buyer",
-    request_body(content = EnterBody, content_type = "application/json"),
+    request_body(content = JoinBody, content_type = "application/json"),
     security((), ("user" = [])),
     responses(
         (status = 200, description = "The user's entry (the same one for an entry again): ENTERED until the draw, then WON (admission: the token for one order, until admissionExpiresAt), WAITLISTED (place), EXPIRED or LOST", body = EntryBody),
@@ -96,19 +97,11 @@ pub(crate) async fn enter(
     State(state): State<Buyers>,
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<EnterBody>,
+    JsonBody(body): JsonBody<JoinBody>,
 ) -> Result<Json<EntryBody>, ApiError> {
-    let user = UserId::new(body.user_id).map_err(ApiError::invalid)?;
-    let sale = SaleKey::from_raw(body.activity_id, body.sku_id).map_err(ApiError::invalid)?;
-    if body.solution.as_ref().is_some_and(|s| s.chars().count() > 64) {
-        return Err(ApiError::invalid("solution must be at most 64 characters"));
-    }
-    auth::require_user(&state.users, &headers, user)?;
-    state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
-    state.limits.check(user).map_err(ApiError::RateLimited)?;
+    let (sale, user) = joining::joiner(&state, client, &headers, &body)?;
     let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
-    let (asked, solution) = (body.challenge.as_deref(), body.solution.as_deref());
-    let solved = super::queue::solved(&state, (sale, user, draw.challenge_bits), asked, solution)?;
+    let solved = joining::proof_of(&state, (sale, user, draw.challenge_bits), &body)?;
     let proof = solved.as_ref().map(|c| (c.nonce.as_str(), c.expires_ms));
     let entered = state.stock.enter_draw(sale, user, proof).await.map_err(redis)?;
     answer(&state, sale, entered, &draw)
@@ -135,17 +128,11 @@ pub(crate) async fn read(
     headers: HeaderMap,
     Path(entry): Path<String>,
 ) -> Result<Json<EntryBody>, ApiError> {
-    let caller = auth::caller(&state.users, &headers)?;
-    state.status_reads.check_client(client.0).map_err(ApiError::RateLimited)?;
-    let Some(sale) = seckill_shared::stock::queue::ticket_sale(&entry) else {
-        return Err(ApiError::NotFound);
-    };
+    let (sale, caller) = joining::reader(&state, client, &headers, &entry)?;
     let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(ApiError::NotFound)?;
     let read = state.stock.read_entry(&entry).await.map_err(redis)?;
-    if let (Some(caller), EntryAnswer::Entry(view)) = (caller, &read) {
-        if view.user != caller {
-            return Err(ApiError::Forbidden("the entry is another user's".into()));
-        }
+    if let EntryAnswer::Entry(view) = &read {
+        joining::owned_by(caller, view.user, "entry")?;
     }
     answer(&state, sale, read, &draw)
 }

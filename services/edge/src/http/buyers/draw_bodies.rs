@@ -1,43 +1,10 @@
 //! A draw's bodies: an entry, what an entry reads, and the draw as anyone
 //! may read it.
 
-use crate::http::error::ApiError;
-use crate::http::extract::{from_serde, FromJsonBody};
 use chrono::{DateTime, Utc};
 use seckill_shared::stock::queue::EntryStatus;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use utoipa::ToSchema;
-
-/// A buyer enters a sale's draw.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schema(as = DrawEntryRequest)]
-pub struct EnterBody {
-    #[schema(minimum = 1, format = Int64)]
-    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
-    pub activity_id: i64,
-    #[schema(minimum = 1, format = Int64)]
-    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
-    pub sku_id: i64,
-    #[schema(minimum = 1, format = Int64)]
-    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
-    pub user_id: i64,
-    /// The challenge of `GET /api/seckill/queue/challenge`, where the draw
-    /// asks a proof of work.
-    #[serde(default)]
-    #[schema(nullable = false)]
-    pub challenge: Option<String>,
-    /// Its solution (at most 64 characters).
-    #[serde(default)]
-    #[schema(nullable = false, max_length = 64)]
-    pub solution: Option<String>,
-}
-
-impl FromJsonBody for EnterBody {
-    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
-        from_serde(bytes)
-    }
-}
 
 /// An entry, as its holder reads it.
 #[derive(Debug, Serialize, ToSchema)]

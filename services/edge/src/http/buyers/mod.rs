@@ -8,6 +8,7 @@ pub(crate) mod checkout;
 mod cors;
 pub(crate) mod draw;
 pub(crate) mod draw_bodies;
+pub(crate) mod joining;
 pub(crate) mod order;
 mod order_admission;
 mod order_outcome;

@@ -2,7 +2,8 @@
 //! challenge. The room is Redis's (`seckill_shared::stock::queue`); this
 //! edge signs the admission tokens and checks the challenges.
 
-use super::queue_bodies::{ChallengeBody, JoinBody, TicketBody};
+use super::joining::{self, JoinBody};
+use super::queue_bodies::{ChallengeBody, TicketBody};
 use crate::admission::challenge::Challenge;
 use crate::admission::token::Token;
 use crate::client_addr::ClientAddr;
@@ -17,7 +18,7 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use seckill_shared::domain::{SaleKey, UserId};
+use seckill_shared::domain::SaleKey;
 use seckill_shared::stock::queue::{TicketAnswer, TicketStatus, TicketView};
 use std::collections::HashMap;
 
@@ -117,39 +118,14 @@ pub(crate) async fn join(
     headers: HeaderMap,
     JsonBody(body): JsonBody<JoinBody>,
 ) -> Result<Json<TicketBody>, ApiError> {
-    let user = UserId::new(body.user_id).map_err(ApiError::invalid)?;
-    let sale = SaleKey::from_raw(body.activity_id, body.sku_id).map_err(ApiError::invalid)?;
-    // As the document says, whether or not the room asks a proof of work.
-    if body.solution.as_ref().is_some_and(|s| s.chars().count() > 64) {
-        return Err(ApiError::invalid("solution must be at most 64 characters"));
-    }
-    auth::require_user(&state.users, &headers, user)?;
-    state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
-    state.limits.check(user).map_err(ApiError::RateLimited)?;
+    let (sale, user) = joining::joiner(&state, client, &headers, &body)?;
     let room = state.stock.room(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
-    let solved =
-        solved(&state, (sale, user, room.challenge_bits), body.challenge.as_deref(), body.solution.as_deref())?;
+    let solved = joining::proof_of(&state, (sale, user, room.challenge_bits), &body)?;
     let proof = solved.as_ref().map(|c| (c.nonce.as_str(), c.expires_ms));
     let joined = state.stock.join_room(sale, user, proof).await.map_err(redis)?;
     let Json(mut body) = answer(&state, sale, joined)?;
     body.seed_commitment = Some(room.seed_commitment);
     Ok(Json(body))
-}
-
-/// The proof of work a room of `bits` asks of `user` (none when 0),
-/// checked: a join's and a draw entry's.
-pub(super) fn solved(
-    state: &Buyers,
-    (sale, user, bits): (SaleKey, UserId, u32),
-    asked: Option<&str>,
-    solution: Option<&str>,
-) -> Result<Option<Challenge>, ApiError> {
-    if bits == 0 {
-        return Ok(None);
-    }
-    Challenge::check(&state.signer, asked, solution, (sale, user, bits), seckill_shared::now_ms())
-        .map(Some)
-        .map_err(|refused| ApiError::ChallengeFailed(refused.to_string()))
 }
 
 /// A ticket, polled at its `pollAfterMs`.
@@ -173,16 +149,10 @@ pub(crate) async fn poll(
     headers: HeaderMap,
     Path(ticket): Path<String>,
 ) -> Result<Json<TicketBody>, ApiError> {
-    let caller = auth::caller(&state.users, &headers)?;
-    state.status_reads.check_client(client.0).map_err(ApiError::RateLimited)?;
-    let Some(sale) = seckill_shared::stock::queue::ticket_sale(&ticket) else {
-        return Err(ApiError::NotFound);
-    };
+    let (sale, caller) = joining::reader(&state, client, &headers, &ticket)?;
     let read = state.stock.read_ticket(&ticket).await.map_err(redis)?;
-    if let (Some(caller), TicketAnswer::Ticket(view)) = (caller, &read) {
-        if view.user != caller {
-            return Err(ApiError::Forbidden("the ticket is another user's".into()));
-        }
+    if let TicketAnswer::Ticket(view) = &read {
+        joining::owned_by(caller, view.user, "ticket")?;
     }
     answer(&state, sale, read)
 }

@@ -1,42 +1,8 @@
 //! The waiting room's bodies: a join, a challenge, and what a ticket reads.
 
-use crate::http::error::ApiError;
-use crate::http::extract::{from_serde, FromJsonBody};
 use seckill_shared::stock::queue::TicketStatus;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use utoipa::ToSchema;
-
-/// A buyer joins a sale's waiting room.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schema(as = QueueJoin)]
-pub struct JoinBody {
-    #[schema(minimum = 1, format = Int64)]
-    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
-    pub activity_id: i64,
-    #[schema(minimum = 1, format = Int64)]
-    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
-    pub sku_id: i64,
-    #[schema(minimum = 1, format = Int64)]
-    #[serde(deserialize_with = "seckill_shared::domain::integer::integer")]
-    pub user_id: i64,
-    /// The challenge of `GET /api/seckill/queue/challenge`, where the room
-    /// asks a proof of work.
-    #[serde(default)]
-    #[schema(nullable = false)]
-    pub challenge: Option<String>,
-    /// Its solution: SHA-256 of `challenge:solution` starts with the
-    /// challenge's bits of zeros (at most 64 characters).
-    #[serde(default)]
-    #[schema(nullable = false, max_length = 64)]
-    pub solution: Option<String>,
-}
-
-impl FromJsonBody for JoinBody {
-    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
-        from_serde(bytes)
-    }
-}
 
 /// A ticket, as its holder polls it.
 #[derive(Debug, Serialize, ToSchema)]
