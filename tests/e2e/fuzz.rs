@@ -1,7 +1,9 @@
 //! The edge against its own OpenAPI document: the document it serves is the
 //! one committed (`api/openapi.json`), and Schemathesis (bounded: its
 //! examples, coverage and fuzzing phases, 30 cases an operation in each
-//! (seconds), a fixed seed, loopback only) passes every check
+//! (seconds), and its stateful phase, which follows the document's links
+//! from a placed order, a join and an entry to their reads; a fixed seed,
+//! loopback only) passes every check
 //! but `positive_data_acceptance` and warns of no schema looser than the
 //! edge's validation — and the cases it generates change no stock, buyer or
 //! order. `make fuzz-long` runs it longer (`SCHEMATHESIS_ARGS`).
@@ -75,7 +77,7 @@ async fn schemathesis_finds_nothing_and_changes_nothing() {
         // Every check but one: a valid body for a sale that does not exist
         // is refused (404), as it must be.
         .args(["--checks", "all", "--exclude-checks", "positive_data_acceptance"])
-        .args(["--phases", "examples,coverage,fuzzing"])
+        .args(["--phases", "examples,coverage,fuzzing,stateful"])
         .args(["--no-shrink", "--request-timeout", "10"])
         // More of a run (`make fuzz-long` says how): its arguments come last.
         .args(std::env::var("SCHEMATHESIS_ARGS").unwrap_or_default().split_whitespace())

@@ -80,7 +80,8 @@ fn answer(state: &Buyers, sale: SaleKey, answer: EntryAnswer, draw: &DrawState) 
     request_body(content = JoinBody, content_type = "application/json"),
     security((), ("user" = [])),
     responses(
-        (status = 200, description = "The user's entry (the same one for an entry again): ENTERED until the draw, then WON (admission: the token for one order, until admissionExpiresAt), WAITLISTED (place), EXPIRED or LOST", body = EntryBody),
+        (status = 200, description = "The user's entry (the same one for an entry again): ENTERED until the draw, then WON (admission: the token for one order, until admissionExpiresAt), WAITLISTED (place), EXPIRED or LOST", body = EntryBody,
+            links(("entry" = (operation_id = "read", parameters(("entry" = "$response.body#/entry")), description = "The entry, read")))),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
         (status = 403, description = "SALE_NOT_ACTIVE with opensAt: before entries open; CHALLENGE_FAILED: the draw asks a proof of work and it is missing, wrong, expired or used before; FORBIDDEN: the token is another user's", body = ErrorBody),

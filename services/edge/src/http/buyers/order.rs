@@ -46,7 +46,8 @@ pub fn router() -> Router<Edge> {
         ("seckill-admission" = Option<String>, Header, description = "The admission token of the sale's waiting room (a join's or poll's `admission`), for a sale that has one"),
     ),
     responses(
-        (status = 202, description = "QUEUED: accepted; follow it with GET /api/seckill/order/{orderId}. UNCONFIRMED (an error body, Retry-After: 1): Redis did not confirm in time whether this request holds a unit; poll the order (orderId, when known) or GET /api/seckill/result", body = QueuedBody),
+        (status = 202, description = "QUEUED: accepted; follow it with GET /api/seckill/order/{orderId}. UNCONFIRMED (an error body, Retry-After: 1): Redis did not confirm in time whether this request holds a unit; poll the order (orderId, when known) or GET /api/seckill/result", body = QueuedBody,
+            links(("order" = (operation_id = "get_order", parameters(("orderId" = "$response.body#/orderId")), description = "The order this request placed")))),
         (status = 400, description = "INVALID_REQUEST: not JSON, a missing, unknown or repeated field, an id not a positive 64-bit integer", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: user auth is on and the bearer JWT is missing or invalid", body = ErrorBody),
         (status = 403, description = "SALE_NOT_ACTIVE: before the sale's start or after its end; FORBIDDEN: the JWT's subject is another user; ADMISSION_REQUIRED: the sale admits through its waiting room and the Seckill-Admission header holds no valid token of this user, sale and round (or one used already)", body = ErrorBody),

@@ -100,7 +100,8 @@ fn redis(error: impl Into<anyhow::Error>) -> ApiError {
     request_body(content = JoinBody, content_type = "application/json"),
     security((), ("user" = [])),
     responses(
-        (status = 200, description = "The user's ticket (the same one for a join again in the round): WAITING (position once the sale starts, waitSeconds), ADMITTED (admission: the token for one order), SOLD_OUT (no unit left now; admission resumes if one comes back), CLOSED", body = TicketBody),
+        (status = 200, description = "The user's ticket (the same one for a join again in the round): WAITING (position once the sale starts, waitSeconds), ADMITTED (admission: the token for one order), SOLD_OUT (no unit left now; admission resumes if one comes back), CLOSED", body = TicketBody,
+            links(("ticket" = (operation_id = "poll", parameters(("ticket" = "$response.body#/ticket")), description = "The ticket, polled")))),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
         (status = 403, description = "SALE_NOT_ACTIVE with opensAt: before the pre-queue opens; CHALLENGE_FAILED: the room asks a proof of work and it is missing, wrong, expired or used before; FORBIDDEN: the token is another user's", body = ErrorBody),
