@@ -24,7 +24,9 @@
 -- ARGV[1] 'freeze': from the draw's time on (Redis's clock), no entry is
 --   taken any more. Returns 1 frozen (now or before), 0 too early, -1 no
 --   draw to make (none, made already, or the sale closed first).
--- ARGV[1] 'apply': ARGV[2] the winners (the orders the units left can
+-- ARGV[1] 'apply': ARGV[5] the maker's lease fence (a maker of an older
+--   term than the last that acted on the draw is refused: -3, nothing
+--   written), ARGV[2] the winners (the orders the units left can
 --   serve), ARGV[3] the entry list's digest, ARGV[4] the entries the caller
 --   ranked. The line must hold every entry, ranked (the caller wrote it,
 --   score = rank from 0). Once: the first ARGV[2] are admitted, each a 'won'
@@ -138,6 +140,13 @@ end
 if drawn then
   return 0
 end
+-- A maker of an older term of the draws' lease (frozen past it) makes
+-- nothing once a later term acted on this draw (its cursor, or a try of
+-- its own): the term is stamped before anything is written.
+if tonumber(ARGV[5] or '0') < tonumber(redis.call('HGET', KEYS[1], 'published_fence') or '0') then
+  return -3
+end
+redis.call('HSET', KEYS[1], 'published_fence', ARGV[5] or '0')
 local entries = redis.call('HLEN', KEYS[3])
 if redis.call('ZCARD', KEYS[2]) ~= entries or tonumber(ARGV[4]) ~= entries then
   return -2

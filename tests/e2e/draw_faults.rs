@@ -311,7 +311,10 @@ async fn a_warm_up_waits_for_the_draws_outcomes_to_be_published() {
     }
     tokio::time::sleep((draw_at - chrono::Utc::now()).to_std().unwrap_or_default()).await;
     let made = eventually("the draw made", Duration::from_secs(10), || async {
-        seckill_edge::draw::make::make(&env.stock, sale).await.map_err(|e| e.to_string())?.ok_or("not yet".to_owned())
+        seckill_edge::draw::make::make(&env.stock, sale, 1)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("not yet".to_owned())
     })
     .await;
     assert_eq!((made.entries, made.winners), (5, 3));
@@ -359,4 +362,32 @@ pub(crate) async fn warm(
     let locks = seckill_shared::ops::lock::LockClient::new(env.stock.connection(), Default::default());
     let lock = seckill_shared::config::LockSettings::warmup();
     seckill_shared::sales::warmup(&env.stock, &env.db, seckill_e2e::CALL_DEADLINE, &locks, &lock, &request).await
+}
+
+/// Two makers of the draws' lease — one frozen past its term, and the
+/// holder of the term after it — are fenced inside the script: once the
+/// later term acted on the draw (its cursor moved, here), the older one's
+/// apply writes nothing and is told so; the later one makes the draw.
+/// (Before: whoever applied first made it, whatever its term.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maker_of_an_older_term_makes_no_draw() {
+    use seckill_edge::draw::make::{make, LaterTerm};
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 2, 60)).unwrap();
+    warm(&env, sale, 2, draw, true).await.expect("warmed up");
+    for user in 1..=3 {
+        env.stock.enter_draw(sale, seckill_shared::domain::UserId::new(user).unwrap(), None).await.unwrap();
+    }
+    assert!(env.stock.outcomes_published(sale, "0-0", 0, 7).await.unwrap(), "the later term acted first");
+    eventually("the older term's maker refused once the draw is due", Duration::from_secs(10), || async {
+        match make(&env.stock, sale, 6).await {
+            Err(error) if error.is::<LaterTerm>() => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(!env.stock.draw_state(sale).await.unwrap().unwrap().drawn, "nothing made by the older term");
+    let made = make(&env.stock, sale, 7).await.unwrap().expect("made by the later term");
+    assert_eq!((made.entries, made.winners), (3, 2));
 }

@@ -213,7 +213,10 @@ async fn a_warm_up_already_accepted_is_finished_whatever_the_clock_says() {
         .expect("the accepted one finished");
     assert_eq!(row.round, 1);
     let made = eventually("the draw made, late", Duration::from_secs(10), || async {
-        seckill_edge::draw::make::make(&env.stock, sale).await.map_err(|e| e.to_string())?.ok_or("not yet".to_owned())
+        seckill_edge::draw::make::make(&env.stock, sale, 1)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("not yet".to_owned())
     })
     .await;
     assert_eq!((made.entries, made.winners), (0, 0));

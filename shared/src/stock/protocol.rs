@@ -198,7 +198,7 @@ answers! {
     NOT_YET = 0: "before the draw's time (freeze); drawn before (apply)";
     NO_DRAW_TO_MAKE = -1: "no draw to make: none, made already, or the sale closed first";
     NOT_WHOLE = -2: "the line does not hold every entry ranked: rank again";
-    LATER_TERM = -3: "a publisher of a later term moved the cursor: nothing written";
+    LATER_TERM = -3: "a maker or publisher of a later term acted on the draw: nothing written";
 }
 
 /// Every script's answers, one entry per file of `lua/`.

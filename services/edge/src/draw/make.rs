@@ -9,6 +9,7 @@
 
 use seckill_shared::domain::{SaleKey, UserId};
 use seckill_shared::sales::draw_proof;
+use seckill_shared::stock::queue::Applied;
 use seckill_shared::stock::Stock;
 use std::collections::HashMap;
 
@@ -20,9 +21,17 @@ pub struct Made {
     pub digest: String,
 }
 
-/// Makes `sale`'s draw if it is due and not made (`None`: nothing made
-/// now: too early, made before, or the sale closed first).
-pub async fn make(stock: &Stock, sale: SaleKey) -> anyhow::Result<Option<Made>> {
+/// A maker or publisher of a later term of the draws' lease acted on a
+/// draw: this term is over.
+#[derive(Debug, thiserror::Error)]
+#[error("a maker or publisher of a later term acted on the draw")]
+pub struct LaterTerm;
+
+/// Makes `sale`'s draw if it is due and not made, as the holder of the
+/// lease term `fence` (`None`: nothing made now: too early, made before,
+/// or the sale closed first; a [`LaterTerm`] error: a later term acted on
+/// the draw, nothing written).
+pub async fn make(stock: &Stock, sale: SaleKey, fence: i64) -> anyhow::Result<Option<Made>> {
     if stock.freeze_draw(sale).await? != Some(true) {
         return Ok(None);
     }
@@ -39,12 +48,13 @@ pub async fn make(stock: &Stock, sale: SaleKey) -> anyhow::Result<Option<Made>> 
         let ranked: Vec<String> =
             draw_proof::ranking(&seed, &digest, &users).into_iter().map(|(user, _)| by_user[&user].clone()).collect();
         let winners = stock.orders_left(sale).await?;
-        match stock.apply_draw(sale, &ranked, winners, &digest).await? {
-            Some(true) => {
+        match stock.apply_draw(sale, &ranked, (winners, &digest), fence).await? {
+            Some(Applied::Made) => {
                 return Ok(Some(Made { entries: ranked.len(), winners: winners.min(ranked.len() as i64), digest }))
             }
             // Another edge made it meanwhile.
-            Some(false) => return Ok(None),
+            Some(Applied::Before) => return Ok(None),
+            Some(Applied::LaterTerm) => return Err(LaterTerm.into()),
             None => {}
         }
     }

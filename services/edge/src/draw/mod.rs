@@ -14,6 +14,7 @@ pub mod make;
 
 use crate::settings::Settings;
 use event::DrawEvent;
+use make::LaterTerm;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::domain::SaleKey;
 use seckill_shared::kafka::renewing::Renewing;
@@ -105,7 +106,7 @@ impl Draws {
             return Ok(());
         };
         if !draw.drawn && !draw.closed && seckill_shared::now_ms() >= draw.draw_ms {
-            if let Some(made) = make::make(&self.stock, sale).await? {
+            if let Some(made) = make::make(&self.stock, sale, fence).await? {
                 metrics::counter!("seckill_draws_made_total").increment(1);
                 tracing::info!(%sale, entries = made.entries, winners = made.winners, digest = %made.digest, "draw made");
             }
@@ -179,8 +180,3 @@ impl Draws {
         }
     }
 }
-
-/// A publisher of a later term moved a cursor: this term is over.
-#[derive(Debug, thiserror::Error)]
-#[error("a publisher of a later term moved the draw's cursor")]
-pub struct LaterTerm;

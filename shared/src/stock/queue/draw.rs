@@ -65,6 +65,18 @@ pub enum EntryAnswer {
     Full,
 }
 
+/// What applying a draw did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Drawn now.
+    Made,
+    /// Drawn before (by another maker, or an earlier try).
+    Before,
+    /// A maker or publisher of a later lease term acted on the draw:
+    /// nothing written.
+    LaterTerm,
+}
+
 /// A draw's outcome as Redis recorded it, for the publisher.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutcomeRow {
@@ -213,16 +225,18 @@ impl Stock {
     }
 
     /// Writes `ranked` (entry ids, in drawn order) as the draw's line, then
-    /// makes the draw once: the first `winners` admitted, the rest
-    /// waitlisted, each an event. `Some(true)`: drawn now; `Some(false)`:
-    /// drawn before; `None`: the line was not whole (rank again).
+    /// makes the draw once, as the holder of the lease term `fence`: the
+    /// first `winners` admitted, the rest waitlisted, each an event.
+    /// `Some(Made)`, `Some(Before)`; `Some(LaterTerm)`: a later term acted
+    /// on the draw (nothing written); `None`: the line was not whole (rank
+    /// again).
     pub async fn apply_draw(
         &self,
         sale: SaleKey,
         ranked: &[String],
-        winners: i64,
-        digest: &str,
-    ) -> Result<Option<bool>, RedisCallError> {
+        (winners, digest): (i64, &str),
+        fence: i64,
+    ) -> Result<Option<Applied>, RedisCallError> {
         use crate::stock::protocol::queue_draw::*;
         let k = self.keys.queue(sale);
         let line = k.all()[1].clone();
@@ -233,10 +247,13 @@ impl Stock {
             pipe.zadd_multiple(&line, &scored).ignore();
             self.conn.pipe::<()>(&pipe).await?;
         }
-        let args = ["apply".to_owned(), winners.to_string(), digest.to_owned(), ranked.len().to_string()];
+        let args =
+            ["apply".to_owned(), winners.to_string(), digest.to_owned(), ranked.len().to_string(), fence.to_string()];
         Ok(match self.draw_step::<i64>(sale, &args).await? {
             NOT_WHOLE => None,
-            drawn => Some(drawn == DONE),
+            LATER_TERM => Some(Applied::LaterTerm),
+            DONE => Some(Applied::Made),
+            _ => Some(Applied::Before),
         })
     }
 

@@ -18,7 +18,7 @@ mod ticket;
 
 pub use admit::{Admitted, PassReads, MOST_PER_PASS};
 pub use claim::Claim;
-pub use draw::{DrawState, EntryAnswer, EntryStatus, EntryView, OutcomeRow};
+pub use draw::{Applied, DrawState, EntryAnswer, EntryStatus, EntryView, OutcomeRow};
 pub use setup::RoomSettings;
 pub use setup::{RoomRound, ABANDON_MS};
 pub use ticket::{TicketAnswer, TicketStatus, TicketView};
