@@ -239,9 +239,15 @@ async fn a_readyz_flood_asks_the_brokers_nothing_more() {
     let probes = report.lines().find(|l| l.contains("requests in")).unwrap_or("").trim().to_owned();
     println!("/readyz flood: {probes}; the brokers were sent {metadata} metadata and {offsets} offsets requests in {seconds:.1} s");
     assert!(answered.iter().all(|s| *s == 202), "every buyer answered: {answered:?}");
+    // One readiness round a second, not one a probe (wrk sends thousands):
+    // a few more are the counts' own slack — librdkafka's statistics are up
+    // to a second old at each end of the window, and the producer refreshes
+    // its metadata by itself now and then (a fresh-clone CI run counted 19
+    // in 17.0 s against a slack of 2).
     let partitions = f64::from(env.kafka.order_partitions);
-    assert!(metadata <= seconds + 2.0, "{metadata} metadata requests in {seconds:.1} s");
-    assert!(offsets <= (seconds + 2.0) * 2.0 * partitions, "{offsets} offsets requests in {seconds:.1} s");
+    let rounds = seconds + 5.0;
+    assert!(metadata <= rounds, "{metadata} metadata requests in {seconds:.1} s ({probes})");
+    assert!(offsets <= rounds * 2.0 * partitions, "{offsets} offsets requests in {seconds:.1} s ({probes})");
     assert_eq!(client.get("/readyz").await.status, 200);
     edge.kill9().await;
 }
