@@ -46,6 +46,10 @@ mod dlq_index;
 mod dlq_page;
 #[path = "e2e/dlq_tools.rs"]
 mod dlq_tools;
+#[path = "e2e/docs_commands.rs"]
+mod docs_commands;
+#[path = "e2e/docs_names.rs"]
+mod docs_names;
 #[path = "e2e/downstream.rs"]
 mod downstream;
 #[path = "e2e/draw.rs"]

@@ -7,6 +7,7 @@
 
 pub mod chaos;
 mod database;
+pub mod doc_commands;
 pub mod http;
 pub mod pg_ha;
 pub mod private_postgres;
