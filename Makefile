@@ -138,10 +138,11 @@ deploy-render:
 # Every overlay rendered and each object decoded strictly into the
 # Kubernetes API types, the deployment's rules, the Compose file against the
 # Compose specification, every service binary of both run with
-# --check-config and the environment its container gets, and the Dockerfile
-# linted; offline.
+# --check-config and the environment its container gets, the Kubernetes
+# commands of docs/deployment.md against the overlay they apply, and the
+# Dockerfile linted; offline.
 deploy-check: test-tools compile
-	cd deploy/check && go vet ./... && go test ./... && go run . check ../k8s/overlays/* -compose ../compose.yaml -bin ../../target/$(if $(filter release,$(PROFILE)),release,debug)
+	cd deploy/check && go vet ./... && go test ./... && go run . check ../k8s/overlays/* -compose ../compose.yaml -docs ../../docs/deployment.md -bin ../../target/$(if $(filter release,$(PROFILE)),release,debug)
 	.data/venv/bin/hadolint Dockerfile
 
 # The container image, built with podman where there is no Docker engine

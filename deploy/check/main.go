@@ -2,7 +2,7 @@
 // validates them offline, and validates the Compose file:
 //
 //	go run . render ../k8s/overlays/local   # the manifests, as YAML
-//	go run . check ../k8s/overlays/* -compose ../compose.yaml [-bin DIR]
+//	go run . check ../k8s/overlays/* -compose ../compose.yaml [-bin DIR] [-docs PAGE]
 //
 // Rendering is kustomize's own library. Every object is decoded strictly
 // into the Kubernetes API types (k8s.io/api), the database's Cluster into
@@ -10,7 +10,9 @@
 // field, a wrong type or an unknown kind is an error. Then the rules this
 // deployment promises are checked (policy.go). With -bin, the project's
 // service binaries in DIR check the settings each container would start
-// with (settings.go). No cluster, no network.
+// with (settings.go). With -docs, the Kubernetes commands the page shows
+// are checked against the overlay it applies (docs.go). No cluster, no
+// network.
 package main
 
 import (
@@ -41,7 +43,8 @@ func main() {
 		}
 		os.Stdout.Write(yaml)
 	case "check":
-		dirs, compose, bin := splitArgs(os.Args[2:])
+		dirs, flags := splitArgs(os.Args[2:])
+		compose, bin := flags["-compose"], flags["-bin"]
 		problems := 0
 		var starts []started
 		for _, dir := range dirs {
@@ -53,6 +56,9 @@ func main() {
 			found, composeStarts := checkCompose(compose)
 			problems += report(compose, found)
 			starts = append(starts, composeStarts...)
+		}
+		if page := flags["-docs"]; page != "" {
+			problems += report(page, checkDocs(page))
 		}
 		if bin != "" {
 			if len(starts) == 0 {
@@ -69,21 +75,18 @@ func main() {
 	}
 }
 
-func splitArgs(args []string) (dirs []string, compose, bin string) {
+// splitArgs: the overlays' directories, and the value of each -flag.
+func splitArgs(args []string) (dirs []string, flags map[string]string) {
+	flags = map[string]string{}
 	for i := 0; i < len(args); i++ {
-		if args[i] == "-compose" && i+1 < len(args) {
-			compose = args[i+1]
-			i++
-			continue
-		}
-		if args[i] == "-bin" && i+1 < len(args) {
-			bin = args[i+1]
+		if strings.HasPrefix(args[i], "-") && i+1 < len(args) {
+			flags[args[i]] = args[i+1]
 			i++
 			continue
 		}
 		dirs = append(dirs, args[i])
 	}
-	return dirs, compose, bin
+	return dirs, flags
 }
 
 func fail(err error) {
@@ -132,14 +135,25 @@ func render(dir string) ([]byte, error) {
 // applies the deployment's rules to the typed objects; it answers the
 // containers that run service binaries too.
 func checkKustomization(dir string) ([]string, []started) {
+	objects, problems := load(dir)
+	if objects == nil {
+		return problems, nil
+	}
+	w, _ := index(objects)
+	return append(problems, policy(objects)...), w.kubernetesStarts(dir)
+}
+
+// load renders dir and decodes every object strictly (nil objects: it
+// did not render).
+func load(dir string) ([]runtime.Object, []string) {
 	k, fs := kustomize(dir)
 	resources, err := k.Run(fs, dir)
 	if err != nil {
-		return []string{"rendering: " + err.Error()}, nil
+		return nil, []string{"rendering: " + err.Error()}
 	}
 	decoder := serializer.NewCodecFactory(kinds(), serializer.EnableStrict).UniversalDeserializer()
 	var problems []string
-	var objects []runtime.Object
+	objects := []runtime.Object{}
 	for _, resource := range resources.Resources() {
 		yaml, err := resource.AsYAML()
 		if err != nil {
@@ -153,8 +167,7 @@ func checkKustomization(dir string) ([]string, []started) {
 		}
 		objects = append(objects, object)
 	}
-	w, _ := index(objects)
-	return append(problems, policy(objects)...), w.kubernetesStarts(dir)
+	return objects, problems
 }
 
 // checkCompose loads the Compose file as `docker compose config` would

@@ -90,6 +90,10 @@ func policy(objects []runtime.Object) []string {
 	}
 	for _, d := range w.deployments {
 		where := "Deployment " + d.Name
+		if isServer(d) {
+			problems = append(problems, server(where, &d.Spec.Template.Spec)...)
+			continue
+		}
 		problems = append(problems, w.pod(where, &d.Spec.Template.Spec)...)
 		problems = append(problems, probes(where, &d.Spec.Template.Spec)...)
 		problems = append(problems, w.grace(where, d.Spec.Template.Labels["app.kubernetes.io/component"], &d.Spec.Template.Spec)...)
@@ -161,6 +165,9 @@ func (w *world) database() []string {
 		problems = append(problems, fmt.Sprintf("%s: Secret %s is %q, not kubernetes.io/basic-auth", where, secret.Name, secret.Type))
 	}
 	for _, d := range w.deployments {
+		if isServer(d) {
+			continue
+		}
 		for _, c := range d.Spec.Template.Spec.Containers {
 			if host := w.settingsOf(&c)["DATABASE_HOST"]; host != db.Name+"-rw" {
 				problems = append(problems, fmt.Sprintf("Deployment %s: DATABASE_HOST %q, not %s-rw (the primary)", d.Name, host, db.Name))
@@ -173,10 +180,7 @@ func (w *world) database() []string {
 // pod: non-root, read-only root, no privilege, sized, and every name its
 // environment uses exists.
 func (w *world) pod(where string, spec *corev1.PodSpec) []string {
-	var problems []string
-	if spec.SecurityContext == nil || spec.SecurityContext.RunAsNonRoot == nil || !*spec.SecurityContext.RunAsNonRoot {
-		problems = append(problems, where+": runAsNonRoot is not set")
-	}
+	problems := nonRoot(where, spec)
 	for _, c := range spec.Containers {
 		at := fmt.Sprintf("%s container %s", where, c.Name)
 		if c.Image == "" || c.Image == "seckill" {
@@ -189,14 +193,7 @@ func (w *world) pod(where string, spec *corev1.PodSpec) []string {
 		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
 			problems = append(problems, at+": privilege escalation allowed")
 		}
-		for _, kind := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			if _, ok := c.Resources.Requests[kind]; !ok {
-				problems = append(problems, fmt.Sprintf("%s: no %s request", at, kind))
-			}
-			if _, ok := c.Resources.Limits[kind]; !ok {
-				problems = append(problems, fmt.Sprintf("%s: no %s limit", at, kind))
-			}
-		}
+		problems = append(problems, sized(at, &c)...)
 		problems = append(problems, w.environment(at, &c)...)
 	}
 	return problems
@@ -237,6 +234,52 @@ func (w *world) environment(at string, c *corev1.Container) []string {
 			}
 		}
 		defined[env.Name] = true
+	}
+	return problems
+}
+
+func nonRoot(where string, spec *corev1.PodSpec) []string {
+	if spec.SecurityContext == nil || spec.SecurityContext.RunAsNonRoot == nil || !*spec.SecurityContext.RunAsNonRoot {
+		return []string{where + ": runAsNonRoot is not set"}
+	}
+	return nil
+}
+
+// sized: requests and limits of CPU and memory.
+func sized(at string, c *corev1.Container) []string {
+	var problems []string
+	for _, kind := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if _, ok := c.Resources.Requests[kind]; !ok {
+			problems = append(problems, fmt.Sprintf("%s: no %s request", at, kind))
+		}
+		if _, ok := c.Resources.Limits[kind]; !ok {
+			problems = append(problems, fmt.Sprintf("%s: no %s limit", at, kind))
+		}
+	}
+	return problems
+}
+
+// isServer: a server a development overlay runs beside the pipeline
+// (Redis, Kafka: component "server"), not one of the pipeline's services.
+func isServer(d *appsv1.Deployment) bool {
+	return d.Spec.Template.Labels["app.kubernetes.io/component"] == "server"
+}
+
+// server: a development overlay's Redis or Kafka runs as no root user,
+// unprivileged, sized, its readiness probed (their images write where they
+// run, so no read-only root; no drain budget, no disruption budget: one
+// pod whose data is lost with it).
+func server(where string, spec *corev1.PodSpec) []string {
+	problems := nonRoot(where, spec)
+	for _, c := range spec.Containers {
+		at := fmt.Sprintf("%s container %s", where, c.Name)
+		if sc := c.SecurityContext; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			problems = append(problems, at+": privilege escalation allowed")
+		}
+		problems = append(problems, sized(at, &c)...)
+		if c.ReadinessProbe == nil {
+			problems = append(problems, at+": no readiness probe")
+		}
 	}
 	return problems
 }

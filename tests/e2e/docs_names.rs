@@ -3,34 +3,17 @@
 //! cluster to talk to — checked against what they name: the target, the
 //! script and its flags, the Dockerfile's arguments, the Compose service
 //! and the `seckillctl` form it runs, the Kubernetes objects, keys and
-//! ports, an admin route in the API document. Every line of every ```sh
+//! ports (`make deploy-check`, against the rendered overlay), an admin
+//! route in the API document. Every line of every ```sh
 //! block is run (tests/e2e/docs_commands.rs) or checked here; a line of a
 //! kind neither knows fails.
 
 use super::docs_commands::{CtlHelp, BINARIES};
 use seckill_e2e::doc_commands::{self, flags};
 use seckill_e2e::repo_root;
-use std::path::Path;
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(repo_root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// Every Kubernetes manifest and kustomization, as one text.
-fn manifests() -> String {
-    fn walk(dir: &Path, text: &mut String) {
-        for entry in std::fs::read_dir(dir).expect("deploy/k8s").map(|e| e.expect("an entry")) {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, text);
-            } else if path.extension().is_some_and(|e| e == "yaml") {
-                text.push_str(&std::fs::read_to_string(&path).expect("a manifest"));
-            }
-        }
-    }
-    let mut text = String::new();
-    walk(&repo_root().join("deploy/k8s"), &mut text);
-    text
 }
 
 #[test]
@@ -50,7 +33,10 @@ fn every_other_command_the_docs_show_names_what_exists() {
                 "make" => make_target(&place, command),
                 "cargo" => cargo(&place, command),
                 "docker" => docker(&place, command, &mut ctl),
-                "kubectl" => kubectl(&place, command),
+                "kubectl" | "kind" | "podman" => assert!(
+                    block.place.starts_with(KUBERNETES_PAGE),
+                    "{place}: only {KUBERNETES_PAGE}'s cluster commands are checked (make deploy-check)"
+                ),
                 "curl" => admin_route(&place, command),
                 "openssl" => {}
                 _ if first.starts_with("infra/") => script(&place, command),
@@ -132,39 +118,9 @@ fn docker(place: &str, command: &str, ctl: &mut CtlHelp) {
     ctl.check(place, &format!("seckillctl {args}"));
 }
 
-/// `kubectl` against the manifests: the namespace, the objects named
-/// `kind/name` or after `get secret`, a secret's key read by jsonpath, a
-/// forwarded port, a kustomization applied.
-fn kubectl(place: &str, command: &str) {
-    let manifests = manifests();
-    let words: Vec<&str> = command.split_whitespace().collect();
-    let mut named = words.iter().zip(words.iter().skip(1));
-    while let Some((word, next)) = named.next() {
-        let name = match *word {
-            "-n" | "secret" => *next,
-            "-k" => {
-                assert!(repo_root().join(next).join("kustomization.yaml").exists(), "{place}: no kustomization");
-                named.next();
-                continue;
-            }
-            _ => match word.split_once('/') {
-                Some(("svc" | "deploy" | "deployment" | "job", name)) => name,
-                _ => continue,
-            },
-        };
-        assert!(
-            manifests.contains(&format!("name: {name}\n")) || manifests.contains(&format!("namespace: {name}\n")),
-            "{place}: the manifests name no {name}"
-        );
-    }
-    if let Some(key) = command.split("{.data.").nth(1).and_then(|rest| rest.split('}').next()) {
-        assert!(manifests.contains(&format!("- {key}=")), "{place}: no secret has the key {key}");
-    }
-    if words.contains(&"port-forward") {
-        let port = words.iter().rev().find(|w| w.parse::<u16>().is_ok()).expect("a port");
-        assert!(manifests.contains(&format!("port: {port}\n")), "{place}: no Service port {port}");
-    }
-}
+/// The page whose Kubernetes commands `make deploy-check` checks against
+/// the overlay they apply, as rendered (deploy/check/docs.go).
+const KUBERNETES_PAGE: &str = "docs/deployment.md";
 
 /// A `curl` to the console (not run: it needs a cluster): its method and
 /// path are an operation of the API document, on the port of the edge's

@@ -1,0 +1,375 @@
+package main
+
+// The Kubernetes commands a page of the docs shows (its ```sh blocks),
+// checked against the overlay it applies, as rendered: the namespace, each
+// object and label it names, the Secret's key it reads, the ports it
+// forwards and which of the edge's addresses a request through them
+// reaches, the binary it runs in a pod, the image it loads, the
+// CloudNativePG operator's version, and that a one-node cluster can
+// schedule it. No cluster runs here; a command this check does not know
+// is a problem, so a new one is checked or the check grows.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	cnpgv1 "github.com/cloudnative-pg/api/pkg/api/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// The operator's manifest a page installs.
+var cnpgRelease = regexp.MustCompile(`cnpg-(\d+\.\d+\.\d+)\.yaml`)
+
+// A request to a forwarded port.
+var localURL = regexp.MustCompile(`127\.0\.0\.1:(\d+)(/\S*)`)
+
+// The page's commands: ```sh blocks, continuations joined, comments cut.
+func shLines(text string) []string {
+	var lines []string
+	inside, current := false, ""
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inside = !inside && strings.TrimSpace(line) == "```sh"
+			continue
+		}
+		if !inside {
+			continue
+		}
+		if at := strings.Index(line, "  #"); at >= 0 {
+			line = line[:at]
+		}
+		line = strings.TrimSpace(line)
+		if strings.HasSuffix(line, `\`) {
+			current += strings.TrimSuffix(line, `\`) + " "
+			continue
+		}
+		if whole := strings.Join(strings.Fields(current+line), " "); whole != "" {
+			lines = append(lines, whole)
+		}
+		current = ""
+	}
+	return lines
+}
+
+// A page's commands and the world they act on.
+type page struct {
+	root     string // the repository
+	w        *world
+	objects  []runtime.Object
+	forwards map[string]string // local port -> the target port's name
+	image    string            // the image every service runs
+}
+
+// checkDocs checks the page's commands against the overlay its
+// `kubectl apply -k` names (paths from the repository's root, the page's
+// parent directory's parent).
+func checkDocs(file string) []string {
+	text, err := os.ReadFile(file)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	lines := shLines(string(text))
+	p := &page{root: filepath.Dir(filepath.Dir(file)), forwards: map[string]string{}}
+	var problems []string
+	for _, line := range lines {
+		if dir, ok := strings.CutPrefix(line, "kubectl apply -k "); ok {
+			objects, found := load(filepath.Join(p.root, dir))
+			if objects == nil {
+				return found
+			}
+			p.objects = objects
+			p.w, _ = index(objects)
+			problems = append(problems, found...)
+		}
+	}
+	if p.w == nil {
+		return []string{"the page applies no overlay (kubectl apply -k)"}
+	}
+	p.image = p.serviceImage()
+	problems = append(problems, p.oneNode()...)
+	for _, line := range lines {
+		for _, problem := range p.line(line) {
+			problems = append(problems, fmt.Sprintf("`%s`: %s", line, problem))
+		}
+	}
+	return problems
+}
+
+func (p *page) line(line string) []string {
+	command := strings.TrimSuffix(line, " &")
+	if _, inner, ok := strings.Cut(line, "=$("); ok && !strings.Contains(strings.Fields(line)[0], " ") {
+		command = strings.TrimSuffix(inner, ")")
+	}
+	words := strings.Fields(command)
+	switch {
+	case words[0] == "kubectl":
+		return p.kubectl(words)
+	case words[0] == "curl":
+		return p.request(command)
+	case words[0] == "podman" || words[0] == "docker" && len(words) > 1 && words[1] == "save":
+		return p.imageNamed(words)
+	case line == "make image":
+		script, _ := os.ReadFile(filepath.Join(p.root, "infra/image/build.sh"))
+		if !strings.Contains(string(script), "tag=${1:-"+p.image+"}") {
+			return []string{"infra/image/build.sh does not make " + p.image}
+		}
+	}
+	return nil
+}
+
+func (p *page) kubectl(words []string) []string {
+	var problems []string
+	namespace := ""
+	for i, word := range words {
+		if word == "-n" && i+1 < len(words) {
+			namespace = words[i+1]
+		}
+	}
+	if namespace != "" && namespace != p.w.namespace() {
+		if namespace != "cnpg-system" {
+			problems = append(problems, fmt.Sprintf("namespace %s: the overlay's is %s", namespace, p.w.namespace()))
+		}
+		return problems
+	}
+	verb := words[1]
+	if namespace != "" {
+		verb = words[3]
+	}
+	switch verb {
+	case "apply":
+		if m := cnpgRelease.FindStringSubmatch(strings.Join(words, " ")); m != nil && m[1] != cnpgAPIVersion(p.root) {
+			problems = append(problems, fmt.Sprintf("the operator %s, while the Cluster is checked against its API %s", m[1], cnpgAPIVersion(p.root)))
+		}
+	case "wait", "rollout", "exec", "port-forward":
+		problems = append(problems, p.objectsNamed(words)...)
+	case "get":
+		problems = append(problems, p.secretKey(words)...)
+	case "logs":
+		problems = append(problems, p.selector(words)...)
+	default:
+		problems = append(problems, "a kubectl command this check does not know ("+verb+")")
+	}
+	if verb == "port-forward" {
+		problems = append(problems, p.forward(words)...)
+	}
+	if verb == "exec" {
+		problems = append(problems, p.execs(words)...)
+	}
+	return problems
+}
+
+// objectsNamed: every kind/name the words name is in the rendering.
+func (p *page) objectsNamed(words []string) []string {
+	var problems []string
+	for _, word := range words {
+		kind, name, ok := strings.Cut(word, "/")
+		if !ok || strings.Contains(name, "/") || strings.HasPrefix(word, "--") {
+			continue
+		}
+		if p.find(kind, name) == nil {
+			problems = append(problems, fmt.Sprintf("no %s %s in the overlay", kind, name))
+		}
+	}
+	return problems
+}
+
+func (p *page) find(kind, name string) runtime.Object {
+	for _, object := range p.objects {
+		if named, err := meta.Accessor(object); err == nil && named.GetName() == name && shortKind(object) == kind {
+			return object
+		}
+	}
+	return nil
+}
+
+func shortKind(object runtime.Object) string {
+	switch object.(type) {
+	case *corev1.Service:
+		return "svc"
+	case *cnpgv1.Cluster:
+		return "cluster"
+	}
+	kind := strings.ToLower(fmt.Sprintf("%T", object))
+	kind = kind[strings.LastIndex(kind, ".")+1:]
+	if kind == "deployment" {
+		return "deploy"
+	}
+	return kind
+}
+
+// forward: `port-forward svc/NAME [LOCAL:]REMOTE`: REMOTE is a port of the
+// Service; a request to LOCAL reaches its target port.
+func (p *page) forward(words []string) []string {
+	var service *corev1.Service
+	for _, word := range words {
+		if name, ok := strings.CutPrefix(word, "svc/"); ok {
+			service, _ = p.find("svc", name).(*corev1.Service)
+		}
+	}
+	if service == nil {
+		return []string{"port-forward to no Service"}
+	}
+	ports := words[len(words)-1]
+	local, remote, split := strings.Cut(ports, ":")
+	if !split {
+		remote = local
+	}
+	for _, port := range service.Spec.Ports {
+		if fmt.Sprint(port.Port) == remote {
+			p.forwards[local] = port.TargetPort.String()
+			return nil
+		}
+	}
+	return []string{fmt.Sprintf("Service %s has no port %s", service.Name, remote)}
+}
+
+// request: a curl to a forwarded port reaches the edge's address that
+// answers its path (the console for /admin/, the buyers' for the rest).
+func (p *page) request(command string) []string {
+	m := localURL.FindStringSubmatch(command)
+	if m == nil {
+		return nil
+	}
+	target, forwarded := p.forwards[m[1]]
+	if !forwarded {
+		return []string{"port " + m[1] + " is forwarded by no command before it"}
+	}
+	want := "http"
+	if strings.HasPrefix(m[2], "/admin/") {
+		want = "admin"
+	}
+	if target != want {
+		return []string{fmt.Sprintf("%s goes to the edge's %q port, not its %q", m[2], target, want)}
+	}
+	return nil
+}
+
+func (p *page) secretKey(words []string) []string {
+	joined := strings.Join(words, " ")
+	for i, word := range words {
+		if word != "secret" || i+1 >= len(words) {
+			continue
+		}
+		secret, ok := p.w.secrets[words[i+1]]
+		if !ok {
+			return []string{"no Secret " + words[i+1]}
+		}
+		if _, key, ok := strings.Cut(joined, "{.data."); ok {
+			key = strings.SplitN(key, "}", 2)[0]
+			if secret.Data[key] == nil && secret.StringData[key] == "" {
+				return []string{fmt.Sprintf("Secret %s has no key %s", secret.Name, key)}
+			}
+		}
+		return nil
+	}
+	return []string{"a kubectl get this check does not know"}
+}
+
+// selector: `-l` selects some Deployment's pods.
+func (p *page) selector(words []string) []string {
+	for i, word := range words {
+		if word == "-l" && i+1 < len(words) {
+			selector, err := labels.Parse(words[i+1])
+			if err != nil {
+				return []string{err.Error()}
+			}
+			for _, d := range p.w.deployments {
+				if selector.Matches(labels.Set(d.Spec.Template.Labels)) {
+					return nil
+				}
+			}
+			return []string{"-l " + words[i+1] + " selects no pod"}
+		}
+	}
+	return nil
+}
+
+// execs: the binary run in a pod is one a container of the overlay runs.
+func (p *page) execs(words []string) []string {
+	for i, word := range words {
+		if word != "--" || i+1 >= len(words) {
+			continue
+		}
+		for _, object := range p.objects {
+			for _, c := range containers(object) {
+				if len(c.Command) > 0 && c.Command[0] == words[i+1] && c.Image == p.image {
+					return nil
+				}
+			}
+		}
+		return []string{words[i+1] + " is in no container of the image " + p.image}
+	}
+	return []string{"exec runs nothing (`-- BINARY`)"}
+}
+
+// imageNamed: the image a page saves or loads is the one the services run.
+func (p *page) imageNamed(words []string) []string {
+	for _, word := range words {
+		if strings.Contains(word, "seckill:") && word != p.image {
+			return []string{fmt.Sprintf("image %s, while the overlay runs %s", word, p.image)}
+		}
+	}
+	return nil
+}
+
+// oneNode: nothing the overlay holds needs a second node.
+func (p *page) oneNode() []string {
+	var problems []string
+	for _, db := range p.w.databases {
+		if db.Spec.Instances > 1 && db.Spec.Affinity.PodAntiAffinityType != "preferred" {
+			problems = append(problems, fmt.Sprintf("Cluster %s: %d instances each on its own node", db.Name, db.Spec.Instances))
+		}
+	}
+	for _, d := range p.w.deployments {
+		if a := d.Spec.Template.Spec.Affinity; a != nil && a.PodAntiAffinity != nil &&
+			len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 && *d.Spec.Replicas > 1 {
+			problems = append(problems, fmt.Sprintf("Deployment %s: replicas each on its own node", d.Name))
+		}
+	}
+	return problems
+}
+
+func (p *page) serviceImage() string {
+	for _, d := range p.w.deployments {
+		if !isServer(d) {
+			return d.Spec.Template.Spec.Containers[0].Image
+		}
+	}
+	return ""
+}
+
+func containers(object runtime.Object) []corev1.Container {
+	switch o := object.(type) {
+	case *appsv1.Deployment:
+		return o.Spec.Template.Spec.Containers
+	case *batchv1.Job:
+		return o.Spec.Template.Spec.Containers
+	}
+	return nil
+}
+
+func (w *world) namespace() string {
+	for _, d := range w.deployments {
+		return d.Namespace
+	}
+	return ""
+}
+
+// cnpgAPIVersion: the CloudNativePG API module go.mod pins (without v).
+func cnpgAPIVersion(root string) string {
+	mod, _ := os.ReadFile(filepath.Join(root, "deploy/check/go.mod"))
+	for _, line := range strings.Split(string(mod), "\n") {
+		if fields := strings.Fields(line); len(fields) == 2 && fields[0] == "github.com/cloudnative-pg/api" {
+			return strings.TrimPrefix(fields[1], "v")
+		}
+	}
+	return ""
+}
