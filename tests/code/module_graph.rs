@@ -23,32 +23,7 @@ fn module_of(file: &str) -> Vec<String> {
     parts
 }
 
-/// `code` without its `#[cfg(test)]` modules, cut at their matching brace.
-pub(crate) fn without_test_modules(code: &str) -> String {
-    let mut out = String::with_capacity(code.len());
-    let mut rest = code;
-    while let Some(at) = rest.find("#[cfg(test)]") {
-        out.push_str(&rest[..at]);
-        let after = &rest[at..];
-        let Some(open) = after.find(['{', ';']) else { return out };
-        if after.as_bytes()[open] == b';' {
-            rest = &after[open + 1..];
-            continue;
-        }
-        let mut depth = 0usize;
-        let close = after[open..].char_indices().find_map(|(i, c)| {
-            match c {
-                '{' => depth += 1,
-                '}' => depth -= 1,
-                _ => {}
-            }
-            (depth == 0).then_some(open + i + 1)
-        });
-        rest = &after[close.unwrap_or(after.len())..];
-    }
-    out.push_str(rest);
-    out
-}
+pub(crate) use seckill_e2e::rust_code::without_test_modules;
 
 /// The paths a `use` tree names, its groups spread out (`a::{b, c::d}` is
 /// `a::b` and `a::c::d`; `self` in a group is the group's prefix).
@@ -292,11 +267,4 @@ fn a_planted_circle_is_found_and_a_face_is_not_one() {
     ]);
     assert_eq!(circles(&graph(&face)), Vec::<Vec<String>>::new());
     assert_eq!(graph(&face)["a.rs"], BTreeSet::from(["lib.rs".to_owned()]));
-}
-
-#[test]
-fn test_modules_are_cut_at_their_braces() {
-    let code =
-        "fn a() {}\n#[cfg(test)]\nmod tests {\n    fn b() { if x { y } }\n}\nfn c() {}\n#[cfg(test)]\nmod other;\n";
-    assert_eq!(without_test_modules(code), "fn a() {}\n\nfn c() {}\n\n");
 }

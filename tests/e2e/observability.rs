@@ -27,9 +27,9 @@ fn rust_sources(dir: &Path, found: &mut Vec<PathBuf>) {
     }
 }
 
-/// The services' and the shared library's Rust sources, each with its text
-/// up to its test module (`#[cfg(test)]`: what tests record is not
-/// exported).
+/// The services' and the shared library's Rust sources, each without its
+/// test modules (`#[cfg(test)]`: what tests record is not exported; the
+/// code after one is).
 fn service_sources() -> Vec<(PathBuf, String)> {
     let mut files = Vec::new();
     for dir in ["shared/src", "services"] {
@@ -39,7 +39,7 @@ fn service_sources() -> Vec<(PathBuf, String)> {
         .into_iter()
         .map(|file| {
             let text = std::fs::read_to_string(&file).expect("a source file");
-            let code = text.split("#[cfg(test)]").next().unwrap_or_default().to_owned();
+            let code = seckill_e2e::rust_code::without_test_modules(&text);
             (file, code)
         })
         .collect()

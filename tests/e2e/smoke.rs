@@ -50,3 +50,22 @@ async fn redis_kafka_and_postgres_answer() {
         .await;
     assert!(refused.is_err(), "remaining_stock can never go below zero");
 }
+
+/// The suite's reader of a topic answers "no record" only when it read to
+/// the end: one that cannot reach the brokers fails the test.
+#[tokio::test]
+#[should_panic(expected = "metadata")]
+async fn a_topic_that_cannot_be_read_fails_the_test_instead_of_reading_as_empty() {
+    let mut env = TestEnv::new().await;
+    env.kafka.brokers = format!("127.0.0.1:{}", seckill_e2e::chaos::free_port());
+    env.read_topic(&env.topics().events, 1, Duration::from_secs(1)).await;
+}
+
+/// A lag that cannot be read fails the test: no figure stands in for it.
+#[tokio::test]
+#[should_panic(expected = "lag")]
+async fn a_lag_that_cannot_be_read_fails_the_test() {
+    let mut env = TestEnv::new().await;
+    env.kafka.brokers = format!("127.0.0.1:{}", seckill_e2e::chaos::free_port());
+    env.order_lag().await;
+}

@@ -14,6 +14,7 @@ pub mod private_postgres;
 pub mod proxy;
 pub mod redis_cluster;
 mod relay_turns;
+pub mod rust_code;
 mod sale;
 pub mod schemas;
 mod services;

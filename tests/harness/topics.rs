@@ -5,6 +5,7 @@ use crate::{eventually, TestEnv};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
+use rdkafka::{Offset, TopicPartitionList};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
 use std::time::{Duration, Instant};
@@ -14,9 +15,11 @@ impl TestEnv {
     /// topic.
     pub async fn wait_drained(&self, group: Group) {
         eventually(&format!("the {group:?} group to commit every record"), Duration::from_secs(60), || async {
+            // A lag not read (a broker answering late) is asked again.
+            let lag = self.pipeline_lag().await.map_err(|error| format!("lag unread: {error:#}"))?;
             let lag = match group {
-                Group::Order => self.order_lag().await,
-                Group::Compensator => self.compensator_lag().await,
+                Group::Order => lag.order.total,
+                Group::Compensator => lag.compensator.total,
             };
             if lag == 0 {
                 Ok(())
@@ -128,8 +131,13 @@ impl TestEnv {
         }
     }
 
-    /// Reads every record of `topic` from the start (own throwaway group),
-    /// until `expected` arrived or `timeout` passed.
+    /// Reads every record of `topic` from the start (every partition
+    /// assigned, no group), until `expected` arrived or `timeout` passed.
+    /// Fewer than `expected` is an answer only once the reader reached the
+    /// end of every partition as it stood at the deadline (its position at
+    /// that high watermark; read on for up to 30 s more): a reader that
+    /// cannot get there fails the test, naming the errors it met, so a
+    /// broken reader never reads as "no record came".
     pub async fn read_topic(&self, topic: &str, expected: usize, timeout: Duration) -> Vec<OwnedMessage> {
         let brokers = self.kafka.brokers.clone();
         let topic = topic.to_owned();
@@ -138,16 +146,49 @@ impl TestEnv {
                 .set("bootstrap.servers", &brokers)
                 .set("group.id", format!("reader-{}", rand::random::<u64>()))
                 .set("enable.auto.commit", "false")
-                .set("auto.offset.reset", "earliest")
                 .create()
                 .expect("reader");
-            consumer.subscribe(&[&topic]).expect("subscribing");
+            let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).expect("the topic's metadata");
+            let partitions: Vec<i32> = metadata.topics()[0].partitions().iter().map(|p| p.id()).collect();
+            assert!(!partitions.is_empty(), "{topic} has no partitions");
+            let mut assignment = TopicPartitionList::new();
+            for partition in &partitions {
+                assignment.add_partition_offset(&topic, *partition, Offset::Beginning).expect("an offset");
+            }
+            consumer.assign(&assignment).expect("assigning the partitions");
             let deadline = Instant::now() + timeout;
-            let mut records = Vec::new();
+            let (mut records, mut errors) = (Vec::new(), Vec::new());
             while records.len() < expected && Instant::now() < deadline {
-                if let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
-                    records.push(message.detach());
+                match consumer.poll(Duration::from_millis(200)) {
+                    Some(Ok(message)) => records.push(message.detach()),
+                    Some(Err(error)) => errors.push(error.to_string()),
+                    None => {}
                 }
+            }
+            if records.len() < expected {
+                let ends: Vec<(i32, i64, i64)> = partitions
+                    .iter()
+                    .map(|p| {
+                        let (low, high) =
+                            consumer.fetch_watermarks(&topic, *p, Duration::from_secs(10)).expect("watermarks");
+                        (*p, low, high)
+                    })
+                    .collect();
+                let drained = Instant::now() + Duration::from_secs(30);
+                while !behind_the_end(&consumer, &topic, &ends).is_empty() && Instant::now() < drained {
+                    match consumer.poll(Duration::from_millis(200)) {
+                        Some(Ok(message)) => records.push(message.detach()),
+                        Some(Err(error)) => errors.push(error.to_string()),
+                        None => {}
+                    }
+                }
+                let behind = behind_the_end(&consumer, &topic, &ends);
+                assert!(
+                    behind.is_empty(),
+                    "reading {topic}: {} of {expected} records, and the reader did not reach the end of {behind:?} \
+                     (partition, position, high watermark), so no absence is shown; errors: {errors:?}",
+                    records.len()
+                );
             }
             records
         })
@@ -155,14 +196,16 @@ impl TestEnv {
         .expect("reader thread")
     }
 
-    /// The lag of the order service's group (`i64::MAX` when unreadable).
+    /// The lag of the order service's group (the test fails when it cannot
+    /// be read: no figure stands in for it).
     pub async fn order_lag(&self) -> i64 {
-        self.pipeline_lag().await.map(|lag| lag.order.total).unwrap_or(i64::MAX)
+        self.pipeline_lag().await.expect("reading the consumer groups' lag").order.total
     }
 
-    /// The lag of the compensator's group (`i64::MAX` when unreadable).
+    /// The lag of the compensator's group (the test fails when it cannot be
+    /// read).
     pub async fn compensator_lag(&self) -> i64 {
-        self.pipeline_lag().await.map(|lag| lag.compensator.total).unwrap_or(i64::MAX)
+        self.pipeline_lag().await.expect("reading the consumer groups' lag").compensator.total
     }
 
     /// The lag of the order service's and the compensator's groups, or why
@@ -193,4 +236,23 @@ pub enum Group {
     Order,
     /// The compensator's, on the dead-letter topic.
     Compensator,
+}
+
+/// The partitions (of `ends`: partition, low and high watermark) whose end
+/// the reader has not reached: (partition, position, high watermark). An
+/// empty partition is at its end unread.
+fn behind_the_end(consumer: &BaseConsumer, topic: &str, ends: &[(i32, i64, i64)]) -> Vec<(i32, Option<i64>, i64)> {
+    let positions = consumer.position().expect("the reader's positions");
+    let mut behind = Vec::new();
+    for (partition, low, high) in ends {
+        let position = positions.find_partition(topic, *partition).and_then(|p| p.offset().to_raw());
+        let at_end = match position {
+            Some(offset) if offset >= 0 => offset >= *high,
+            _ => low == high,
+        };
+        if !at_end {
+            behind.push((*partition, position, *high));
+        }
+    }
+    behind
 }
