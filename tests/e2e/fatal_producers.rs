@@ -29,6 +29,7 @@ async fn the_relay_sends_on_after_its_producer_failed_fatally() {
         seckill_order::relay::Relay::new(std::sync::Arc::new(settings), env.connections(), Background::default())
             .expect("a relay");
     relay.producer().inject_fatal_error();
+    assert!(relay.producer().fatal().is_some(), "the relay's producer failed fatally");
     let term = relay.lease().take().await.expect("the database").expect("the relay's lease");
     // A turn may send nothing yet while other tests' transactions on the
     // server hold the relay's horizon below these rows: it turns again. A
@@ -48,6 +49,7 @@ async fn the_relay_sends_on_after_its_producer_failed_fatally() {
         }
     }
     assert_eq!(sent, 10, "the ten events, on the new producer");
+    assert!(relay.producer().fatal().is_none(), "a new producer replaced the failed one");
     env.verify_events(sale).await;
 }
 
@@ -59,7 +61,9 @@ async fn dead_letters_are_sent_after_the_producer_failed_fatally() {
     let original = env.read_topic(&env.topics().orders, 1, Duration::from_secs(30)).await.pop().expect("a record");
     let letters = seckill_order::dead_letters::DeadLetters::new(&env.kafka, env.topics().dlq).expect("a producer");
     letters.producer().inject_fatal_error();
+    assert!(letters.producer().fatal().is_some(), "the dead letters' producer failed fatally");
     letters.send(&original, FailReason::DbRejected, "a test").await.expect("sent on a new producer");
+    assert!(letters.producer().fatal().is_none(), "a new producer replaced the failed one");
     let dead = env.read_topic(&env.topics().dlq, 1, Duration::from_secs(30)).await;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].payload(), original.payload(), "the original value, unchanged");
@@ -127,12 +131,14 @@ async fn a_replay_goes_on_after_the_tools_producer_failed_fatally() {
         .await;
     let tools = Tools::new(env.servers(), env.db.clone(), env.stock.clone(), Default::default());
     tools.producer().expect("a producer").inject_fatal_error();
+    assert!(tools.producer().expect("a producer").fatal().is_some(), "the tools' producer failed fatally");
     let options =
         RunOptions { note: "after a fatal error".into(), operator: Some("test".into()), ..Default::default() };
     let report = dlq::replay::replay(&tools, Filter::default(), None, &options, &mut |_| {}).await.expect("a run");
     assert_eq!(report.done, 1, "{report:?}");
     let replayed = env.read_topic(&topics.orders, 1, Duration::from_secs(30)).await;
     assert_eq!(replayed[0].payload(), Some(&b"not an order"[..]));
+    assert!(tools.producer().expect("a producer").fatal().is_none(), "a new producer replaced the failed one");
 }
 
 /// The draws' producer fails fatally before a draw's outcomes are

@@ -5,8 +5,8 @@ use crate::{eventually, TestEnv};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
-use rdkafka::{Offset, TopicPartitionList};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
 use seckill_shared::domain::{OrderId, OrderRecord, SaleKey, UserId};
 use std::time::{Duration, Instant};
 
@@ -148,7 +148,8 @@ impl TestEnv {
                 .set("enable.auto.commit", "false")
                 .create()
                 .expect("reader");
-            let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).expect("the topic's metadata");
+            let metadata =
+                consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).expect("the topic's metadata");
             let partitions: Vec<i32> = metadata.topics()[0].partitions().iter().map(|p| p.id()).collect();
             assert!(!partitions.is_empty(), "{topic} has no partitions");
             let mut assignment = TopicPartitionList::new();

@@ -47,20 +47,26 @@ impl<C: ClientContext + 'static> Fatal for FutureProducer<C> {
     }
 }
 
-/// Raises a fatal error in `client` with librdkafka's test hook.
+/// Raises a fatal error in `client` with librdkafka's test hook (panics
+/// when librdkafka refuses: a test must not go on with no fault placed).
 #[cfg(feature = "fault-injection")]
 #[allow(unsafe_code)]
 pub fn inject<C: ClientContext>(client: &rdkafka::client::Client<C>) {
     let reason = c"injected by a test";
     // SAFETY: the handle is the live client's, valid while `client` is
     // borrowed; the reason is a NUL-terminated string librdkafka copies.
-    unsafe {
+    let answer = unsafe {
         rdkafka::bindings::rd_kafka_test_fatal_error(
             client.native_ptr(),
             rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
             reason.as_ptr(),
-        );
-    }
+        )
+    };
+    assert_eq!(
+        answer,
+        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR,
+        "the fatal error was not raised"
+    );
 }
 
 /// Makes a producer.
