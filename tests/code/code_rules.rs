@@ -198,35 +198,53 @@ fn each_table_is_written_only_where_the_map_says() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The paths every `use` of `code` imports, its groups spread out
+/// (`use std::sync::{Arc, Mutex};` imports `std::sync::Arc` and
+/// `std::sync::Mutex`).
+fn imported(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("use ") {
+        let starts_item = code[..at].chars().next_back().is_none_or(|c| c.is_whitespace() || c == ';' || c == '{');
+        if !starts_item {
+            continue;
+        }
+        let tree = code[at + 4..].split(';').next().unwrap_or_default();
+        found.extend(crate::module_graph::spread(tree).into_iter().map(|p| p.replace(char::is_whitespace, "")));
+    }
+    found
+}
+
+/// Whether `code` runs a query sqlx cannot check at compile time: the
+/// functions `sqlx::query`, `query_as`, `query_scalar`, called by their
+/// path or imported (the macros `query!` and friends are checked).
+fn runtime_query(code: &str) -> bool {
+    const FUNCTIONS: [&str; 3] = ["query", "query_as", "query_scalar"];
+    let called =
+        FUNCTIONS.iter().any(|f| code.contains(&format!("sqlx::{f}(")) || code.contains(&format!("sqlx::{f}::<")));
+    let imported = imported(code).iter().any(|path| FUNCTIONS.iter().any(|f| *path == format!("sqlx::{f}")));
+    called || imported
+}
+
+/// Whether `code` uses a lock that poisons: std's `Mutex` or `RwLock`,
+/// by path or imported, or a poisoned lock unwrapped.
+fn poisoning_lock(code: &str) -> bool {
+    let named = code.contains("std::sync::Mutex") || code.contains("std::sync::RwLock");
+    let imported =
+        imported(code).iter().any(|path| path.starts_with("std::sync::Mutex") || path.starts_with("std::sync::RwLock"));
+    named || imported || code.contains(".lock().expect(") || code.contains(".lock().unwrap(")
+}
+
 #[test]
 fn every_query_is_checked_at_compile_time() {
     let allowed = paths(&invariant("Every query is checked at compile time"));
-    let runtime = |code: &str| {
-        [
-            "sqlx::query(",
-            "sqlx::query_as(",
-            "sqlx::query_scalar(",
-            "sqlx::query::<",
-            "sqlx::query_as::<",
-            "sqlx::query_scalar::<",
-        ]
-        .iter()
-        .any(|call| code.contains(call))
-    };
-    let found = offenders(&rust_sources(), &allowed, runtime);
+    let found = offenders(&rust_sources(), &allowed, runtime_query);
     assert!(found.is_empty(), "queries not checked at compile time in {found:?}");
 }
 
 #[test]
 fn no_lock_poisons() {
     invariant("No lock poisons");
-    let found = offenders(&rust_sources(), &BTreeSet::new(), |code| {
-        code.contains("std::sync::Mutex")
-            || code.contains("std::sync::RwLock")
-            || code.contains("sync::{Mutex")
-            || code.contains(".lock().expect(")
-            || code.contains(".lock().unwrap(")
-    });
+    let found = offenders(&rust_sources(), &BTreeSet::new(), poisoning_lock);
     assert!(found.is_empty(), "std locks (or their poisoning) in {found:?}");
 }
 
@@ -303,6 +321,14 @@ fn a_broken_invariant_is_noticed() {
         [("services/edge/src/c.rs".to_owned(), "#[cfg(test)]\nmod tests {\n    fn f() {}\n}\nfn g() {}\n".to_owned())];
     assert_eq!(offenders(&after, &BTreeSet::new(), |c| c.contains("fn g")), ["services/edge/src/c.rs"]);
     assert!(offenders(&after, &BTreeSet::new(), |c| c.contains("fn f")).is_empty());
+    // Locks and queries however they are imported.
+    assert!(poisoning_lock("use std::sync::{Arc, Mutex};\nfn f(m: Mutex<u8>) {}"));
+    assert!(poisoning_lock("use std::{collections::HashMap, sync::RwLock};"));
+    assert!(!poisoning_lock("use std::sync::Arc;\nuse parking_lot::Mutex;"));
+    assert!(runtime_query("use sqlx::query;\nasync fn f() { query(\"SELECT 1\"); }"));
+    assert!(runtime_query("use sqlx::{query_as, Row};"));
+    assert!(runtime_query("let r = sqlx::query_scalar::<_, i64>(q);"));
+    assert!(!runtime_query("let r = sqlx::query!(\"SELECT 1\");\nuse sqlx::PgPool;"));
 }
 
 /// Each `--skip module::test` in the Makefile, as (module, test).

@@ -27,7 +27,7 @@ pub(crate) use seckill_e2e::rust_code::without_test_modules;
 
 /// The paths a `use` tree names, its groups spread out (`a::{b, c::d}` is
 /// `a::b` and `a::c::d`; `self` in a group is the group's prefix).
-fn spread(tree: &str) -> Vec<String> {
+pub(crate) fn spread(tree: &str) -> Vec<String> {
     let tree = tree.trim();
     let Some(open) = tree.find('{') else {
         return vec![tree.split(" as ").next().unwrap_or(tree).trim().to_owned()];
