@@ -13,6 +13,8 @@ mod code_map;
 mod code_rules;
 #[path = "code/code_size.rs"]
 mod code_size;
+#[path = "code/downstream_page.rs"]
+mod downstream_page;
 #[path = "code/module_graph.rs"]
 mod module_graph;
 #[path = "code/script_protocol.rs"]

@@ -95,6 +95,7 @@ func checkDocs(file string) []string {
 	}
 	p.image = p.serviceImage()
 	problems = append(problems, p.oneNode()...)
+	problems = append(problems, p.serversReached()...)
 	for _, line := range lines {
 		for _, problem := range p.line(line) {
 			problems = append(problems, fmt.Sprintf("`%s`: %s", line, problem))
@@ -335,6 +336,43 @@ func (p *page) oneNode() []string {
 		}
 	}
 	return problems
+}
+
+// serversReached: the servers every service is configured with (Redis,
+// each Kafka broker, the database) are Services of the overlay, or the
+// database Cluster's read-write Service its operator makes: "from nothing"
+// means nothing outside the overlay.
+func (p *page) serversReached() []string {
+	services := map[string]bool{}
+	for _, s := range p.w.services {
+		services[s.Name] = true
+	}
+	for _, db := range p.w.databases {
+		services[db.Name+"-rw"] = true
+	}
+	var problems []string
+	for _, d := range p.w.deployments {
+		if isServer(d) {
+			continue
+		}
+		settings := p.w.settingsOf(&d.Spec.Template.Spec.Containers[0])
+		hosts := []string{settings["DATABASE_HOST"], hostOf(strings.TrimPrefix(settings["SECKILL_REDIS_URL"], "redis://"))}
+		for _, broker := range strings.Split(settings["SECKILL_KAFKA_BROKERS"], ",") {
+			hosts = append(hosts, hostOf(broker))
+		}
+		for _, host := range hosts {
+			if !services[host] {
+				problems = append(problems, fmt.Sprintf("Deployment %s: its server %q is no Service of the overlay", d.Name, host))
+			}
+		}
+	}
+	return problems
+}
+
+// hostOf: the host of `host:port/...`.
+func hostOf(address string) string {
+	host, _, _ := strings.Cut(address, ":")
+	return host
 }
 
 func (p *page) serviceImage() string {

@@ -56,6 +56,8 @@ func TestEachDocsBreakIsFound(t *testing.T) {
 		{"another image run", overlay, "newName: localhost/seckill", "newName: registry.example/seckill", "while the overlay runs registry.example/seckill:latest"},
 		{"another operator", page, "cnpg-1.30.0.yaml", "cnpg-1.24.0.yaml", "the operator 1.24.0"},
 		{"a second node needed", overlay, "        value: preferred\n", "        value: required\n", "3 instances each on its own node"},
+		{"no Redis in the overlay", overlay, "  - servers.yaml\n", "", `its server "redis" is no Service`},
+		{"a broker elsewhere", overlay, "SECKILL_KAFKA_BROKERS=kafka:9092", "SECKILL_KAFKA_BROKERS=kafka-0.kafka:9092", `its server "kafka-0.kafka" is no Service`},
 		{"an unknown command", page, "kubectl -n seckill logs", "kubectl -n seckill describe", "does not know (describe)"},
 	}
 	for _, b := range breaks {
