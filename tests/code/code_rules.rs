@@ -274,24 +274,32 @@ fn secrets_are_secrets() {
     assert!(plain.is_empty(), "secrets in plain strings: {plain:?}");
 }
 
+/// Whether `code` builds a backoff of its own (naming the builder's type,
+/// as a function returning retry.rs's does, is no build).
+fn builds_backoff(code: &str) -> bool {
+    ["ExponentialBuilder::", "ConstantBuilder::", "FibonacciBuilder::", "backoff::"].iter().any(|b| code.contains(b))
+}
+
+/// Whether `code` sleeps: tokio's or std's sleep, by path or imported.
+fn sleeps(code: &str) -> bool {
+    let by_path =
+        code.contains("time::sleep(") || code.contains("time::sleep_until(") || code.contains("thread::sleep(");
+    let imported = imported(code)
+        .iter()
+        .any(|path| ["tokio::time::sleep", "tokio::time::sleep_until", "std::thread::sleep"].contains(&path.as_str()));
+    by_path || imported
+}
+
 #[test]
 fn backoff_is_built_only_in_retry_rs() {
     let allowed = paths(&invariant("One retry policy"));
-    let builds = |code: &str| {
-        ["ExponentialBuilder::", "ConstantBuilder::", "FibonacciBuilder::", "backoff::"]
-            .iter()
-            .any(|b| code.contains(b))
-    };
-    let found = offenders(&rust_sources(), &allowed, builds);
+    let found = offenders(&rust_sources(), &allowed, builds_backoff);
     assert!(found.is_empty(), "backoff built in {found:?}");
 }
 
 #[test]
 fn a_sleep_is_only_where_the_map_says_why() {
     let allowed = paths(&invariant("A wait ends with the service"));
-    let sleeps = |code: &str| {
-        code.contains("time::sleep(") || code.contains("time::sleep_until(") || code.contains("thread::sleep(")
-    };
     let sources = rust_sources();
     let found = offenders(&sources, &allowed, sleeps);
     assert!(found.is_empty(), "a sleep in files the map does not list: {found:?}");
@@ -329,6 +337,12 @@ fn a_broken_invariant_is_noticed() {
     assert!(runtime_query("use sqlx::{query_as, Row};"));
     assert!(runtime_query("let r = sqlx::query_scalar::<_, i64>(q);"));
     assert!(!runtime_query("let r = sqlx::query!(\"SELECT 1\");\nuse sqlx::PgPool;"));
+    // A sleep, a backoff, another service's crate.
+    assert!(sleeps("use tokio::time::sleep;\nasync fn f() { sleep(d).await }"));
+    assert!(sleeps("std::thread::sleep(d);") && !sleeps("shutdown::pause(&token, d).await"));
+    assert!(builds_backoff("let b = backon::ExponentialBuilder::default();"));
+    assert!(!builds_backoff("fn asking(&self) -> backon::ExponentialBuilder { retry::within(a, b, c) }"));
+    assert!(crate::code_map::names("use seckill_order::consumer::Worker;", "seckill_order"));
 }
 
 /// Each `--skip module::test` in the Makefile, as (module, test).
