@@ -67,25 +67,33 @@ async fn a_dead_letter_restores_exactly_one_unit_however_often_it_comes() {
 }
 
 /// Dead-letters `records` to a compensator (a process of its own, no
-/// sweeper) that is killed (SIGKILL) once some are settled, started again,
-/// and waited for until it has settled them all; the one running then.
+/// sweeper) that halts itself between a record's two steps (its order
+/// written FAILED, its units not restored) and is killed (SIGKILL) there,
+/// started again, and waited for until it has settled them all; the one
+/// running then.
 pub(crate) async fn settled_through_a_kill(env: &TestEnv, sale: SaleKey, records: &[OrderRecord]) -> Child {
     let mut child_env = env.child_env();
     child_env.push(("SECKILL__METRICS_ADDR".into(), "127.0.0.1:0".into()));
     child_env.push(("SECKILL__SWEEPER__ENABLED".into(), "false".into()));
-    let child = Child::start("seckill-compensator", &child_env);
-    for record in records {
-        env.dead_letter(record, "DB_REJECTED").await;
-    }
-    eventually("some dead letters settled", Duration::from_secs(60), || async {
-        let n = env.count_orders(sale, "FAILED").await;
-        if n > 10 {
+    let mut halting = child_env.clone();
+    // Stops itself between a record's two steps: its order written
+    // FAILED, its units not restored.
+    halting.push(("SECKILL_TEST_HALT_AT".into(), "failed-written".into()));
+    let child = Child::start("seckill-compensator", &halting);
+    env.produce_dead_letters(records, "DB_REJECTED").await;
+    eventually("the compensator halted mid-record", Duration::from_secs(60), || async {
+        if child.stopped() {
             Ok(())
         } else {
-            Err(n.to_string())
+            Err(format!("{} FAILED so far", env.count_orders(sale, "FAILED").await))
         }
     })
     .await;
+    // The kill lands on work in hand: an order FAILED whose units are not back.
+    let (failed, compensated) =
+        (env.count_orders(sale, "FAILED").await, env.stock.snapshot(sale).await.expect("the sale").compensated);
+    assert!(failed >= 1 && compensated < failed, "mid-record: {failed} FAILED, {compensated} compensated");
+    assert!(failed < records.len() as i64, "records left to settle after the kill: {failed} of {}", records.len());
     child.kill9().await;
     let child = Child::start("seckill-compensator", &child_env);
     env.wait_drained(Group::Compensator).await;

@@ -68,6 +68,9 @@ pub async fn settle(
     let mut tx = deps.db.begin().await?;
     let fate = write_failed(&mut tx, record, reason, trace).await?;
     tx.commit().await?;
+    // The crash tests' point between the two steps (the row FAILED, its
+    // units not back yet): tests/e2e/compensator.rs kills the process here.
+    seckill_shared::ops::halt::at("failed-written");
     Ok(fate::follow(&deps.stock, &deps.db, record, fate).await?)
 }
 
