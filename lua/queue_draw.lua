@@ -28,7 +28,9 @@
 --   term than the last that acted on the draw is refused: -3, nothing
 --   written), ARGV[2] the winners (the orders the units left can
 --   serve), ARGV[3] the entry list's digest, ARGV[4] the entries the caller
---   ranked. The line must hold every entry, ranked (the caller wrote it,
+--   ranked, ARGV[6] the seed the caller ranked by (revealed with the
+--   draw: until then Redis holds only its commitment; '' from callers
+--   whose seed was in Redis already). The line must hold every entry, ranked (the caller wrote it,
 --   score = rank from 0). Once: the first ARGV[2] are admitted, each a 'won'
 --   event, the rest stay in the line, each a 'waitlisted' event with its
 --   place. Returns 1 drawn now, 0 drawn before, -2 the line does not hold
@@ -170,6 +172,9 @@ if winners > 0 then
 end
 redis.call('HSET', KEYS[1], 'drawn', 1, 'drawn_at', now, 'digest', ARGV[3], 'winners', math.min(winners, #line),
   'admitted', total)
+if (ARGV[6] or '') ~= '' then
+  redis.call('HSET', KEYS[1], 'seed', ARGV[6])
+end
 if expires > 0 then
   for i = 1, #KEYS do
     redis.call('PEXPIREAT', KEYS[i], expires)

@@ -15,7 +15,8 @@
 --   per minute (0: unlimited), ARGV[5] pre-queue (ms), ARGV[6] token time to
 --   live (ms), ARGV[7] overbook, ARGV[8] proof-of-work bits (0: none),
 --   ARGV[9] starts (ms, 0: none), ARGV[10] ends (ms, 0: none), ARGV[11] the
---   shuffle's seed, ARGV[12] when every key expires (ms, 0: never), ARGV[13]
+--   shuffle's seed (for a draw: the commitment to its seed, which is kept
+--   out of Redis until the draw reveals it), ARGV[12] when every key expires (ms, 0: never), ARGV[13]
 --   a waiting ticket not polled this long is abandoned (ms), ARGV[14] 1: a
 --   draw's room (queue_draw.lua: its joins are entries, nobody is admitted
 --   before the draw, its outcomes are events), 0: a waiting room, ARGV[15]
@@ -32,7 +33,8 @@ if ARGV[1] == 'open' then
   redis.call('DEL', unpack(KEYS))
   redis.call('HSET', KEYS[1], 'round', ARGV[2], 'active_buyers', ARGV[3], 'per_minute', ARGV[4],
     'prequeue', ARGV[5], 'ttl', ARGV[6], 'overbook', ARGV[7], 'bits', ARGV[8], 'starts', ARGV[9],
-    'ends', ARGV[10], 'seed', ARGV[11], 'expires', ARGV[12], 'abandon', ARGV[13], 'tat', 0, 'seq', 0,
+    'ends', ARGV[10], 'seed', ARGV[14] == '1' and '' or ARGV[11],
+    'commitment', ARGV[14] == '1' and ARGV[11] or '', 'expires', ARGV[12], 'abandon', ARGV[13], 'tat', 0, 'seq', 0,
     'joined', 0, 'admitted', 0, 'used', 0, 'expired', 0, 'abandoned', 0, 'sold_out', 0, 'closed', 0,
     'draw', ARGV[14], 'drawn', 0, 'promoted', 0, 'lost', 0, 'published', '0-0', 'max_entries', ARGV[15] or 0)
   if tonumber(ARGV[12]) > 0 then

@@ -1,6 +1,7 @@
 //! What an entry is answered, and to whom: a winner's token only to a
 //! caller identified as its user, and an entry answered 200 only once the
-//! replicas asked for have it.
+//! replicas asked for have it; and what Redis holds of the draw before it
+//! is made: never the seed.
 
 use crate::draw::{draw_json, drawn, enter, warm_with_draw};
 use crate::draw_faults::warm;
@@ -86,5 +87,63 @@ async fn a_full_draw_refuses_the_next_entry_and_keeps_nothing() {
     assert_eq!((again.status.as_u16(), again.json["status"].as_str()), (200, Some("ENTERED")), "{}", again.text);
     let state = env.stock.draw_state(sale).await.unwrap().unwrap();
     assert_eq!(state.entries, 3, "nothing kept of the refused entry");
+    edge.stop().await;
+}
+
+/// Every value under the test's key prefix, as text: what an insider who
+/// can read Redis (a replica, a dump) sees.
+async fn everything_in_redis(env: &TestEnv) -> String {
+    let client = redis::Client::open(env.redis.url.as_str()).expect("a Redis URL");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("Redis");
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg(format!("{}*", env.redis.key_prefix)).query_async(&mut conn).await.unwrap();
+    let mut seen = String::new();
+    for key in keys {
+        // Every type read as its raw reply: strings, hashes, sets, zsets, streams.
+        let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await.unwrap();
+        let read = match kind.as_str() {
+            "hash" => redis::cmd("HGETALL").arg(&key).clone(),
+            "zset" => redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).arg("WITHSCORES").clone(),
+            "set" => redis::cmd("SMEMBERS").arg(&key).clone(),
+            "stream" => redis::cmd("XRANGE").arg(&key).arg("-").arg("+").clone(),
+            "list" => redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).clone(),
+            _ => redis::cmd("GET").arg(&key).clone(),
+        };
+        let value: redis::Value = read.query_async(&mut conn).await.unwrap();
+        seen.push_str(&format!("{key} {value:?}\n"));
+    }
+    seen
+}
+
+/// Until the draw the seed is kept in PostgreSQL and not in Redis: an
+/// insider reading every key finds the commitment and the entries, never
+/// the seed that ranks them (with it, one could enter last and choose the
+/// accounts that win). The draw reveals it in Redis, and it is the one
+/// committed to. (Before: the seed sat in the room's hash from the warm-up
+/// on.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nobody_reading_redis_before_the_draw_finds_its_seed() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    warm_with_draw(&edge, sale, 2, &draw_json(-1, 4, 60), "").await;
+    let client = Client::new(edge.url());
+    for user in 1..=5 {
+        let entered = enter(&client, sale, user).await;
+        assert_eq!(entered.status, 200, "{}", entered.text);
+    }
+    let commitment = env.stock.draw_state(sale).await.unwrap().expect("a draw").seed_commitment;
+    let seed: String = sqlx::query_scalar("SELECT seed FROM draw_seeds WHERE commitment = $1")
+        .bind(&commitment)
+        .fetch_one(&env.db)
+        .await
+        .expect("the seed kept in PostgreSQL under its commitment");
+    assert_eq!(seckill_shared::stock::queue::seed_commitment(&seed), commitment);
+    let before = everything_in_redis(&env).await;
+    assert!(before.contains(&commitment), "the commitment is public:\n{before}");
+    assert!(!before.contains(&seed), "the seed is in Redis before the draw:\n{before}");
+    let published = drawn(&client, sale).await;
+    assert_eq!(published["seed"].as_str(), Some(seed.as_str()), "the draw reveals the seed committed to: {published}");
+    assert!(everything_in_redis(&env).await.contains(&seed), "revealed in Redis with the draw");
     edge.stop().await;
 }

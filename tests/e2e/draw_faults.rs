@@ -311,7 +311,7 @@ async fn a_warm_up_waits_for_the_draws_outcomes_to_be_published() {
     }
     tokio::time::sleep((draw_at - chrono::Utc::now()).to_std().unwrap_or_default()).await;
     let made = eventually("the draw made", Duration::from_secs(10), || async {
-        seckill_edge::draw::make::make(&env.stock, sale, 1)
+        seckill_edge::draw::make::make(&env.stock, (&env.db, seckill_e2e::CALL_DEADLINE), sale, 1)
             .await
             .map_err(|e| e.to_string())?
             .ok_or("not yet".to_owned())
@@ -381,13 +381,16 @@ async fn a_maker_of_an_older_term_makes_no_draw() {
     }
     assert!(env.stock.outcomes_published(sale, "0-0", 0, 7).await.unwrap(), "the later term acted first");
     eventually("the older term's maker refused once the draw is due", Duration::from_secs(10), || async {
-        match make(&env.stock, sale, 6).await {
+        match make(&env.stock, (&env.db, seckill_e2e::CALL_DEADLINE), sale, 6).await {
             Err(error) if error.is::<LaterTerm>() => Ok(()),
             other => Err(format!("{other:?}")),
         }
     })
     .await;
     assert!(!env.stock.draw_state(sale).await.unwrap().unwrap().drawn, "nothing made by the older term");
-    let made = make(&env.stock, sale, 7).await.unwrap().expect("made by the later term");
+    let made = make(&env.stock, (&env.db, seckill_e2e::CALL_DEADLINE), sale, 7)
+        .await
+        .unwrap()
+        .expect("made by the later term");
     assert_eq!((made.entries, made.winners), (3, 2));
 }

@@ -154,7 +154,8 @@ async fn a_draws_outcomes_are_published_once_after_the_draw_producer_failed_fata
     for user in 1..=5 {
         env.stock.enter_draw(sale, UserId::new(user).unwrap(), None).await.unwrap();
     }
-    let draws = seckill_edge::draw::Draws::new(std::sync::Arc::new(env.edge_settings()), env.stock.clone());
+    let draws =
+        seckill_edge::draw::Draws::new(std::sync::Arc::new(env.edge_settings()), env.stock.clone(), env.db.clone());
     let producer = draws.producer().expect("a producer");
     producer.inject_fatal_error();
     assert!(producer.fatal().is_some(), "the draws' producer failed fatally");

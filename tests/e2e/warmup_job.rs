@@ -213,7 +213,7 @@ async fn a_warm_up_already_accepted_is_finished_whatever_the_clock_says() {
         .expect("the accepted one finished");
     assert_eq!(row.round, 1);
     let made = eventually("the draw made, late", Duration::from_secs(10), || async {
-        seckill_edge::draw::make::make(&env.stock, sale, 1)
+        seckill_edge::draw::make::make(&env.stock, (&env.db, seckill_e2e::CALL_DEADLINE), sale, 1)
             .await
             .map_err(|e| e.to_string())?
             .ok_or("not yet".to_owned())

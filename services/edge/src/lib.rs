@@ -315,7 +315,7 @@ fn start_jobs(
     let grace = checked.publisher.deadline();
     let passes = admission::ticker::admit_every(checked.stock.clone(), tick, grace, shutdown.clone());
     background.spawn("admission passes", passes);
-    let draws = Arc::new(draw::Draws::new(resumer.settings.clone(), resumer.stock.clone()));
+    let draws = Arc::new(draw::Draws::new(resumer.settings.clone(), resumer.stock.clone(), resumer.db.clone()));
     background.spawn("draws", draws.run(resumer.db.clone(), background.clone(), shutdown.clone()));
     background.spawn("warm-up resumer", warmup_resume::run(resumer, background.clone(), shutdown.clone()));
     background.spawn("readiness", readiness::watch(readiness, checked, shutdown));

@@ -10,6 +10,7 @@
 mod admission;
 mod close;
 pub mod draw_proof;
+pub mod draw_seed;
 mod draw_settings;
 mod warmup_job;
 pub mod warmup_rows;

@@ -229,7 +229,13 @@ async fn run(
         Some((settings, starts_ms)) => {
             let room =
                 RoomRound { round: round.round, starts_ms, ends_ms: round.ends_ms, expire_at_ms: round.expire_at_ms };
-            stock.open_room(sale, room, &settings).await?;
+            // A draw's seed is kept before its room commits to it (a room
+            // open for this round already keeps its own: the row is unused).
+            let commitment = match settings.draw {
+                true => Some(db::within(deadline, super::draw_seed::keep(pool, sale)).await?),
+                false => None,
+            };
+            stock.open_room(sale, room, &settings, commitment.as_deref()).await?;
         }
         None => stock.room_off(sale).await?,
     }

@@ -1,5 +1,7 @@
 //! Making a draw, once: its entries frozen (Redis's clock past `drawAt`),
 //! ranked by the committed seed ([`seckill_shared::sales::draw_proof`]),
+//! read from PostgreSQL, where it was kept out of Redis's sight until now
+//! (the script reveals it with the draw),
 //! the ranking written as the room's line and applied in one script that
 //! runs once per round — the first entries win, as many as the units left
 //! can serve, the rest are the waitlist. Anything cut short is made again
@@ -7,11 +9,13 @@
 //! digest alone, so a second edge (or the same after a crash) writes the same
 //! line, and the script answers "drawn before".
 
+use seckill_shared::db;
 use seckill_shared::domain::{SaleKey, UserId};
-use seckill_shared::sales::draw_proof;
-use seckill_shared::stock::queue::Applied;
+use seckill_shared::sales::{draw_proof, draw_seed};
+use seckill_shared::stock::queue::{Applied, DrawSecret};
 use seckill_shared::stock::Stock;
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// What a draw made now found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,17 +31,21 @@ pub struct Made {
 #[error("a maker or publisher of a later term acted on the draw")]
 pub struct LaterTerm;
 
+/// Where a draw's seed is read: the pool keeping it until the draw, within
+/// the deadline of a database call.
+pub type Seeds<'a> = (&'a sqlx::PgPool, Duration);
+
 /// Makes `sale`'s draw if it is due and not made, as the holder of the
 /// lease term `fence` (`None`: nothing made now: too early, made before,
 /// or the sale closed first; a [`LaterTerm`] error: a later term acted on
 /// the draw, nothing written).
-pub async fn make(stock: &Stock, sale: SaleKey, fence: i64) -> anyhow::Result<Option<Made>> {
+pub async fn make(stock: &Stock, seeds: Seeds<'_>, sale: SaleKey, fence: i64) -> anyhow::Result<Option<Made>> {
     if stock.freeze_draw(sale).await? != Some(true) {
         return Ok(None);
     }
     // The crash tests stop an edge here: frozen, not drawn.
     seckill_shared::ops::halt::at("draw-frozen");
-    let seed = stock.draw_seed(sale).await?.ok_or_else(|| anyhow::anyhow!("the draw of {sale} has no seed"))?;
+    let seed = seed_of(stock, seeds, sale).await?;
     // Twice at most: an entry can only have slipped in before the freeze,
     // so a second read of the frozen entries is whole.
     for _ in 0..2 {
@@ -48,7 +56,7 @@ pub async fn make(stock: &Stock, sale: SaleKey, fence: i64) -> anyhow::Result<Op
         let ranked: Vec<String> =
             draw_proof::ranking(&seed, &digest, &users).into_iter().map(|(user, _)| by_user[&user].clone()).collect();
         let winners = stock.orders_left(sale).await?;
-        match stock.apply_draw(sale, &ranked, (winners, &digest), fence).await? {
+        match stock.apply_draw(sale, &ranked, (winners, &digest, &seed), fence).await? {
             Some(Applied::Made) => {
                 return Ok(Some(Made { entries: ranked.len(), winners: winners.min(ranked.len() as i64), digest }))
             }
@@ -59,4 +67,17 @@ pub async fn make(stock: &Stock, sale: SaleKey, fence: i64) -> anyhow::Result<Op
         }
     }
     anyhow::bail!("the entries of {sale}'s draw changed after they were frozen")
+}
+
+/// The seed `sale`'s draw ranks by: kept in PostgreSQL under the
+/// commitment its room holds (checked against it), or, for a draw warmed
+/// before seeds left Redis, the room's own.
+async fn seed_of(stock: &Stock, (pool, deadline): Seeds<'_>, sale: SaleKey) -> anyhow::Result<String> {
+    match stock.draw_secret(sale).await? {
+        Some(DrawSecret::Committed(commitment)) => db::within(deadline, draw_seed::find(pool, &commitment))
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no seed kept for the draw of {sale} (commitment {commitment})")),
+        Some(DrawSecret::InRedis(seed)) => Ok(seed),
+        None => anyhow::bail!("the draw of {sale} has no seed"),
+    }
 }

@@ -41,15 +41,17 @@ const BATCH: usize = 500;
 pub struct Draws {
     settings: Arc<Settings>,
     stock: Stock,
+    /// Where the draws' seeds are kept until the draw.
+    db: sqlx::PgPool,
     topic: String,
     producer: OnceLock<Renewing<FutureProducer>>,
 }
 
 impl Draws {
-    /// The draws of the sales in `stock`.
-    pub fn new(settings: Arc<Settings>, stock: Stock) -> Self {
+    /// The draws of the sales in `stock`, their seeds kept in `db`.
+    pub fn new(settings: Arc<Settings>, stock: Stock, db: sqlx::PgPool) -> Self {
         let topic = seckill_shared::kafka::Topics::new(&settings.servers.kafka).draw_events;
-        Self { settings, stock, topic, producer: OnceLock::new() }
+        Self { settings, stock, db, topic, producer: OnceLock::new() }
     }
 
     /// Competes for the lease; while holding it, makes the draws that are
@@ -106,7 +108,8 @@ impl Draws {
             return Ok(());
         };
         if !draw.drawn && !draw.closed && seckill_shared::now_ms() >= draw.draw_ms {
-            if let Some(made) = make::make(&self.stock, sale, fence).await? {
+            let seeds = (&self.db, self.settings.servers.database.call_deadline());
+            if let Some(made) = make::make(&self.stock, seeds, sale, fence).await? {
                 metrics::counter!("seckill_draws_made_total").increment(1);
                 tracing::info!(%sale, entries = made.entries, winners = made.winners, digest = %made.digest, "draw made");
             }

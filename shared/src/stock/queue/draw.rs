@@ -93,41 +93,13 @@ pub struct OutcomeRow {
     pub at_ms: i64,
 }
 
-/// A draw's figures and proof as Redis holds them.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DrawState {
-    pub round: i64,
-    pub entries_open_ms: i64,
-    pub draw_ms: i64,
-    pub claim_ms: i64,
-    /// SHA-256 of the seed's text: shown from the warm-up on.
-    pub seed_commitment: String,
-    /// The seed: empty until the draw.
-    pub seed: String,
-    /// SHA-256 of the entry list as published: empty until the draw.
-    pub entries_digest: String,
-    pub drawn: bool,
-    pub drawn_at_ms: i64,
-    pub entries: i64,
-    pub winners: i64,
-    /// Rights used by an order, promoted from the waitlist, lapsed, lost.
-    pub claimed: i64,
-    pub promoted: i64,
-    pub expired: i64,
-    pub lost: i64,
-    /// Waitlisted now.
-    pub waitlisted: i64,
-    pub closed: bool,
-    /// Outcomes recorded, and those not yet published on the topic.
-    pub events: i64,
-    pub events_unpublished: i64,
-    /// The last outcome published (a stream id): the publisher's cursor.
-    #[serde(skip)]
-    pub published_through: String,
-    /// The proof of work an entry must bring (leading zero bits; 0: none).
-    #[serde(skip)]
-    pub challenge_bits: u32,
+/// What a draw holds of its seed before the draw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrawSecret {
+    /// The commitment to a seed kept in PostgreSQL.
+    Committed(String),
+    /// The seed itself (a draw warmed before seeds left Redis).
+    InRedis(String),
 }
 
 impl Stock {
@@ -202,12 +174,20 @@ impl Stock {
         })
     }
 
-    /// The seed `sale`'s draw ranks by: for the edge that makes the draw,
-    /// never shown before it (`None`: no draw).
-    pub async fn draw_seed(&self, sale: SaleKey) -> Result<Option<String>, RedisCallError> {
+    /// What `sale`'s draw holds of its seed before the draw: the
+    /// commitment to a seed kept in PostgreSQL
+    /// ([`crate::sales::draw_seed`]), or, for a draw warmed before seeds
+    /// left Redis, the seed itself (`None`: no draw).
+    pub async fn draw_secret(&self, sale: SaleKey) -> Result<Option<DrawSecret>, RedisCallError> {
         let meta = self.keys.queue(sale).all()[0].clone();
         let mut conn = self.conn.clone();
-        self.conn.bounded(redis::AsyncCommands::hget(&mut conn, meta, "seed")).await
+        let (commitment, seed): (Option<String>, Option<String>) =
+            self.conn.bounded(redis::AsyncCommands::hmget(&mut conn, meta, &["commitment", "seed"])).await?;
+        Ok(match (commitment.filter(|c| !c.is_empty()), seed.filter(|s| !s.is_empty())) {
+            (Some(commitment), _) => Some(DrawSecret::Committed(commitment)),
+            (None, Some(seed)) => Some(DrawSecret::InRedis(seed)),
+            (None, None) => None,
+        })
     }
 
     /// Every entry of `sale`'s draw: (entry id, user).
@@ -234,7 +214,7 @@ impl Stock {
         &self,
         sale: SaleKey,
         ranked: &[String],
-        (winners, digest): (i64, &str),
+        (winners, digest, seed): (i64, &str, &str),
         fence: i64,
     ) -> Result<Option<Applied>, RedisCallError> {
         use crate::stock::protocol::queue_draw::*;
@@ -247,8 +227,14 @@ impl Stock {
             pipe.zadd_multiple(&line, &scored).ignore();
             self.conn.pipe::<()>(&pipe).await?;
         }
-        let args =
-            ["apply".to_owned(), winners.to_string(), digest.to_owned(), ranked.len().to_string(), fence.to_string()];
+        let args = [
+            "apply".to_owned(),
+            winners.to_string(),
+            digest.to_owned(),
+            ranked.len().to_string(),
+            fence.to_string(),
+            seed.to_owned(),
+        ];
         Ok(match self.draw_step::<i64>(sale, &args).await? {
             NOT_WHOLE => None,
             LATER_TERM => Some(Applied::LaterTerm),
@@ -314,47 +300,6 @@ impl Stock {
         let mut invocation = with_keys(&QUEUE_DRAW, &self.keys.queue(sale).all());
         invocation.arg("published").arg(id).arg(count).arg(fence);
         Ok(self.conn.invoke::<i64>(&invocation).await? != LATER_TERM)
-    }
-
-    /// `sale`'s draw (`None`: the sale has none). The seed is shown once
-    /// drawn, never before.
-    pub async fn draw_state(&self, sale: SaleKey) -> Result<Option<DrawState>, RedisCallError> {
-        let k = self.keys.queue(sale);
-        let [meta, line, ..] = k.all();
-        let mut pipe = redis::pipe();
-        pipe.hgetall(meta).zcard(line).cmd("XLEN").arg(k.all()[8]);
-        let (fields, waitlisted, events): (HashMap<String, String>, i64, i64) =
-            self.conn.pipe(&pipe).await?.unwrap_or_default();
-        if fields.get("draw").map(String::as_str) != Some("1") {
-            return Ok(None);
-        }
-        let int = |name: &str| fields.get(name).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) as i64;
-        let text = |name: &str| fields.get(name).cloned().unwrap_or_default();
-        let drawn = int("drawn") == 1;
-        let seed = text("seed");
-        Ok(Some(DrawState {
-            round: int("round"),
-            entries_open_ms: int("starts") - int("prequeue"),
-            draw_ms: int("starts"),
-            claim_ms: int("ttl"),
-            seed_commitment: super::seed_commitment(&seed),
-            seed: if drawn { seed } else { String::new() },
-            entries_digest: text("digest"),
-            drawn,
-            drawn_at_ms: int("drawn_at"),
-            entries: int("joined"),
-            winners: int("winners"),
-            claimed: int("used"),
-            promoted: int("promoted"),
-            expired: int("expired"),
-            lost: int("lost"),
-            waitlisted: if drawn { waitlisted } else { 0 },
-            closed: int("closed") == 1,
-            events,
-            events_unpublished: events - int("published_count"),
-            published_through: fields.get("published").cloned().unwrap_or_else(|| "0-0".into()),
-            challenge_bits: int("bits") as u32,
-        }))
     }
 }
 

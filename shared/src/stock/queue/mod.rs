@@ -13,12 +13,14 @@
 mod admit;
 mod claim;
 mod draw;
+mod draw_state;
 mod setup;
 mod ticket;
 
 pub use admit::{Admitted, PassReads, MOST_PER_PASS};
 pub use claim::Claim;
-pub use draw::{Applied, DrawState, EntryAnswer, EntryStatus, EntryView, OutcomeRow};
+pub use draw::{Applied, DrawSecret, EntryAnswer, EntryStatus, EntryView, OutcomeRow};
+pub use draw_state::DrawState;
 pub use setup::RoomSettings;
 pub use setup::{RoomRound, ABANDON_MS};
 pub use ticket::{TicketAnswer, TicketStatus, TicketView};
@@ -121,6 +123,15 @@ pub fn seed_commitment(seed: &str) -> String {
     hex::encode(sha2::Sha256::digest(seed.as_bytes()))
 }
 
+/// The commitment a room's fields hold: a draw's own (its seed is not in
+/// Redis before the draw), else the one of the seed they hold.
+fn commitment_of(fields: &HashMap<String, String>) -> String {
+    match fields.get("commitment").filter(|c| !c.is_empty()) {
+        Some(commitment) => commitment.clone(),
+        None => fields.get("seed").filter(|s| !s.is_empty()).map(|seed| seed_commitment(seed)).unwrap_or_default(),
+    }
+}
+
 /// The wait of the ticket at `place` at `recent` admissions a minute (or
 /// `per_minute` configured, while `recent` is 0).
 pub fn wait_seconds(place: u64, recent: i64, per_minute: i64) -> Option<u64> {
@@ -152,7 +163,7 @@ impl Stock {
             starts_ms: int("starts"),
             ends_ms: int("ends"),
             seed: fields.get("seed").cloned().unwrap_or_default(),
-            seed_commitment: fields.get("seed").map(|seed| seed_commitment(seed)).unwrap_or_default(),
+            seed_commitment: commitment_of(&fields),
             abandon_ms: int("abandon"),
             joined: int("joined"),
             admitted: int("admitted"),

@@ -50,6 +50,8 @@ pub struct RoomRound {
 
 impl Stock {
     /// Opens `sale`'s waiting room for `round` with a fresh shuffle seed
+    /// — a draw's room with `draw_commitment`, the commitment to a seed
+    /// kept out of Redis until the draw ([`crate::sales::draw_seed`]) —
     /// (`false`: it is open for that round already, and left as it is),
     /// and registers it for the edges' admission passes.
     pub async fn open_room(
@@ -57,6 +59,7 @@ impl Stock {
         sale: SaleKey,
         round: RoomRound,
         room: &RoomSettings,
+        draw_commitment: Option<&str>,
     ) -> Result<bool, RedisCallError> {
         let k = self.keys.queue(sale);
         let mut invocation = with_keys(&QUEUE_SETUP, &k.all());
@@ -71,7 +74,7 @@ impl Stock {
             .arg(room.challenge_bits)
             .arg(round.starts_ms)
             .arg(round.ends_ms)
-            .arg(format!("{:032x}", rand::random::<u128>()))
+            .arg(draw_commitment.map_or_else(|| format!("{:032x}", rand::random::<u128>()), str::to_owned))
             .arg(round.expire_at_ms)
             // A draw's entries wait hours, unpolled: never abandoned.
             .arg(if room.draw { NEVER_ABANDONED_MS } else { ABANDON_MS })
