@@ -57,6 +57,13 @@ fn codes_answered(lua: &str) -> Vec<i64> {
             found.push(n);
         }
     }
+    // Redis's own reply passed on: DEL and PEXPIRE of one key answer 1
+    // when they acted (0, when not, is answered by the script itself).
+    for command in ["return redis.call('DEL', KEYS[1])", "return redis.call('PEXPIRE', KEYS[1]"] {
+        if code.contains(command) {
+            found.push(1);
+        }
+    }
     found.sort_unstable();
     found.dedup();
     found
@@ -68,6 +75,17 @@ fn unnamed(answers: &Answers, codes: &[i64]) -> Vec<i64> {
         .iter()
         .copied()
         .filter(|c| !answers.codes.iter().any(|(named, _, _)| named == c) && (*c < 0 || answers.otherwise.is_none()))
+        .collect()
+}
+
+/// The codes `answers` names that are not among the `codes` its script
+/// answers, as `CONSTANT = code`.
+fn never_answered(answers: &Answers, codes: &[i64]) -> Vec<String> {
+    answers
+        .codes
+        .iter()
+        .filter(|(code, _, _)| !codes.contains(code))
+        .map(|(c, name, _)| format!("{name} = {c}"))
         .collect()
 }
 
@@ -165,6 +183,9 @@ fn a_code_or_a_state_the_definition_lacks_is_caught() {
     assert_eq!(codes_answered(lua), [-12, -5, 1]);
     assert_eq!(unnamed(deduct, &codes_answered(lua)), [-12]);
     // A count is fine where the script answers counts; a negative is not.
+    // A code the table names that the script no longer answers.
+    let lua = "answers[i] = {1, id}\nanswers[i] = {-1}\nreturn answers";
+    assert!(never_answered(deduct, &codes_answered(lua)).contains(&"SOLD_OUT = -4".to_owned()));
     let lend = ALL.iter().find(|a| a.script == "lend.lua").unwrap();
     assert_eq!(unnamed(lend, &[7, 0, -1, -3]), [-3]);
     // A new status or ticket state is read out of the writes.
@@ -172,4 +193,64 @@ fn a_code_or_a_state_the_definition_lacks_is_caught() {
     assert_eq!(words_between(code, "'", '|'), ["REFUNDED"]);
     assert_eq!(words_between(code, "set('", '\''), ["Z"]);
     assert_eq!(words_between(code, "'|", '|'), ["Q"]);
+}
+
+#[test]
+fn every_code_the_definition_names_is_answered_by_its_script() {
+    let mut never = Vec::new();
+    for (name, lua) in scripts() {
+        let Some(answers) = ALL.iter().find(|a| a.script == name.as_str()) else { continue };
+        never.extend(never_answered(answers, &codes_answered(&lua)).into_iter().map(|c| format!("{name}: {c}")));
+    }
+    assert!(never.is_empty(), "named in protocol.rs, never answered by its script: {never:#?}");
+}
+
+/// The reply words a script answers first in its reply (`reply('WORD'`,
+/// `return {'WORD'`).
+fn reply_words(lua: &str) -> Vec<String> {
+    let code = without_comments(lua);
+    let mut words = words_between(&code, "reply('", '\'');
+    words.extend(words_between(&code, "return {'", '\''));
+    words.sort();
+    words.dedup();
+    words
+}
+
+/// The reply words a Rust reader matches (`"WORD" =>`, `"WORD" if`).
+fn matched_words(rust: &str) -> Vec<String> {
+    let mut words: Vec<String> = rust
+        .match_indices('"')
+        .filter_map(|(at, _)| {
+            let rest = &rust[at + 1..];
+            let word: String = rest.chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
+            let after = rest[word.len()..].strip_prefix('"')?.trim_start();
+            (!word.is_empty() && (after.starts_with("=>") || after.starts_with("if "))).then_some(word)
+        })
+        .collect();
+    words.sort();
+    words.dedup();
+    words
+}
+
+/// The waiting room's and the draw's scripts answer words, which their
+/// readers match as text: each word a script answers is matched, and each
+/// word matched is one the script answers.
+#[test]
+fn the_rooms_reply_words_are_matched_both_ways() {
+    for (script, reader) in [
+        ("lua/queue_ticket.lua", "shared/src/stock/queue/ticket.rs"),
+        ("lua/queue_draw.lua", "shared/src/stock/queue/draw.rs"),
+    ] {
+        let (answered, matched) = (reply_words(&read(script)), matched_words(&read(reader)));
+        assert!(answered.len() >= 8, "{script}'s replies found: {answered:?}");
+        assert_eq!(answered, matched, "{script} answers (left) what {reader} matches (right)");
+    }
+}
+
+#[test]
+fn a_reply_word_on_one_side_only_is_caught() {
+    let lua = "if x then\n  return reply('WON', t)\nend\nreturn {'NO_DRAW', ''}\n-- reply('OLD')";
+    assert_eq!(reply_words(lua), ["NO_DRAW", "WON"]);
+    let rust = r#"match s { "WON" => 1, "NO_DRAW" if x => 2, "LOST" => 3, other => panic!("{other}") }"#;
+    assert_eq!(matched_words(rust), ["LOST", "NO_DRAW", "WON"]);
 }

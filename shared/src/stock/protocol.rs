@@ -10,7 +10,9 @@
 //!
 //! `tests/code/script_protocol.rs` reads every script and fails when one
 //! answers a code, or writes an order status or a ticket state, that this
-//! file does not name.
+//! file does not name, and when a code named here is answered by no
+//! script; the waiting room's and the draw's reply words are checked both
+//! ways against their readers.
 
 /// One script's answers.
 #[derive(Debug, Clone, Copy)]
