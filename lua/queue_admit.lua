@@ -45,9 +45,13 @@
 -- and each admission, expiry and (once the sale is over) loss is appended
 -- to KEYS[9] as an event: {type, entry, user, until, place, at}. Over, its
 -- waiting entries are lost and its unused rights expired, once (meta
--- 'final').
+-- 'final'). A draw with no end is over for its waitlist once nothing can
+-- serve it any more: no unit left, no right live, and the room sold out a
+-- payment window (meta 'window') and ARGV[4] ago, so every order that could
+-- have given a unit back (unpaid, at its deadline) has; its keys then
+-- expire a day later (the publisher has told the losses by then).
 local m = redis.call('HMGET', KEYS[1], 'round', 'active_buyers', 'per_minute', 'ttl', 'overbook', 'starts',
-  'ends', 'closed', 'tat', 'abandon', 'admitted', 'expires', 'draw', 'drawn', 'final')
+  'ends', 'closed', 'tat', 'abandon', 'admitted', 'expires', 'draw', 'drawn', 'final', 'window', 'sold_out_at')
 if not m[1] then
   return {0, 0, 0, {}}
 end
@@ -62,32 +66,36 @@ local function event(kind, ticket, user, until_ms)
     'at', now)
 end
 
+-- The draw is over: every entry still waiting has lost, every right
+-- unused has expired (once; a right claimed by an order in flight is that
+-- order's to settle).
+local function final_outcomes()
+  local lost, expired = 0, 0
+  local all = redis.call('HGETALL', KEYS[3])
+  for i = 1, #all, 2 do
+    local ticket, value = all[i], all[i + 1]
+    local user, state, until_ms, admitted_at = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)')
+    if state == 'W' then
+      redis.call('HSET', KEYS[3], ticket, user .. '|L|0|0|' .. now)
+      event('lost', ticket, user, 0)
+      lost = lost + 1
+    elseif state == 'A' then
+      redis.call('HSET', KEYS[3], ticket, user .. '|E|0|' .. admitted_at .. '|' .. now)
+      redis.call('ZREM', KEYS[5], ticket)
+      event('expired', ticket, user, until_ms)
+      expired = expired + 1
+    end
+  end
+  redis.call('DEL', KEYS[2])
+  redis.call('HINCRBY', KEYS[1], 'lost', lost)
+  redis.call('HINCRBY', KEYS[1], 'expired', expired)
+  redis.call('HSET', KEYS[1], 'final', 1)
+end
+
 if m[8] == '1' or (ends > 0 and now >= ends) then
   redis.call('HSET', KEYS[1], 'closed', 1)
   if draw and m[15] ~= '1' then
-    -- The sale is over: every entry still waiting has lost, every right
-    -- unused has expired (once; a right claimed by an order in flight is
-    -- that order's to settle).
-    local lost, expired = 0, 0
-    local all = redis.call('HGETALL', KEYS[3])
-    for i = 1, #all, 2 do
-      local ticket, value = all[i], all[i + 1]
-      local user, state, until_ms, admitted_at = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)')
-      if state == 'W' then
-        redis.call('HSET', KEYS[3], ticket, user .. '|L|0|0|' .. now)
-        event('lost', ticket, user, 0)
-        lost = lost + 1
-      elseif state == 'A' then
-        redis.call('HSET', KEYS[3], ticket, user .. '|E|0|' .. admitted_at .. '|' .. now)
-        redis.call('ZREM', KEYS[5], ticket)
-        event('expired', ticket, user, until_ms)
-        expired = expired + 1
-      end
-    end
-    redis.call('DEL', KEYS[2])
-    redis.call('HINCRBY', KEYS[1], 'lost', lost)
-    redis.call('HINCRBY', KEYS[1], 'expired', expired)
-    redis.call('HSET', KEYS[1], 'final', 1)
+    final_outcomes()
   end
   return {0, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[5]), {}}
 end
@@ -122,6 +130,14 @@ local active = redis.call('ZCARD', KEYS[5])
 if orders <= 0 then
   if redis.call('HGET', KEYS[1], 'sold_out') ~= '1' then
     redis.call('HSET', KEYS[1], 'sold_out', 1, 'sold_out_at', now)
+  elseif draw and m[14] == '1' and ends == 0 and m[15] ~= '1' and active == 0 and tonumber(m[16] or '0') > 0
+      and now >= tonumber(m[17] or now) + tonumber(m[16]) + tonumber(ARGV[4]) then
+    final_outcomes()
+    local expires = now + 86400000
+    redis.call('HSET', KEYS[1], 'expires', expires)
+    for i = 1, #KEYS do
+      redis.call('PEXPIREAT', KEYS[i], expires)
+    end
   end
   return {0, redis.call('ZCARD', KEYS[2]), active, stale}
 end

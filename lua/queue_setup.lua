@@ -20,7 +20,9 @@
 --   a waiting ticket not polled this long is abandoned (ms), ARGV[14] 1: a
 --   draw's room (queue_draw.lua: its joins are entries, nobody is admitted
 --   before the draw, its outcomes are events), 0: a waiting room, ARGV[15]
---   a draw's most entries (0: no bound; absent from older callers).
+--   a draw's most entries (0: no bound; absent from older callers),
+--   ARGV[16] the sale's payment window (ms; 0 or absent: unknown), after
+--   which no unpaid order can give a unit back to a sold-out draw.
 --   Returns 1 opened, 2 open for this round already (left as it is: a
 --   warm-up run again must not reshuffle a room that may be admitting).
 -- ARGV[1] 'off': the room is taken away. Returns 0.
@@ -36,7 +38,7 @@ if ARGV[1] == 'open' then
     'ends', ARGV[10], 'seed', ARGV[14] == '1' and '' or ARGV[11],
     'commitment', ARGV[14] == '1' and ARGV[11] or '', 'expires', ARGV[12], 'abandon', ARGV[13], 'tat', 0, 'seq', 0,
     'joined', 0, 'admitted', 0, 'used', 0, 'expired', 0, 'abandoned', 0, 'sold_out', 0, 'closed', 0,
-    'draw', ARGV[14], 'drawn', 0, 'promoted', 0, 'lost', 0, 'published', '0-0', 'max_entries', ARGV[15] or 0)
+    'draw', ARGV[14], 'drawn', 0, 'promoted', 0, 'lost', 0, 'published', '0-0', 'max_entries', ARGV[15] or 0, 'window', ARGV[16] or 0)
   if tonumber(ARGV[12]) > 0 then
     redis.call('PEXPIREAT', KEYS[1], ARGV[12])
   end

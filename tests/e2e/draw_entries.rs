@@ -1,7 +1,7 @@
 //! What an entry is answered, and to whom: a winner's token only to a
 //! caller identified as its user, and an entry answered 200 only once the
-//! replicas asked for have it; and what Redis holds of the draw before it
-//! is made: never the seed.
+//! replicas asked for have it; what Redis holds of the draw before it is
+//! made: never the seed; and the last outcome of a draw with no end.
 
 use crate::draw::{draw_json, drawn, enter, warm_with_draw};
 use crate::draw_faults::warm;
@@ -145,5 +145,55 @@ async fn nobody_reading_redis_before_the_draw_finds_its_seed() {
     let published = drawn(&client, sale).await;
     assert_eq!(published["seed"].as_str(), Some(seed.as_str()), "the draw reveals the seed committed to: {published}");
     assert!(everything_in_redis(&env).await.contains(&seed), "revealed in Redis with the draw");
+    edge.stop().await;
+}
+
+/// A draw with no end: once its unit is sold and paid (no unit left, no
+/// right live) and a payment window has passed (no unpaid order can give a
+/// unit back), every waitlisted entry is told LOST — on the topic and when
+/// it reads its entry — and the draw's keys expire. (Before: the waitlist
+/// waited for ever, and the keys stayed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_with_no_end_tells_its_waitlist_lost_once_nothing_can_serve_it() {
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let order = env.spawn_order(env.order_settings()).await;
+    warm_with_draw(&edge, sale, 1, &draw_json(-1, 3, 60), r#","paymentWindowSeconds":2"#).await;
+    let client = Client::new(edge.url());
+    let mut entries = Vec::new();
+    for user in 1..=3 {
+        let entered = enter(&client, sale, user).await;
+        assert_eq!(entered.status, 200, "{}", entered.text);
+        entries.push((user, entered.json["entry"].as_str().expect("an entry").to_owned()));
+    }
+    drawn(&client, sale).await;
+    let mut won = None;
+    for (user, entry) in &entries {
+        let read = client.get(&format!("/api/seckill/draw/entries/{entry}")).await;
+        if read.json["status"] == "WON" {
+            won = Some((*user, read.json["admission"].as_str().expect("the winner's token").to_owned()));
+        }
+    }
+    let (winner, token) = won.expect("a winner");
+    let placed = crate::waiting_room::order_with(&client, sale, winner, Some(&token)).await;
+    assert_eq!(placed.status, 202, "{}", placed.text);
+    env.wait_orders(sale, "CREATED", 1).await;
+    let paid = client.pay(placed.json["orderId"].as_str().expect("an order id"), "pay-the-draw").await;
+    assert_eq!(paid.json["outcome"], "APPLIED", "{}", paid.text);
+    let events = crate::draw::outcomes(&env, sale, 5).await;
+    let lost: Vec<i64> =
+        events.iter().filter(|(e, _)| e["type"] == "LOST").map(|(e, _)| e["userId"].as_i64().unwrap()).collect();
+    let mut losers: Vec<i64> = entries.iter().map(|(u, _)| *u).filter(|u| *u != winner).collect();
+    losers.sort_unstable();
+    assert_eq!(lost.iter().copied().collect::<std::collections::BTreeSet<_>>(), losers.iter().copied().collect());
+    for (user, entry) in entries.iter().filter(|(u, _)| *u != winner) {
+        let read = client.get(&format!("/api/seckill/draw/entries/{entry}")).await;
+        assert_eq!(read.json["status"], "LOST", "user {user}: {}", read.text);
+    }
+    let meta = env.stock.keys().queue(sale).meta().to_owned();
+    let ttl: i64 = redis::cmd("PTTL").arg(&meta).query_async(&mut env.stock.connection()).await.expect("PTTL");
+    assert!(ttl > 0 && ttl <= 86_400_000, "the draw's keys expire (PTTL {ttl} ms)");
+    order.stop().await;
     edge.stop().await;
 }

@@ -227,8 +227,13 @@ async fn run(
     };
     match room {
         Some((settings, starts_ms)) => {
-            let room =
-                RoomRound { round: round.round, starts_ms, ends_ms: round.ends_ms, expire_at_ms: round.expire_at_ms };
+            let room = RoomRound {
+                round: round.round,
+                starts_ms,
+                ends_ms: round.ends_ms,
+                expire_at_ms: round.expire_at_ms,
+                payment_window_ms: i64::from(request.payment_window_seconds) * 1_000,
+            };
             // A draw's seed is kept before its room commits to it (a room
             // open for this round already keeps its own: the row is unused).
             let commitment = match settings.draw {

@@ -143,6 +143,12 @@ pub struct QueueKeys {
 }
 
 impl QueueKeys {
+    /// The room's hash (its settings and counters), for readers of its
+    /// expiry (tests).
+    pub fn meta(&self) -> &str {
+        &self.keys[0]
+    }
+
     /// All of them, for the scripts that take all.
     pub(super) fn all(&self) -> [&String; 9] {
         self.keys.each_ref()

@@ -46,6 +46,10 @@ pub struct RoomRound {
     pub ends_ms: i64,
     /// When every key of the room expires (ms, 0: never).
     pub expire_at_ms: i64,
+    /// The sale's payment window (ms): a draw with no end tells its
+    /// waitlist LOST once it sold out this long (and the publish deadline)
+    /// ago with no right live (`lua/queue_admit.lua`).
+    pub payment_window_ms: i64,
 }
 
 impl Stock {
@@ -79,7 +83,8 @@ impl Stock {
             // A draw's entries wait hours, unpolled: never abandoned.
             .arg(if room.draw { NEVER_ABANDONED_MS } else { ABANDON_MS })
             .arg(u8::from(room.draw))
-            .arg(room.max_entries);
+            .arg(room.max_entries)
+            .arg(round.payment_window_ms);
         let opened: i64 = self.conn.invoke(&invocation).await?;
         let mut register = redis::pipe();
         register.sadd(self.keys.rooms(), sale.to_string()).ignore();
