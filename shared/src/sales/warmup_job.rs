@@ -219,31 +219,7 @@ async fn run(
     };
     // The room before the stock: no unit of a round with a room is sold
     // without an admission.
-    // A draw's room starts at the draw: its pre-queue is the entries.
-    let room = match (&request.admission, &request.draw) {
-        (Some(admission), _) => Some((admission.room(), round.starts_ms)),
-        (None, Some(draw)) => Some((draw.room(), draw.draw_ms())),
-        (None, None) => None,
-    };
-    match room {
-        Some((settings, starts_ms)) => {
-            let room = RoomRound {
-                round: round.round,
-                starts_ms,
-                ends_ms: round.ends_ms,
-                expire_at_ms: round.expire_at_ms,
-                payment_window_ms: i64::from(request.payment_window_seconds) * 1_000,
-            };
-            // A draw's seed is kept before its room commits to it (a room
-            // open for this round already keeps its own: the row is unused).
-            let commitment = match settings.draw {
-                true => Some(db::within(deadline, super::draw_seed::keep(pool, sale)).await?),
-                false => None,
-            };
-            stock.open_room(sale, room, &settings, commitment.as_deref()).await?;
-        }
-        None => stock.room_off(sale).await?,
-    }
+    open_room(stock, (pool, deadline), request, &round).await?;
     stock.load_round(sale, &buckets, &retired, round, id).await?;
     for bucket in &buckets {
         if !stock.round_confirmed(sale, *bucket).await? {
@@ -253,4 +229,38 @@ async fn run(
     db::within(deadline, warmup_rows::ended(pool, id, Some(Step::Done), None)).await?;
     tracing::info!(warmup = %id, %sale, round = committed_round, "warm-up done");
     db::within(deadline, db::find_sale(pool, sale)).await?.ok_or(WarmupError::NotFound(sale))
+}
+
+/// Opens the round's room, if it has one (a draw's starts at the draw: its
+/// pre-queue is the entries), or takes an older round's away. A draw's
+/// seed is kept before its room commits to it (a room open for this round
+/// already keeps its own: the row is unused).
+async fn open_room(
+    stock: &Stock,
+    (pool, deadline): (&PgPool, Duration),
+    request: &WarmupRequest,
+    round: &Round,
+) -> Result<(), WarmupError> {
+    let sale = request.sale;
+    let room = match (&request.admission, &request.draw) {
+        (Some(admission), _) => Some((admission.room(), round.starts_ms)),
+        (None, Some(draw)) => Some((draw.room(), draw.draw_ms())),
+        (None, None) => None,
+    };
+    let Some((settings, starts_ms)) = room else {
+        return Ok(stock.room_off(sale).await?);
+    };
+    let commitment = match settings.draw {
+        true => Some(db::within(deadline, super::draw_seed::keep(pool, sale)).await?),
+        false => None,
+    };
+    let room = RoomRound {
+        round: round.round,
+        starts_ms,
+        ends_ms: round.ends_ms,
+        expire_at_ms: round.expire_at_ms,
+        payment_window_ms: request.payment_window_seconds * 1_000,
+    };
+    stock.open_room(sale, room, &settings, commitment.as_deref()).await?;
+    Ok(())
 }

@@ -332,7 +332,11 @@ impl TicketState {
                 "poll again",
             ),
             Self::Lost => {
-                ("a draw's entry still waitlisted when the sale ended", "`LOST` (a draw's entry)", "nothing: final")
+                (
+                    "a draw's entry still waitlisted when the sale ended (a draw with no end: when nothing can serve its waitlist any more)",
+                    "`LOST` (a draw's entry)",
+                    "nothing: final",
+                )
             }
         }
     }
