@@ -66,6 +66,31 @@ impl Modify for OrderIdPaths {
     }
 }
 
+/// Says which address answers which operation: the buyers' and the
+/// payment provider's on `http_addr`, the operators' (`/admin/…`) on
+/// `admin_addr` — each path of theirs carries its own `servers`, so a
+/// generated client calls them there (the defaults; a deployment names its
+/// own).
+struct Addresses;
+
+impl Modify for Addresses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::server::ServerBuilder;
+        let server =
+            |url: &str, description: &str| ServerBuilder::new().url(url).description(Some(description)).build();
+        openapi.servers = Some(vec![server(
+            "http://127.0.0.1:8080",
+            "The buyers' and the payment provider's address (http_addr); the operators' paths name theirs",
+        )]);
+        for (_, item) in openapi.paths.paths.iter_mut().filter(|(path, _)| path.starts_with("/admin/")) {
+            item.servers = Some(vec![server(
+                "http://127.0.0.1:9080",
+                "The operators' address (admin_addr): inside the deployment only, never behind the buyers' ingress",
+            )]);
+        }
+    }
+}
+
 /// The document.
 #[derive(OpenApi)]
 #[openapi(
@@ -102,7 +127,7 @@ impl Modify for OrderIdPaths {
         super::buyers::draw_bodies::EntryBody, super::buyers::draw_bodies::DrawBody,
         seckill_shared::sales::Draw, seckill_shared::stock::queue::EntryStatus
     )),
-    modifiers(&Security, &OrderIdPaths),
+    modifiers(&Security, &OrderIdPaths, &Addresses),
     tags((name = "buyer", description = "Orders and their status"), (name = "payments", description = "The payment provider's signed notifications: the only way an order becomes PAID"), (name = "admin", description = "Warm-up, close and reconciliation: served on the operators' address (admin_addr, default 127.0.0.1:9080), not the buyers' — there these paths answer 404 unless admin_addr is set to http_addr"), (name = "operations", description = "Health, readiness, metrics, this document"))
 )]
 pub struct ApiDoc;

@@ -58,7 +58,8 @@ fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
     params(("activityId" = i64, Path, minimum = 1), ("skuId" = i64, Path, minimum = 1)),
     request_body(content = WarmupBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "Warmed up (the replicas have it): stock set (never added), buyers cleared; with an end, every key of the sale expires after the end, the payment window and redis.sale_key_margin_secs. The Seckill-Warmup-Id header names the warm-up; asked again with it (warmupId, or Idempotency-Key), the same answer. A draw's warm-up answers the draw too, with its seedCommitment", body = WarmedUpBody, headers(("Seckill-Warmup-Id" = String, description = "The warm-up's id"))),
+        (status = 200, description = "Warmed up (the replicas have it): stock set (never added), buyers cleared; with an end, every key of the sale expires after the end, the payment window and redis.sale_key_margin_secs. The Seckill-Warmup-Id header names the warm-up; asked again with it (warmupId, or Idempotency-Key), the same answer. A draw's warm-up answers the draw too, with its seedCommitment", body = WarmedUpBody, headers(("Seckill-Warmup-Id" = String, description = "The warm-up's id")),
+            links(("report" = (operation_id = "report", parameters(("activityId" = "$request.path.activityId"), ("skuId" = "$request.path.skuId")), description = "The sale this warm-up set up, reconciled")))),
         (status = 400, description = "INVALID_REQUEST: a bad id, stock, window or limit", body = ErrorBody),
         (status = 401, description = "UNAUTHORIZED: no or a wrong admin token", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED: this client failed to authenticate too often (Retry-After)", body = ErrorBody),
