@@ -44,8 +44,8 @@
 -- draw; after it, each admission is an entry promoted from the waitlist,
 -- and each admission, expiry and (once the sale is over) loss is appended
 -- to KEYS[9] as an event: {type, entry, user, until, place, at}. Over, its
--- waiting entries are lost and its unused rights expired, once (meta
--- 'final'). A draw with no end is over for its waitlist once nothing can
+-- waiting entries are lost and its unused rights expired, once, 2,000
+-- entries a pass (meta 'final' when all are). A draw with no end is over for its waitlist once nothing can
 -- serve it any more: no unit left, no right live, and the room sold out a
 -- payment window (meta 'window') and ARGV[4] ago, so every order that could
 -- have given a unit back (unpaid, at its deadline) has; its keys then
@@ -68,15 +68,19 @@ end
 
 -- The draw is over: every entry still waiting has lost, every right
 -- unused has expired (once; a right claimed by an order in flight is that
--- order's to settle).
+-- order's to settle). In slices: each pass takes the next 2,000 entries
+-- (an HSCAN cursor in meta 'final_at'), so a million entries are 500 short
+-- passes; 'final' once the scan is through. Returns whether it is.
 local function final_outcomes()
   local lost, expired = 0, 0
-  local all = redis.call('HGETALL', KEYS[3])
+  local scan = redis.call('HSCAN', KEYS[3], redis.call('HGET', KEYS[1], 'final_at') or '0', 'COUNT', 2000)
+  local all = scan[2]
   for i = 1, #all, 2 do
     local ticket, value = all[i], all[i + 1]
     local user, state, until_ms, admitted_at = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)')
     if state == 'W' then
       redis.call('HSET', KEYS[3], ticket, user .. '|L|0|0|' .. now)
+      redis.call('ZREM', KEYS[2], ticket)
       event('lost', ticket, user, 0)
       lost = lost + 1
     elseif state == 'A' then
@@ -86,10 +90,15 @@ local function final_outcomes()
       expired = expired + 1
     end
   end
-  redis.call('DEL', KEYS[2])
   redis.call('HINCRBY', KEYS[1], 'lost', lost)
   redis.call('HINCRBY', KEYS[1], 'expired', expired)
+  if scan[1] ~= '0' then
+    redis.call('HSET', KEYS[1], 'final_at', scan[1])
+    return false
+  end
+  redis.call('UNLINK', KEYS[2])
   redis.call('HSET', KEYS[1], 'final', 1)
+  return true
 end
 
 if m[8] == '1' or (ends > 0 and now >= ends) then
@@ -132,11 +141,12 @@ if orders <= 0 then
     redis.call('HSET', KEYS[1], 'sold_out', 1, 'sold_out_at', now)
   elseif draw and m[14] == '1' and ends == 0 and m[15] ~= '1' and active == 0 and tonumber(m[16] or '0') > 0
       and now >= tonumber(m[17] or now) + tonumber(m[16]) + tonumber(ARGV[4]) then
-    final_outcomes()
-    local expires = now + 86400000
-    redis.call('HSET', KEYS[1], 'expires', expires)
-    for i = 1, #KEYS do
-      redis.call('PEXPIREAT', KEYS[i], expires)
+    if final_outcomes() then
+      local expires = now + 86400000
+      redis.call('HSET', KEYS[1], 'expires', expires)
+      for i = 1, #KEYS do
+        redis.call('PEXPIREAT', KEYS[i], expires)
+      end
     end
   end
   return {0, redis.call('ZCARD', KEYS[2]), active, stale}

@@ -24,17 +24,26 @@
 -- ARGV[1] 'freeze': from the draw's time on (Redis's clock), no entry is
 --   taken any more. Returns 1 frozen (now or before), 0 too early, -1 no
 --   draw to make (none, made already, or the sale closed first).
--- ARGV[1] 'apply': ARGV[5] the maker's lease fence (a maker of an older
---   term than the last that acted on the draw is refused: -3, nothing
---   written), ARGV[2] the winners (the orders the units left can
---   serve), ARGV[3] the entry list's digest, ARGV[4] the entries the caller
---   ranked, ARGV[6] the seed the caller ranked by (revealed with the
---   draw: until then Redis holds only its commitment; '' from callers
---   whose seed was in Redis already). The line must hold every entry, ranked (the caller wrote it,
---   score = rank from 0). Once: the first ARGV[2] are admitted, each a 'won'
---   event, the rest stay in the line, each a 'waitlisted' event with its
---   place. Returns 1 drawn now, 0 drawn before, -2 the line does not hold
---   every entry (the caller ranks again).
+-- ARGV[1] 'apply': one slice of the draw, so that no call holds Redis
+--   long whatever the entries (a million in about 500 slices): ARGV[5] the
+--   maker's lease fence (a maker of an older term than the last that acted
+--   on the draw is refused: -3, nothing written), ARGV[2] the winners (the
+--   orders the units left can serve), ARGV[3] the entry list's digest,
+--   ARGV[4] the entries the caller ranked, ARGV[6] the seed the caller
+--   ranked by (revealed with the draw: until then Redis holds only its
+--   commitment; '' from callers whose seed was in Redis already), ARGV[7]
+--   the rank this slice starts at (from 0), ARGV[8] the slice's size (absent:
+--   every entry, as older callers ask). The line must hold every entry,
+--   ranked (the caller wrote it, score = rank from 0). The first slice fixes
+--   the winners and the digest (meta 'apply_winners', 'apply_digest'); every
+--   slice admits the winners among its entries (each a 'won' event) and
+--   tells the others their place (a 'waitlisted' event), and moves meta
+--   'apply_at'; the last makes the draw (the winners leave the line, the
+--   seed is revealed, 'drawn'). Returns 1 drawn now, 0 drawn before, 2 a
+--   slice done and more to do (ARGV[7] not the next slice: nothing done,
+--   ask from meta 'apply_at'), -1 the sale closed first, -2 the line does
+--   not hold every entry or another list was begun (the caller ranks
+--   again).
 -- ARGV[1] 'published': ARGV[2] the last outcome (a stream id) on the topic,
 --   ARGV[3] how many the publisher sent up to it, ARGV[4] its lease's fence.
 --   Moves the publisher's cursor. Returns 1, or -3 when a publisher of a
@@ -142,6 +151,9 @@ end
 if drawn then
   return 0
 end
+if closed then
+  return -1
+end
 -- A maker of an older term of the draws' lease (frozen past it) makes
 -- nothing once a later term acted on this draw (its cursor, or a try of
 -- its own): the term is stamped before anything is written.
@@ -153,25 +165,44 @@ local entries = redis.call('HLEN', KEYS[3])
 if redis.call('ZCARD', KEYS[2]) ~= entries or tonumber(ARGV[4]) ~= entries then
   return -2
 end
-local winners, ttl, total = tonumber(ARGV[2]), tonumber(m[9]), tonumber(m[11])
-local line = redis.call('ZRANGE', KEYS[2], 0, -1)
-for i, ticket in ipairs(line) do
+local a = redis.call('HMGET', KEYS[1], 'apply_at', 'apply_winners', 'apply_digest')
+local from = tonumber(ARGV[7] or '0')
+local at = tonumber(a[1] or '0') or 0
+if a[3] and a[3] ~= ARGV[3] then
+  return -2
+end
+if from ~= at then
+  return 2
+end
+local winners = tonumber(a[2] or ARGV[2])
+if not a[2] then
+  redis.call('HSET', KEYS[1], 'apply_winners', winners, 'apply_digest', ARGV[3])
+end
+local size = tonumber(ARGV[8] or entries)
+local ttl, total = tonumber(m[9]), tonumber(m[11])
+local slice = redis.call('ZRANGE', KEYS[2], from, from + size - 1)
+for i, ticket in ipairs(slice) do
+  local rank = from + i
   local user = string.match(redis.call('HGET', KEYS[3], ticket), '^([^|]*)')
-  if i <= winners then
+  if rank <= winners then
     redis.call('HSET', KEYS[3], ticket, user .. '|A|' .. (now + ttl) .. '|' .. now .. '|0')
     redis.call('ZADD', KEYS[5], now + ttl, ticket)
     redis.call('ZADD', KEYS[7], now * 1000 + total % 1000, ticket .. ':' .. total)
     total = total + 1
-    event('won', ticket, user, now + ttl, i)
+    event('won', ticket, user, now + ttl, rank)
   else
-    event('waitlisted', ticket, user, 0, i - winners)
+    event('waitlisted', ticket, user, 0, rank - winners)
   end
+end
+at = from + #slice
+redis.call('HSET', KEYS[1], 'apply_at', at, 'admitted', total)
+if at < entries then
+  return 2
 end
 if winners > 0 then
   redis.call('ZREMRANGEBYRANK', KEYS[2], 0, winners - 1)
 end
-redis.call('HSET', KEYS[1], 'drawn', 1, 'drawn_at', now, 'digest', ARGV[3], 'winners', math.min(winners, #line),
-  'admitted', total)
+redis.call('HSET', KEYS[1], 'drawn', 1, 'drawn_at', now, 'digest', ARGV[3], 'winners', math.min(winners, entries))
 if (ARGV[6] or '') ~= '' then
   redis.call('HSET', KEYS[1], 'seed', ARGV[6])
 end

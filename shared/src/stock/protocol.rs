@@ -198,8 +198,9 @@ answers! {
     queue_draw = "queue_draw.lua", otherwise "{status, entry, user, ...}, status a word";
     DONE = 1: "frozen (freeze); drawn now (apply); the cursor moved (published)";
     NOT_YET = 0: "before the draw's time (freeze); drawn before (apply)";
-    NO_DRAW_TO_MAKE = -1: "no draw to make: none, made already, or the sale closed first";
-    NOT_WHOLE = -2: "the line does not hold every entry ranked: rank again";
+    MORE = 2: "a slice of the draw done, more to do (apply): asked again from meta 'apply_at'";
+    NO_DRAW_TO_MAKE = -1: "no draw to make: none, made already, or the sale closed first (freeze, apply)";
+    NOT_WHOLE = -2: "the line does not hold every entry ranked, or another list was begun: rank again";
     LATER_TERM = -3: "a maker or publisher of a later term acted on the draw: nothing written";
 }
 

@@ -11,6 +11,14 @@ use redis::Script;
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
+/// The entries one slice of a draw's apply takes: about 10 ms of Redis's
+/// time each (five commands an entry), so a million entries are 500 short
+/// calls, never one long one.
+pub const APPLY_SLICE: usize = 2_000;
+
+/// The entries one HSCAN of a draw's entries asks for.
+const ENTRIES_A_SCAN: usize = 5_000;
+
 static QUEUE_DRAW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../../lua/queue_draw.lua")));
 
 /// Where an entry stands.
@@ -191,10 +199,25 @@ impl Stock {
     }
 
     /// Every entry of `sale`'s draw: (entry id, user).
+    /// Read by HSCAN, a few thousand a call: a million entries never hold
+    /// Redis for one long HGETALL (an entry seen twice is one entry).
     pub async fn draw_entries(&self, sale: SaleKey) -> Result<Vec<(String, UserId)>, RedisCallError> {
         let tickets = self.keys.queue(sale).all()[2].clone();
-        let mut conn = self.conn.clone();
-        let all: HashMap<String, String> = self.conn.bounded(redis::AsyncCommands::hgetall(&mut conn, tickets)).await?;
+        let mut all: HashMap<String, String> = HashMap::new();
+        let mut cursor = 0u64;
+        loop {
+            let mut scan = redis::cmd("HSCAN");
+            scan.arg(&tickets).arg(cursor).arg("COUNT").arg(ENTRIES_A_SCAN);
+            let mut conn = self.conn.clone();
+            let (next, fields): (u64, Vec<String>) = self.conn.bounded(scan.query_async(&mut conn)).await?;
+            for pair in fields.chunks_exact(2) {
+                all.insert(pair[0].clone(), pair[1].clone());
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
         Ok(all
             .into_iter()
             .filter_map(|(entry, value)| {
@@ -205,11 +228,13 @@ impl Stock {
     }
 
     /// Writes `ranked` (entry ids, in drawn order) as the draw's line, then
-    /// makes the draw once, as the holder of the lease term `fence`: the
-    /// first `winners` admitted, the rest waitlisted, each an event.
-    /// `Some(Made)`, `Some(Before)`; `Some(LaterTerm)`: a later term acted
-    /// on the draw (nothing written); `None`: the line was not whole (rank
-    /// again).
+    /// makes the draw once, as the holder of the lease term `fence`, in
+    /// slices of [`APPLY_SLICE`] entries (each its own script, confirmed by
+    /// the replicas; a draw a maker left half made is finished from where it
+    /// stopped, with the winners it fixed): the first `winners` admitted,
+    /// the rest waitlisted, each an event. `Some(Made)`, `Some(Before)`;
+    /// `Some(LaterTerm)`: a later term acted on the draw (nothing written);
+    /// `None`: the line was not whole (rank again).
     pub async fn apply_draw(
         &self,
         sale: SaleKey,
@@ -227,20 +252,43 @@ impl Stock {
             pipe.zadd_multiple(&line, &scored).ignore();
             self.conn.pipe::<()>(&pipe).await?;
         }
-        let args = [
-            "apply".to_owned(),
-            winners.to_string(),
-            digest.to_owned(),
-            ranked.len().to_string(),
-            fence.to_string(),
-            seed.to_owned(),
-        ];
-        Ok(match self.draw_step::<i64>(sale, &args).await? {
-            NOT_WHOLE => None,
-            LATER_TERM => Some(Applied::LaterTerm),
-            DONE => Some(Applied::Made),
-            _ => Some(Applied::Before),
-        })
+        let mut from = self.applied_through(sale).await?;
+        loop {
+            let args = [
+                "apply".to_owned(),
+                winners.to_string(),
+                digest.to_owned(),
+                ranked.len().to_string(),
+                fence.to_string(),
+                seed.to_owned(),
+                from.to_string(),
+                APPLY_SLICE.to_string(),
+            ];
+            match self.draw_step::<i64>(sale, &args).await? {
+                NOT_WHOLE => return Ok(None),
+                LATER_TERM => return Ok(Some(Applied::LaterTerm)),
+                DONE => return Ok(Some(Applied::Made)),
+                MORE => {
+                    let next = self.applied_through(sale).await?;
+                    if next == from {
+                        return Err(RedisCallError::Unexpected {
+                            script: "queue_draw.lua",
+                            answer: format!("apply stood still at {next}"),
+                        });
+                    }
+                    from = next;
+                }
+                _ => return Ok(Some(Applied::Before)),
+            }
+        }
+    }
+
+    /// The rank the next slice of `sale`'s draw starts at (0: none made).
+    async fn applied_through(&self, sale: SaleKey) -> Result<i64, RedisCallError> {
+        let meta = self.keys.queue(sale).all()[0].clone();
+        let mut conn = self.conn.clone();
+        let at: Option<i64> = self.conn.bounded(redis::AsyncCommands::hget(&mut conn, meta, "apply_at")).await?;
+        Ok(at.unwrap_or(0))
     }
 
     /// Up to `count` of `sale`'s outcomes recorded after `after` (a stream
