@@ -44,7 +44,7 @@
 -- draw; after it, each admission is an entry promoted from the waitlist,
 -- and each admission, expiry and (once the sale is over) loss is appended
 -- to KEYS[9] as an event: {type, entry, user, until, place, at}. Over, its
--- waiting entries are lost and its unused rights expired, once, 2,000
+-- waiting entries are lost and its unused rights expired, once, 1,000
 -- entries a pass (meta 'final' when all are). A draw with no end is over for its waitlist once nothing can
 -- serve it any more: no unit left, no right live, and the room sold out a
 -- payment window (meta 'window') and ARGV[4] ago, so every order that could
@@ -68,12 +68,12 @@ end
 
 -- The draw is over: every entry still waiting has lost, every right
 -- unused has expired (once; a right claimed by an order in flight is that
--- order's to settle). In slices: each pass takes the next 2,000 entries
--- (an HSCAN cursor in meta 'final_at'), so a million entries are 500 short
--- passes; 'final' once the scan is through. Returns whether it is.
+-- order's to settle). In slices: each pass takes the next 1,000 entries
+-- (an HSCAN cursor in meta 'final_at'), so a million entries are 1,000
+-- short passes; 'final' once the scan is through. Returns whether it is.
 local function final_outcomes()
   local lost, expired = 0, 0
-  local scan = redis.call('HSCAN', KEYS[3], redis.call('HGET', KEYS[1], 'final_at') or '0', 'COUNT', 2000)
+  local scan = redis.call('HSCAN', KEYS[3], redis.call('HGET', KEYS[1], 'final_at') or '0', 'COUNT', 1000)
   local all = scan[2]
   for i = 1, #all, 2 do
     local ticket, value = all[i], all[i + 1]

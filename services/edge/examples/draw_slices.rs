@@ -2,7 +2,8 @@
 //! real entry script), the draw made by the edge's own maker (entries
 //! frozen, read by HSCAN, ranked, applied in slices) and the end-of-sale
 //! passes run until every waiting entry has lost — then the longest call of
-//! each kind in Redis's slow log (everything over 1 ms is logged meanwhile).
+//! each kind in Redis's slow log (every call over 1 ms is logged meanwhile,
+//! up to 100,000 of them).
 //! docs/operators.md gives the figures.
 //!
 //! `cargo run --release -p seckill-edge --example draw_slices -- [ENTRIES]`
@@ -29,12 +30,14 @@ async fn main() -> anyhow::Result<()> {
     let admin = seckill_shared::db::connect_lazy(&DbSettings::default())?;
     // A database name is no bind parameter; this one is the program's own.
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {own}"))).execute(&admin).await?;
-    let url = DbSettings::default().url.replace("/seckill", &format!("/{own}"));
+    let server = DbSettings::default().url;
+    let url = format!("{}/{own}", server.rsplit_once('/').map_or(server.as_str(), |(base, _)| base));
     let db = seckill_shared::db::connect_lazy(&DbSettings { url, ..DbSettings::default() })?;
     seckill_shared::db::migrate(&db).await?;
     let sale = SaleKey::from_raw(990_000_000 + i64::from(rand::random::<u16>()), 1).expect("positive ids");
     let mut slow = stock.connection();
     redis::cmd("CONFIG").arg("SET").arg("slowlog-log-slower-than").arg(1_000).query_async::<()>(&mut slow).await?;
+    redis::cmd("CONFIG").arg("SET").arg("slowlog-max-len").arg(100_000).query_async::<()>(&mut slow).await?;
     redis::cmd("SLOWLOG").arg("RESET").query_async::<()>(&mut slow).await?;
 
     // A draw that takes entries now and is drawn once they are all in.
@@ -96,41 +99,56 @@ async fn main() -> anyhow::Result<()> {
 
 /// The slow log's calls over 1 ms, by what they ran: how many, the longest.
 async fn report_slow_log(conn: &mut seckill_shared::stock::conn::RedisConn) -> anyhow::Result<()> {
-    let entries: Vec<(i64, i64, i64, Vec<String>)> =
-        redis::cmd("SLOWLOG").arg("GET").arg(10_000).query_async::<Vec<redis::Value>>(conn).await.map(|all| {
-            all.into_iter()
-                .filter_map(|entry| redis::from_redis_value::<(i64, i64, i64, Vec<String>)>(entry).ok())
-                .collect()
-        })?;
-    let mut by_kind: std::collections::BTreeMap<String, (usize, i64)> = Default::default();
-    for (_, _, micros, command) in entries {
+    // Each entry: id, time, microseconds, the command's words, client, name.
+    let all: Vec<Vec<redis::Value>> = redis::cmd("SLOWLOG").arg("GET").arg(10_000).query_async(conn).await?;
+    let entries: Vec<(i64, Vec<String>)> = all
+        .into_iter()
+        .filter_map(|entry| {
+            let micros = redis::from_redis_value::<i64>(entry.get(2)?.clone()).ok()?;
+            let words = redis::from_redis_value::<Vec<String>>(entry.get(3)?.clone()).ok()?;
+            Some((micros, words))
+        })
+        .collect();
+    let mut by_kind: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+    for (micros, command) in entries {
         // EVALSHA sha keys… args…: the step is the first argument after the keys.
         let kind = match command.first().map(String::as_str) {
             Some("EVALSHA" | "EVAL") => {
                 let keys: usize = command.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
-                format!("script step {}", command.get(3 + keys).cloned().unwrap_or_default())
+                match command.get(3 + keys) {
+                    // queue_admit.lua's first argument is a count.
+                    Some(first) if first.parse::<i64>().is_ok() => "an admission pass (queue_admit.lua)".to_owned(),
+                    Some(step) => format!("queue_draw.lua '{step}'"),
+                    None => "a script".to_owned(),
+                }
             }
             Some(other) => other.to_owned(),
             None => "?".into(),
         };
-        let (count, longest) = by_kind.entry(kind).or_default();
-        *count += 1;
-        *longest = (*longest).max(micros);
+        by_kind.entry(kind).or_default().push(micros);
     }
-    println!("calls over 1 ms in Redis's slow log (kind: count, longest):");
-    for (kind, (count, longest)) in by_kind {
-        println!("  {kind}: {count}, {:.1} ms", longest as f64 / 1000.0);
+    println!("calls over 1 ms in Redis's slow log (kind: count, median, longest):");
+    for (kind, mut micros) in by_kind {
+        micros.sort_unstable();
+        let ms = |us: i64| us as f64 / 1000.0;
+        println!(
+            "  {kind}: {}, {:.1} ms, {:.1} ms",
+            micros.len(),
+            ms(micros[micros.len() / 2]),
+            ms(micros[micros.len() - 1])
+        );
     }
     Ok(())
 }
 
-/// Deletes this run's keys; the slow log's threshold back to Redis's
-/// default.
+/// Deletes this run's keys; the slow log's threshold and length back to
+/// Redis's defaults.
 async fn clean_up(conn: &mut seckill_shared::stock::conn::RedisConn, prefix: &str) -> anyhow::Result<()> {
     let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(conn).await?;
     for key in keys {
         redis::cmd("UNLINK").arg(key).query_async::<()>(conn).await?;
     }
     redis::cmd("CONFIG").arg("SET").arg("slowlog-log-slower-than").arg(10_000).query_async::<()>(conn).await?;
+    redis::cmd("CONFIG").arg("SET").arg("slowlog-max-len").arg(128).query_async::<()>(conn).await?;
     Ok(())
 }

@@ -114,7 +114,9 @@ impl Draws {
                 tracing::info!(%sale, entries = made.entries, winners = made.winners, digest = %made.digest, "draw made");
             }
         }
-        if draw.events_unpublished > 0 {
+        // A draw applied in part (its slices) is told once whole; the losses
+        // of a sale closed before its draw, at once.
+        if draw.events_unpublished > 0 && (draw.drawn || draw.closed) {
             // Nobody is told of a draw a failover could still undo.
             if !self.stock.draw_confirmed(sale).await? {
                 anyhow::bail!("the draw is not on the replicas yet: its outcomes wait");
