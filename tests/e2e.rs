@@ -58,6 +58,8 @@ mod draw;
 mod draw_entries;
 #[path = "e2e/draw_faults.rs"]
 mod draw_faults;
+#[path = "e2e/draw_makers.rs"]
+mod draw_makers;
 #[path = "e2e/edge.rs"]
 mod edge;
 #[path = "e2e/fatal_producers.rs"]

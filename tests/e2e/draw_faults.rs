@@ -1,14 +1,13 @@
 //! A draw under what goes wrong: an entry before entries open or after the
 //! draw (refused, nothing written), a won order cancelled (its unit passes
-//! down the list), the edge making the draw killed at `drawAt` (one draw,
-//! not two: the other edge makes it, the same way), and a warm-up while
-//! the draw's outcomes wait for their topic; a draw that asks a proof of
-//! work takes no entry without one; a right spent while a pass reads the
-//! units promotes nobody.
+//! down the list), and a warm-up while the draw's outcomes wait for their
+//! topic; a draw that asks a proof of work takes no entry without one; a
+//! right spent while a pass reads the units promotes nobody. (The edge
+//! making the draw killed: `draw_makers.rs`.)
 
 use crate::draw::{draw_json, drawn, enter, enter_with, outcomes, read_draw, warm_with_draw};
 use seckill_e2e::http::Client;
-use seckill_e2e::{eventually, Child, TestEnv};
+use seckill_e2e::{eventually, TestEnv};
 use seckill_shared::domain::SaleKey;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -201,97 +200,6 @@ async fn a_late_entry_changes_nothing(env: &TestEnv, client: &Client, sale: Sale
     let again = enter(client, sale, 1).await;
     let status = again.json["status"].as_str();
     assert!(matches!(status, Some("WON" | "WAITLISTED")), "an entrant reads their entry: {}", again.text);
-}
-
-/// An edge as a process of its own, ready, stopping itself at `halt` (its
-/// `SECKILL_TEST_HALT_AT`; empty: nowhere).
-async fn edge_process(env: &TestEnv, halt: &str) -> (Child, Client) {
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let mut child_env = env.child_env();
-    for (name, value) in [
-        ("SECKILL_HTTP_ADDR", free.to_string()),
-        ("SECKILL__ADMISSION__SIGNING_KEY", crate::waiting_room::SIGNING_KEY.to_owned()),
-        ("SECKILL__ADMISSION__TICK_MS", "100".to_owned()),
-        ("SECKILL_TEST_HALT_AT", halt.to_owned()),
-    ] {
-        child_env.push((name.into(), value));
-    }
-    let (child, client) = (Child::start("seckill-edge", &child_env), Client::new(format!("http://{free}")));
-    eventually("an edge to serve", Duration::from_secs(30), || async {
-        let reply = client.try_send(hyper::Method::GET, "/readyz", None, &[]).await.map_err(|e| e.to_string())?;
-        if reply.status == 200 {
-            Ok(())
-        } else {
-            Err(reply.text)
-        }
-    })
-    .await;
-    (child, client)
-}
-
-/// Two edges; the one holding the `draws` lease is killed (SIGKILL) half-way
-/// through the draw: its entries frozen, nothing drawn. The other takes the
-/// lease over and makes the draw: one draw — every entry won or waitlisted
-/// once, as many winners as units, every outcome published — whoever made
-/// it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_edge_killed_at_the_draw_leaves_one_draw() {
-    let env = TestEnv::new().await;
-    let sale = env.sale();
-    let (first, first_client) = edge_process(&env, "draw-frozen").await;
-    // The first edge holds the lease before the second starts.
-    eventually("the first edge to hold the draws lease", Duration::from_secs(30), || async {
-        let held: Option<(String,)> = sqlx::query_as("SELECT holder FROM leases WHERE name = 'draws'")
-            .fetch_optional(&env.db)
-            .await
-            .map_err(|e| e.to_string())?;
-        held.map(drop).ok_or_else(|| "no holder yet".to_owned())
-    })
-    .await;
-    let (_second, client) = edge_process(&env, "").await;
-    let body = draw_json(-1, 12, 60);
-    let request: seckill_shared::sales::Draw = serde_json::from_str(&body).unwrap();
-    warm(&env, sale, 30, request, true).await.expect("warmed up");
-    for user in 1..=200 {
-        assert_eq!(enter(&first_client, sale, user).await.json["status"], "ENTERED");
-    }
-    // Killed half-way through the draw, its entries frozen and nothing
-    // drawn (it stopped itself there): the draw is the other edge's to
-    // make, once it takes the lease over. (It stops only once its freeze
-    // answered "frozen".)
-    eventually("the first edge stopped with the draw half made", Duration::from_secs(60), || async {
-        let state = env.stock.draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
-        match (first.stopped(), state.drawn) {
-            (true, false) => Ok(()),
-            seen => Err(format!("(stopped, drawn): {seen:?}")),
-        }
-    })
-    .await;
-    first.kill9().await;
-    let state = read_draw(&client, sale).await.json["state"].clone();
-    assert_ne!(state, "DRAWN", "killed before the draw: the lease is its for seconds more");
-
-    let draw = drawn(&client, sale).await;
-    assert_eq!((draw["entries"].as_i64(), draw["winners"].as_i64()), (Some(200), Some(30)));
-    let events = outcomes(&env, sale, 200).await;
-    let mut outcome_of: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
-    for (e, _) in &events {
-        outcome_of.entry(e["userId"].as_i64().unwrap()).or_default().insert(e["type"].as_str().unwrap().to_owned());
-    }
-    assert_eq!(outcome_of.len(), 200, "every entry drawn");
-    assert!(outcome_of.values().all(|o| o.len() == 1), "each once, won or waitlisted: {outcome_of:?}");
-    let won = outcome_of.values().filter(|o| o.contains("WON")).count();
-    assert_eq!(won, 30, "as many winners as units");
-    let state = eventually("every outcome published", Duration::from_secs(30), || async {
-        let state = env.stock.draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
-        if state.events_unpublished == 0 {
-            Ok(state)
-        } else {
-            Err(format!("{state:?}"))
-        }
-    })
-    .await;
-    assert_eq!(state.events, 200, "one outcome per entry recorded: one draw");
 }
 
 /// A draw made with nobody to publish its outcomes (no edge runs): the

@@ -4,7 +4,8 @@
 //! `committed` (a batch's transaction committed, no CREATED event produced)
 //! and `delivered` (every event delivered, the offsets not committed:
 //! `tests/e2e/created_events.rs`); the edge's: `draw-frozen` (a draw's
-//! entries frozen, the draw not applied: `tests/e2e/draw_faults.rs`); the
+//! entries frozen, the draw not applied) and `draw-sliced` (its first
+//! slice applied, the rest not: `tests/e2e/draw_makers.rs`); the
 //! compensator's: `failed-written` (a dead letter's order written FAILED,
 //! its units not restored: `tests/e2e/compensator.rs`).
 //! Compiled into every build: the tests run the binaries `make` builds,
