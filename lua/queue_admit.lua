@@ -45,11 +45,12 @@
 -- and each admission, expiry and (once the sale is over) loss is appended
 -- to KEYS[9] as an event: {type, entry, user, until, place, at}. Over, its
 -- waiting entries are lost and its unused rights expired, once, 1,000
--- entries a pass (meta 'final' when all are). A draw with no end is over for its waitlist once nothing can
--- serve it any more: no unit left, no right live, and the room sold out a
--- payment window (meta 'window') and ARGV[4] ago, so every order that could
--- have given a unit back (unpaid, at its deadline) has; its keys then
--- expire a day later (the publisher has told the losses by then).
+-- entries a pass (meta 'final' when all are). A draw with no end is over
+-- for its waitlist once nothing can serve it any more: no unit left, no
+-- right live, and the room sold out a payment window (meta 'window') and
+-- ARGV[4] ago, so every order that could have given a unit back (unpaid,
+-- at its deadline) has; its keys then expire a day later (the publisher
+-- has told the losses by then).
 local m = redis.call('HMGET', KEYS[1], 'round', 'active_buyers', 'per_minute', 'ttl', 'overbook', 'starts',
   'ends', 'closed', 'tat', 'abandon', 'admitted', 'expires', 'draw', 'drawn', 'final', 'window', 'sold_out_at')
 if not m[1] then
