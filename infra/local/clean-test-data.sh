@@ -29,4 +29,13 @@ for port in "${RCLUSTER_PORTS[@]}"; do
   keys=$((keys + n))
 done
 topics="$(python3 "$ROOT/infra/local/clean_test_topics.py" "$KAFKA_PORT")"
+# The broker removes a deleted topic's partitions after it answered (each
+# closed, renamed *-delete, its files removed file.delete.delay.ms later):
+# a suite started meanwhile competed with thousands of partitions going
+# (a stress run after 2,061 topics were deleted saw its first tests' edges
+# answer 503). Wait, two minutes at most, until none is left on the disk.
+for _ in $(seq 1 120); do
+  compgen -G "$DATA/kafka/log/t[0-9a-f]*" >/dev/null || break
+  sleep 1
+done
 log "cleaned up earlier test runs: ${#dbs[@]} databases, $keys Redis keys, $topics Kafka topics"
