@@ -13,6 +13,8 @@ mod code_map;
 mod code_rules;
 #[path = "code/code_size.rs"]
 mod code_size;
+#[path = "code/docs_addresses.rs"]
+mod docs_addresses;
 #[path = "code/downstream_page.rs"]
 mod downstream_page;
 #[path = "code/module_graph.rs"]

@@ -95,7 +95,61 @@ func checkDocs(file string) []string {
 			problems = append(problems, fmt.Sprintf("`%s`: %s", line, problem))
 		}
 	}
+	return append(problems, p.journey(lines)...)
+}
+
+// journey: the page takes a newcomer from nothing to a sale, in order —
+// the operator the overlay needs and the image loaded into the node
+// before the overlay is applied, then the console reached and a sale
+// warmed, bought and reconciled after it.
+func (p *page) journey(lines []string) []string {
+	at := func(found func(string) bool) int {
+		for i, line := range lines {
+			if found(line) {
+				return i
+			}
+		}
+		return -1
+	}
+	applied := at(func(l string) bool { return strings.HasPrefix(l, "kubectl apply -k ") })
+	steps := []struct {
+		what   string
+		before bool
+		found  func(string) bool
+	}{
+		{"the CloudNativePG operator installed", true, func(l string) bool { return cnpgRelease.MatchString(l) }},
+		{"the image loaded into the node", true, func(l string) bool {
+			return strings.Contains(l, "image-archive") || strings.Contains(l, "image import") || strings.Contains(l, "image load")
+		}},
+		{"the console forwarded", false, func(l string) bool {
+			return strings.Contains(l, "port-forward") && p.request("curl 127.0.0.1:"+lastPort(l)+"/admin/") == nil
+		}},
+		{"a sale warmed through the console", false, func(l string) bool {
+			return strings.Contains(l, "-X PUT") && strings.Contains(l, "/admin/sales/")
+		}},
+		{"an order placed", false, func(l string) bool { return strings.Contains(l, "/api/seckill/order") }},
+		{"the sale reconciled", false, func(l string) bool { return strings.Contains(l, "seckillctl reconcile") }},
+	}
+	var problems []string
+	for _, step := range steps {
+		i := at(step.found)
+		switch {
+		case i < 0:
+			problems = append(problems, "the page never shows "+step.what)
+		case step.before && i > applied:
+			problems = append(problems, step.what+" only after the overlay is applied")
+		case !step.before && i < applied:
+			problems = append(problems, step.what+" before the overlay is applied")
+		}
+	}
 	return problems
+}
+
+// lastPort: the local port a `port-forward … [LOCAL:]REMOTE [&]` line forwards.
+func lastPort(line string) string {
+	words := strings.Fields(strings.TrimSuffix(line, " &"))
+	local, _, _ := strings.Cut(words[len(words)-1], ":")
+	return local
 }
 
 func (p *page) line(line string) []string {

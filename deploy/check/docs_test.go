@@ -58,6 +58,10 @@ func TestEachDocsBreakIsFound(t *testing.T) {
 		{"a second node needed", overlay, "        value: preferred\n", "        value: required\n", "3 instances each on its own node"},
 		{"no Redis in the overlay", overlay, "  - servers.yaml\n", "", `its server "redis" is no Service`},
 		{"a broker elsewhere", overlay, "SECKILL_KAFKA_BROKERS=kafka:9092", "SECKILL_KAFKA_BROKERS=kafka-0.kafka:9092", `its server "kafka-0.kafka" is no Service`},
+		{"the operator after the overlay", page, "kubectl apply --server-side -f https://raw.githubusercontent.com/cloudnative-pg/cloudnative-pg/release-1.30/releases/cnpg-1.30.0.yaml\n", "", "the page never shows the CloudNativePG operator installed"},
+		{"no console", page, "kubectl -n seckill port-forward svc/seckill-edge-console 9080 &\n", "", "the page never shows the console forwarded"},
+		{"no warm-up", page, "curl -s -X PUT 127.0.0.1:9080/admin/sales/1/1", "curl -s -X GET 127.0.0.1:9080/admin/sales/1/1", "the page never shows a sale warmed through the console"},
+		{"the image never loaded", page, "kind load image-archive /tmp/seckill.tar --name seckill", "kind create cluster --name other", "the page never shows the image loaded"},
 		{"an unknown command", page, "kubectl -n seckill logs", "kubectl -n seckill describe", "does not know (describe)"},
 	}
 	for _, b := range breaks {

@@ -47,6 +47,8 @@ fn the_downstream_page_names_the_topics_partitions_and_event_types_there_are() {
         defaults.order_partitions
     );
     assert!(page.contains(&format!("`kafka.dlq_partitions` ({})", defaults.dlq_partitions)), "{PAGE}: dlq_partitions");
+    // The key a consumer partitions and joins by, as the services write it.
+    assert!(page.contains("decimal text"), "{PAGE} says how the key is encoded (the user id as decimal text)");
     let schema: serde_json::Value = serde_json::from_str(&read("schemas/order-events.v1.json")).expect("the schema");
     let types = upper_words(schema["properties"]["type"]["description"].as_str().expect("the types described"));
     assert!(types.len() >= 6, "the schema names the event types: {types:?}");
