@@ -47,14 +47,7 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
     let sale = env.sale();
     let (first, first_client) = edge_process(&env, "draw-frozen").await;
     // The first edge holds the lease before the second starts.
-    eventually("the first edge to hold the draws lease", Duration::from_secs(30), || async {
-        let held: Option<(String,)> = sqlx::query_as("SELECT holder FROM leases WHERE name = 'draws'")
-            .fetch_optional(&env.db)
-            .await
-            .map_err(|e| e.to_string())?;
-        held.map(drop).ok_or_else(|| "no holder yet".to_owned())
-    })
-    .await;
+    draws_lease_held(&env).await;
     let (_second, client) = edge_process(&env, "").await;
     let body = draw_json(-1, 12, 60);
     let request: seckill_shared::sales::Draw = serde_json::from_str(&body).unwrap();
@@ -81,10 +74,7 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
     let draw = drawn(&client, sale).await;
     assert_eq!((draw["entries"].as_i64(), draw["winners"].as_i64()), (Some(200), Some(30)));
     let events = outcomes(&env, sale, 200).await;
-    let mut outcome_of: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
-    for (e, _) in &events {
-        outcome_of.entry(e["userId"].as_i64().unwrap()).or_default().insert(e["type"].as_str().unwrap().to_owned());
-    }
+    let outcome_of = outcomes_by_user(&events);
     assert_eq!(outcome_of.len(), 200, "every entry drawn");
     assert!(outcome_of.values().all(|o| o.len() == 1), "each once, won or waitlisted: {outcome_of:?}");
     let won = outcome_of.values().filter(|o| o.contains("WON")).count();
@@ -112,14 +102,7 @@ async fn an_edge_killed_between_two_slices_of_a_draw_leaves_one_draw() {
     let env = TestEnv::new().await;
     let sale = env.sale();
     let (first, _) = edge_process(&env, "draw-sliced").await;
-    eventually("the first edge to hold the draws lease", Duration::from_secs(30), || async {
-        let held: Option<(String,)> = sqlx::query_as("SELECT holder FROM leases WHERE name = 'draws'")
-            .fetch_optional(&env.db)
-            .await
-            .map_err(|e| e.to_string())?;
-        held.map(drop).ok_or_else(|| "no holder yet".to_owned())
-    })
-    .await;
+    draws_lease_held(&env).await;
     let (_second, client) = edge_process(&env, "").await;
     let request: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 8, 60)).unwrap();
     warm(&env, sale, 30, request, true).await.expect("warmed up");
@@ -141,10 +124,7 @@ async fn an_edge_killed_between_two_slices_of_a_draw_leaves_one_draw() {
     let draw = drawn(&client, sale).await;
     assert_eq!((draw["entries"].as_i64(), draw["winners"].as_i64()), (Some(4_500), Some(30)));
     let events = outcomes(&env, sale, 4_500).await;
-    let mut outcome_of: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
-    for (e, _) in &events {
-        outcome_of.entry(e["userId"].as_i64().unwrap()).or_default().insert(e["type"].as_str().unwrap().to_owned());
-    }
+    let outcome_of = outcomes_by_user(&events);
     assert_eq!(outcome_of.len(), 4_500, "every entry drawn");
     assert!(outcome_of.values().all(|o| o.len() == 1), "each once, won or waitlisted");
     let won: BTreeSet<i64> = outcome_of.iter().filter(|(_, o)| o.contains("WON")).map(|(u, _)| *u).collect();
@@ -157,4 +137,25 @@ async fn an_edge_killed_between_two_slices_of_a_draw_leaves_one_draw() {
         .map(|(u, _)| u.get())
         .collect();
     assert_eq!(won, first_30, "the winners are the ranking's first, whoever made which slice");
+}
+
+/// Waits until an edge holds the draws' lease.
+async fn draws_lease_held(env: &TestEnv) {
+    eventually("the first edge to hold the draws lease", Duration::from_secs(30), || async {
+        let held: Option<(String,)> = sqlx::query_as("SELECT holder FROM leases WHERE name = 'draws'")
+            .fetch_optional(&env.db)
+            .await
+            .map_err(|e| e.to_string())?;
+        held.map(drop).ok_or_else(|| "no holder yet".to_owned())
+    })
+    .await;
+}
+
+/// Each user's outcomes on the topic.
+fn outcomes_by_user(events: &[(serde_json::Value, String)]) -> BTreeMap<i64, BTreeSet<String>> {
+    let mut outcome_of: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
+    for (e, _) in events {
+        outcome_of.entry(e["userId"].as_i64().unwrap()).or_default().insert(e["type"].as_str().unwrap().to_owned());
+    }
+    outcome_of
 }
