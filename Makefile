@@ -238,7 +238,8 @@ chaos-redis-cluster: redis-cluster-up build-deps
 # :5442; Redis and Kafka the single-node ones. make chaos-pg kills,
 # freezes (SIGSTOP) and cuts off (a proxy holding every answer) its nodes
 # under load (nine scenarios, tests/chaos_pg.rs); make test runs the short
-# one (the primary cut off) and stops the formation after.
+# one (the primary cut off), a warm-up and a close meeting a frozen primary,
+# and stops the formation after.
 postgres-ha-up:
 	infra/local/up.sh --postgres-ha
 
@@ -248,7 +249,7 @@ chaos-pg: postgres-ha-up build-deps
 
 chaos-pg-short: postgres-ha-up build-deps
 	$(CARGO) build --workspace --bins
-	$(CARGO) test --features chaos-pg --test chaos_pg -- --nocapture --test-threads=1 --exact chaos_pg_short
+	$(CARGO) test --features chaos-pg --test chaos_pg -- --nocapture --test-threads=1 --exact chaos_pg_short chaos_pg_short_warm_up_and_close
 
 chaos-redis-cluster-short: redis-cluster-up build-deps
 	$(CARGO) build --workspace --bins

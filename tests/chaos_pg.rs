@@ -11,7 +11,8 @@
 //! everything both ways, for good) while a backlog drains and while
 //! payments arrive; (i) the formation stopped and started after a failover.
 //! Each prints its row; every "broken" and "not recorded" column must read
-//! 0. `make test` runs the short (g).
+//! 0. `make test` runs the short (g), and a warm-up and a close meeting a
+//! frozen primary (`chaos_pg_short_warm_up_and_close`).
 
 use futures::future::{FutureExt, LocalBoxFuture};
 use seckill_e2e::chaos::payments_through;
@@ -85,4 +86,57 @@ async fn chaos_pg_short() {
         drain_through("short: the primary cut off while a backlog drains", 2_000, Victim::Primary, PgFault::Cut).await;
     assert_eq!(outcome.events, outcome.accepted, "a CREATED event per 202: {}", outcome.row());
     judge(&[outcome]);
+}
+
+/// PostgreSQL's primary frozen (SIGSTOP: silent, every byte still
+/// acknowledged) while an operator warms one sale up and closes another:
+/// each is answered 503 naming PostgreSQL once its call deadline passed,
+/// and gives its sale's lock back; once the standby is promoted, the same
+/// warm-up id finishes and the close closes — both sales usable again
+/// within the call deadline plus the failover, and the warmed sale takes
+/// an order. (Before: both waited for good, the sale's lock kept alive by
+/// its watchdog: 409 SALE_BUSY until the edge restarted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_pg_short_warm_up_and_close() {
+    use hyper::Method;
+    use seckill_e2e::{eventually, http::Client, pg_ha};
+    use std::time::Duration;
+    pg_ha::ensure_whole().await;
+    let env = seckill_e2e::TestEnv::on_postgres_ha().await;
+    let (warmed, closed) = (env.sale(), env.sale());
+    env.warmup(closed, 10).await;
+    let mut settings = env.edge_settings();
+    settings.servers.database.call_deadline_ms = 3_000;
+    let edge = env.spawn_edge(settings).await;
+    let console = Client::new(edge.console_url());
+    let warm_path = format!("/admin/sales/{}/{}", warmed.activity, warmed.sku);
+    let close_path = format!("/admin/sales/{}/{}/close", closed.activity, closed.sku);
+    let warm = || console.admin(Method::PUT, &warm_path, Some(br#"{"stock":10,"force":true,"warmupId":"frozen-1"}"#));
+    let close = || console.admin(Method::POST, &close_path, None);
+
+    let primary = pg_ha::primary().expect("a primary");
+    let group = pg_ha::NodeGroup::of(&primary);
+    let frozen_at = group.freeze();
+    for (what, reply) in [("warm-up", warm().await), ("close", close().await)] {
+        assert_eq!((reply.status.as_u16(), reply.code()), (503, "TRY_AGAIN"), "the {what}: {}", reply.text);
+        assert!(reply.json["message"].as_str().unwrap_or_default().contains("PostgreSQL"), "{}", reply.text);
+    }
+    eventually("the same warm-up finished on the promoted standby", Duration::from_secs(180), || async {
+        let reply = warm().await;
+        (reply.status == 200).then_some(()).ok_or(reply.text)
+    })
+    .await;
+    eventually("the close done on the promoted standby", Duration::from_secs(60), || async {
+        let reply = close().await;
+        (reply.status == 200).then_some(()).ok_or(reply.text)
+    })
+    .await;
+    let usable = frozen_at.elapsed();
+    let order = Client::new(edge.url()).order(warmed.activity.get(), warmed.sku.get(), 1).await;
+    assert_eq!(order.status, 202, "the warmed sale sells: {}", order.text);
+    eprintln!("{primary} frozen: both sales usable again {:.1} s after", usable.as_secs_f64());
+    group.thaw();
+    edge.stop().await;
+    pg_ha::wait_healthy(Duration::from_secs(180)).await;
+    env.drop_ha_database().await;
 }

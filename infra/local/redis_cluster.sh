@@ -18,8 +18,11 @@ RCLUSTER="$DATA/redis-cluster"
 RCLUSTER_PORTS=(7000 7001 7002 7003 7004 7005)
 RCLUSTER_URL="redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"
 
-rcluster_ping() { redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG; }
-rcluster_ok() { redis-cli -h 127.0.0.1 -p "${RCLUSTER_PORTS[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; }
+# Every call bounded: a frozen node (SIGSTOP) accepts a connection and never
+# answers.
+rcli() { timeout 5 redis-cli -h 127.0.0.1 "$@"; }
+rcluster_ping() { rcli -p "$1" ping 2>/dev/null | grep -q PONG; }
+rcluster_ok() { rcli -p "${RCLUSTER_PORTS[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; }
 
 start_redis_cluster() {
   command -v redis-server >/dev/null || apt_install redis-server redis-tools
@@ -27,6 +30,8 @@ start_redis_cluster() {
   for port in "${RCLUSTER_PORTS[@]}"; do
     dir="$RCLUSTER/$port" conf="$RCLUSTER/$port/redis.conf"
     mkdir -p "$dir"
+    # A node a fault test left frozen goes on.
+    pid_alive "$dir/redis.pid" && kill -CONT "$(cat "$dir/redis.pid")" 2>/dev/null
     if pid_alive "$dir/redis.pid" && rcluster_ping "$port"; then log "redis cluster node :$port already up"; continue; fi
     # nodes.conf keeps the node's id, slots and role across restarts: a
     # killed primary comes back as its promoted replica's replica.
@@ -51,7 +56,7 @@ CONF
     redis-server "$conf"
     wait_for "redis cluster node :$port" "$LOGS/redis-cluster-$port.log" 30 rcluster_ping "$port"
   done
-  if ! redis-cli -p "${RCLUSTER_PORTS[0]}" cluster info | grep -q 'cluster_slots_assigned:16384'; then
+  if ! rcli -p "${RCLUSTER_PORTS[0]}" cluster info | grep -q 'cluster_slots_assigned:16384'; then
     log "creating the Redis Cluster (3 primaries, 1 replica each)"
     local nodes=()
     for port in "${RCLUSTER_PORTS[@]}"; do nodes+=("127.0.0.1:$port"); done
@@ -66,7 +71,7 @@ CONF
 # Three primaries, each with a connected replica (CLUSTER NODES: field 3
 # the flags, field 8 the link).
 rcluster_replicated() {
-  redis-cli -p "${RCLUSTER_PORTS[0]}" cluster nodes 2>/dev/null | awk '
+  rcli -p "${RCLUSTER_PORTS[0]}" cluster nodes 2>/dev/null | awk '
     $3 !~ /fail/ && $8 == "connected" && $3 ~ /master/ { primaries++ }
     $3 !~ /fail/ && $8 == "connected" && $3 ~ /slave/ { replicas++ }
     END { exit !(primaries >= 3 && replicas >= 3) }'
@@ -87,7 +92,7 @@ redis_cluster_status() {
   local status=0 port
   for port in "${RCLUSTER_PORTS[@]}"; do
     if rcluster_ping "$port"; then
-      echo "redis cluster node :$port: up, $(redis-cli -p "$port" role | head -1)"
+      echo "redis cluster node :$port: up, $(rcli -p "$port" role | head -1)"
     else echo "redis cluster node :$port: down"; status=1; fi
   done
   rcluster_ok && echo "redis cluster: state ok" || { echo "redis cluster: not ok"; status=1; }

@@ -3,8 +3,8 @@
 //! replicas asked for have it; what Redis holds of the draw before it is
 //! made: never the seed; and the last outcome of a draw with no end.
 
-use crate::draw::{draw_json, drawn, enter, warm_with_draw};
-use crate::draw_faults::warm;
+use seckill_e2e::draw::warm;
+use seckill_e2e::draw::{draw_json, drawn, enter, warm_with_draw};
 use seckill_e2e::http::Client;
 use seckill_e2e::TestEnv;
 
@@ -181,7 +181,7 @@ async fn a_draw_with_no_end_tells_its_waitlist_lost_once_nothing_can_serve_it() 
     env.wait_orders(sale, "CREATED", 1).await;
     let paid = client.pay(placed.json["orderId"].as_str().expect("an order id"), "pay-the-draw").await;
     assert_eq!(paid.json["outcome"], "APPLIED", "{}", paid.text);
-    let events = crate::draw::outcomes(&env, sale, 5).await;
+    let events = seckill_e2e::draw::outcomes(&env, sale, 5).await;
     let lost: Vec<i64> =
         events.iter().filter(|(e, _)| e["type"] == "LOST").map(|(e, _)| e["userId"].as_i64().unwrap()).collect();
     let mut losers: Vec<i64> = entries.iter().map(|(u, _)| *u).filter(|u| *u != winner).collect();

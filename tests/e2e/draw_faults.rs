@@ -5,7 +5,7 @@
 //! right spent while a pass reads the units promotes nobody. (The edge
 //! making the draw killed: `draw_makers.rs`.)
 
-use crate::draw::{draw_json, drawn, enter, enter_with, outcomes, read_draw, warm_with_draw};
+use seckill_e2e::draw::{draw_json, drawn, enter, enter_with, outcomes, read_draw, warm, warm_with_draw};
 use seckill_e2e::http::Client;
 use seckill_e2e::{eventually, TestEnv};
 use seckill_shared::domain::SaleKey;
@@ -243,33 +243,6 @@ async fn a_warm_up_waits_for_the_draws_outcomes_to_be_published() {
     warm(&env, sale, 3, later, true).await.expect("a forced warm-up replaces the round");
     let fresh = env.stock.draw_state(sale).await.unwrap().unwrap();
     assert_eq!((fresh.drawn, fresh.entries, fresh.events), (false, 0, 0));
-}
-
-/// Warms `sale` up with `stock` units and `draw`, as the edge's admin API
-/// would.
-pub(crate) async fn warm(
-    env: &TestEnv,
-    sale: SaleKey,
-    stock: i64,
-    draw: seckill_shared::sales::Draw,
-    force: bool,
-) -> Result<seckill_shared::db::SaleRow, seckill_shared::sales::WarmupError> {
-    let request = seckill_shared::sales::WarmupRequest {
-        id: None,
-        sale,
-        stock,
-        starts_at: None,
-        ends_at: None,
-        force,
-        payment_window_seconds: 900,
-        buckets: 1,
-        admission: None,
-        draw: Some(draw),
-        limits: Default::default(),
-    };
-    let locks = seckill_shared::ops::lock::LockClient::new(env.stock.connection(), Default::default());
-    let lock = seckill_shared::config::LockSettings::warmup();
-    seckill_shared::sales::warmup(&env.stock, &env.db, seckill_e2e::CALL_DEADLINE, &locks, &lock, &request).await
 }
 
 /// Two makers of the draws' lease — one frozen past its term, and the

@@ -3,11 +3,11 @@
 //! edge takes the draws' lease over and makes it, or finishes it, the same
 //! way.
 
-use crate::draw::{draw_json, drawn, enter, outcomes, read_draw};
-use crate::draw_faults::warm;
+use seckill_e2e::draw::warm;
+use seckill_e2e::draw::{draw_json, drawn, enter, outcomes, outcomes_by_user, read_draw};
 use seckill_e2e::http::Client;
 use seckill_e2e::{eventually, Child, TestEnv};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// An edge as a process of its own, ready, stopping itself at `halt` (its
@@ -149,13 +149,4 @@ async fn draws_lease_held(env: &TestEnv) {
         held.map(drop).ok_or_else(|| "no holder yet".to_owned())
     })
     .await;
-}
-
-/// Each user's outcomes on the topic.
-fn outcomes_by_user(events: &[(serde_json::Value, String)]) -> BTreeMap<i64, BTreeSet<String>> {
-    let mut outcome_of: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
-    for (e, _) in events {
-        outcome_of.entry(e["userId"].as_i64().unwrap()).or_default().insert(e["type"].as_str().unwrap().to_owned());
-    }
-    outcome_of
 }

@@ -187,7 +187,7 @@ async fn a_warm_up_already_accepted_is_finished_whatever_the_clock_says() {
     let locks = seckill_shared::ops::lock::LockClient::new(env.stock.connection(), Default::default());
     let lock = seckill_shared::config::LockSettings::warmup();
     let sale = env.sale();
-    let draw: Draw = serde_json::from_str(&crate::draw::draw_json(-1, 2, 60)).unwrap();
+    let draw: Draw = serde_json::from_str(&seckill_e2e::draw::draw_json(-1, 2, 60)).unwrap();
     let cut = WarmupRequest {
         id: Some(format!("cut-{}", sale.sku)),
         sale,

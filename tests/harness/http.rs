@@ -67,6 +67,13 @@ impl Client {
         self.try_send(method, path, body, headers).await.expect("HTTP request")
     }
 
+    /// An operator's call: `method` on `path` with the harness's admin
+    /// token (a console's address).
+    pub async fn admin(&self, method: Method, path: &str, body: Option<&[u8]>) -> Reply {
+        let auth = format!("Bearer {}", crate::ADMIN_TOKEN);
+        self.send(method, path, body, &[("authorization", &auth)]).await
+    }
+
     /// Sends a request with exactly the headers given (no content type
     /// added); panics if it cannot be sent.
     pub async fn send_raw(&self, method: Method, path: &str, body: Option<Vec<u8>>, headers: &[(&str, &str)]) -> Reply {

@@ -8,6 +8,7 @@
 pub mod chaos;
 mod database;
 pub mod doc_commands;
+pub mod draw;
 pub mod http;
 pub mod pg_ha;
 pub mod private_postgres;
@@ -109,7 +110,12 @@ impl TestEnv {
     }
 
     /// A test on the replicated topology.
+    /// (On the Redis Cluster, every node thawed first: a test that failed
+    /// half-way may have left one frozen.)
     pub async fn on(topology: Topology) -> Self {
+        if topology == Topology::RedisCluster {
+            redis_cluster::thaw_all();
+        }
         Self::build(topology, 4).await
     }
 

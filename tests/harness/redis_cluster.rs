@@ -106,6 +106,17 @@ pub async fn wait_slot_replicated(slot: u16) -> (u16, u16) {
     .await
 }
 
+/// Thaws every node of the cluster (`SIGCONT`; a running one is left as
+/// it is): a test that failed half-way may have left one frozen, and a
+/// frozen node holds every call to it, `redis-cli`'s included.
+pub fn thaw_all() {
+    for port in 7000..=7005 {
+        if node_pidfile(port).exists() {
+            signal_node(port, "-CONT");
+        }
+    }
+}
+
 /// A node's pid file.
 pub fn node_pidfile(port: u16) -> PathBuf {
     crate::repo_root().join(format!(".data/redis-cluster/{port}/redis.pid"))
