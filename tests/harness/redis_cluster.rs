@@ -193,3 +193,13 @@ pub async fn kill_and_promote(slot: u16, primary: u16, replica: u16) {
     .await;
     eprintln!("the cluster promoted :{replica} after {:?}", promoted.elapsed());
 }
+
+/// Brings the killed node back as a replica (`infra/local/up.sh
+/// --redis-cluster`).
+pub fn bring_back() {
+    let status = std::process::Command::new(crate::repo_root().join("infra/local/up.sh"))
+        .arg("--redis-cluster")
+        .status()
+        .expect("up.sh");
+    assert!(status.success());
+}

@@ -4,6 +4,7 @@
 //! accepted order. On the single-node topology (`make chaos`) or the
 //! replicated one behind HAProxy (`make chaos-cluster`).
 
+pub mod draw;
 mod faults;
 pub mod pg;
 pub mod pg_drain;
