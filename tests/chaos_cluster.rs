@@ -5,6 +5,7 @@
 //! `make test` runs the short version (`chaos_cluster_short`): every fault
 //! of the topology once, in one smaller sale.
 
+use seckill_e2e::chaos::draw::draw_through_failovers;
 use seckill_e2e::chaos::{run, Fault, Scenario, TABLE_HEADER};
 use seckill_e2e::Topology;
 use std::time::Duration;
@@ -70,6 +71,21 @@ async fn chaos_cluster() {
         rows.push(outcome.row());
     }
     println!("\n{TABLE_HEADER}\n{}", rows.join("\n"));
+    if only.is_none() {
+        let draw = "e a draw: the Redis primary killed during entries, the draw and claims (Sentinel failovers)";
+        println!("{}", draw_through_failovers(Topology::Cluster, draw, 2_000, 100).await.row());
+    }
+}
+
+/// A draw whose Redis primary is killed three times — while buyers enter,
+/// as the draw is made, while the winners claim — with its replica cut off
+/// first each time: Sentinel promotes the replica, and every entry answered
+/// 200 is drawn, the draw is one, one unit per winner is sold and the books
+/// reconcile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_cluster_short_draw() {
+    let outcome = draw_through_failovers(Topology::Cluster, "short: a draw, three Sentinel failovers", 200, 20).await;
+    println!("{}", outcome.row());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

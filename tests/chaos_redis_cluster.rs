@@ -56,7 +56,12 @@ async fn chaos_redis_cluster() {
         rows.push(outcome.row());
     }
     println!("\n{TABLE_HEADER}\n{}", rows.join("\n"));
-    let draw = draw_through_failovers("r5 a draw: the primary killed during entries, the draw and claims", 2_000, 100);
+    let draw = draw_through_failovers(
+        Topology::RedisCluster,
+        "r5 a draw: the primary killed during entries, the draw and claims",
+        2_000,
+        100,
+    );
     println!("{}", draw.await.row());
 }
 

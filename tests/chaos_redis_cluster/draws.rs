@@ -9,7 +9,7 @@ use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_a_draw_keeps_its_entries_and_sells_its_stock_through_three_failovers() {
-    let outcome = draw_through_failovers("short: a draw, three failovers", 200, 20).await;
+    let outcome = draw_through_failovers(Topology::RedisCluster, "short: a draw, three failovers", 200, 20).await;
     println!("{}", outcome.row());
 }
 

@@ -1,7 +1,8 @@
-//! A draw through failovers, on the Redis Cluster: the primary serving the
-//! draw's slot killed (its replica cut off first, so the failover loses
-//! what the replica had not confirmed) while buyers enter, as the draw is
-//! made, and while the winners order with their rights. Every entry
+//! A draw through failovers: the Redis primary serving the draw (on the
+//! Redis Cluster, its slot's; with Sentinel, the one) killed, its replica
+//! cut off first so the failover loses what the replica had not confirmed,
+//! while buyers enter, as the draw is made, and while the winners order
+//! with their rights. Every entry
 //! answered 200 is drawn, the draw is one (each entrant one first outcome,
 //! the winners the ranking the published seed and digest give), exactly
 //! the stock is sold, once per winner, and the books reconcile.
@@ -22,7 +23,7 @@ pub struct DrawOutcome {
     pub name: &'static str,
     pub entrants: i64,
     pub stock: i64,
-    /// Seconds from each kill to the promoted replica serving the slot.
+    /// Seconds from each cut to the old primary back, as a replica.
     pub failovers: Vec<(&'static str, f64)>,
     pub drawn: i64,
     pub sold: i64,
@@ -44,8 +45,8 @@ impl DrawOutcome {
 }
 
 /// Runs the scenario; panics on a broken promise, naming it.
-pub async fn draw_through_failovers(name: &'static str, entrants: i64, stock: i64) -> DrawOutcome {
-    let env = TestEnv::on(Topology::RedisCluster).await;
+pub async fn draw_through_failovers(topology: Topology, name: &'static str, entrants: i64, stock: i64) -> DrawOutcome {
+    let env = TestEnv::on(topology).await;
     let sale = env.sale();
     // Entries open for as long as entering everyone may take, failover
     // included.
@@ -57,22 +58,28 @@ pub async fn draw_through_failovers(name: &'static str, entrants: i64, stock: i6
     // step (an order's CREATED mark).
     let compensator = env.spawn_compensator(env.compensator_settings()).await;
     let client = Client::new(edge.url());
-    let slot = sale_slot(&env, sale);
     let mut failovers = Vec::new();
 
     let progress = Arc::new(AtomicUsize::new(0));
     let entering = tokio::spawn(enter_all(client.clone(), sale, entrants, progress.clone()));
     until(&progress, entrants as usize / 2, "entries").await;
-    failovers.push(("entries", failover(slot).await));
+    failovers.push(("entries", failover(&env, sale).await));
     let entry_of = entering.await.expect("the entries");
 
-    let draw_ms = env.stock.draw_state(sale).await.expect("the draw").expect("a draw").draw_ms;
+    // Read again where a connection broke in the failover.
+    let draw_ms = eventually("the draw's time", Duration::from_secs(30), || async {
+        match env.stock.draw_state(sale).await {
+            Ok(Some(draw)) => Ok(draw.draw_ms),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     eventually("the draw due in a second", Duration::from_secs(300), || async {
         let now = env.stock.now_ms().await.map_err(|e| e.to_string())?;
         (now >= draw_ms - 1_000).then_some(()).ok_or(format!("{} ms to go", draw_ms - now))
     })
     .await;
-    failovers.push(("the draw", failover(slot).await));
+    failovers.push(("the draw", failover(&env, sale).await));
     let made = drawn(&client, sale).await;
     assert_eq!(
         (made["entries"].as_i64(), made["winners"].as_i64()),
@@ -85,7 +92,7 @@ pub async fn draw_through_failovers(name: &'static str, entrants: i64, stock: i6
     let claiming = tokio::spawn(claim_all(client.clone(), sale, winners.clone(), entry_of, progress.clone()));
     // Early: most claims still to come when the replica is cut off.
     until(&progress, 2, "claims").await;
-    failovers.push(("claims", failover(slot).await));
+    failovers.push(("claims", failover(&env, sale).await));
     claiming.await.expect("the claims");
     env.wait_orders(sale, "CREATED", winners.len() as i64).await;
     // Drained as `seckillctl reconcile --wait-drain` waits for it, then judged.
@@ -106,14 +113,17 @@ pub async fn draw_through_failovers(name: &'static str, entrants: i64, stock: i6
     DrawOutcome { name, entrants, stock, failovers, drawn: entrants, sold: report.units_created }
 }
 
-/// The slot's primary killed, its replica cut off first; the old one back
-/// as a replica. Seconds from the kill to the promotion.
-async fn failover(slot: u16) -> f64 {
+/// The primary killed, its replica cut off first (and the killed one back
+/// as a replica). Seconds from the cut to the old primary back.
+async fn failover(env: &TestEnv, sale: SaleKey) -> f64 {
     let since = Instant::now();
-    fail_over(slot, Duration::ZERO).await;
-    let took = since.elapsed().as_secs_f64();
-    tokio::task::spawn_blocking(crate::redis_cluster::bring_back).await.expect("up.sh");
-    took
+    if env.topology == Topology::RedisCluster {
+        fail_over(sale_slot(env, sale), Duration::ZERO).await;
+        tokio::task::spawn_blocking(crate::redis_cluster::bring_back).await.expect("up.sh");
+    } else {
+        super::faults::kill_redis_primary(env, Some(Duration::ZERO), Duration::ZERO).await;
+    }
+    since.elapsed().as_secs_f64()
 }
 
 /// Waits until `count` of `what` are done.
@@ -126,7 +136,8 @@ async fn until(progress: &AtomicUsize, count: usize, what: &str) {
 }
 
 /// Asks `again` until it answers something other than a 503 (a failover
-/// under way: ask again, as a buyer does).
+/// under way), a 202 `UNCONFIRMED` or a 429 (asking again too soon): as a
+/// buyer does.
 async fn until_answered<F, Fut>(what: &str, again: F) -> Reply
 where
     F: Fn() -> Fut,
@@ -134,7 +145,7 @@ where
 {
     eventually(what, Duration::from_secs(60), || async {
         let reply = again().await;
-        if reply.status == 503 || reply.code() == "UNCONFIRMED" {
+        if [503, 429].contains(&reply.status.as_u16()) || reply.code() == "UNCONFIRMED" {
             Err(format!("{}: {}", reply.status, reply.text))
         } else {
             Ok(reply)

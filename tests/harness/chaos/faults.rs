@@ -189,7 +189,7 @@ async fn kill_slot_primary(test: &TestEnv, sale: SaleKey, behind: Duration) {
 /// `kill -9` the primary (once its replica is `behind` when asked), wait for
 /// Sentinel to promote the replica, and bring the old primary back after
 /// `down`.
-async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Duration) {
+pub(super) async fn kill_redis_primary(test: &TestEnv, behind: Option<Duration>, down: Duration) {
     assert_eq!(test.topology, Topology::Cluster, "a primary to kill needs the replicated topology");
     wait_redis_replicated().await;
     let primary = sentinel_primary();
