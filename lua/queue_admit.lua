@@ -50,9 +50,11 @@
 -- right live, and the room sold out a payment window (meta 'window') and
 -- ARGV[4] ago, so every order that could have given a unit back (unpaid,
 -- at its deadline) has; its keys then expire a day later (the publisher
--- has told the losses by then).
+-- has told the losses by then). Once its first slice is told, a unit given
+-- back later (a dead letter compensated late) promotes nobody.
 local m = redis.call('HMGET', KEYS[1], 'round', 'active_buyers', 'per_minute', 'ttl', 'overbook', 'starts',
-  'ends', 'closed', 'tat', 'abandon', 'admitted', 'expires', 'draw', 'drawn', 'final', 'window', 'sold_out_at')
+  'ends', 'closed', 'tat', 'abandon', 'admitted', 'expires', 'draw', 'drawn', 'final', 'window', 'sold_out_at',
+  'final_at')
 if not m[1] then
   return {0, 0, 0, {}}
 end
@@ -102,6 +104,18 @@ local function final_outcomes()
   return true
 end
 
+-- The last outcomes of a draw with no end told, every slice: its keys
+-- expire a day later (the publisher has told them by then).
+local function final_then_expire()
+  if final_outcomes() then
+    local expires = now + 86400000
+    redis.call('HSET', KEYS[1], 'expires', expires)
+    for i = 1, #KEYS do
+      redis.call('PEXPIREAT', KEYS[i], expires)
+    end
+  end
+end
+
 if m[8] == '1' or (ends > 0 and now >= ends) then
   redis.call('HSET', KEYS[1], 'closed', 1)
   if draw and m[15] ~= '1' then
@@ -137,18 +151,20 @@ end
 
 local orders = tonumber(ARGV[1])
 local active = redis.call('ZCARD', KEYS[5])
+-- Once a draw with no end began telling its last outcomes, its end is
+-- decided: a unit given back between two slices promotes nobody (entries
+-- ranked before the next in line may have been told LOST already); the
+-- slices go on.
+if draw and ends == 0 and m[15] ~= '1' and m[18] then
+  final_then_expire()
+  return {0, redis.call('ZCARD', KEYS[2]), active, stale}
+end
 if orders <= 0 then
   if redis.call('HGET', KEYS[1], 'sold_out') ~= '1' then
     redis.call('HSET', KEYS[1], 'sold_out', 1, 'sold_out_at', now)
   elseif draw and m[14] == '1' and ends == 0 and m[15] ~= '1' and active == 0 and tonumber(m[16] or '0') > 0
       and now >= tonumber(m[17] or now) + tonumber(m[16]) + tonumber(ARGV[4]) then
-    if final_outcomes() then
-      local expires = now + 86400000
-      redis.call('HSET', KEYS[1], 'expires', expires)
-      for i = 1, #KEYS do
-        redis.call('PEXPIREAT', KEYS[i], expires)
-      end
-    end
+    final_then_expire()
   end
   return {0, redis.call('ZCARD', KEYS[2]), active, stale}
 end

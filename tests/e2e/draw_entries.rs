@@ -7,6 +7,7 @@ use seckill_e2e::draw::warm;
 use seckill_e2e::draw::{draw_json, drawn, enter, warm_with_draw};
 use seckill_e2e::http::Client;
 use seckill_e2e::TestEnv;
+use std::time::Duration;
 
 /// With no user identity configured (and no `auth.allow_anonymous`), a
 /// winner's entry answers without its admission token: anyone may name a
@@ -196,4 +197,60 @@ async fn a_draw_with_no_end_tells_its_waitlist_lost_once_nothing_can_serve_it() 
     assert!(ttl > 0 && ttl <= 86_400_000, "the draw's keys expire (PTTL {ttl} ms)");
     order.stop().await;
     edge.stop().await;
+}
+
+/// A draw with no end tells its last outcomes in slices of about 1,000
+/// entries; a unit given back between two slices (a dead letter compensated
+/// late) promotes nobody — entries ranked before the next in line may have
+/// been told LOST already — and the slices go on until every waitlisted
+/// entry has lost. (Before: the pass promoted the next in line past entries
+/// it had told LOST.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_given_back_while_a_draw_tells_its_end_promotes_nobody() {
+    use seckill_shared::domain::UserId;
+    let env = TestEnv::new().await;
+    let sale = env.sale();
+    let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 2, 10)).unwrap();
+    let mut request = seckill_e2e::draw::draw_request(sale, 1, draw, true);
+    request.payment_window_seconds = 2;
+    seckill_e2e::draw::warm_request(&env, &request).await.expect("warmed up");
+    for user in 1..=2_500 {
+        env.stock.enter_draw(sale, UserId::new(user).unwrap(), None).await.expect("an entry");
+    }
+    seckill_e2e::eventually("the draw made", Duration::from_secs(30), || async {
+        match seckill_edge::draw::make::make(&env.stock, (&env.db, seckill_e2e::CALL_DEADLINE), sale, 1).await {
+            Ok(Some(made)) => Ok(made),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // Passes as an edge makes them, the units left named: none, then one.
+    let first =
+        seckill_e2e::eventually("the winner's right lapsed, the first slice told", Duration::from_secs(60), || async {
+            let state = pass(&env, sale, 0).await;
+            (state.lost > 0).then_some(state.clone()).ok_or(format!("{state:?}"))
+        })
+        .await;
+    assert!(first.lost < 2_499, "told in slices: {first:?}");
+    let given_back = pass(&env, sale, 1).await;
+    assert_eq!(given_back.promoted, 0, "a unit given back mid-way promotes nobody: {given_back:?}");
+    assert!(given_back.lost > first.lost, "the slices go on: {given_back:?}");
+    let last = seckill_e2e::eventually("every waitlisted entry told", Duration::from_secs(30), || async {
+        let state = pass(&env, sale, 1).await;
+        (state.lost == 2_499).then_some(state.clone()).ok_or(format!("{state:?}"))
+    })
+    .await;
+    assert_eq!((last.promoted, last.expired), (0, 1), "nobody promoted, the winner's right lapsed: {last:?}");
+}
+
+/// One admission pass of `sale`'s room with `orders` named as the orders
+/// the units left can take: the draw's state after it.
+async fn pass(
+    env: &TestEnv,
+    sale: seckill_shared::domain::SaleKey,
+    orders: i64,
+) -> seckill_shared::stock::queue::DrawState {
+    let reads = seckill_shared::stock::queue::PassReads { used: 0, orders };
+    env.stock.admit_after(sale, reads, 0, Duration::ZERO).await.expect("a pass");
+    env.stock.draw_state(sale).await.expect("the draw").expect("a draw")
 }
