@@ -15,6 +15,7 @@ pub mod batch;
 pub mod client_addr;
 pub mod dashboard;
 pub mod draw;
+pub mod error_codes;
 pub mod home;
 pub mod hot_metrics;
 pub mod http;

@@ -6,6 +6,7 @@
 //! it. docs/buyers-api.md and ARCHITECTURE.md show [`OrderAnswer::table`];
 //! a test fails when they differ, or when a deduction code has no row.
 
+use crate::error_codes::ErrorCode;
 use metrics::Counter;
 use seckill_shared::stock::protocol::deduct;
 use std::sync::LazyLock;
@@ -72,75 +73,88 @@ static ORDERS: LazyLock<Vec<Counter>> = LazyLock::new(|| {
 
 const NOTHING: &str = "nothing of this request";
 
+/// What an answer says: the order taken (202 `QUEUED`, the only answer
+/// that is not an [`ErrorCode`]), or a code, whose status is its own.
+enum Said {
+    Queued,
+    Code(ErrorCode),
+}
+
 impl OrderAnswer {
-    /// The answer's row.
+    /// The answer's row: a refusal's status and code are its
+    /// [`ErrorCode`]'s, written there once.
     pub fn row(self) -> Row {
-        let row = |status, code, when, redis, postgres, promise| Row { status, code, when, redis, postgres, promise };
-        let refused = |status, code, when| row(status, code, when, NOTHING, NOTHING, "nothing was kept");
+        let row = |said: Said, when, redis, postgres, promise| {
+            let (status, code) = match said {
+                Said::Queued => (202, "QUEUED"),
+                Said::Code(code) => (code.status(), code.as_str()),
+            };
+            Row { status, code, when, redis, postgres, promise }
+        };
+        let refused = |code, when| row(Said::Code(code), when, NOTHING, NOTHING, "nothing was kept");
+        use ErrorCode as C;
         match self {
             Self::Queued => row(
-                202,
-                "QUEUED",
+                Said::Queued,
                 "the unit deducted and its record delivered to Kafka (or maybe delivered: the sweeper publishes it again)",
                 "a unit taken, the order QUEUED and reserved (confirmed by the replicas)",
                 "the order's row, CREATED once the order service writes it",
                 "the buyer gets the order unless they cancel it or let the payment window lapse",
             ),
             Self::Unconfirmed => row(
-                202,
-                "UNCONFIRMED",
+                Said::Code(C::Unconfirmed),
                 "neither the deduction nor its void (or rollback) confirmed by Redis in time",
                 "a unit taken or not: the void (or rollback) goes on in the background",
                 "maybe the order's row, later",
                 "nothing yet: poll the order (its id, when known) or the user's result",
             ),
             Self::AlreadyPurchased => row(
-                409,
-                "ALREADY_PURCHASED",
+                Said::Code(C::AlreadyPurchased),
                 "the user holds an order of the round",
                 "the user's earlier order, unchanged",
                 "the earlier order's row",
                 "nothing new was kept; the user holds their order",
             ),
             Self::LimitReached => row(
-                409,
-                "LIMIT_REACHED",
+                Said::Code(C::LimitReached),
                 "the units the user holds in the round plus those asked pass its perUserLimit (held, limit)",
                 "the user's earlier orders, unchanged",
                 "the earlier orders' rows",
                 "nothing new was kept; the user may order up to limit - held",
             ),
             Self::SoldOut => refused(
-                410,
-                "SOLD_OUT",
+                C::SoldOut,
                 "fewer units left in every bucket than asked (available, when some are), or the local sold-out flag",
             ),
-            Self::SaleNotFound => refused(404, "SALE_NOT_FOUND", "no round of the sale in Redis"),
-            Self::SaleNotActive => refused(403, "SALE_NOT_ACTIVE", "before the sale's start or after its end"),
+            Self::SaleNotFound => refused(C::SaleNotFound, "no round of the sale in Redis"),
+            Self::SaleNotActive => refused(C::SaleNotActive, "before the sale's start or after its end"),
             Self::AdmissionRequired => {
-                refused(403, "ADMISSION_REQUIRED", "a room-guarded sale and no valid admission token")
+                refused(C::AdmissionRequired, "a room-guarded sale and no valid admission token")
             }
-            Self::Unauthorized => refused(401, "UNAUTHORIZED", "user auth on, the token missing or invalid"),
-            Self::Forbidden => refused(403, "FORBIDDEN", "the token names another user"),
-            Self::RateLimited => refused(429, "RATE_LIMITED", "over the global, per-client or per-user limit"),
+            Self::Unauthorized => refused(C::Unauthorized, "user auth on, the token missing or invalid"),
+            Self::Forbidden => refused(C::Forbidden, "the token names another user"),
+            Self::RateLimited => refused(C::RateLimited, "over the global, per-client or per-user limit"),
             Self::InvalidRequest => {
-                refused(400, "INVALID_REQUEST", "a body that is not the contract's, or a quantity over maxPerOrder")
+                refused(C::InvalidRequest, "a body that is not the contract's, or a quantity over maxPerOrder")
             }
-            Self::PayloadTooLarge => refused(413, "PAYLOAD_TOO_LARGE", "a body over the limit"),
-            Self::UnsupportedMediaType => refused(415, "UNSUPPORTED_MEDIA_TYPE", "a body not declared JSON"),
-            Self::RequestTimeout => refused(408, "REQUEST_TIMEOUT", "a body not received in time"),
-            Self::MethodNotAllowed => refused(405, "METHOD_NOT_ALLOWED", "a method the route does not serve"),
+            Self::PayloadTooLarge => refused(C::PayloadTooLarge, "a body over the limit"),
+            Self::UnsupportedMediaType => refused(C::UnsupportedMediaType, "a body not declared JSON"),
+            Self::RequestTimeout => refused(C::RequestTimeout, "a body not received in time"),
+            Self::MethodNotAllowed => refused(C::MethodNotAllowed, "a method the route does not serve"),
             Self::TryAgain => row(
-                503,
-                "TRY_AGAIN",
+                Said::Code(C::TryAgain),
                 "Redis, Kafka or the edge's capacity unavailable, a call voided, a warm-up replacing the round",
                 "nothing of this request: a deduction undone is on the replicas before this is answered",
                 NOTHING,
                 "nothing was kept; the same request may be sent again",
             ),
-            Self::Internal => {
-                row(500, "INTERNAL", "an unexpected failure (a bug)", "unknown", "unknown", "nothing: poll the user's result")
-            }
+            Self::Internal => row(
+                Said::Code(C::Internal),
+                "an unexpected failure (a bug)",
+                "unknown",
+                "unknown",
+                "nothing: poll the user's result",
+            ),
         }
     }
 

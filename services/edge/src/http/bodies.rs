@@ -4,99 +4,12 @@
 //! the answers. Bodies that belong to the shared library (a sale's row, the
 //! reconciliation report) carry their schema there.
 
+use crate::error_codes::ErrorCode;
 use crate::lookup::OrderView;
 use chrono::{DateTime, Utc};
 use seckill_shared::domain::{OrderId, OrderStatus};
 use serde::{Deserialize, Serialize, Serializer};
 use utoipa::ToSchema;
-
-/// Declares the error codes once: the enum, its spelling, and the list
-/// (the spelling is also serde's; a test holds the two together).
-macro_rules! error_codes {
-    ($($(#[$doc:meta])* $variant:ident = $code:literal,)*) => {
-        /// The stable codes of the contract's errors.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-        #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-        pub enum ErrorCode {
-            $($(#[$doc])* $variant,)*
-        }
-
-        impl ErrorCode {
-            /// Every code.
-            pub const ALL: &'static [ErrorCode] = &[$(Self::$variant,)*];
-
-            /// The contract's spelling.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Self::$variant => $code,)*
-                }
-            }
-        }
-    };
-}
-
-error_codes! {
-    /// Bad JSON, a missing, unknown or repeated field, a bad id.
-    InvalidRequest = "INVALID_REQUEST",
-    /// A body over the limit.
-    PayloadTooLarge = "PAYLOAD_TOO_LARGE",
-    /// A body not received within `connections.body_timeout_ms`.
-    RequestTimeout = "REQUEST_TIMEOUT",
-    /// A body not declared `application/json`.
-    UnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE",
-    /// Missing or bad credentials.
-    Unauthorized = "UNAUTHORIZED",
-    /// Credentials of someone else.
-    Forbidden = "FORBIDDEN",
-    /// Over a rate limit (`Retry-After`).
-    RateLimited = "RATE_LIMITED",
-    /// Unknown or not warmed-up sale.
-    SaleNotFound = "SALE_NOT_FOUND",
-    /// Before the sale's start or after its end.
-    SaleNotActive = "SALE_NOT_ACTIVE",
-    /// One order per user per sale round.
-    AlreadyPurchased = "ALREADY_PURCHASED",
-    /// No unit left.
-    SoldOut = "SOLD_OUT",
-    /// The user's units held plus those asked would pass the sale's limit
-    /// per user (`held`, `limit`).
-    LimitReached = "LIMIT_REACHED",
-    /// The sale admits through its waiting room, and the order carries no
-    /// valid admission token for this user, sale and round (or a used one).
-    AdmissionRequired = "ADMISSION_REQUIRED",
-    /// A join without the proof of work the room asks, or with a wrong,
-    /// expired or replayed one.
-    ChallengeFailed = "CHALLENGE_FAILED",
-    /// A draw's entry after its `drawAt` (or once the sale closed), from a
-    /// user who holds none: nothing written.
-    EntriesClosed = "ENTRIES_CLOSED",
-    /// A draw's entry once the draw holds its most entries (`maxEntries`),
-    /// from a user who holds none: nothing written.
-    EntriesFull = "ENTRIES_FULL",
-    /// Unknown order.
-    OrderNotFound = "ORDER_NOT_FOUND",
-    /// Accepted, not written yet (`Retry-After`).
-    OrderPending = "ORDER_PENDING",
-    /// A payment id already recorded for another order.
-    PaymentConflict = "PAYMENT_CONFLICT",
-    /// Paid already.
-    AlreadyPaid = "ALREADY_PAID",
-    /// The order failed: nothing to pay or cancel.
-    OrderFailed = "ORDER_FAILED",
-    /// A warm-up that would disturb orders in flight, or another warm-up.
-    SaleBusy = "SALE_BUSY",
-    /// No such path.
-    NotFound = "NOT_FOUND",
-    /// The path exists, not with this method (`Allow`).
-    MethodNotAllowed = "METHOD_NOT_ALLOWED",
-    /// Redis, Kafka or PostgreSQL unavailable; nothing was kept.
-    TryAgain = "TRY_AGAIN",
-    /// 202: Redis did not confirm in time whether the request kept a unit;
-    /// the order (its id when known) or the user's result tells.
-    Unconfirmed = "UNCONFIRMED",
-    /// An unexpected failure.
-    Internal = "INTERNAL",
-}
 
 /// Every error is this body.
 #[derive(Debug, Serialize, ToSchema)]
@@ -384,16 +297,4 @@ fn default_payment_window() -> i64 {
 
 fn one_bucket() -> u32 {
     1
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_code_is_spelled_as_it_serializes() {
-        for code in ErrorCode::ALL {
-            assert_eq!(serde_json::to_value(code).unwrap(), code.as_str(), "{code:?}");
-        }
-    }
 }

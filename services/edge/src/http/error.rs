@@ -3,7 +3,8 @@
 //! cause travels to the `observe` middleware, which logs it once with the
 //! request's ids.
 
-use super::bodies::{ErrorBody, ErrorCode};
+use super::bodies::ErrorBody;
+use crate::error_codes::ErrorCode;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -160,34 +161,9 @@ impl ApiError {
     }
 
     /// The HTTP status.
+    /// The status its code is answered with ([`ErrorCode::status`]).
     pub fn status_code(&self) -> StatusCode {
-        match self {
-            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::Forbidden(_)
-            | Self::SaleNotActive
-            | Self::NotOpenYet(_)
-            | Self::AdmissionRequired(_)
-            | Self::ChallengeFailed(_) => StatusCode::FORBIDDEN,
-            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            Self::SaleNotFound | Self::OrderNotFound | Self::NotFound => StatusCode::NOT_FOUND,
-            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::AlreadyPurchased(_)
-            | Self::EntriesClosed
-            | Self::EntriesFull
-            | Self::LimitReached { .. }
-            | Self::SaleBusy(_)
-            | Self::OrderPending
-            | Self::PaymentConflict
-            | Self::AlreadyPaid
-            | Self::OrderFailed(_) => StatusCode::CONFLICT,
-            Self::SoldOut | Self::FewerLeft(_) => StatusCode::GONE,
-            Self::TryAgain(_) | Self::Unanswered { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
+        StatusCode::from_u16(self.code().status()).expect("every code's status is a valid one")
     }
 }
 

@@ -5,10 +5,11 @@
 //! sale row and reconciliation report).
 
 use super::bodies::{
-    ErrorBody, ErrorCode, OrderOwnerBody, OrderRequestBody, OrderStatusBody, PaymentNotificationBody,
-    PaymentOutcomeCode, PaymentRecordedBody, QueuedBody, QueuedCode, WarmupBody,
+    ErrorBody, OrderOwnerBody, OrderRequestBody, OrderStatusBody, PaymentNotificationBody, PaymentOutcomeCode,
+    PaymentRecordedBody, QueuedBody, QueuedCode, WarmupBody,
 };
 use super::operators::admin::WarmedUpBody;
+use crate::error_codes::ErrorCode;
 use crate::http::state::Edge;
 use axum::routing::get;
 use axum::Router;

@@ -4,8 +4,9 @@
 //! `UNCONFIRMED` where that is not known). An order taken on ([`Taken`]:
 //! both 202s) is not an error; every refusal is an [`ApiError`].
 
+use crate::error_codes::ErrorCode;
 use crate::http::auth;
-use crate::http::bodies::{ErrorBody, ErrorCode, QueuedBody};
+use crate::http::bodies::{ErrorBody, QueuedBody};
 use crate::http::error::ApiError;
 use crate::http::state::Buyers;
 use crate::order_answers::OrderAnswer;
@@ -87,7 +88,8 @@ impl IntoResponse for Taken {
                         .into(),
                 );
                 body.order_id = order_id.map(|id| id.to_string());
-                (StatusCode::ACCEPTED, [(RETRY_AFTER, "1")], Json(body)).into_response()
+                let status = StatusCode::from_u16(ErrorCode::Unconfirmed.status()).expect("202");
+                (status, [(RETRY_AFTER, "1")], Json(body)).into_response()
             }
         }
     }
