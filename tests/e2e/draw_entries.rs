@@ -213,7 +213,7 @@ async fn a_unit_given_back_while_a_draw_tells_its_end_promotes_nobody() {
     let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 2, 10)).unwrap();
     let mut request = seckill_e2e::draw::draw_request(sale, 1, draw, true);
     request.payment_window_seconds = 2;
-    seckill_e2e::draw::warm_request(&env, &request).await.expect("warmed up");
+    env.run_warmup(&request).await.expect("warmed up");
     for user in 1..=2_500 {
         env.stock.enter_draw(sale, UserId::new(user).unwrap(), None).await.expect("an entry");
     }

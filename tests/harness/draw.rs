@@ -81,39 +81,17 @@ pub async fn warm(
     draw: seckill_shared::sales::Draw,
     force: bool,
 ) -> Result<seckill_shared::db::SaleRow, seckill_shared::sales::WarmupError> {
-    warm_request(env, &draw_request(sale, stock, draw, force)).await
+    env.run_warmup(&draw_request(sale, stock, draw, force)).await
 }
 
-/// The warm-up [`warm`] makes: a payment window of 900 s, one bucket.
+/// The warm-up [`warm`] runs: a payment window of 900 s, one bucket.
 pub fn draw_request(
     sale: SaleKey,
     stock: i64,
     draw: seckill_shared::sales::Draw,
     force: bool,
 ) -> seckill_shared::sales::WarmupRequest {
-    seckill_shared::sales::WarmupRequest {
-        id: None,
-        sale,
-        stock,
-        starts_at: None,
-        ends_at: None,
-        force,
-        payment_window_seconds: 900,
-        buckets: 1,
-        admission: None,
-        draw: Some(draw),
-        limits: Default::default(),
-    }
-}
-
-/// Runs `request` as the edge's admin API would.
-pub async fn warm_request(
-    env: &TestEnv,
-    request: &seckill_shared::sales::WarmupRequest,
-) -> Result<seckill_shared::db::SaleRow, seckill_shared::sales::WarmupError> {
-    let locks = seckill_shared::ops::lock::LockClient::new(env.stock.connection(), Default::default());
-    let lock = seckill_shared::config::LockSettings::warmup();
-    seckill_shared::sales::warmup(&env.stock, &env.db, crate::CALL_DEADLINE, &locks, &lock, request).await
+    seckill_shared::sales::WarmupRequest { draw: Some(draw), ..crate::sale::plain_warmup(sale, stock, force) }
 }
 
 /// The records of `records` (of `seckill.draw-events`) about `sale`:

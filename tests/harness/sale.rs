@@ -49,20 +49,22 @@ impl TestEnv {
         limits: Limits,
     ) -> Result<seckill_shared::db::SaleRow, seckill_shared::sales::WarmupError> {
         let request = seckill_shared::sales::WarmupRequest {
-            id: None,
-            sale,
-            stock,
-            starts_at: None,
-            ends_at: None,
-            force,
             payment_window_seconds: window,
             buckets,
-            admission: None,
-            draw: None,
             limits,
+            ..plain_warmup(sale, stock, force)
         };
+        self.run_warmup(&request).await
+    }
+
+    /// Runs `request` through the shared warm-up code, as the edge's admin
+    /// API would.
+    pub async fn run_warmup(
+        &self,
+        request: &seckill_shared::sales::WarmupRequest,
+    ) -> Result<seckill_shared::db::SaleRow, seckill_shared::sales::WarmupError> {
         let locks = LockClient::new(self.stock.connection(), Background::default());
-        seckill_shared::sales::warmup(&self.stock, &self.db, CALL_DEADLINE, &locks, &LockSettings::warmup(), &request)
+        seckill_shared::sales::warmup(&self.stock, &self.db, CALL_DEADLINE, &locks, &LockSettings::warmup(), request)
             .await
     }
 
@@ -184,5 +186,23 @@ impl TestEnv {
         .fetch_all(&self.db)
         .await
         .expect("orders written")
+    }
+}
+
+/// A warm-up of `sale` with `stock` units and nothing else: a payment
+/// window of 900 s, one bucket, no room, no draw, no limits.
+pub fn plain_warmup(sale: SaleKey, stock: i64, force: bool) -> seckill_shared::sales::WarmupRequest {
+    seckill_shared::sales::WarmupRequest {
+        id: None,
+        sale,
+        stock,
+        starts_at: None,
+        ends_at: None,
+        force,
+        payment_window_seconds: 900,
+        buckets: 1,
+        admission: None,
+        draw: None,
+        limits: Default::default(),
     }
 }
