@@ -5,7 +5,7 @@
 //! it says. Where no replica is asked for (`redis.min_replica_acks` 0),
 //! whatever the primary holds is confirmed.
 
-use super::order_state::OrderState;
+use super::values::OrderState;
 use super::Stock;
 use crate::domain::OrderId;
 use crate::stock::conn::RedisCallError;

@@ -4,7 +4,7 @@
 
 use super::deduct::Deduction;
 use super::keys::{SaleKeys, SaleLock};
-use super::order_state::OrderState;
+use super::values::OrderState;
 use super::Stock;
 use crate::config::LockSettings;
 use crate::domain::{OrderId, OrderStatus, SaleKey, UserId};

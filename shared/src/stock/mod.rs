@@ -20,6 +20,7 @@ pub mod protocol;
 pub mod queue;
 mod rollback;
 mod snapshot;
+mod values;
 mod void;
 pub mod warmup;
 
@@ -31,8 +32,8 @@ pub use deduct::{DeductCall, DeductRequest, Deduction, MAX_DEDUCT_BATCH};
 pub use directory::{home_index, Directory, MAX_BUCKETS};
 pub use keys::{Bucket, KeyLayout, QueueKeys, SaleKeys, SaleLock};
 pub use lend::{Finished, Lent, LoggedTransfer, Received, Transfer};
-pub use order_state::{OrderState, ReservationTrace};
 pub use snapshot::{BucketState, SaleSnapshot, SweepMark};
+pub use values::{OrderState, ReservationTrace, TicketValue};
 pub use void::Voided;
 
 use crate::config::RedisSettings;

@@ -4,79 +4,10 @@
 //! [`Stock::follow_created`].)
 
 use super::{by_bucket, Stock};
-use crate::domain::{Holding, OrderId, OrderStatus, SaleKey, UserId};
+use crate::domain::{OrderId, SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
+use crate::stock::values::{OrderState, ReservationTrace};
 use redis::AsyncCommands;
-
-/// What Redis knows of one order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrderState {
-    /// QUEUED, CREATED or FAILED.
-    pub status: OrderStatus,
-    pub user_id: i64,
-    /// Why it failed, if it did.
-    pub reason: Option<String>,
-    /// When the edge accepted it (ms).
-    pub accepted_at: i64,
-}
-
-/// A reservation's trace: `round|request id|traceparent|quantity|slot`, as
-/// deduct.lua writes it (before quantities: the first three, for one unit
-/// in place 0).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReservationTrace {
-    pub round: i64,
-    pub request_id: String,
-    pub traceparent: String,
-    /// What the order holds.
-    pub held: Holding,
-}
-
-impl ReservationTrace {
-    /// Parses `round|request id|traceparent[|quantity|slot]` (a
-    /// traceparent holds no `|`).
-    pub fn parse(value: &str) -> Option<Self> {
-        let mut parts = value.split('|');
-        let round = parts.next()?.parse().ok()?;
-        let (request_id, traceparent) = (parts.next()?.to_owned(), parts.next()?.to_owned());
-        let held = match (parts.next(), parts.next()) {
-            (Some(quantity), Some(slot)) => Holding { quantity: quantity.parse().ok()?, slot: slot.parse().ok()? },
-            _ => Holding::ONE,
-        };
-        Some(Self { round, request_id, traceparent, held })
-    }
-
-    /// The record's headers: what is there.
-    pub fn trace(&self) -> crate::kafka::Trace<'_> {
-        fn some(s: &str) -> Option<&str> {
-            (!s.is_empty()).then_some(s)
-        }
-        crate::kafka::Trace { request_id: some(&self.request_id), traceparent: some(&self.traceparent) }
-    }
-}
-
-impl OrderState {
-    /// Parses `STATUS|user|reason|accepted_ms`.
-    pub fn parse(value: &str) -> Option<Self> {
-        let mut parts = value.splitn(4, '|');
-        let status = OrderStatus::parse(parts.next()?)?;
-        let user_id = parts.next()?.parse().ok()?;
-        let reason = parts.next().filter(|r| !r.is_empty()).map(str::to_owned);
-        let accepted_at = parts.next()?.parse().ok()?;
-        Some(Self { status, user_id, reason, accepted_at })
-    }
-
-    /// `STATUS|user|reason|accepted_ms`, as the scripts write it.
-    pub(super) fn encode(&self) -> String {
-        format!(
-            "{}|{}|{}|{}",
-            self.status.as_str(),
-            self.user_id,
-            self.reason.as_deref().unwrap_or(""),
-            self.accepted_at
-        )
-    }
-}
 
 impl Stock {
     /// What Redis knows of one order.
@@ -179,30 +110,5 @@ impl Stock {
             stale.extend(ids.iter().filter_map(|id| OrderId::parse(id).ok()));
         }
         Ok(stale)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn order_states_round_trip() {
-        let state =
-            OrderState { status: OrderStatus::Failed, user_id: 42, reason: Some("NO_DB_STOCK".into()), accepted_at: 7 };
-        assert_eq!(OrderState::parse(&state.encode()), Some(state));
-        let queued = OrderState::parse("QUEUED|9||123").expect("valid");
-        assert_eq!(queued.reason, None);
-        assert_eq!(OrderState::parse("garbage"), None);
-    }
-
-    #[test]
-    fn a_trace_says_what_its_order_holds_and_an_older_one_means_one_unit() {
-        let now = ReservationTrace::parse("3|r-1|00-ab-cd-01|2|1").expect("valid");
-        assert_eq!((now.round, now.request_id.as_str(), now.traceparent.as_str()), (3, "r-1", "00-ab-cd-01"));
-        assert_eq!(now.held, Holding { quantity: 2, slot: 1 });
-        let before = ReservationTrace::parse("3|r-1|").expect("valid");
-        assert_eq!((before.traceparent.as_str(), before.held), ("", Holding::ONE));
-        assert_eq!(ReservationTrace::parse("3|r-1|tp|x|1"), None);
     }
 }

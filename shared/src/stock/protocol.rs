@@ -229,37 +229,6 @@ pub const ALL: &[Answers] = &[
     queue_ticket::ANSWERS,
 ];
 
-/// A waiting-room ticket (or a draw's entry) as the room keeps it: the
-/// value `user|state|expires_ms|admitted_ms|ended_ms` of its tickets hash
-/// (lua/queue_setup.lua), read here only.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TicketValue {
-    pub user: i64,
-    /// `None`: a letter no state has.
-    pub state: Option<TicketState>,
-    /// Its token's expiry (ms; 0: none).
-    pub expires_ms: i64,
-    pub admitted_ms: i64,
-    /// When it ended: used, expired, abandoned or lost (ms; 0: not yet).
-    pub ended_ms: i64,
-}
-
-impl TicketValue {
-    /// Parses the value; a missing or unreadable number is 0, a value
-    /// without a user id is `None`.
-    pub fn parse(value: &str) -> Option<Self> {
-        let fields: Vec<&str> = value.split('|').collect();
-        let at = |i: usize| fields.get(i).and_then(|f| f.parse().ok()).unwrap_or(0);
-        Some(Self {
-            user: fields.first()?.parse().ok()?,
-            state: fields.get(1).and_then(|letter| TicketState::parse(letter)),
-            expires_ms: at(2),
-            admitted_ms: at(3),
-            ended_ms: at(4),
-        })
-    }
-}
-
 /// A waiting-room ticket's state, the second field of its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TicketState {
@@ -356,18 +325,6 @@ impl TicketState {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_ticket_value_reads_as_the_scripts_write_it() {
-        let v = TicketValue::parse("42|A|1700000000500|1700000000000|0").unwrap();
-        assert_eq!(
-            (v.user, v.state, v.expires_ms, v.admitted_ms, v.ended_ms),
-            (42, Some(TicketState::Admitted), 1_700_000_000_500, 1_700_000_000_000, 0)
-        );
-        assert_eq!(TicketValue::parse("7|W|0|0|0").unwrap().state, Some(TicketState::Waiting));
-        assert_eq!(TicketValue::parse("7|Q").unwrap().state, None, "a letter no state has");
-        assert_eq!(TicketValue::parse("x|W|0|0|0"), None, "no user id");
-    }
 
     #[test]
     fn each_script_is_listed_once_and_its_codes_once() {

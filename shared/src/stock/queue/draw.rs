@@ -221,7 +221,7 @@ impl Stock {
         Ok(all
             .into_iter()
             .filter_map(|(entry, value)| {
-                let user = crate::stock::protocol::TicketValue::parse(&value)?.user;
+                let user = crate::stock::TicketValue::parse(&value)?.user;
                 Some((entry, UserId::new(user).ok()?))
             })
             .collect())

@@ -213,7 +213,7 @@ impl Stock {
         Ok(all
             .into_iter()
             .map(|(ticket, value)| {
-                let v = crate::stock::protocol::TicketValue::parse(&value).unwrap_or_default();
+                let v = crate::stock::TicketValue::parse(&value).unwrap_or_default();
                 (ticket, v.user, v.state, v.admitted_ms, v.ended_ms)
             })
             .collect())
