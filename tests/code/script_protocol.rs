@@ -1,7 +1,9 @@
 //! The scripts of `lua/` speak only what `shared/src/stock/protocol.rs`
 //! defines: every code a script answers is named there (or is a count the
 //! definition says it answers), every order status a script writes is an
-//! `OrderStatus`, every ticket state a `TicketState`.
+//! `OrderStatus`, every ticket state a `TicketState`, and every value a
+//! script writes has the fields its reader in `shared/src/stock/values.rs`
+//! parses.
 
 use crate::code_map::read;
 use seckill_shared::domain::OrderStatus;
@@ -253,4 +255,59 @@ fn a_reply_word_on_one_side_only_is_caught() {
     assert_eq!(reply_words(lua), ["NO_DRAW", "WON"]);
     let rust = r#"match s { "WON" => 1, "NO_DRAW" if x => 2, "LOST" => 3, other => panic!("{other}") }"#;
     assert_eq!(matched_words(rust), ["LOST", "NO_DRAW", "WON"]);
+}
+
+/// The fields of the value a concatenation writes, read from where it
+/// starts to the end of its line: one more than the `|` inside its string
+/// literals.
+fn fields_written(from: &str) -> usize {
+    let mut quoted = false;
+    from.chars().fold(1, |fields, c| match c {
+        '\'' => {
+            quoted = !quoted;
+            fields
+        }
+        '|' if quoted => fields + 1,
+        _ => fields,
+    })
+}
+
+/// Every line of every script that writes a value starting with one of
+/// `starts`, with the fields it writes: (script, line, fields).
+fn writes(starts: &[&str]) -> Vec<(String, String, usize)> {
+    let mut found = Vec::new();
+    for (name, lua) in scripts() {
+        for line in without_comments(&lua).lines() {
+            if let Some(at) = starts.iter().filter_map(|start| line.find(start)).min() {
+                found.push((name.clone(), line.trim().to_owned(), fields_written(&line[at..])));
+            }
+        }
+    }
+    found
+}
+
+/// Each value's layout, both ways: every write of an order's state, a
+/// ticket and a reservation's trace has as many fields as the one typed
+/// parser of `values.rs` reads (a field added on one side only fails here).
+#[test]
+fn every_value_a_script_writes_has_the_fields_its_reader_parses() {
+    use seckill_shared::stock::{OrderState, ReservationTrace, TicketValue};
+    let statuses = ["'QUEUED|' ..", "'CREATED|' ..", "'FAILED|' ..", "'CANCELLED|' .."];
+    for (what, starts, fields, at_least) in [
+        ("an order's state", &statuses[..], OrderState::FIELDS, 5),
+        ("a ticket", &[", user .. '|", ", (user or '') .. '|"][..], TicketValue::FIELDS, 9),
+        ("a reservation's trace", &["round .. '|'"][..], ReservationTrace::FIELDS, 1),
+    ] {
+        let found = writes(starts);
+        assert!(found.len() >= at_least, "{what}: {} writes found: {found:#?}", found.len());
+        let wrong: Vec<_> = found.iter().filter(|(_, _, n)| *n != fields).collect();
+        assert!(wrong.is_empty(), "{what} is read as {fields} fields; written otherwise: {wrong:#?}");
+    }
+}
+
+#[test]
+fn a_value_written_with_a_field_more_or_less_is_caught() {
+    assert_eq!(fields_written("user .. '|A|' .. (now + ttl) .. '|' .. now .. '|0')"), 5);
+    assert_eq!(fields_written("'QUEUED|' .. user .. '||' .. now"), 4);
+    assert_eq!(fields_written("'QUEUED|' .. user .. '|' .. now"), 3);
 }

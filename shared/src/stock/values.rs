@@ -33,6 +33,9 @@ pub struct ReservationTrace {
 }
 
 impl ReservationTrace {
+    /// The fields of the value the scripts write.
+    pub const FIELDS: usize = 5;
+
     /// Parses `round|request id|traceparent[|quantity|slot]` (a
     /// traceparent holds no `|`).
     pub fn parse(value: &str) -> Option<Self> {
@@ -56,6 +59,9 @@ impl ReservationTrace {
 }
 
 impl OrderState {
+    /// The fields of the value the scripts write.
+    pub const FIELDS: usize = 4;
+
     /// Parses `STATUS|user|reason|accepted_ms`.
     pub fn parse(value: &str) -> Option<Self> {
         let mut parts = value.splitn(4, '|');
@@ -94,6 +100,9 @@ pub struct TicketValue {
 }
 
 impl TicketValue {
+    /// The fields of the value the scripts write.
+    pub const FIELDS: usize = 5;
+
     /// Parses the value; a missing or unreadable number is 0, a value
     /// without a user id is `None`.
     pub fn parse(value: &str) -> Option<Self> {
