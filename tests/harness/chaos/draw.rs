@@ -2,10 +2,10 @@
 //! Redis Cluster, its slot's; with Sentinel, the one) killed, its replica
 //! cut off first so the failover loses what the replica had not confirmed,
 //! while buyers enter, as the draw is made, and while the winners order
-//! with their rights. Every entry
-//! answered 200 is drawn, the draw is one (each entrant one first outcome,
-//! the winners the ranking the published seed and digest give), exactly
-//! the stock is sold, once per winner, and the books reconcile.
+//! with their rights. Every entry answered 200 is drawn, the draw is one
+//! (each entrant one first outcome, the winners the ranking the published
+//! seed and digest give), exactly the stock is sold, once per winner, and
+//! the books reconcile.
 
 use crate::draw::{draw_json, drawn, enter, outcomes, outcomes_by_user, warm};
 use crate::http::{Client, Reply};
