@@ -102,6 +102,8 @@ mod redis_cluster;
 mod relay;
 #[path = "e2e/relay_held_back.rs"]
 mod relay_held_back;
+#[path = "e2e/releases.rs"]
+mod releases;
 #[path = "e2e/sale_in_buckets.rs"]
 mod sale_in_buckets;
 #[path = "e2e/slow_clients.rs"]

@@ -4,6 +4,7 @@
 //! - [`sweeper`] (a singleton across instances, under the distributed lock)
 //!   settles reservations the order service never saw: the edge died between
 //!   the deduction and the publish, or the publish timed out and never landed.
+//!   It also settles the releases' takes left pending ([`release_sweep`]).
 //! - [`settle`] is what both do to an order: PostgreSQL decides its fate
 //!   (first row wins), and only a FAILED row restores the unit in Redis, at
 //!   most once per order id.
@@ -19,6 +20,7 @@ pub mod audit;
 pub mod deadlines;
 pub mod job;
 pub mod metrics;
+pub mod release_sweep;
 pub mod settings;
 pub mod settle;
 pub mod sweeper;

@@ -21,6 +21,10 @@ const COMPENSATOR: &[Metric] = &[
     Metric::counter("seckill_sweeper_republished_total", "Reservations whose record was lost, published again"),
     Metric::counter("seckill_sweeper_sale_failures_total", "Sweeps of one sale that failed (tried again next sweep)"),
     Metric::counter("seckill_sweeper_transfers_completed_total", "Units left between buckets that the sweeper landed"),
+    Metric::counter(
+        "seckill_release_takes_given_back_total",
+        "Releases' takes whose order never came, given back by the sweep",
+    ),
     Metric::gauge("seckill_sale_consistent", "1 when the last audit found the sale's books balanced, by sale"),
     Metric::gauge("seckill_sale_violations", "Invariants the last audit found broken, by sale"),
     Metric::gauge("seckill_sale_broken_promises", "Orders answered 202 that ended FAILED, by sale (last audit)"),

@@ -38,7 +38,7 @@ use crate::Settings;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::db::within;
-use seckill_shared::domain::{Fate, Holding, OrderId, OrderRecord, OrderStatus, SaleKey, UserId};
+use seckill_shared::domain::{FailReason, Fate, Holding, OrderId, OrderRecord, OrderStatus, SaleKey, UserId};
 use seckill_shared::kafka;
 use seckill_shared::kafka::renewing::Renewing;
 use seckill_shared::ops::fence::{self, Fence, FencedLock};
@@ -47,7 +47,7 @@ use seckill_shared::ops::leader::{self, Turn};
 use seckill_shared::ops::lock::{LockClient, LockGuard};
 use seckill_shared::ops::shutdown::Background;
 use seckill_shared::orders::fate::{self, Followed};
-use seckill_shared::stock::SweepMark;
+use seckill_shared::stock::{SweepMark, TakeId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,6 +142,12 @@ impl Sweeper {
 
     /// One sweep over every sale, writing under `fence`.
     pub async fn sweep_once(&self, fence: Fence<'_>) -> anyhow::Result<SweepReport> {
+        // The releases' pending takes depend on no checkpoint: each is
+        // decided in its release's slot against the keep it races.
+        let releases = crate::release_sweep::sweep_releases(&self.deps.stock, self.settings.sweeper.batch).await;
+        if let Err(error) = releases {
+            tracing::warn!(error = %format!("{error:#}"), "sweeping the releases failed; the next sweep tries again");
+        }
         let mut checkpoint = self.checkpoint.lock().await;
         // Redis's time, read before the watermarks: every record of an order
         // whose deadline passed before it is below them, or never lands.
@@ -263,6 +269,15 @@ impl Sweeper {
                 Followed::Created => report.created += 1,
                 Followed::Failed(_) => report.failed += 1,
             }
+            return Ok(stock.unreserve(std::slice::from_ref(order_id)).await?);
+        }
+        // An order of a release is published only with its take kept; a
+        // take the releases' sweep gave back (no order was found made with
+        // it then) leaves the order to fail: its buyer was told no 202.
+        let take = TakeId::of_order(order_id);
+        if stock.release_limit(sale.activity).await?.is_some() && !stock.release_keep(&take, order_id).await? {
+            crate::settle::settle(&self.deps, &record, FailReason::PublishLost, Default::default()).await?;
+            report.failed += 1;
             return Ok(stock.unreserve(std::slice::from_ref(order_id)).await?);
         }
         // A redriven order's record names the order it replaces; Redis

@@ -21,6 +21,7 @@ pub mod hot_metrics;
 pub mod http;
 pub mod identity;
 pub mod jwks_fetch;
+pub mod known_releases;
 pub mod ledger;
 pub mod limit;
 pub mod lookup;
@@ -238,6 +239,7 @@ fn assemble(
     let sold_out = Arc::new(SoldOutFlags::new(Duration::from_millis(settings.sold_out_flag_ms)));
     let locks = LockClient::new(stock.connection(), background.clone());
     let homes = Arc::new(home::Homes::new(stock.clone()));
+    let releases = Arc::new(known_releases::Releases::new(stock.clone()));
     let limits_of_batches = batch::BatchLimits {
         max: settings.deduct_batch_max,
         queue_max: settings.deduct_queue_max,
@@ -258,6 +260,7 @@ fn assemble(
         sold_out: sold_out.clone(),
         locks: locks.clone(),
         homes: homes.clone(),
+        releases: releases.clone(),
     }));
     let provider =
         Provider(Arc::new(ProviderParts { settings: settings.clone(), stock: stock.clone(), db: db.clone() }));
@@ -273,6 +276,7 @@ fn assemble(
         locks: locks.clone(),
         sold_out: sold_out.clone(),
         homes: homes.clone(),
+        releases,
     }));
     let readiness = Arc::new(Readiness::default());
     let resumer =

@@ -57,6 +57,10 @@ const EDGE: &[Metric] = &[
     Metric::counter("seckill_edge_borrowings_total", "Units borrowed by a bucket from another one"),
     Metric::counter("seckill_edge_units_borrowed_total", "Units moved into a bucket by borrowing"),
     Metric::counter("seckill_edge_borrow_gave_up_total", "Borrowings given up (no bucket had units to lend in time)"),
+    Metric::counter(
+        "seckill_edge_release_give_failed_total",
+        "Releases' takes this edge could not give back (left to the sweep)",
+    ),
     Metric::counter("seckill_payment_notifications_refused_total", "Payment notifications refused (bad signature)"),
     Metric::counter_per("seckill_payments_refund_due_total", "Payments recorded as a refund due, by reason"),
     Metric::counter_per("seckill_queue_admitted_total", "Buyers admitted from the waiting room, by sale"),

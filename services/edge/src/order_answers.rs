@@ -117,7 +117,7 @@ impl OrderAnswer {
             ),
             Self::LimitReached => row(
                 Said::Code(C::LimitReached),
-                "the units the user holds in the round plus those asked pass its perUserLimit (held, limit)",
+                "the units the user holds in the round plus those asked pass its perUserLimit (held, limit), or across a release's sizes its perCustomerLimit (held, limit, release)",
                 "the user's earlier orders, unchanged",
                 "the earlier orders' rows",
                 "nothing new was kept; the user may order up to limit - held",

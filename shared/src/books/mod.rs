@@ -21,11 +21,13 @@ use std::collections::BTreeMap;
 mod judge;
 mod reads;
 mod reconcile_error;
+mod release_books;
 
 use reconcile_error::source;
 pub use reconcile_error::ReconcileError;
 
 pub use judge::check;
+pub use release_books::{reconcile_release, CustomerUnits, ReleaseBooksError, ReleaseReport};
 
 /// Every term of the invariant, and the verdict (`GET /admin/sales/{a}/{s}`
 /// answers it; `seckillctl reconcile --json` prints it).

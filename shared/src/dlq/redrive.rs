@@ -23,10 +23,10 @@ use super::runs::{Outcome, Run, RunSpec, Started};
 use super::{entry, loop_guard, Filter, RecordDone, RunError, RunOptions, RunReport, Tools};
 use crate::domain::{OrderId, OrderRecord};
 use crate::kafka::renewing::Renewing;
-use crate::kafka::{dlq_header, header_str, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
+use crate::kafka::{header_str, REQUEST_ID_HEADER, TRACEPARENT_HEADER};
 use crate::stock::{Borrowed, DeductCall, DeductRequest, Deduction};
-use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::producer::FutureProducer;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -220,6 +220,26 @@ impl Redrive<'_> {
     }
 
     async fn place(&self, message: &OwnedMessage, original: &OrderRecord) -> Result<Verdict, RunError> {
+        let nonce = nonce_of(&self.call_for(original).await?);
+        let take = match self.take_in_release(original, &nonce).await? {
+            Ok(take) => take,
+            Err(refused) => return Ok(refused),
+        };
+        let verdict = self.place_taken(message, original, take.as_ref()).await?;
+        if let Some(take) = take.filter(|_| verdict.outcome != Outcome::Placed) {
+            self.give_in_release(original, &take).await?;
+        }
+        Ok(verdict)
+    }
+
+    /// [`Redrive::place`], its units taken in the release (`take`) when the
+    /// activity is one.
+    async fn place_taken(
+        &self,
+        message: &OwnedMessage,
+        original: &OrderRecord,
+        take: Option<&crate::stock::TakeId>,
+    ) -> Result<Verdict, RunError> {
         let sale = original.sale();
         let (call, answer) = self.deduct(message, original).await?;
         let own = format!("-{}{}", nonce_of(&call.id), call.bucket.nonce_suffix());
@@ -236,6 +256,10 @@ impl Redrive<'_> {
         if decided_now && !self.tools.stock.confirmed(sale, &call).await.map_err(RunError::unreadable)? {
             self.tools.stock.void(sale, &call).await.map_err(RunError::unreadable)?;
             return Ok(Verdict::refused("the Redis replicas did not confirm the deduction; run again"));
+        }
+        if !self.keep_in_release(take, &order_id).await? {
+            self.tools.stock.void(sale, &call).await.map_err(RunError::unreadable)?;
+            return Ok(Verdict::refused("the release's take was given back by its sweep; run again"));
         }
         // The link first: the order's events read it when the order
         // service writes the row, and a record the sweeper republishes
@@ -329,39 +353,6 @@ impl Redrive<'_> {
         .await
         .map_err(RunError::unreadable)
     }
-
-    /// Publishes the new order's record to the orders topic (keyed by its
-    /// buyer, as the edge does) and waits for the broker's acknowledgement.
-    async fn publish(&self, message: &OwnedMessage, record: &OrderRecord) -> Result<(), RunError> {
-        let payload = serde_json::to_vec(record).map_err(RunError::failed)?;
-        let key = record.user_id.get().to_string();
-        let headers = message.headers();
-        let count = headers
-            .and_then(|h| header_str(h, dlq_header::REPLAY_COUNT))
-            .and_then(|n| n.parse::<u32>().ok())
-            .unwrap_or(0);
-        let (count, run_id) = ((count + 1).to_string(), self.audit.id.to_string());
-        let original = record.redrive_of.as_ref().map(OrderId::as_str).unwrap_or_default();
-        let mut out = OwnedHeaders::new();
-        for key in [REQUEST_ID_HEADER, TRACEPARENT_HEADER] {
-            if let Some(value) = headers.and_then(|h| header_str(h, key)) {
-                out = out.insert(Header { key, value: Some(value) });
-            }
-        }
-        let out = out
-            .insert(Header { key: dlq_header::REPLAY_ID, value: Some(run_id.as_str()) })
-            .insert(Header { key: dlq_header::REPLAY_COUNT, value: Some(count.as_str()) })
-            .insert(Header { key: dlq_header::REDRIVE_OF, value: Some(original) });
-        let topics = self.tools.topics();
-        let to = || FutureRecord::<str, [u8]>::to(&topics.orders).key(&key).payload(&payload).headers(out.clone());
-        self.producer.send(to, Duration::from_secs(10).into()).await.map_err(|error| {
-            RunError::failed(anyhow::anyhow!(
-                "publishing {} (the sweeper publishes it again if this run does not): {error}",
-                record.order_id
-            ))
-        })?;
-        Ok(())
-    }
 }
 
 /// Why `original` cannot be placed in `round`, if it cannot.
@@ -377,6 +368,11 @@ fn round_over(original: &OrderRecord, round: i64) -> Option<String> {
 fn nonce_of(call_id: &str) -> String {
     super::filter::stable_hash(call_id)
 }
+
+#[path = "redrive_publish.rs"]
+mod publish;
+#[path = "redrive_release.rs"]
+mod release;
 
 #[cfg(test)]
 mod tests {

@@ -7,8 +7,10 @@
 //! statement the order's round gets its units back in `remaining_stock`
 //! (another round's stock was reset by its warm-up: nothing is added).
 //! Redis follows afterwards, once per order id (`lua/cancel.lua`), and the
-//! row is marked (`unit_returned_at`). A crash in between leaves the row
-//! CANCELLED and unmarked; the deadline worker finds it and finishes.
+//! row is marked (`unit_returned_at`); an order of a release gives its
+//! release's units back too (`Stock::release_give_orders`) before the mark.
+//! A crash in between leaves the row CANCELLED and unmarked; the deadline
+//! worker finds it and finishes.
 
 use crate::domain::{Holding, OrderId, SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
@@ -188,7 +190,14 @@ pub async fn return_units(stock: &Stock, db: &PgPool, orders: &[CancelledOrder])
         });
     }
     for (sale, cancelled) in &by_sale {
-        match stock.cancel(*sale, cancelled).await {
+        // The sale's units, then its release's (a sale in none: one read);
+        // both once per order, so a round tried again gives nothing twice.
+        let ids: Vec<OrderId> = cancelled.iter().map(|c| c.order_id.clone()).collect();
+        let returned = match stock.cancel(*sale, cancelled).await {
+            Ok(units) => stock.release_give_orders(&ids).await.map(|_| units),
+            Err(error) => Err(error),
+        };
+        match returned {
             Ok(units) => done.units += units,
             Err(error) => {
                 tracing::warn!(%sale, %error, "giving cancelled units back failed; the next round tries again");

@@ -51,6 +51,12 @@ pub async fn follow(stock: &Stock, db: &PgPool, record: &OrderRecord, fate: Fate
         CompensationMode::Restore
     };
     let compensation = stock.compensate(&record.order_id, record.user_id, record.held(), reason, settlement).await?;
+    // The order's release (if its activity is one) gets its units back too,
+    // once: its take goes with them. Asked again (an error above or here),
+    // both are no-ops for what was done.
+    if compensation != Compensation::Created {
+        stock.release_give_orders(std::slice::from_ref(&record.order_id)).await?;
+    }
     if compensation == Compensation::Done {
         metrics::counter!("seckill_units_settled_total", "reason" => reason.code()).increment(1);
     }

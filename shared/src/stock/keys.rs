@@ -23,6 +23,8 @@
 //! | `P seckill:{sweeper}:lock` | string | the reservation sweeper's lock |
 //! | `P seckill:sales` | set | every warmed sale (`A:S`), for the sweeper |
 //! | `P seckill:rooms` | set | every sale with a waiting room (`A:S`), for the edges' admission passes |
+//! | `P seckill:{release:A}:meta`, `…:held`, `…:takes`, `…:pending` | | a release's limit and its customers' takes (`lua/release_take.lua`), read and written in `release.rs` |
+//! | `P seckill:releases` | set | every declared release (`A`), for the sweep |
 //!
 //! `P` is the deployment's key prefix (`SECKILL_KEY_PREFIX`).
 //!
@@ -32,7 +34,7 @@
 //! names its bucket (its nonce ends in `k<n>`, none for bucket 0), so what
 //! settles an order finds its keys from the id alone.
 
-use crate::domain::{OrderId, SaleKey};
+use crate::domain::{ActivityId, OrderId, SaleKey};
 
 /// Names keys under one deployment's prefix.
 #[derive(Debug, Clone)]
@@ -107,6 +109,12 @@ impl Bucket {
 /// introduces its bucket (not a hex digit, so it cannot be read as one).
 const NONCE_DIGITS: usize = 16;
 const BUCKET_MARK: char = 'k';
+
+/// The nonce an order id ends in (the edge's), without its bucket mark.
+pub(super) fn order_nonce(order_id: &OrderId) -> &str {
+    let nonce = order_id.as_str().rsplit('-').next().unwrap_or_default();
+    nonce.get(..NONCE_DIGITS).unwrap_or(nonce)
+}
 
 impl SaleKeys {
     /// Every key of the round, in the order `lua/warmup.lua` and
@@ -272,6 +280,33 @@ impl KeyLayout {
     /// passes.
     pub(super) fn rooms(&self) -> String {
         format!("{}seckill:rooms", self.prefix)
+    }
+}
+
+/// A release's keys, all under its hash tag `{release:A}`.
+#[derive(Debug, Clone)]
+pub struct ReleaseKeys {
+    pub(super) meta: String,
+    pub(super) held: String,
+    pub(super) takes: String,
+    pub(super) pending: String,
+}
+
+impl KeyLayout {
+    /// The keys of activity `activity`'s release.
+    pub fn release(&self, activity: ActivityId) -> ReleaseKeys {
+        let base = format!("{}seckill:{{release:{activity}}}", self.prefix);
+        ReleaseKeys {
+            meta: format!("{base}:meta"),
+            held: format!("{base}:held"),
+            takes: format!("{base}:takes"),
+            pending: format!("{base}:pending"),
+        }
+    }
+
+    /// The set of every declared release (activity ids), for the sweep.
+    pub(super) fn releases(&self) -> String {
+        format!("{}seckill:releases", self.prefix)
     }
 }
 

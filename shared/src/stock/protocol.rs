@@ -89,6 +89,26 @@ answers! {
 }
 
 answers! {
+    /// A customer's units taken in a release, before their order's deduction.
+    release_take = "release_take.lua";
+    NO_RELEASE = 0: "the activity declares no release (nothing taken)";
+    TAKEN = 1: "taken, or taken before (held and limit follow)";
+    LIMIT_REACHED = -9: "the user's units in the release plus those asked pass its limit (nothing taken; held and limit follow)";
+}
+
+answers! {
+    /// A release's take kept for the order made with it.
+    release_keep = "release_keep.lua";
+    KEPT = 1: "kept, now or before, for this order";
+    GONE = -1: "no such take (swept or given back): the order must not be published";
+}
+
+answers! {
+    /// A release's takes given back.
+    release_give = "release_give.lua", otherwise "the units and the takes given back now";
+}
+
+answers! {
     /// Cancelled orders followed in Redis.
     cancel = "cancel.lua", otherwise "the units given back now";
 }
@@ -211,6 +231,9 @@ pub const ALL: &[Answers] = &[
     rollback::ANSWERS,
     compensate::ANSWERS,
     cancel::ANSWERS,
+    release_take::ANSWERS,
+    release_keep::ANSWERS,
+    release_give::ANSWERS,
     close::ANSWERS,
     confirm::ANSWERS,
     follow_created::ANSWERS,

@@ -34,20 +34,27 @@ pub struct ErrorBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub available: Option<i64>,
-    /// `LIMIT_REACHED`: the units the user holds in this sale round.
+    /// `LIMIT_REACHED`: the units the user holds in this sale round (with
+    /// `release`: across the release's sizes).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub held: Option<i64>,
-    /// `LIMIT_REACHED`: the units one user may hold in this sale round.
+    /// `LIMIT_REACHED`: the units one user may hold in this sale round (with
+    /// `release`: across the release's sizes).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub limit: Option<i64>,
+    /// `LIMIT_REACHED` of a release's limit per customer: the release (its
+    /// activity id) whose limit `held` and `limit` are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub release: Option<i64>,
 }
 
 impl ErrorBody {
     /// A body of `code` saying `message`, nothing more.
     pub fn new(code: ErrorCode, message: String) -> Self {
-        Self { code, message, order_id: None, opens_at: None, available: None, held: None, limit: None }
+        Self { code, message, order_id: None, opens_at: None, available: None, held: None, limit: None, release: None }
     }
 }
 

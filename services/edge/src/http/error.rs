@@ -70,6 +70,13 @@ pub enum ApiError {
     /// per user.
     #[error("this user holds {held} of the {limit} units one user may buy in this sale")]
     LimitReached { held: i64, limit: i64 },
+    /// The user's units held across a release's sizes plus those asked
+    /// would pass the release's limit per customer (`release`: its
+    /// activity).
+    #[error(
+        "this customer holds {held} of the {limit} units one customer may buy in release {release}, across its sizes"
+    )]
+    ReleaseLimitReached { held: i64, limit: i64, release: i64 },
     /// Unknown order.
     #[error("order not found")]
     OrderNotFound,
@@ -146,7 +153,7 @@ impl ApiError {
             Self::EntriesFull => ErrorCode::EntriesFull,
             Self::AlreadyPurchased(_) => ErrorCode::AlreadyPurchased,
             Self::SoldOut | Self::FewerLeft(_) => ErrorCode::SoldOut,
-            Self::LimitReached { .. } => ErrorCode::LimitReached,
+            Self::LimitReached { .. } | Self::ReleaseLimitReached { .. } => ErrorCode::LimitReached,
             Self::OrderNotFound => ErrorCode::OrderNotFound,
             Self::OrderPending => ErrorCode::OrderPending,
             Self::PaymentConflict => ErrorCode::PaymentConflict,
@@ -192,6 +199,9 @@ impl ApiError {
         match self {
             Self::FewerLeft(available) => body.available = Some(*available),
             Self::LimitReached { held, limit } => (body.held, body.limit) = (Some(*held), Some(*limit)),
+            Self::ReleaseLimitReached { held, limit, release } => {
+                (body.held, body.limit, body.release) = (Some(*held), Some(*limit), Some(*release))
+            }
             _ => {}
         }
         body

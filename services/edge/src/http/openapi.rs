@@ -115,6 +115,8 @@ impl Modify for Addresses {
         super::operators::admin::warm_up,
         super::operators::admin::report,
         super::operators::admin::close,
+        super::operators::releases::declare,
+        super::operators::releases::report,
         super::health::healthz,
         super::health::ready,
         super::health::metrics,
@@ -126,10 +128,11 @@ impl Modify for Addresses {
         super::buyers::joining::JoinBody, super::buyers::queue_bodies::TicketBody, super::buyers::queue_bodies::ChallengeBody,
         seckill_shared::sales::Admission, seckill_shared::sales::Challenge,
         super::buyers::draw_bodies::EntryBody, super::buyers::draw_bodies::DrawBody,
-        seckill_shared::sales::Draw, seckill_shared::stock::queue::EntryStatus
+        seckill_shared::sales::Draw, seckill_shared::stock::queue::EntryStatus,
+        super::operators::releases::ReleaseBody, seckill_shared::books::ReleaseReport, seckill_shared::books::CustomerUnits
     )),
     modifiers(&Security, &OrderIdPaths, &Addresses),
-    tags((name = "buyer", description = "Orders and their status"), (name = "payments", description = "The payment provider's signed notifications: the only way an order becomes PAID"), (name = "admin", description = "Warm-up, close and reconciliation: served on the operators' address (admin_addr, default 127.0.0.1:9080), not the buyers' — there these paths answer 404 unless admin_addr is set to http_addr"), (name = "operations", description = "Health, readiness, metrics, this document"))
+    tags((name = "buyer", description = "Orders and their status"), (name = "payments", description = "The payment provider's signed notifications: the only way an order becomes PAID"), (name = "admin", description = "Warm-up, close, releases and reconciliation: served on the operators' address (admin_addr, default 127.0.0.1:9080), not the buyers' — there these paths answer 404 unless admin_addr is set to http_addr"), (name = "operations", description = "Health, readiness, metrics, this document"))
 )]
 pub struct ApiDoc;
 

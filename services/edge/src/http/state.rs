@@ -123,6 +123,8 @@ pub struct BuyersParts {
     pub homes: Arc<crate::home::Homes>,
     /// Signs and checks admission tokens and join challenges.
     pub signer: crate::admission::Signer,
+    /// Which activities are releases (a limit across their sizes).
+    pub releases: Arc<crate::known_releases::Releases>,
 }
 
 /// What the provider's handlers use.
@@ -152,6 +154,8 @@ pub struct OperatorsParts {
     pub admin_throttle: Arc<AdminThrottle>,
     /// The dashboard's figures.
     pub dashboard: Arc<crate::dashboard::Dashboard>,
+    /// Which activities are releases, forgotten when one is declared here.
+    pub releases: Arc<crate::known_releases::Releases>,
 }
 
 impl BuyersParts {

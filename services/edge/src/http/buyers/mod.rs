@@ -12,6 +12,7 @@ pub(crate) mod joining;
 pub(crate) mod order;
 mod order_admission;
 mod order_outcome;
+mod order_release;
 pub(crate) mod order_request;
 pub(crate) mod queue;
 pub(crate) mod queue_bodies;

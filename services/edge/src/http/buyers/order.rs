@@ -2,6 +2,7 @@
 
 use super::order_admission;
 use super::order_outcome::{self as outcome, Placed};
+use super::order_release;
 use super::order_request::OrderRequest;
 use crate::client_addr::ClientAddr;
 use crate::http::auth;
@@ -110,7 +111,8 @@ async fn place_order_inner(state: &Buyers, client: ClientAddr, headers: &HeaderM
     result
 }
 
-/// The deduction (`admitted`: the order's admission token is claimed) and,
+/// The order's take in its release (when its activity is one), the
+/// deduction (`admitted`: the order's admission token is claimed) and,
 /// when it accepted, the publish; the answer either comes to.
 async fn deduct_and_publish(
     state: &Buyers,
@@ -119,6 +121,35 @@ async fn deduct_and_publish(
     trace: crate::publish::Trace<'_>,
     permit: crate::publish::Admission<'_>,
 ) -> Placed {
+    // 64 random bits: ids stay unique even if the order counter went back.
+    let nonce = format!("{:016x}", rand::random::<u64>());
+    let taken = order_release::take(state, &request, &nonce).await?;
+    let order = Order { request, admitted, nonce, taken: taken.as_ref() };
+    let result = deduct_then_publish(state, order, trace, permit).await;
+    if let Some(taken) = &taken {
+        order_release::settle(state, taken, &result).await;
+    }
+    result
+}
+
+/// One order on its way: what was asked, its admission, the nonce its id
+/// will end in and its take in its release.
+struct Order<'a> {
+    request: OrderRequest,
+    admitted: bool,
+    nonce: String,
+    taken: Option<&'a order_release::ReleaseTake>,
+}
+
+/// The deduction and, when it accepted (and its release's take is kept),
+/// the publish.
+async fn deduct_then_publish(
+    state: &Buyers,
+    order: Order<'_>,
+    trace: crate::publish::Trace<'_>,
+    permit: crate::publish::Admission<'_>,
+) -> Placed {
+    let Order { request, admitted, nonce, taken } = order;
     let sale = SaleKey::new(request.activity, request.sku);
     let deadline = state.publisher.deadline();
     let started = Instant::now();
@@ -132,7 +163,7 @@ async fn deduct_and_publish(
             sale = %sale,
         )
     });
-    let deduction = deduct(state, request, admitted, trace, deadline).instrument(span).await;
+    let deduction = deduct(state, request, admitted, nonce, trace, deadline).instrument(span).await;
     crate::hot_metrics::DEDUCT_SECONDS.record(started.elapsed().as_secs_f64());
     // Not decided: answered without a deduction (503, or 202 UNCONFIRMED).
     let deduction = match deduction {
@@ -145,6 +176,12 @@ async fn deduct_and_publish(
     let record = OrderRecord::new(won.order_id, sale, request.user, won.accepted_at)
         .in_round(won.round)
         .holding(request.quantity, won.slot);
+    if let Some(refused) = match taken {
+        Some(taken) => order_release::keep(state, taken, &record).await,
+        None => None,
+    } {
+        return refused;
+    }
     let started = Instant::now();
     crate::hot_metrics::PUBLISHES_IN_FLIGHT.increment(1.0);
     let published = state.publisher.publish(&record, trace, permit).await;
@@ -162,12 +199,11 @@ async fn deduct(
     state: &Buyers,
     request: OrderRequest,
     admitted: bool,
+    nonce: String,
     trace: crate::publish::Trace<'_>,
     deadline: std::time::Duration,
 ) -> Result<Deduction, Placed> {
     let (sale, user) = (SaleKey::new(request.activity, request.sku), request.user);
-    // 64 random bits: ids stay unique even if the order counter went back.
-    let nonce = format!("{:016x}", rand::random::<u64>());
     match state.settings.deduction {
         DeductionMode::Lua => {
             let deduct = DeductRequest {

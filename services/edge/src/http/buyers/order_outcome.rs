@@ -48,7 +48,7 @@ pub fn answer_of(result: &Placed) -> OrderAnswer {
     };
     match error {
         ApiError::AlreadyPurchased(_) => OrderAnswer::AlreadyPurchased,
-        ApiError::LimitReached { .. } => OrderAnswer::LimitReached,
+        ApiError::LimitReached { .. } | ApiError::ReleaseLimitReached { .. } => OrderAnswer::LimitReached,
         ApiError::SoldOut | ApiError::FewerLeft(_) => OrderAnswer::SoldOut,
         ApiError::SaleNotFound => OrderAnswer::SaleNotFound,
         ApiError::SaleNotActive | ApiError::NotOpenYet(_) => OrderAnswer::SaleNotActive,

@@ -21,6 +21,7 @@ pub fn router() -> Router<Edge> {
     Router::new()
         .route("/admin/sales/{activity_id}/{sku_id}", put(warm_up).get(report))
         .route("/admin/sales/{activity_id}/{sku_id}/close", post(close))
+        .route("/admin/releases/{activity_id}", put(super::releases::declare).get(super::releases::report))
 }
 
 impl FromJsonBody for WarmupBody {

@@ -1,5 +1,5 @@
 //! The operators' room: the admin API (warm a sale up, close it, its
-//! books), the dashboard with its sign-in, and the dead-letters page.
+//! books; declare a release and read its books), the dashboard with its sign-in, and the dead-letters page.
 //! Served on `admin_addr` (loopback unless set otherwise), with a budget
 //! (`console.max_in_flight`) and a database pool (`console.pool_connections`)
 //! of its own; failed admin authentications are counted, logged and
@@ -10,6 +10,7 @@ pub mod admin_guard;
 mod dashboard;
 mod dead_letter_run;
 mod dead_letters;
+pub(crate) mod releases;
 pub mod session;
 
 use crate::http::error::ApiError;
