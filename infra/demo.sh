@@ -3,7 +3,8 @@
 # the compensator against the local infra, runs the seed's curl check, a
 # 20,000-user load test, a sale with a payment window (unpaid orders
 # cancelled, their units sold again), a sale of several units per order
-# with a limit per buyer (infra/demo_quantities.py), a redrive of a wave of failures
+# with a limit per buyer (infra/demo_quantities.py), a release of 14 sizes
+# sold one per customer (infra/demo_release.py), a redrive of a wave of failures
 # (infra/demo_redrive.py), a sale through its waiting room, a draw anyone
 # can verify (infra/demo_draw.py), one order
 # traced from its request to its event (its spans exported over OTLP),
@@ -221,6 +222,14 @@ echo "== several units per order: 302 units, 2 per buyer; buyers ask for 1, 2 or
 python3 "$ROOT/infra/demo_quantities.py" "$EDGE" 1001 2007 302
 "$CTL" reconcile --activity 1001 --sku 2007 --wait-drain 60 >"$LOGS/demo-quantities-reconcile.txt" || { cat "$LOGS/demo-quantities-reconcile.txt"; exit 1; }
 grep -E '^(orders created|  units created|users over their limit|remaining\+created|verdict)' "$LOGS/demo-quantities-reconcile.txt"
+
+echo
+echo "== a release: 14 sizes (each its own SKU), one pair per customer across them"
+"$CTL" release --activity 1009 --per-customer-limit 1
+for size in $(seq 3001 3014); do "$CTL" warmup --activity 1009 --sku "$size" --stock 20 --force >/dev/null; done
+python3 "$ROOT/infra/demo_release.py" "$EDGE" 1009 3001 14 60
+"$CTL" reconcile --release 1009 >"$LOGS/demo-release-reconcile.txt" || { cat "$LOGS/demo-release-reconcile.txt"; exit 1; }
+grep -E '^(limit per customer|customers|most one customer holds|customers over the limit|verdict)' "$LOGS/demo-release-reconcile.txt"
 
 echo
 echo "== a redrive: a bad release refuses every fifth buyer's order; once rolled back, they get it again"

@@ -6,6 +6,7 @@
 //! of the topology once, in one smaller sale.
 
 use seckill_e2e::chaos::draw::draw_through_failovers;
+use seckill_e2e::chaos::release::release_through_faults;
 use seckill_e2e::chaos::{run, Fault, Scenario, TABLE_HEADER};
 use seckill_e2e::Topology;
 use std::time::Duration;
@@ -74,6 +75,9 @@ async fn chaos_cluster() {
     if only.is_none() {
         let draw = "e a draw: the Redis primary killed during entries, the draw and claims (Sentinel failovers)";
         println!("{}", draw_through_failovers(Topology::Cluster, draw, 2_000, 100).await.row());
+        let release = "f a release of 4 sizes, limit 2, two edges: the Redis primary killed 1 s behind, an edge killed";
+        let faults = [Fault::KillRedisPrimaryBehind(Duration::from_secs(1)), Fault::KillEdge];
+        println!("{}", release_through_faults(Topology::Cluster, release, 400, &faults).await.row());
     }
 }
 

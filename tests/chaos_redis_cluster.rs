@@ -7,7 +7,8 @@
 //! (the tests named `short_…`). A sale in three stock buckets (one per
 //! primary) keeps them too when the primary of bucket 0 — the one that
 //! lists the buckets — dies. A draw keeps its entries answered 200 and makes
-//! one draw, whoever wrote what before the failover.
+//! one draw, whoever wrote what before the failover. A release holds its
+//! limit per customer across its sizes when its own slot's primary dies.
 
 use seckill_e2e::chaos::draw::draw_through_failovers;
 use seckill_e2e::chaos::{run, Fault, Scenario, TABLE_HEADER};
@@ -16,6 +17,8 @@ use std::time::Duration;
 
 #[path = "chaos_redis_cluster/draws.rs"]
 mod draws;
+#[path = "chaos_redis_cluster/releases.rs"]
+mod releases;
 
 fn scenario(name: &'static str, seed: u64, faults: Vec<(u64, Fault)>) -> Scenario {
     Scenario::flash_sale(Topology::RedisCluster, name, seed, faults)

@@ -82,3 +82,19 @@ async fn a_redis_that_lost_everything_sells_nothing() {
     order.stop().await;
     edge.stop().await;
 }
+
+/// A release of four sizes (limit two per customer) while an edge and the
+/// order service are killed: no customer above the limit, every 202 kept,
+/// the takes the killed edge left pending settled by the sweep, the books
+/// consistent (`make chaos` runs the long row, with Redis paused too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_holds_its_limit_through_crashes() {
+    let outcome = seckill_e2e::chaos::release::release_through_faults(
+        seckill_e2e::Topology::Single,
+        "short: a release of 4 sizes, limit 2: kill -9 edge, order service",
+        120,
+        &[Fault::KillEdge, Fault::KillOrder],
+    )
+    .await;
+    println!("{}", outcome.row());
+}

@@ -56,6 +56,21 @@ async fn two_edges(env: &TestEnv) -> (seckill_e2e::Running, seckill_e2e::Running
     (env.spawn_edge(settings.clone()).await, env.spawn_edge(settings).await)
 }
 
+/// Waits until the edge behind `client` holds `size`'s release of `limit`
+/// (an edge reads the declared releases once a second): asked for one unit
+/// more than the limit (more than the size's most per order too), an edge
+/// holding it refuses the take (409 naming the release), one that does not
+/// yet refuses the deduction (400); neither keeps anything.
+async fn until_held(client: &Client, size: SaleKey, limit: u32) {
+    eventually("the edge holding the release", Duration::from_secs(10), || async {
+        match order(client, size, 999_999, limit + 1).await {
+            held if held.json["release"].is_i64() => Ok(()),
+            other => Err(other.text),
+        }
+    })
+    .await;
+}
+
 fn one_each() -> Limits {
     Limits { per_user_limit: 1, max_per_order: 1 }
 }
@@ -71,6 +86,7 @@ async fn fifty_orders_across_fourteen_sizes_and_two_edges_buy_one_pair() {
     assert_eq!(declared.status, 200, "{}", declared.text);
     assert_eq!(declared.json["perCustomerLimit"], 1);
     let clients = [Client::new(first.url()), Client::new(second.url())];
+    until_held(&clients[1], sizes[0], 1).await;
 
     let answers: Vec<Reply> = futures::stream::iter(0..50)
         .map(|i| order(&clients[i % 2], sizes[i % 14], 7, 1))
@@ -101,6 +117,47 @@ async fn fifty_orders_across_fourteen_sizes_and_two_edges_buy_one_pair() {
     assert_eq!((books.get(&7), books.get(&8)), (Some(&1), Some(&1)));
     let report = seckill_shared::books::reconcile_release(&env.stock, &env.db, activity).await.unwrap();
     assert!(report.consistent && report.most_held == 1, "{report:?}");
+    let books = env.ctl(&["reconcile", "--release", &activity.to_string()]).await;
+    assert_eq!(books.code, 0, "{books:?}");
+    // The console reads the same books: its API and its dashboard.
+    let console = Client::new(first.console_url());
+    let read = console.admin(hyper::Method::GET, &format!("/admin/releases/{activity}"), None).await;
+    assert_eq!((read.status.as_u16(), read.json["mostHeld"].as_i64()), (200, Some(1)), "{}", read.text);
+    let figures = console.admin(hyper::Method::GET, "/admin/dashboard/snapshot", None).await;
+    let shown = figures.json["releases"].as_array().into_iter().flatten().find(|r| r["activityId"] == activity.get());
+    assert_eq!(shown.map(|r| (r["customers"].as_i64(), r["consistent"].as_bool())), Some((Some(2), Some(true))));
+    let line =
+        |term: &str| books.stdout.lines().find(|l| l.starts_with(term)).map(|l| l[term.len()..].trim().to_owned());
+    assert_eq!((line("customers over the limit"), line("verdict")), (Some("0".into()), Some("consistent".into())));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_books_name_a_customer_who_bought_sizes_before_the_release_was_declared() {
+    let env = TestEnv::new().await;
+    let sizes = release_sizes(&env, 2, 5, one_each()).await;
+    let activity = sizes[0].activity;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    let _order = env.spawn_order(env.order_settings()).await;
+    let client = Client::new(edge.url());
+    for size in &sizes {
+        assert_eq!(order(&client, *size, 31, 1).await.status, 202);
+    }
+    env.wait_orders(sizes[1], "CREATED", 1).await;
+    env.wait_orders(sizes[0], "CREATED", 1).await;
+    let declared = env.ctl(&["release", "--activity", &activity.to_string(), "--per-customer-limit", "1"]).await;
+    assert_eq!(declared.code, 0, "{declared:?}");
+    let books = env.ctl(&["reconcile", "--release", &activity.to_string(), "--json"]).await;
+    assert_eq!(books.code, 1, "a customer over the limit is NOT consistent: {books:?}");
+    let report: serde_json::Value = serde_json::from_str(&books.stdout).unwrap();
+    assert_eq!(report["overLimit"][0]["userId"], 31, "{report}");
+    assert_eq!(report["overLimit"][0]["unitsInOrders"], 2, "{report}");
+    assert_eq!(report["undercounted"][0]["unitsTaken"], 0, "orders placed before it are not counted: {report}");
+    // From now on (the edge reads it within a second) the release holds: a
+    // new customer buys one size, and no second.
+    until_held(&client, sizes[0], 1).await;
+    let customer = 40;
+    assert_eq!(order(&client, sizes[0], customer, 1).await.status, 202);
+    assert_error(&order(&client, sizes[1], customer, 1).await, 409, "LIMIT_REACHED", "the release holds now");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,6 +169,7 @@ async fn orders_of_one_to_three_units_across_sizes_never_pass_four() {
     let _order = env.spawn_order(env.order_settings()).await;
     assert_eq!(declare(&Client::new(second.console_url()), activity, 4).await.status, 200);
     let clients = [Client::new(first.url()), Client::new(second.url())];
+    until_held(&clients[0], sizes[0], 4).await;
 
     for user in 1..=5 {
         let answers: Vec<(u32, Reply)> = futures::stream::iter(0..24)
@@ -151,19 +209,8 @@ async fn a_cancelled_pair_gives_the_release_back_and_the_customer_buys_another_s
     assert_eq!(declare(&Client::new(edge.console_url()), activity, 1).await.status, 200);
     let client = Client::new(edge.url());
 
-    let first = order(&client, sizes[0], 9, 1).await;
-    assert_eq!(first.status, 202, "{}", first.text);
-    let order_id = first.json["orderId"].as_str().unwrap().to_owned();
+    let order_id = crate::lifecycle::created_order(&client, sizes[0], 9).await;
     assert_error(&order(&client, sizes[1], 9, 1).await, 409, "LIMIT_REACHED", "one per customer");
-    eventually("the order CREATED", Duration::from_secs(30), || async {
-        let seen = client.get(&format!("/api/seckill/order/{order_id}")).await;
-        if seen.json["status"] == "CREATED" {
-            Ok(())
-        } else {
-            Err(seen.text)
-        }
-    })
-    .await;
     let cancelled = post(&client, &order_id, "cancel", 9, None).await;
     assert_eq!(cancelled.status, 200, "{}", cancelled.text);
     assert_eq!(env.stock.release_held(activity).await.unwrap().get(&9), None, "the release's unit is back");

@@ -13,6 +13,7 @@ mod payments;
 mod probe;
 mod queue;
 mod reconcile;
+mod release;
 mod warmup;
 
 use clap::{Parser, Subcommand};
@@ -55,8 +56,12 @@ enum Command {
     /// A sale's life after its warm-up.
     #[command(subcommand)]
     Sale(SaleCommand),
-    /// Check a sale's books: every term of the invariant and the verdict.
+    /// Check a sale's books: every term of the invariant and the verdict
+    /// (`--release A`: a release's).
     Reconcile(reconcile::Args),
+    /// Declare an activity a release: one limit of units per customer
+    /// across its sizes.
+    Release(release::Args),
     /// Inspect, count, replay and redrive the dead-letter topic.
     #[command(subcommand)]
     Dlq(dlq::Command),
@@ -160,6 +165,7 @@ async fn main() -> ExitCode {
         Command::Warmup(args) => warmup::run(&settings, args).await,
         Command::Sale(SaleCommand::Close(args)) => warmup::close(&settings, args).await,
         Command::Reconcile(args) => reconcile::run(&settings, args).await,
+        Command::Release(args) => release::run(&settings, args).await,
         Command::Dlq(command) => dlq::run(&settings, command).await,
         Command::Events(command) => events::run(&settings, command).await,
         Command::Payments(command) => payments::run(&settings, command).await,

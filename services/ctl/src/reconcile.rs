@@ -9,11 +9,16 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Activity id.
-    #[arg(long)]
-    pub activity: i64,
+    #[arg(long, required_unless_present = "release")]
+    pub activity: Option<i64>,
     /// SKU id.
-    #[arg(long)]
-    pub sku: i64,
+    #[arg(long, required_unless_present = "release")]
+    pub sku: Option<i64>,
+    /// A release's books instead (its activity id): no customer holds more
+    /// than its limit across its sizes in PostgreSQL's rows, and its takes
+    /// in Redis count at least what those rows hold.
+    #[arg(long, conflicts_with_all = ["activity", "sku", "wait_drain"])]
+    pub release: Option<i64>,
     /// Wait up to this many seconds for the pipeline to drain (no lag, no
     /// order in flight) before judging; then anything in flight is a violation.
     #[arg(long)]
@@ -25,18 +30,25 @@ pub struct Args {
 
 /// Runs `reconcile`: exit 0 consistent, 1 not, 2 a source unreadable.
 pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
+    if let Some(release) = args.release {
+        return crate::release::reconcile(settings, release, args.json).await;
+    }
     let report = report(settings, &args).await?;
     print(&report, args.json);
     if report.consistent {
         Ok(())
     } else {
-        Err(Failure::failed(anyhow::anyhow!("sale {}:{} is NOT consistent", args.activity, args.sku)))
+        Err(Failure::failed(anyhow::anyhow!("sale {}:{} is NOT consistent", report.activity_id, report.sku_id)))
     }
 }
 
 /// Builds the report, waiting for drain first when asked.
 pub async fn report(settings: &Settings, args: &Args) -> Result<Report, Failure> {
-    let sale = SaleKey::from_raw(args.activity, args.sku).map_err(Failure::unreadable)?;
+    let (activity, sku) = args
+        .activity
+        .zip(args.sku)
+        .ok_or_else(|| Failure::failed(anyhow::anyhow!("--activity and --sku name the sale")))?;
+    let sale = SaleKey::from_raw(activity, sku).map_err(Failure::unreadable)?;
     let (stock, db) = connect(settings).await?;
     let read = || {
         let (stock, db) = (&stock, &db);

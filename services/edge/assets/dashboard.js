@@ -95,6 +95,21 @@ function brokenPromises(sale) {
   return reasons.map(([reason, n]) => `${number(n)} ${reason}`).join(", ");
 }
 
+// A card's table: one row per [label, value, key], each value's test id
+// its key and the card's id.
+function fill(table, rows, id) {
+  table.replaceChildren(...rows.map(([label, value, key]) => {
+    const row = document.createElement("tr");
+    const th = document.createElement("th");
+    const td = document.createElement("td");
+    th.textContent = label;
+    td.textContent = typeof value === "number" ? number(value) : value;
+    td.dataset.testid = `${key}-${id}`;
+    row.append(th, td);
+    return row;
+  }));
+}
+
 function saleCard(sale) {
   const id = `${sale.activityId}-${sale.skuId}`;
   let card = document.getElementById(`sale-${id}`);
@@ -158,17 +173,7 @@ function saleCard(sale) {
     rows.push(["room", room.closed ? "closed" : room.soldOut ? "sold out" : "admitting", "room-state"]);
     rows.push(["shuffle seed", room.seed || "secret until the start", "room-seed"]);
   }
-  const table = card.querySelector("table");
-  table.replaceChildren(...rows.map(([label, value, key]) => {
-    const row = document.createElement("tr");
-    const th = document.createElement("th");
-    const td = document.createElement("td");
-    th.textContent = label;
-    td.textContent = typeof value === "number" ? number(value) : value;
-    td.dataset.testid = `${key}-${id}`;
-    row.append(th, td);
-    return row;
-  }));
+  fill(card.querySelector("table"), rows, id);
   // Reads taken while orders move (Redis, then PostgreSQL) can disagree for
   // an instant: with orders in flight a disagreement is "settling"; the
   // verdict that counts is the one with nothing in flight.
@@ -184,12 +189,42 @@ function saleCard(sale) {
   }));
 }
 
+// A release: one limit per customer across an activity's sizes; its books
+// count PostgreSQL's live orders per customer against the takes in Redis.
+function releaseCard(release) {
+  const id = `${release.activityId}`;
+  let card = document.getElementById(`release-${id}`);
+  if (!card) {
+    card = document.createElement("article");
+    card.className = "sale";
+    card.id = `release-${id}`;
+    card.innerHTML = `<h2></h2><table class="figures"></table><p class="verdict"></p>`;
+    document.getElementById("releases").appendChild(card);
+  }
+  card.querySelector("h2").textContent = `release ${release.activityId} (its sizes share one limit)`;
+  const rows = [
+    ["limit per customer", release.perCustomerLimit, "release-limit"],
+    ["customers with orders", release.customers, "release-customers"],
+    ["most one customer holds", release.mostHeld, "release-most"],
+    ["units taken / takes pending", `${number(release.unitsTaken)} / ${number(release.takesPending)}`, "release-taken"],
+    ["customers over the limit", release.overLimit.length, "release-over"],
+    ["customers undercounted", release.undercounted.length, "release-undercounted"],
+  ];
+  fill(card.querySelector("table"), rows, id);
+  const verdict = card.querySelector(".verdict");
+  verdict.textContent = release.consistent ? "consistent" : "NOT consistent";
+  verdict.className = `verdict ${release.consistent ? "ok" : "bad"}`;
+  verdict.dataset.testid = `release-verdict-${id}`;
+}
+
 function show(figures) {
   showEdge(figures.edge || {});
   showPipeline(figures);
   showDeadLetters(figures);
   if (failed(figures.sales)) text("sales", figures.sales.error);
   else (figures.sales || []).forEach(saleCard);
+  if (failed(figures.releases)) text("releases", figures.releases.error);
+  else (figures.releases || []).forEach(releaseCard);
   text("status", `updated ${new Date(figures.atMs).toLocaleTimeString("en-GB")}`);
 }
 

@@ -117,7 +117,11 @@ impl Application {
         let settings = Arc::new(settings);
         let proxies =
             Arc::new(TrustedProxies::parse(&settings.auth.trusted_proxies, settings.auth.client_address_header)?);
-        let edge = assemble(settings, stock, db, publisher, &background)?;
+        // The declared releases read once before the first request (a Redis
+        // that does not answer leaves them unknown: every order asks).
+        let releases = Arc::new(known_releases::Releases::new(stock.clone()));
+        releases.refresh().await;
+        let edge = assemble(settings, stock, db, (publisher, releases), &background)?;
         Ok(Self { listener, console, edge, proxies, background })
     }
 
@@ -223,7 +227,7 @@ fn assemble(
     settings: Arc<Settings>,
     stock: Stock,
     db: PgPool,
-    publisher: Publisher,
+    (publisher, releases): (Publisher, Arc<known_releases::Releases>),
     background: &Background,
 ) -> anyhow::Result<Edge> {
     let users = Users { identity: identity_of(&settings, background)?, settings: settings.clone() };
@@ -239,7 +243,7 @@ fn assemble(
     let sold_out = Arc::new(SoldOutFlags::new(Duration::from_millis(settings.sold_out_flag_ms)));
     let locks = LockClient::new(stock.connection(), background.clone());
     let homes = Arc::new(home::Homes::new(stock.clone()));
-    let releases = Arc::new(known_releases::Releases::new(stock.clone()));
+    background.spawn("releases refresh", releases.clone().refresh_every(background.shutdown().clone()));
     let limits_of_batches = batch::BatchLimits {
         max: settings.deduct_batch_max,
         queue_max: settings.deduct_queue_max,

@@ -27,7 +27,7 @@ use reconcile_error::source;
 pub use reconcile_error::ReconcileError;
 
 pub use judge::check;
-pub use release_books::{reconcile_release, CustomerUnits, ReleaseBooksError, ReleaseReport};
+pub use release_books::{reconcile_release, reconcile_releases, CustomerUnits, ReleaseBooksError, ReleaseReport};
 
 /// Every term of the invariant, and the verdict (`GET /admin/sales/{a}/{s}`
 /// answers it; `seckillctl reconcile --json` prints it).

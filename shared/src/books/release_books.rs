@@ -105,3 +105,15 @@ pub async fn reconcile_release(
         undercounted,
     })
 }
+
+/// The books of every declared release (the dashboard's).
+pub async fn reconcile_releases(stock: &Stock, db: &PgPool) -> Result<Vec<ReleaseReport>, ReleaseBooksError> {
+    let mut reports = Vec::new();
+    for activity in stock.releases().await? {
+        match reconcile_release(stock, db, activity).await {
+            Err(ReleaseBooksError::NotARelease(_)) => {}
+            other => reports.push(other?),
+        }
+    }
+    Ok(reports)
+}

@@ -11,6 +11,7 @@ pub mod pg_drain;
 pub mod pg_faults;
 mod pg_payments;
 mod pipeline;
+pub mod release;
 mod run;
 
 pub use pg_payments::payments_through;

@@ -171,8 +171,9 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
     let accepted: u64 = result.outcomes.get("202 QUEUED").copied().unwrap_or(0);
     let report = if args.reconcile {
         let reconcile_args = reconcile::Args {
-            activity: args.activity,
-            sku: args.sku,
+            activity: Some(args.activity),
+            sku: Some(args.sku),
+            release: None,
             wait_drain: Some(args.wait_drain),
             json: args.json,
         };

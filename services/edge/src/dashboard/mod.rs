@@ -38,6 +38,8 @@ pub struct Figures {
     pub edge: EdgeFigures,
     /// Every live sale's reconciliation.
     pub sales: Readout<Vec<Report>>,
+    /// Every release's books (a limit per customer across its sizes).
+    pub releases: Readout<Vec<seckill_shared::books::ReleaseReport>>,
     /// The consumer groups' lag and the dead letters.
     pub pipeline: Readout<PipelineFigures>,
     /// Records parked for an operator.
@@ -167,6 +169,7 @@ impl Dashboard {
             at_ms: chrono::Utc::now().timestamp_millis(),
             edge,
             sales: Readout::of(sales, "reconciliation"),
+            releases: Readout::of(seckill_shared::books::reconcile_releases(&self.stock, &self.db).await, "releases"),
             pipeline: Readout::of(pipeline, "kafka"),
             parked: Readout::of(seckill_shared::db::parked::count(&self.db).await, "postgresql"),
             dead_letters: Readout::of(

@@ -29,7 +29,7 @@ pub(super) struct ReleaseTake {
 /// (`nonce`: the order-to-be's): refused past the release's limit
 /// (`LIMIT_REACHED` naming the release), nothing kept.
 pub(super) async fn take(state: &Buyers, request: &OrderRequest, nonce: &str) -> Result<Option<ReleaseTake>, ApiError> {
-    if !state.releases.is_release(request.activity).await {
+    if !state.releases.is_release(request.activity) {
         return Ok(None);
     }
     let taken = ReleaseTake { activity: request.activity, take: TakeId::new(request.sku, nonce) };

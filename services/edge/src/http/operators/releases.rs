@@ -70,7 +70,7 @@ pub(crate) async fn declare(
         .declare_release(activity, body.per_customer_limit)
         .await
         .map_err(|error| ApiError::Unanswered { what: "Redis", cause: error.into() })?;
-    state.releases.forget(activity);
+    state.releases.declared(activity);
     tracing::info!(%activity, limit = body.per_customer_limit, "release declared");
     Ok(Json(body))
 }
