@@ -9,7 +9,7 @@ use seckill_e2e::http::{Client, Reply};
 use seckill_e2e::redis_cluster::{bring_back, fail_over, wait_slot_replicated};
 use seckill_e2e::{eventually, TestEnv, Topology};
 use seckill_shared::domain::{Limits, SaleKey};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +21,14 @@ fn release_slot(activity: i64) -> u16 {
 }
 
 /// Customers, 20 a wave, each ordering one unit of every size at once,
-/// until `stop`: every reply with its customer.
-async fn customers(clients: Arc<[Client; 2]>, sizes: Arc<Vec<SaleKey>>, stop: Arc<AtomicBool>) -> Vec<(i64, Reply)> {
+/// until `stop` (`waves` counts the waves done): every reply with its
+/// customer.
+async fn customers(
+    clients: Arc<[Client; 2]>,
+    sizes: Arc<Vec<SaleKey>>,
+    stop: Arc<AtomicBool>,
+    waves: Arc<AtomicUsize>,
+) -> Vec<(i64, Reply)> {
     let mut replies = Vec::new();
     let mut wave = 0;
     while !stop.load(Ordering::SeqCst) && wave < 60 {
@@ -39,6 +45,7 @@ async fn customers(clients: Arc<[Client; 2]>, sizes: Arc<Vec<SaleKey>>, stop: Ar
             .await;
         replies.extend(answers);
         wave += 1;
+        waves.store(wave as usize, Ordering::SeqCst);
     }
     replies
 }
@@ -62,21 +69,38 @@ async fn short_a_release_holds_its_limit_through_a_failover_of_its_slot() {
     wait_slot_replicated(slot).await;
 
     let clients = Arc::new([Client::new(edges[0].url()), Client::new(edges[1].url())]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = tokio::spawn(customers(clients, Arc::new(sizes.clone()), stop.clone()));
+    let (stop, waves) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let load = tokio::spawn(customers(clients, Arc::new(sizes.clone()), stop.clone(), waves.clone()));
     let (killed, promoted) = fail_over(slot, Duration::from_millis(500)).await;
     eprintln!("the release's primary :{killed} killed, :{promoted} promoted");
+    // The killed node back as the promoted one's replica (until then no
+    // take is confirmed: 503), and customers order on, three waves more.
+    tokio::task::spawn_blocking(bring_back).await.expect("up.sh");
+    wait_slot_replicated(slot).await;
+    let after = waves.load(Ordering::SeqCst) + 3;
+    eventually("three waves after the failover", Duration::from_secs(120), || async {
+        let done = waves.load(Ordering::SeqCst);
+        (done >= after).then_some(()).ok_or(format!("{done} of {after} waves"))
+    })
+    .await;
     stop.store(true, Ordering::SeqCst);
     let replies = load.await.unwrap();
-    bring_back();
 
     let queued: Vec<&str> = replies
         .iter()
-        .filter(|(_, r)| r.status == 202 && r.json["status"] == "QUEUED")
+        .filter(|(_, r)| r.status == 202 && r.code() == "QUEUED")
         .filter_map(|(_, r)| r.json["orderId"].as_str())
         .collect();
     let refused_by_release = replies.iter().filter(|(_, r)| r.json["release"].is_i64()).count();
-    eprintln!("{} replies, {} QUEUED, {refused_by_release} refused by the release", replies.len(), queued.len());
+    let mut answers = std::collections::BTreeMap::new();
+    for (_, reply) in &replies {
+        *answers.entry(format!("{} {}", reply.status.as_u16(), reply.code())).or_insert(0) += 1;
+    }
+    eprintln!(
+        "{} replies, {} QUEUED, {refused_by_release} refused by the release: {answers:?}",
+        replies.len(),
+        queued.len()
+    );
     assert!(!queued.is_empty() && refused_by_release > 0, "the load ordered and met the limit");
     // Every 202 QUEUED kept: written CREATED, none FAILED.
     eventually("every QUEUED order written", Duration::from_secs(120), || async {
