@@ -325,3 +325,59 @@ async fn an_edge_dead_before_its_keep_leaves_an_order_the_sweeper_keeps_or_fails
     assert!(report.consistent && report.takes_pending == 0, "{report:?}");
     let _ = settled(&env, sizes[0]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_rewarmed_under_an_order_gives_its_release_unit_back() {
+    let env = TestEnv::new().await;
+    let sizes = release_sizes(&env, 2, 5, one_each()).await;
+    let activity = sizes[0].activity;
+    let edge = env.spawn_edge(env.edge_settings()).await;
+    assert_eq!(declare(&Client::new(edge.console_url()), activity, 1).await.status, 200);
+    let client = Client::new(edge.url());
+    // Placed in round 1 (its record on the topic, nobody writing it yet),
+    // then the size warmed again over it: the order can never be round 2's.
+    let placed = order(&client, sizes[0], 51, 1).await;
+    assert_eq!(placed.status, 202, "{}", placed.text);
+    let order_id = seckill_shared::domain::OrderId::parse(placed.json["orderId"].as_str().unwrap()).unwrap();
+    env.warmup_limited(sizes[0], 5, 900, one_each()).await;
+    assert_error(&order(&client, sizes[1], 51, 1).await, 409, "LIMIT_REACHED", "its take counts meanwhile");
+    let _order = env.spawn_order(env.order_settings()).await;
+    let _compensator = env.spawn_compensator(env.compensator_settings()).await;
+    env.wait_status(&order_id, ("FAILED", Some("ROUND_REPLACED")), Duration::from_secs(60)).await;
+    eventually("the release's unit back", Duration::from_secs(60), || async {
+        match env.stock.release_held(activity).await.unwrap().get(&51) {
+            None => Ok(()),
+            held => Err(format!("{held:?}")),
+        }
+    })
+    .await;
+    assert_eq!(order(&client, sizes[1], 51, 1).await.status, 202, "the customer buys another size");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_take_whose_order_was_rolled_back_is_given_back_by_the_sweep() {
+    let env = TestEnv::new().await;
+    let sizes = release_sizes(&env, 1, 5, one_each()).await;
+    let activity = sizes[0].activity;
+    env.stock.declare_release(activity, 1).await.unwrap();
+    // An edge took, deducted and kept; its publish failed and its rollback
+    // landed, but it never heard so (202 UNCONFIRMED) and gave nothing back.
+    let (nonce, customer) = ("00000000000000d1", seckill_shared::domain::UserId::new(61).unwrap());
+    let take = TakeId::new(sizes[0].sku, nonce);
+    env.stock.release_take(activity, &take, customer, 1, Duration::from_secs(600)).await.unwrap();
+    let deduction = env.stock.deduct(sizes[0], customer, 1, nonce, Duration::from_secs(30)).await.unwrap();
+    let seckill_shared::stock::Deduction::Accepted { order_id, .. } = deduction else { panic!("{deduction:?}") };
+    assert!(env.stock.release_keep(&take, &order_id).await.unwrap());
+    let held = seckill_shared::domain::Holding::ONE;
+    let failed = seckill_shared::domain::FailReason::PublishFailed;
+    assert!(env.stock.rollback(&order_id, customer, held, failed, Duration::from_secs(30)).await.unwrap());
+    assert_eq!(env.stock.release_held(activity).await.unwrap().get(&61), Some(&1), "counted against them");
+    let _compensator = env.spawn_compensator(env.compensator_settings()).await;
+    eventually("the kept take given back", Duration::from_secs(30), || async {
+        match env.stock.release_held(activity).await.unwrap().get(&61) {
+            None => Ok(()),
+            held => Err(format!("{held:?}")),
+        }
+    })
+    .await;
+}

@@ -65,6 +65,8 @@ pub struct Sweeper {
     /// The last checkpoint (time in ms, the orders topic's high watermarks),
     /// waiting for the order group to commit past it.
     checkpoint: tokio::sync::Mutex<Option<(i64, BTreeMap<i32, i64>)>>,
+    /// Where each release's pages of kept takes stopped.
+    release_cursors: crate::release_sweep::Cursors,
 }
 
 /// What one sweep did.
@@ -91,7 +93,7 @@ impl Sweeper {
         let seat = FencedLock::new(locks, deps.db.clone(), deps.stock.keys().sweeper_lock(), lease);
         let kafka = settings.servers.kafka.clone();
         let producer = Renewing::new("reservation sweeper", move || kafka::producer(&kafka))?;
-        Ok(Self { settings, deps, seat, producer, checkpoint: Default::default() })
+        Ok(Self { settings, deps, seat, producer, checkpoint: Default::default(), release_cursors: Default::default() })
     }
 
     /// Its producer, for tests that make it fail.
@@ -144,7 +146,8 @@ impl Sweeper {
     pub async fn sweep_once(&self, fence: Fence<'_>) -> anyhow::Result<SweepReport> {
         // The releases' pending takes depend on no checkpoint: each is
         // decided in its release's slot against the keep it races.
-        let releases = crate::release_sweep::sweep_releases(&self.deps.stock, self.settings.sweeper.batch).await;
+        let batch = self.settings.sweeper.batch;
+        let releases = crate::release_sweep::sweep_releases(&self.deps.stock, batch, &self.release_cursors).await;
         if let Err(error) = releases {
             tracing::warn!(error = %format!("{error:#}"), "sweeping the releases failed; the next sweep tries again");
         }

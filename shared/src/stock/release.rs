@@ -253,6 +253,30 @@ impl Stock {
         Ok(candidates.filter_map(|id| OrderId::parse(&id).ok()).find(|id| super::keys::order_nonce(id) == nonce))
     }
 
+    /// A page of `activity`'s takes from `cursor` (`HSCAN`, about `count`
+    /// a page): the cursor of the next page (0: the last page) and the
+    /// takes kept for orders, each with its order's status in Redis (`None`
+    /// when Redis no longer holds the order).
+    pub async fn kept_takes_page(
+        &self,
+        activity: ActivityId,
+        cursor: u64,
+        count: usize,
+    ) -> Result<(u64, Vec<(TakeId, OrderId, Option<crate::domain::OrderStatus>)>), RedisCallError> {
+        let mut conn = self.conn.clone();
+        let mut scan = redis::cmd("HSCAN");
+        scan.arg(&self.keys.release(activity).takes).arg(cursor).arg("COUNT").arg(count);
+        let (next, flat): (u64, Vec<String>) = self.conn.bounded(scan.query_async(&mut conn)).await?;
+        let mut kept = Vec::new();
+        for pair in flat.chunks_exact(2) {
+            if let Some(order_id) = TakeValue::parse(&pair[1]).and_then(|take| take.order_id) {
+                let status = self.order_state(&order_id).await?.map(|state| state.status);
+                kept.push((TakeId(pair[0].clone()), order_id, status));
+            }
+        }
+        Ok((next, kept))
+    }
+
     /// The units each customer holds in `activity`'s release, as its takes
     /// count them (pending ones included).
     pub async fn release_held(&self, activity: ActivityId) -> Result<BTreeMap<i64, i64>, RedisCallError> {
