@@ -8,7 +8,7 @@ use futures::StreamExt;
 use seckill_e2e::http::{Client, Reply};
 use seckill_e2e::redis_cluster::{bring_back, fail_over, wait_slot_replicated};
 use seckill_e2e::{eventually, TestEnv, Topology};
-use seckill_shared::domain::{Limits, SaleKey};
+use seckill_shared::domain::{ActivityId, Limits, SaleKey};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,6 +86,13 @@ async fn short_a_release_holds_its_limit_through_a_failover_of_its_slot() {
     stop.store(true, Ordering::SeqCst);
     let replies = load.await.unwrap();
 
+    judge(&env, sizes[0].activity, &replies).await;
+    wait_slot_replicated(slot).await;
+}
+
+/// Every 202 `QUEUED` written CREATED (none FAILED), no customer above the
+/// release's two across its sizes, the release's books consistent.
+async fn judge(env: &TestEnv, activity: ActivityId, replies: &[(i64, Reply)]) {
     let queued: Vec<&str> = replies
         .iter()
         .filter(|(_, r)| r.status == 202 && r.code() == "QUEUED")
@@ -122,15 +129,14 @@ async fn short_a_release_holds_its_limit_through_a_failover_of_its_slot() {
         "SELECT max(n)::bigint FROM (SELECT sum(quantity) AS n FROM orders
           WHERE activity_id = $1 AND status IN ('CREATED', 'PAID') GROUP BY user_id) per_customer",
     )
-    .bind(activity)
+    .bind(activity.get())
     .fetch_one(&env.db)
     .await
     .unwrap();
     assert!(most.is_some_and(|most| most <= 2), "a customer holds {most:?} units of a release of two");
     let report = eventually("the release's books", Duration::from_secs(60), || async {
-        let report = seckill_shared::books::reconcile_release(&env.stock, &env.db, sizes[0].activity)
-            .await
-            .map_err(|e| e.to_string())?;
+        let report =
+            seckill_shared::books::reconcile_release(&env.stock, &env.db, activity).await.map_err(|e| e.to_string())?;
         if report.consistent {
             Ok(report)
         } else {
@@ -139,5 +145,4 @@ async fn short_a_release_holds_its_limit_through_a_failover_of_its_slot() {
     })
     .await;
     eprintln!("release books: {report:?}");
-    wait_slot_replicated(slot).await;
 }
