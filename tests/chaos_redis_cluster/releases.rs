@@ -100,7 +100,7 @@ async fn judge(env: &TestEnv, activity: ActivityId, replies: &[(i64, Reply)]) {
         .collect();
     let refused_by_release = replies.iter().filter(|(_, r)| r.json["release"].is_i64()).count();
     let mut answers = std::collections::BTreeMap::new();
-    for (_, reply) in &replies {
+    for (_, reply) in replies {
         *answers.entry(format!("{} {}", reply.status.as_u16(), reply.code())).or_insert(0) += 1;
     }
     eprintln!(
