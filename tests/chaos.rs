@@ -105,7 +105,7 @@ async fn chaos() {
     // `make chaos-redis-cluster` and `make chaos-cluster`.
     let release = release_through_faults(
         seckill_e2e::Topology::Single,
-        "12 a release of 4 sizes, limit 2: kill -9 edge twice, order service, compensator; Redis paused 3 s",
+        "13 a release of 4 sizes, limit 2: kill -9 edge twice, order service, compensator; Redis paused 3 s",
         400,
         &[
             Fault::KillEdge,

@@ -200,7 +200,7 @@ async fn orders_of_one_to_three_units_across_sizes_never_pass_four() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancelled_pair_gives_the_release_back_and_the_customer_buys_another_size() {
+async fn a_cancelled_or_expired_pair_gives_the_release_back_and_the_customer_buys_another_size() {
     let env = TestEnv::new().await;
     let sizes = release_sizes(&env, 3, 5, one_each()).await;
     let activity = sizes[0].activity;
@@ -211,6 +211,20 @@ async fn a_cancelled_pair_gives_the_release_back_and_the_customer_buys_another_s
 
     let order_id = crate::lifecycle::created_order(&client, sizes[0], 9).await;
     assert_error(&order(&client, sizes[1], 9, 1).await, 409, "LIMIT_REACHED", "one per customer");
+    // Another customer's pair is not paid within its window (2 s, size 3):
+    // cancelled at its deadline, its release unit back with its size's.
+    env.warmup_limited(sizes[2], 5, 2, one_each()).await;
+    let _compensator = env.spawn_compensator(env.compensator_settings()).await;
+    let unpaid = crate::lifecycle::created_order(&client, sizes[2], 10).await;
+    let unpaid = seckill_shared::domain::OrderId::parse(&unpaid).unwrap();
+    env.wait_status(&unpaid, ("CANCELLED", Some("EXPIRED")), Duration::from_secs(60)).await;
+    eventually("the expired pair's release unit back", Duration::from_secs(30), || async {
+        match env.stock.release_held(activity).await.unwrap().get(&10) {
+            None => Ok(()),
+            held => Err(format!("{held:?}")),
+        }
+    })
+    .await;
     let cancelled = post(&client, &order_id, "cancel", 9, None).await;
     assert_eq!(cancelled.status, 200, "{}", cancelled.text);
     assert_eq!(env.stock.release_held(activity).await.unwrap().get(&9), None, "the release's unit is back");
