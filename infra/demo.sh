@@ -229,7 +229,7 @@ echo "== a release: 14 sizes (each its own SKU), one pair per customer across th
 for size in $(seq 3001 3014); do "$CTL" warmup --activity 1009 --sku "$size" --stock 20 --force >/dev/null; done
 python3 "$ROOT/infra/demo_release.py" "$EDGE" 1009 3001 14 60
 "$CTL" reconcile --release 1009 >"$LOGS/demo-release-reconcile.txt" || { cat "$LOGS/demo-release-reconcile.txt"; exit 1; }
-grep -E '^(limit per customer|customers|most one customer holds|customers over the limit|verdict)' "$LOGS/demo-release-reconcile.txt"
+grep -E '^(limit per customer|customers|most one customer holds|units|customers over the limit|verdict)' "$LOGS/demo-release-reconcile.txt"
 
 echo
 echo "== a redrive: a bad release refuses every fifth buyer's order; once rolled back, they get it again"

@@ -54,7 +54,15 @@ fn print(report: &ReleaseReport, json: bool) {
         ("limit per customer", report.per_customer_limit.to_string()),
         ("customers (postgresql)", report.customers.to_string()),
         ("most one customer holds", report.most_held.to_string()),
-        ("units the takes count (redis)", report.units_taken.to_string()),
+        ("units in live orders", report.units_in_orders.to_string()),
+        (
+            "units the takes count (redis)",
+            format!(
+                "{} ({} not in live orders yet: in flight, or takes pending)",
+                report.units_taken,
+                report.units_taken - report.units_in_orders
+            ),
+        ),
         ("  of takes still pending", report.takes_pending.to_string()),
         ("customers over the limit", report.over_limit.len().to_string()),
         ("customers undercounted", report.undercounted.len().to_string()),

@@ -206,7 +206,8 @@ function releaseCard(release) {
     ["limit per customer", release.perCustomerLimit, "release-limit"],
     ["customers with orders", release.customers, "release-customers"],
     ["most one customer holds", release.mostHeld, "release-most"],
-    ["units taken / takes pending", `${number(release.unitsTaken)} / ${number(release.takesPending)}`, "release-taken"],
+    ["units in live orders / taken", `${number(release.unitsInOrders)} / ${number(release.unitsTaken)}`, "release-units"],
+    ["takes pending", release.takesPending, "release-pending"],
     ["customers over the limit", release.overLimit.length, "release-over"],
     ["customers undercounted", release.undercounted.length, "release-undercounted"],
   ];

@@ -37,7 +37,11 @@ pub struct ReleaseReport {
     pub customers: i64,
     /// The most units one customer holds in live orders (PostgreSQL).
     pub most_held: i64,
-    /// Units the takes count (Redis), pending ones included.
+    /// Units the live orders hold (PostgreSQL).
+    pub units_in_orders: i64,
+    /// Units the takes count (Redis), pending ones included: more than
+    /// `unitsInOrders` by the orders not written yet (in flight) and the
+    /// takes pending or not given back yet.
     pub units_taken: i64,
     /// Takes whose order is not yet known to be made (the sweep gives
     /// those whose order never came back within its bound).
@@ -98,6 +102,7 @@ pub async fn reconcile_release(
         per_customer_limit: limit,
         customers: in_orders.len() as i64,
         most_held: in_orders.values().copied().max().unwrap_or(0),
+        units_in_orders: in_orders.values().sum(),
         units_taken: taken.values().sum(),
         takes_pending: takes.iter().filter(|(_, take)| take.order_id.is_none()).count() as i64,
         consistent: over_limit.is_empty() && undercounted.is_empty(),
