@@ -196,7 +196,7 @@ chaos-cluster: cluster-up build-deps
 # services' last warnings, which a backtrace would push out of a CI excerpt.
 chaos-cluster-short: cluster-up build-deps
 	$(CARGO) build --workspace --bins
-	RUST_BACKTRACE=0 $(CARGO) test --features chaos-cluster --test chaos_cluster -- --nocapture --test-threads=1 --exact chaos_cluster_short chaos_cluster_short_draw
+	RUST_BACKTRACE=0 $(CARGO) test --features chaos-cluster --test chaos_cluster -- --nocapture --test-threads=1 --exact chaos_cluster_short chaos_cluster_short_draw chaos_cluster_short_release
 
 # The Redis Cluster topology (infra/local/redis_cluster.sh): the single
 # Kafka and PostgreSQL, a Redis Cluster of three primaries with a replica

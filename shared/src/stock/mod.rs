@@ -33,9 +33,9 @@ pub use deduct::{DeductCall, DeductRequest, Deduction, MAX_DEDUCT_BATCH};
 pub use directory::{home_index, Directory, MAX_BUCKETS};
 pub use keys::{Bucket, KeyLayout, QueueKeys, ReleaseKeys, SaleKeys, SaleLock};
 pub use lend::{Finished, Lent, LoggedTransfer, Received, Transfer};
-pub use release::{Take, TakeId, TakeValue};
+pub use release::{Take, TakeId};
 pub use snapshot::{BucketState, SaleSnapshot, SweepMark};
-pub use values::{OrderState, ReservationTrace, TicketValue};
+pub use values::{OrderState, ReservationTrace, TakeValue, TicketValue};
 pub use void::Voided;
 
 use crate::config::RedisSettings;

@@ -16,6 +16,7 @@
 //! is rolled back instead of published). Until then a take counts against
 //! its customer, never for them.
 
+use super::values::TakeValue;
 use super::Stock;
 use crate::domain::{ActivityId, OrderId, SaleKey, SkuId, UserId};
 use crate::stock::conn::RedisCallError;
@@ -65,35 +66,6 @@ pub enum Take {
     Taken { held: i64, limit: i64 },
     /// The user's units plus those asked pass the limit: nothing taken.
     LimitReached { held: i64, limit: i64 },
-}
-
-/// A take's entry as `lua/release_take.lua` writes it:
-/// `user|quantity|state|order id|at_ms`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TakeValue {
-    pub user: UserId,
-    pub quantity: i64,
-    /// Its order made (the order's id), or still pending (`None`).
-    pub order_id: Option<OrderId>,
-}
-
-impl TakeValue {
-    /// The fields a take's value has.
-    pub const FIELDS: usize = 5;
-
-    /// Parses a take's value.
-    pub fn parse(value: &str) -> Option<Self> {
-        let fields: Vec<&str> = value.split('|').collect();
-        let [user, quantity, state, order, _at] = fields[..] else { return None };
-        Some(Self {
-            user: UserId::new(user.parse().ok()?).ok()?,
-            quantity: quantity.parse().ok()?,
-            order_id: match state {
-                "K" => Some(OrderId::parse(order).ok()?),
-                _ => None,
-            },
-        })
-    }
 }
 
 impl Stock {
@@ -320,14 +292,5 @@ mod tests {
         assert_eq!(TakeId::of_order(&order).as_str(), "9:00000000deadbeef");
         assert_eq!(TakeId::new(SkuId::new(9).unwrap(), "00000000deadbeef"), TakeId::of_order(&order));
         assert_eq!(TakeId::of_order(&order).parts(), Some((9, "00000000deadbeef")));
-    }
-
-    #[test]
-    fn a_take_value_reads_its_state() {
-        let pending = TakeValue::parse("5|2|P||100").unwrap();
-        assert_eq!((pending.user.get(), pending.quantity, pending.order_id), (5, 2, None));
-        let kept = TakeValue::parse("5|1|K|7-9-12-00000000deadbeef|100").unwrap();
-        assert_eq!(kept.order_id.unwrap().as_str(), "7-9-12-00000000deadbeef");
-        assert!(TakeValue::parse("5|1|K|100").is_none());
     }
 }

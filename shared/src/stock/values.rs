@@ -2,10 +2,10 @@
 //! each with the one function that parses it (and, where the services
 //! write it too, the one that writes it), beside the protocol
 //! ([`super::protocol`]): an order's state, a reservation's trace, a
-//! waiting room's ticket. (A logged move between buckets is read by
+//! waiting room's ticket, a release's take. (A logged move between buckets is read by
 //! `lend.rs`'s `parse_logged`, beside the log's other steps.)
 
-use crate::domain::{Holding, OrderStatus};
+use crate::domain::{Holding, OrderId, OrderStatus, UserId};
 use crate::stock::protocol::TicketState;
 
 /// What Redis knows of one order.
@@ -118,6 +118,35 @@ impl TicketValue {
     }
 }
 
+/// A take's entry as `lua/release_take.lua` writes it:
+/// `user|quantity|state|order id|at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakeValue {
+    pub user: UserId,
+    pub quantity: i64,
+    /// Its order made (the order's id), or still pending (`None`).
+    pub order_id: Option<OrderId>,
+}
+
+impl TakeValue {
+    /// The fields a take's value has.
+    pub const FIELDS: usize = 5;
+
+    /// Parses a take's value.
+    pub fn parse(value: &str) -> Option<Self> {
+        let fields: Vec<&str> = value.split('|').collect();
+        let [user, quantity, state, order, _at] = fields[..] else { return None };
+        Some(Self {
+            user: UserId::new(user.parse().ok()?).ok()?,
+            quantity: quantity.parse().ok()?,
+            order_id: match state {
+                "K" => Some(OrderId::parse(order).ok()?),
+                _ => None,
+            },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +181,14 @@ mod tests {
         assert_eq!(TicketValue::parse("7|W|0|0|0").unwrap().state, Some(TicketState::Waiting));
         assert_eq!(TicketValue::parse("7|Q").unwrap().state, None, "a letter no state has");
         assert_eq!(TicketValue::parse("x|W|0|0|0"), None, "no user id");
+    }
+
+    #[test]
+    fn a_take_value_reads_its_state() {
+        let pending = TakeValue::parse("5|2|P||100").unwrap();
+        assert_eq!((pending.user.get(), pending.quantity, pending.order_id), (5, 2, None));
+        let kept = TakeValue::parse("5|1|K|7-9-12-00000000deadbeef|100").unwrap();
+        assert_eq!(kept.order_id.unwrap().as_str(), "7-9-12-00000000deadbeef");
+        assert!(TakeValue::parse("5|1|K|100").is_none());
     }
 }
