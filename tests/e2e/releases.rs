@@ -71,6 +71,18 @@ async fn until_held(client: &Client, size: SaleKey, limit: u32) {
     .await;
 }
 
+/// Waits (a minute at most) until `customer` holds nothing in `activity`'s
+/// release: `what` gave it back.
+async fn given_back(env: &TestEnv, activity: ActivityId, customer: i64, what: &str) {
+    eventually(what, Duration::from_secs(60), || async {
+        match env.stock.release_held(activity).await.unwrap().get(&customer) {
+            None => Ok(()),
+            held => Err(format!("{held:?} still taken")),
+        }
+    })
+    .await;
+}
+
 fn one_each() -> Limits {
     Limits { per_user_limit: 1, max_per_order: 1 }
 }
@@ -218,13 +230,7 @@ async fn a_cancelled_or_expired_pair_gives_the_release_back_and_the_customer_buy
     let unpaid = crate::lifecycle::created_order(&client, sizes[2], 10).await;
     let unpaid = seckill_shared::domain::OrderId::parse(&unpaid).unwrap();
     env.wait_status(&unpaid, ("CANCELLED", Some("EXPIRED")), Duration::from_secs(60)).await;
-    eventually("the expired pair's release unit back", Duration::from_secs(30), || async {
-        match env.stock.release_held(activity).await.unwrap().get(&10) {
-            None => Ok(()),
-            held => Err(format!("{held:?}")),
-        }
-    })
-    .await;
+    given_back(&env, activity, 10, "the expired pair's release unit back").await;
     let cancelled = post(&client, &order_id, "cancel", 9, None).await;
     assert_eq!(cancelled.status, 200, "{}", cancelled.text);
     assert_eq!(env.stock.release_held(activity).await.unwrap().get(&9), None, "the release's unit is back");
@@ -249,13 +255,7 @@ async fn a_take_whose_order_never_came_is_given_back_by_the_sweep() {
     let refused = env.stock.release_take(activity, &TakeId::new(sizes[1].sku, "bb"), user, 1, Duration::ZERO).await;
     assert!(matches!(refused, Ok(seckill_shared::stock::Take::LimitReached { .. })), "counts against them meanwhile");
     let _compensator = env.spawn_compensator(env.compensator_settings()).await;
-    eventually("the sweep gave the take back", Duration::from_secs(30), || async {
-        match env.stock.release_held(activity).await.unwrap().get(&11) {
-            None => Ok(()),
-            Some(units) => Err(format!("{units} still taken")),
-        }
-    })
-    .await;
+    given_back(&env, activity, 11, "the sweep gave the take back").await;
     // Once: the customer may buy now, and the take is not given twice.
     let edge = env.spawn_edge(env.edge_settings()).await;
     assert_eq!(order(&Client::new(edge.url()), sizes[1], 11, 1).await.status, 202);
@@ -358,13 +358,7 @@ async fn a_round_rewarmed_under_an_order_gives_its_release_unit_back() {
     let _order = env.spawn_order(env.order_settings()).await;
     let _compensator = env.spawn_compensator(env.compensator_settings()).await;
     env.wait_status(&order_id, ("FAILED", Some("ROUND_REPLACED")), Duration::from_secs(60)).await;
-    eventually("the release's unit back", Duration::from_secs(60), || async {
-        match env.stock.release_held(activity).await.unwrap().get(&51) {
-            None => Ok(()),
-            held => Err(format!("{held:?}")),
-        }
-    })
-    .await;
+    given_back(&env, activity, 51, "the release's unit back").await;
     assert_eq!(order(&client, sizes[1], 51, 1).await.status, 202, "the customer buys another size");
 }
 
@@ -387,11 +381,5 @@ async fn a_kept_take_whose_order_was_rolled_back_is_given_back_by_the_sweep() {
     assert!(env.stock.rollback(&order_id, customer, held, failed, Duration::from_secs(30)).await.unwrap());
     assert_eq!(env.stock.release_held(activity).await.unwrap().get(&61), Some(&1), "counted against them");
     let _compensator = env.spawn_compensator(env.compensator_settings()).await;
-    eventually("the kept take given back", Duration::from_secs(30), || async {
-        match env.stock.release_held(activity).await.unwrap().get(&61) {
-            None => Ok(()),
-            held => Err(format!("{held:?}")),
-        }
-    })
-    .await;
+    given_back(&env, activity, 61, "the kept take given back").await;
 }

@@ -74,7 +74,7 @@ pub async fn reconcile_release(
     activity: ActivityId,
 ) -> Result<ReleaseReport, ReleaseBooksError> {
     let limit = stock.release_limit(activity).await?.ok_or(ReleaseBooksError::NotARelease(activity.get()))?;
-    let takes = stock.release_takes(activity).await?;
+    let takes_pending = stock.takes_pending(activity).await?;
     let taken = stock.release_held(activity).await?;
     let rows = sqlx::query!(
         r#"SELECT user_id, sum(quantity)::bigint AS "units!" FROM orders
@@ -104,7 +104,7 @@ pub async fn reconcile_release(
         most_held: in_orders.values().copied().max().unwrap_or(0),
         units_in_orders: in_orders.values().sum(),
         units_taken: taken.values().sum(),
-        takes_pending: takes.iter().filter(|(_, take)| take.order_id.is_none()).count() as i64,
+        takes_pending,
         consistent: over_limit.is_empty() && undercounted.is_empty(),
         over_limit,
         undercounted,

@@ -256,11 +256,11 @@ impl Stock {
         self.conn.bounded(conn.hgetall(&self.keys.release(activity).held)).await
     }
 
-    /// Every take of `activity`'s release.
-    pub async fn release_takes(&self, activity: ActivityId) -> Result<Vec<(TakeId, TakeValue)>, RedisCallError> {
+    /// How many of `activity`'s takes are pending (their order not yet
+    /// known to be made): the pending set's size.
+    pub async fn takes_pending(&self, activity: ActivityId) -> Result<i64, RedisCallError> {
         let mut conn = self.conn.clone();
-        let all: BTreeMap<String, String> = self.conn.bounded(conn.hgetall(&self.keys.release(activity).takes)).await?;
-        Ok(all.into_iter().filter_map(|(id, value)| Some((TakeId(id), TakeValue::parse(&value)?))).collect())
+        self.conn.bounded(conn.zcard(&self.keys.release(activity).pending)).await
     }
 
     /// One release script, confirmed by the replicas a deduction must be
