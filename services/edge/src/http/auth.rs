@@ -2,7 +2,7 @@
 //! ([`crate::identity`]: a JWT or the gateway's header) that must name the
 //! user the request acts for.
 
-use super::error::ApiError;
+use super::errors::RequestError;
 use super::operators::session::Sessions;
 use super::state::Users;
 use crate::identity::bearer;
@@ -16,28 +16,35 @@ use std::net::SocketAddr;
 
 /// Refuses the request unless it carries `Authorization: Bearer <admin token>`.
 /// With no admin token configured, the admin API refuses everything.
-pub fn require_admin(settings: &Settings, headers: &HeaderMap) -> Result<(), ApiError> {
-    check_admin_token(settings, bearer(headers).ok_or_else(|| ApiError::Unauthorized("missing bearer token".into()))?)
+pub fn require_admin(settings: &Settings, headers: &HeaderMap) -> Result<(), RequestError> {
+    check_admin_token(
+        settings,
+        bearer(headers).ok_or_else(|| RequestError::Unauthorized("missing bearer token".into()))?,
+    )
 }
 
 /// Whether `given` is the admin token (compared in constant time); with
 /// no admin token configured, nothing is.
-pub fn check_admin_token(settings: &Settings, given: &str) -> Result<(), ApiError> {
+pub fn check_admin_token(settings: &Settings, given: &str) -> Result<(), RequestError> {
     let Some(expected) =
         settings.admin_token.as_ref().map(seckill_shared::config::Secret::expose).filter(|t| !t.is_empty())
     else {
-        return Err(ApiError::Unauthorized("the admin API is disabled (SECKILL_ADMIN_TOKEN is not set)".into()));
+        return Err(RequestError::Unauthorized("the admin API is disabled (SECKILL_ADMIN_TOKEN is not set)".into()));
     };
     if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
         Ok(())
     } else {
-        Err(ApiError::Unauthorized("invalid admin token".into()))
+        Err(RequestError::Unauthorized("invalid admin token".into()))
     }
 }
 
 /// Admin routes a browser reads: the dashboard's session cookie, or the
 /// admin bearer token.
-pub fn require_admin_or_session(settings: &Settings, sessions: &Sessions, headers: &HeaderMap) -> Result<(), ApiError> {
+pub fn require_admin_or_session(
+    settings: &Settings,
+    sessions: &Sessions,
+    headers: &HeaderMap,
+) -> Result<(), RequestError> {
     if sessions.is_signed_in(headers) {
         return Ok(());
     }
@@ -46,9 +53,9 @@ pub fn require_admin_or_session(settings: &Settings, sessions: &Sessions, header
 
 /// The user the request is for: `None` when no identity is configured,
 /// 401 when one is and the request names no user it can prove.
-pub fn caller(users: &Users, headers: &HeaderMap) -> Result<Option<UserId>, ApiError> {
+pub fn caller(users: &Users, headers: &HeaderMap) -> Result<Option<UserId>, RequestError> {
     let Some(identity) = users.identity.as_deref() else { return Ok(None) };
-    identity.user(&users.settings, headers).map(Some).map_err(|refused| ApiError::Unauthorized(refused.to_string()))
+    identity.user(&users.settings, headers).map(Some).map_err(|refused| RequestError::Unauthorized(refused.to_string()))
 }
 
 /// In gateway mode (the only mode it is layered in: `super::router`), a
@@ -67,9 +74,9 @@ pub async fn gateway_header_from_trusted_proxies(
 }
 
 /// When user auth is on, checks the JWT and that its `sub` is `user`.
-pub fn require_user(users: &Users, headers: &HeaderMap, user: UserId) -> Result<(), ApiError> {
+pub fn require_user(users: &Users, headers: &HeaderMap, user: UserId) -> Result<(), RequestError> {
     match caller(users, headers)? {
-        Some(subject) if subject != user => Err(ApiError::Forbidden("the token is for another user".into())),
+        Some(subject) if subject != user => Err(RequestError::Forbidden("the token is for another user".into())),
         _ => Ok(()),
     }
 }
@@ -77,9 +84,9 @@ pub fn require_user(users: &Users, headers: &HeaderMap, user: UserId) -> Result<
 /// Whether the request may act for `user` where acting for someone else
 /// would do harm (cancel an order, read orders by user id): the JWT names
 /// `user`; with no identity configured, only under `auth.allow_anonymous`.
-pub fn require_identity(users: &Users, headers: &HeaderMap, user: UserId) -> Result<(), ApiError> {
+pub fn require_identity(users: &Users, headers: &HeaderMap, user: UserId) -> Result<(), RequestError> {
     if !identified(users) {
-        return Err(ApiError::Unauthorized(
+        return Err(RequestError::Unauthorized(
             "no user identity is configured: this needs a user token (or auth.allow_anonymous)".into(),
         ));
     }

@@ -3,9 +3,9 @@
 //! and must not place an order), within the configured limit (413 over it),
 //! received within `connections.body_timeout_ms` (408 otherwise: hyper then
 //! closes the connection, its body unread), of the expected shape (400
-//! otherwise), every refusal an [`ApiError`].
+//! otherwise), every refusal an [`RequestError`].
 
-use super::error::ApiError;
+use super::errors::RequestError;
 use super::state::BodyLimits;
 use axum::body::Bytes;
 use axum::extract::{FromRef, FromRequest, Request};
@@ -17,25 +17,25 @@ pub struct JsonBody<T>(pub T);
 /// How a type is read from a JSON body.
 pub trait FromJsonBody: Sized {
     /// Parses `bytes`; a refusal names what is wrong.
-    fn from_json(bytes: &[u8]) -> Result<Self, ApiError>;
+    fn from_json(bytes: &[u8]) -> Result<Self, RequestError>;
 }
 
 impl<S: Send + Sync, T: FromJsonBody> FromRequest<S> for JsonBody<T>
 where
     BodyLimits: FromRef<S>,
 {
-    type Rejection = ApiError;
+    type Rejection = RequestError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(request: Request, state: &S) -> Result<Self, RequestError> {
         let limits = BodyLimits::from_ref(state);
         let content_type = request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
         if !content_type.is_some_and(is_json) {
-            return Err(ApiError::UnsupportedMediaType(content_type.unwrap_or("none").chars().take(64).collect()));
+            return Err(RequestError::UnsupportedMediaType(content_type.unwrap_or("none").chars().take(64).collect()));
         }
         let deadline = limits.deadline;
         let bytes = tokio::time::timeout(deadline, read(request, limits.max_bytes))
             .await
-            .map_err(|_| ApiError::RequestTimeout(deadline))??;
+            .map_err(|_| RequestError::RequestTimeout(deadline))??;
         T::from_json(&bytes).map(JsonBody)
     }
 }
@@ -47,12 +47,12 @@ fn is_json(content_type: &str) -> bool {
 }
 
 /// Parses with serde (derived types: the admin API).
-pub fn from_serde<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| ApiError::InvalidRequest(format!("request body: {e}")))
+pub fn from_serde<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, RequestError> {
+    serde_json::from_slice(bytes).map_err(|e| RequestError::InvalidRequest(format!("request body: {e}")))
 }
 
 /// Reads the body within `limit`: 413 over it, 400 when it cannot be read.
-async fn read(request: Request, limit: usize) -> Result<Bytes, ApiError> {
+async fn read(request: Request, limit: usize) -> Result<Bytes, RequestError> {
     axum::body::to_bytes(request.into_body(), limit).await.map_err(|error| {
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
         let mut too_large = false;
@@ -61,9 +61,9 @@ async fn read(request: Request, limit: usize) -> Result<Bytes, ApiError> {
             source = current.source();
         }
         if too_large {
-            ApiError::PayloadTooLarge(limit)
+            RequestError::PayloadTooLarge(limit)
         } else {
-            ApiError::InvalidRequest(format!("could not read the request body: {error}"))
+            RequestError::InvalidRequest(format!("could not read the request body: {error}"))
         }
     })
 }

@@ -11,7 +11,7 @@
 mod auth;
 pub mod bodies;
 pub mod buyers;
-pub(crate) mod error;
+pub(crate) mod errors;
 mod extract;
 mod health;
 mod observe;
@@ -27,7 +27,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::BoxError;
 use axum::Router;
-use error::ApiError;
+use errors::RequestError;
 use state::Edge;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::ServiceBuilder;
@@ -45,13 +45,13 @@ pub fn public_router(edge: Edge) -> Router {
         "connections.max_in_flight",
     );
     let rooms = if settings.console_shares_address() { rooms.merge(console(&edge)) } else { rooms };
-    let method_not_allowed = || async { ApiError::MethodNotAllowed };
+    let method_not_allowed = || async { RequestError::MethodNotAllowed };
     finish(rooms.merge(health::router().method_not_allowed_fallback(method_not_allowed)).merge(openapi::router()), edge)
 }
 
 /// The router of `admin_addr`: the operators' routes and the probes.
 pub fn console_router(edge: Edge) -> Router {
-    let method_not_allowed = || async { ApiError::MethodNotAllowed };
+    let method_not_allowed = || async { RequestError::MethodNotAllowed };
     finish(console(&edge).merge(health::probes().method_not_allowed_fallback(method_not_allowed)), edge)
 }
 
@@ -65,7 +65,7 @@ fn within(routes: Router<Edge>, max: usize, setting: &'static str) -> Router<Edg
     routes.layer(
         ServiceBuilder::new()
             .layer(HandleErrorLayer::new(move |_: BoxError| async move {
-                ApiError::TryAgain(anyhow::anyhow!("the edge is at {setting}"))
+                RequestError::TryAgain(anyhow::anyhow!("the edge is at {setting}"))
             }))
             .load_shed()
             .layer(GlobalConcurrencyLimitLayer::new(max)),
@@ -77,7 +77,7 @@ fn within(routes: Router<Edge>, max: usize, setting: &'static str) -> Router<Edg
 /// contract's body), so axum's default limit must not answer first.
 fn finish(routes: Router<Edge>, edge: Edge) -> Router {
     routes
-        .fallback(|| async { ApiError::NotFound })
+        .fallback(|| async { RequestError::NotFound })
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(observe::observe))
         .with_state(edge)

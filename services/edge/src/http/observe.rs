@@ -5,7 +5,7 @@
 //! carries both (and the order id once one is minted), the latency metric,
 //! and the one log line of a failed request.
 
-use super::error::ErrorDetail;
+use super::errors::ErrorDetail;
 use crate::client_addr::FromTrustedProxy;
 use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue};

@@ -4,12 +4,11 @@
 use super::order::status_body;
 use crate::http::auth;
 use crate::http::bodies::{ErrorBody, OrderOwnerBody, OrderStatusBody};
-use crate::http::error::ApiError;
+use crate::http::errors::{BuyerError, RequestError};
 use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
 use crate::http::state::Buyers;
 use crate::http::state::Edge;
-use crate::ledger::{self, PaymentError};
-use crate::lookup::LookupError;
+use crate::ledger;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
@@ -23,31 +22,24 @@ pub fn router() -> Router<Edge> {
 }
 
 impl FromJsonBody for OrderOwnerBody {
-    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+    fn from_json(bytes: &[u8]) -> Result<Self, RequestError> {
         from_serde(bytes)
     }
 }
 
 /// The checks the route makes first: the token (when user auth is on)
 /// names the body's user, the per-user limit, a well-formed order id.
-fn admit(state: &Buyers, headers: &HeaderMap, raw: &str, body: &OrderOwnerBody) -> Result<(OrderId, UserId), ApiError> {
-    let user = UserId::new(body.user_id).map_err(ApiError::invalid)?;
+fn admit(
+    state: &Buyers,
+    headers: &HeaderMap,
+    raw: &str,
+    body: &OrderOwnerBody,
+) -> Result<(OrderId, UserId), BuyerError> {
+    let user = UserId::new(body.user_id).map_err(BuyerError::invalid)?;
     auth::require_identity(&state.users, headers, user)?;
-    state.limits.check(user).map_err(ApiError::RateLimited)?;
-    let order_id = OrderId::parse(raw).map_err(ApiError::invalid)?;
+    state.limits.check(user).map_err(RequestError::RateLimited)?;
+    let order_id = OrderId::parse(raw).map_err(BuyerError::invalid)?;
     Ok((order_id, user))
-}
-
-pub(crate) fn refusal(error: PaymentError) -> ApiError {
-    match error {
-        PaymentError::NotFound | PaymentError::Lookup(LookupError::NotFound) => ApiError::OrderNotFound,
-        PaymentError::Pending => ApiError::OrderPending,
-        PaymentError::NotOwner => ApiError::Forbidden("the order is another user's".into()),
-        PaymentError::AlreadyPaid => ApiError::AlreadyPaid,
-        PaymentError::PaymentConflict(_) => ApiError::PaymentConflict,
-        PaymentError::Failed(reason) => ApiError::OrderFailed(reason),
-        unavailable @ (PaymentError::Lookup(_) | PaymentError::Db(_)) => ApiError::TryAgain(unavailable.into()),
-    }
 }
 
 /// Cancels a CREATED order; its unit goes back on sale.
@@ -76,10 +68,11 @@ pub(crate) async fn cancel(
     headers: HeaderMap,
     Path(raw): Path<String>,
     JsonBody(body): JsonBody<OrderOwnerBody>,
-) -> Result<Json<OrderStatusBody>, ApiError> {
+) -> Result<Json<OrderStatusBody>, BuyerError> {
     let (order_id, user) = admit(&state, &headers, &raw, &body)?;
-    let view =
-        within(state.db_deadline(), ledger::cancel(&state.stock, &state.db, &order_id, user)).await.map_err(refusal)?;
+    let view = within(state.db_deadline(), ledger::cancel(&state.stock, &state.db, &order_id, user))
+        .await
+        .map_err(BuyerError::Payment)?;
     // Its unit is back: this edge stops trusting a sold-out flag at once.
     state.sold_out.clear(order_id.sale());
     Ok(status_body(&view))

@@ -8,7 +8,7 @@ use crate::admission::token::Token;
 use crate::client_addr::ClientAddr;
 use crate::http::auth;
 use crate::http::bodies::ErrorBody;
-use crate::http::error::ApiError;
+use crate::http::errors::{BuyerError, RequestError};
 use crate::http::extract::JsonBody;
 use crate::http::state::{Buyers, Edge};
 use axum::extract::{Extension, Path, State};
@@ -31,8 +31,8 @@ fn time(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
-fn redis(error: impl Into<anyhow::Error>) -> ApiError {
-    ApiError::TryAgain(error.into())
+fn redis(error: impl Into<anyhow::Error>) -> BuyerError {
+    BuyerError::try_again(error)
 }
 
 /// What an entry answers; a winner's unused right is its signed token,
@@ -60,15 +60,15 @@ fn entry_body(state: &Buyers, sale: SaleKey, view: EntryView, draw: &DrawState) 
 }
 
 /// An entry's answer as the contract says it.
-fn answer(state: &Buyers, sale: SaleKey, answer: EntryAnswer, draw: &DrawState) -> Result<Json<EntryBody>, ApiError> {
+fn answer(state: &Buyers, sale: SaleKey, answer: EntryAnswer, draw: &DrawState) -> Result<Json<EntryBody>, BuyerError> {
     match answer {
         EntryAnswer::Entry(view) => Ok(Json(entry_body(state, sale, view, draw))),
-        EntryAnswer::NotOpen { opens_ms } => Err(ApiError::NotOpenYet(time(opens_ms))),
-        EntryAnswer::Closed => Err(ApiError::EntriesClosed),
-        EntryAnswer::Full => Err(ApiError::EntriesFull),
-        EntryAnswer::NoDraw => Err(ApiError::SaleNotFound),
-        EntryAnswer::Unknown => Err(ApiError::NotFound),
-        EntryAnswer::Replayed => Err(ApiError::ChallengeFailed("the challenge was used before".into())),
+        EntryAnswer::NotOpen { opens_ms } => Err(BuyerError::NotOpenYet(time(opens_ms))),
+        EntryAnswer::Closed => Err(BuyerError::EntriesClosed),
+        EntryAnswer::Full => Err(BuyerError::EntriesFull),
+        EntryAnswer::NoDraw => Err(BuyerError::SaleNotFound),
+        EntryAnswer::Unknown => Err(RequestError::NotFound.into()),
+        EntryAnswer::Replayed => Err(BuyerError::ChallengeFailed("the challenge was used before".into())),
     }
 }
 
@@ -99,9 +99,9 @@ pub(crate) async fn enter(
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<JoinBody>,
-) -> Result<Json<EntryBody>, ApiError> {
+) -> Result<Json<EntryBody>, BuyerError> {
     let (sale, user) = joining::joiner(&state, client, &headers, &body)?;
-    let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
+    let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
     let solved = joining::proof_of(&state, (sale, user, draw.challenge_bits), &body)?;
     let proof = solved.as_ref().map(|c| (c.nonce.as_str(), c.expires_ms));
     let entered = state.stock.enter_draw(sale, user, proof).await.map_err(redis)?;
@@ -128,9 +128,9 @@ pub(crate) async fn read(
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     Path(entry): Path<String>,
-) -> Result<Json<EntryBody>, ApiError> {
+) -> Result<Json<EntryBody>, BuyerError> {
     let (sale, caller) = joining::reader(&state, client, &headers, &entry)?;
-    let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(ApiError::NotFound)?;
+    let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(RequestError::NotFound)?;
     let read = state.stock.read_entry(&entry).await.map_err(redis)?;
     if let EntryAnswer::Entry(view) = &read {
         joining::owned_by(caller, view.user, "entry")?;
@@ -157,11 +157,11 @@ pub(crate) async fn draw(
     State(state): State<Buyers>,
     Extension(client): Extension<ClientAddr>,
     Path((activity, sku)): Path<(String, String)>,
-) -> Result<Json<DrawBody>, ApiError> {
-    state.status_reads.check_client(client.0).map_err(ApiError::RateLimited)?;
-    let number = |text: &str| text.parse::<i64>().map_err(|_| ApiError::invalid(format!("not an id: {text}")));
-    let sale = SaleKey::from_raw(number(&activity)?, number(&sku)?).map_err(ApiError::invalid)?;
-    let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
+) -> Result<Json<DrawBody>, BuyerError> {
+    state.status_reads.check_client(client.0).map_err(RequestError::RateLimited)?;
+    let number = |text: &str| text.parse::<i64>().map_err(|_| BuyerError::invalid(format!("not an id: {text}")));
+    let sale = SaleKey::from_raw(number(&activity)?, number(&sku)?).map_err(BuyerError::invalid)?;
+    let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
     Ok(Json(draw_body(sale, draw)))
 }
 

@@ -7,7 +7,7 @@
 use crate::admission::challenge::Challenge;
 use crate::client_addr::ClientAddr;
 use crate::http::auth;
-use crate::http::error::ApiError;
+use crate::http::errors::{BuyerError, RequestError};
 use crate::http::extract::{from_serde, FromJsonBody};
 use crate::http::state::Buyers;
 use axum::http::HeaderMap;
@@ -42,7 +42,7 @@ pub struct JoinBody {
 }
 
 impl FromJsonBody for JoinBody {
-    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+    fn from_json(bytes: &[u8]) -> Result<Self, RequestError> {
         from_serde(bytes)
     }
 }
@@ -54,16 +54,16 @@ pub(super) fn joiner(
     client: ClientAddr,
     headers: &HeaderMap,
     body: &JoinBody,
-) -> Result<(SaleKey, UserId), ApiError> {
-    let user = UserId::new(body.user_id).map_err(ApiError::invalid)?;
-    let sale = SaleKey::from_raw(body.activity_id, body.sku_id).map_err(ApiError::invalid)?;
+) -> Result<(SaleKey, UserId), BuyerError> {
+    let user = UserId::new(body.user_id).map_err(BuyerError::invalid)?;
+    let sale = SaleKey::from_raw(body.activity_id, body.sku_id).map_err(BuyerError::invalid)?;
     // As the document says, whether or not a proof of work is asked.
     if body.solution.as_ref().is_some_and(|s| s.chars().count() > 64) {
-        return Err(ApiError::invalid("solution must be at most 64 characters"));
+        return Err(BuyerError::invalid("solution must be at most 64 characters"));
     }
     auth::require_user(&state.users, headers, user)?;
-    state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
-    state.limits.check(user).map_err(ApiError::RateLimited)?;
+    state.limits.check_client(client.0).map_err(RequestError::RateLimited)?;
+    state.limits.check(user).map_err(RequestError::RateLimited)?;
     Ok((sale, user))
 }
 
@@ -73,7 +73,7 @@ pub(super) fn proof_of(
     state: &Buyers,
     (sale, user, bits): (SaleKey, UserId, u32),
     body: &JoinBody,
-) -> Result<Option<Challenge>, ApiError> {
+) -> Result<Option<Challenge>, BuyerError> {
     solved(state, (sale, user, bits), body.challenge.as_deref(), body.solution.as_deref())
 }
 
@@ -84,13 +84,13 @@ fn solved(
     (sale, user, bits): (SaleKey, UserId, u32),
     asked: Option<&str>,
     solution: Option<&str>,
-) -> Result<Option<Challenge>, ApiError> {
+) -> Result<Option<Challenge>, BuyerError> {
     if bits == 0 {
         return Ok(None);
     }
     Challenge::check(&state.signer, asked, solution, (sale, user, bits), seckill_shared::now_ms())
         .map(Some)
-        .map_err(|refused| ApiError::ChallengeFailed(refused.to_string()))
+        .map_err(|refused| BuyerError::ChallengeFailed(refused.to_string()))
 }
 
 /// The sale of a ticket or an entry `id`, and who reads it (`None`: no
@@ -101,17 +101,19 @@ pub(super) fn reader(
     client: ClientAddr,
     headers: &HeaderMap,
     id: &str,
-) -> Result<(SaleKey, Option<UserId>), ApiError> {
+) -> Result<(SaleKey, Option<UserId>), BuyerError> {
     let caller = auth::caller(&state.users, headers)?;
-    state.status_reads.check_client(client.0).map_err(ApiError::RateLimited)?;
-    let sale = seckill_shared::stock::queue::ticket_sale(id).ok_or(ApiError::NotFound)?;
+    state.status_reads.check_client(client.0).map_err(RequestError::RateLimited)?;
+    let sale = seckill_shared::stock::queue::ticket_sale(id).ok_or(RequestError::NotFound)?;
     Ok((sale, caller))
 }
 
 /// Refuses a read of what belongs to another user than `caller`.
-pub(super) fn owned_by(caller: Option<UserId>, holder: UserId, what: &str) -> Result<(), ApiError> {
+pub(super) fn owned_by(caller: Option<UserId>, holder: UserId, what: &str) -> Result<(), BuyerError> {
     match caller {
-        Some(caller) if caller != holder => Err(ApiError::Forbidden(format!("the {what} is another user's"))),
+        Some(caller) if caller != holder => {
+            Err(RequestError::Forbidden(format!("the {what} is another user's")).into())
+        }
         _ => Ok(()),
     }
 }

@@ -19,7 +19,7 @@ pub(crate) mod queue_bodies;
 mod queue_page;
 
 use crate::http::auth;
-use crate::http::error::ApiError;
+use crate::http::errors::RequestError;
 use crate::http::state::{Buyers, Edge};
 use axum::{middleware, Router};
 
@@ -27,7 +27,7 @@ use axum::{middleware, Router};
 pub fn router(state: &Buyers) -> Router<Edge> {
     // Each group answers a wrong method itself, inside its layers: a CORS
     // preflight to the buyer's API is answered by its CORS layer first.
-    let method_not_allowed = || async { ApiError::MethodNotAllowed };
+    let method_not_allowed = || async { RequestError::MethodNotAllowed };
     let api = order::router()
         .merge(checkout::router())
         .merge(queue::router())

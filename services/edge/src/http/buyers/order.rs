@@ -7,7 +7,7 @@ use super::order_request::OrderRequest;
 use crate::client_addr::ClientAddr;
 use crate::http::auth;
 use crate::http::bodies::{ErrorBody, OrderRequestBody, OrderStatusBody, QueuedBody};
-use crate::http::error::ApiError;
+use crate::http::errors::{BuyerError, RequestError};
 use crate::http::extract::JsonBody;
 use crate::http::state::Buyers;
 use crate::http::state::Edge;
@@ -83,7 +83,7 @@ pub(crate) async fn place_order(
     orders
         .spawn(Box::pin(order).in_current_span())
         .await
-        .unwrap_or_else(|error| Err(ApiError::Internal(anyhow::anyhow!("placing the order stopped: {error}"))))
+        .unwrap_or_else(|error| Err(anyhow::anyhow!("placing the order stopped: {error}").into()))
 }
 
 async fn place_order_inner(state: &Buyers, client: ClientAddr, headers: &HeaderMap, request: OrderRequest) -> Placed {
@@ -92,13 +92,13 @@ async fn place_order_inner(state: &Buyers, client: ClientAddr, headers: &HeaderM
     // A sale known sold out is answered before the rate limits: the answer
     // costs nothing and touches nothing, so there is nothing to protect.
     if state.sold_out.is_sold_out(sale) {
-        return Err(ApiError::SoldOut);
+        return Err(BuyerError::SoldOut);
     }
-    state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
-    state.limits.check(request.user).map_err(ApiError::RateLimited)?;
+    state.limits.check_client(client.0).map_err(RequestError::RateLimited)?;
+    state.limits.check(request.user).map_err(RequestError::RateLimited)?;
     // Nothing deducted that could not be published: a producer retired by a
     // fatal error, or no broker taking records (the circuit), is a 503 now.
-    let permit = state.publisher.admit().map_err(|e| ApiError::TryAgain(e.into()))?;
+    let permit = state.publisher.admit().map_err(BuyerError::try_again)?;
     // The observe middleware gave every request both.
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
     let trace =
@@ -224,7 +224,7 @@ async fn deduct(
             match deduction {
                 Ok(Some(deduction)) => Ok(deduction),
                 Ok(None) => Err(Err(outcome::nothing_kept("the sale's lock was not had within its wait"))),
-                Err(error) => Err(Err(ApiError::TryAgain(error.into()))),
+                Err(error) => Err(Err(BuyerError::try_again(error))),
             }
         }
     }
@@ -235,10 +235,10 @@ pub(super) fn status_body(view: &OrderView) -> Json<OrderStatusBody> {
     Json(OrderStatusBody::from(view))
 }
 
-fn lookup_error(error: LookupError) -> ApiError {
+fn lookup_error(error: LookupError) -> BuyerError {
     match error {
-        LookupError::NotFound => ApiError::OrderNotFound,
-        unavailable => ApiError::TryAgain(unavailable.into()),
+        LookupError::NotFound => BuyerError::OrderNotFound,
+        unavailable => BuyerError::try_again(unavailable),
     }
 }
 
@@ -264,7 +264,7 @@ pub(crate) async fn get_order(
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     Path(raw): Path<String>,
-) -> Result<Json<OrderStatusBody>, ApiError> {
+) -> Result<Json<OrderStatusBody>, BuyerError> {
     // With user auth on, the token comes first: whether an order id exists
     // is told to its owner only. Without it, the client is what is limited.
     let caller = auth::caller(&state.users, &headers)?;
@@ -272,20 +272,22 @@ pub(crate) async fn get_order(
         Some(user) => state.limits.check(user),
         None => state.limits.check_global().and_then(|()| state.status_reads.check_client(client.0)),
     }
-    .map_err(ApiError::RateLimited)?;
-    let order_id = OrderId::parse(&raw).map_err(ApiError::invalid)?;
+    .map_err(RequestError::RateLimited)?;
+    let order_id = OrderId::parse(&raw).map_err(BuyerError::invalid)?;
     if state.status_reads.known_missing(order_id.as_str()) {
-        return Err(ApiError::OrderNotFound);
+        return Err(BuyerError::OrderNotFound);
     }
     let view = match within(state.db_deadline(), lookup::order(&state.stock, &state.status_db, &order_id)).await {
         Err(LookupError::NotFound) => {
             state.status_reads.missed(order_id.as_str());
-            return Err(ApiError::OrderNotFound);
+            return Err(BuyerError::OrderNotFound);
         }
         other => other.map_err(lookup_error)?,
     };
     match caller {
-        Some(user) if user.get() != view.user_id => Err(ApiError::Forbidden("the order is another user's".into())),
+        Some(user) if user.get() != view.user_id => {
+            Err(RequestError::Forbidden("the order is another user's".into()).into())
+        }
         _ => Ok(status_body(&view)),
     }
 }
@@ -315,10 +317,10 @@ pub(crate) async fn get_result(
     State(state): State<Buyers>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<OrderStatusBody>, ApiError> {
+) -> Result<Json<OrderStatusBody>, BuyerError> {
     let (sale, user) = sale_and_user(&query)?;
     auth::require_identity(&state.users, &headers, user)?;
-    state.limits.check(user).map_err(ApiError::RateLimited)?;
+    state.limits.check(user).map_err(RequestError::RateLimited)?;
     let view = within(state.db_deadline(), lookup::user_order(&state.stock, &state.status_db, sale, user))
         .await
         .map_err(lookup_error)?;
@@ -326,15 +328,15 @@ pub(crate) async fn get_result(
 }
 
 /// The sale and user a query names (`activityId`, `skuId`, `userId`).
-pub(super) fn sale_and_user(query: &HashMap<String, String>) -> Result<(SaleKey, UserId), ApiError> {
-    let field = |name: &str| -> Result<&str, ApiError> {
+pub(super) fn sale_and_user(query: &HashMap<String, String>) -> Result<(SaleKey, UserId), BuyerError> {
+    let field = |name: &str| -> Result<&str, BuyerError> {
         query
             .get(name)
             .map(String::as_str)
-            .ok_or_else(|| ApiError::invalid(format!("missing query parameter '{name}'")))
+            .ok_or_else(|| BuyerError::invalid(format!("missing query parameter '{name}'")))
     };
-    let activity: ActivityId = field("activityId")?.parse().map_err(ApiError::invalid)?;
-    let sku: SkuId = field("skuId")?.parse().map_err(ApiError::invalid)?;
-    let user: UserId = field("userId")?.parse().map_err(ApiError::invalid)?;
+    let activity: ActivityId = field("activityId")?.parse().map_err(BuyerError::invalid)?;
+    let sku: SkuId = field("skuId")?.parse().map_err(BuyerError::invalid)?;
+    let user: UserId = field("userId")?.parse().map_err(BuyerError::invalid)?;
     Ok((SaleKey::new(activity, sku), user))
 }

@@ -4,7 +4,7 @@
 //! once the order is kept, or released when nothing was.
 
 use crate::admission::token::{self, Token};
-use crate::http::error::ApiError;
+use crate::http::errors::BuyerError;
 use crate::http::state::Buyers;
 use axum::http::HeaderMap;
 use seckill_shared::domain::{SaleKey, UserId};
@@ -17,11 +17,11 @@ pub(super) async fn claim(
     headers: &HeaderMap,
     sale: SaleKey,
     user: UserId,
-) -> Result<Option<Token>, ApiError> {
+) -> Result<Option<Token>, BuyerError> {
     let Some(raw) = headers.get(token::HEADER) else {
         return Ok(None);
     };
-    let refused = |why: String| ApiError::AdmissionRequired(why);
+    let refused = |why: String| BuyerError::AdmissionRequired(why);
     let raw = raw.to_str().map_err(|_| refused("the admission token is not one this shop signed".into()))?;
     let token = Token::verify(&state.signer, raw, sale, user, seckill_shared::now_ms())
         .map_err(|why| refused(why.to_string()))?;
@@ -31,7 +31,7 @@ pub(super) async fn claim(
             // The claim may have landed with its answer lost: given back,
             // so the buyer may order with the token again.
             settle_step(state, &token, false).await;
-            return Err(ApiError::TryAgain(error.into()));
+            return Err(BuyerError::try_again(error));
         }
     };
     match claimed {
@@ -40,7 +40,7 @@ pub(super) async fn claim(
             // Kept nothing: the claim is given back (an admission pass
             // settles it if that is lost too).
             settle_step(state, &token, false).await;
-            Err(ApiError::TryAgain(anyhow::anyhow!("the replicas did not confirm the admission's claim in time")))
+            Err(BuyerError::try_again(anyhow::anyhow!("the replicas did not confirm the admission's claim in time")))
         }
         Claim::Used => Err(refused("the admission token has placed an order already".into())),
         Claim::Expired => Err(refused("the admission token expired".into())),

@@ -2,12 +2,12 @@
 //! the publish's three outcomes, a rollback judged by the order it leaves,
 //! and the batcher's refusals (503 where nothing was kept, 202
 //! `UNCONFIRMED` where that is not known). An order taken on ([`Taken`]:
-//! both 202s) is not an error; every refusal is an [`ApiError`].
+//! both 202s) is not an error; every refusal is an [`BuyerError`].
 
 use crate::error_codes::ErrorCode;
 use crate::http::auth;
 use crate::http::bodies::{ErrorBody, QueuedBody};
-use crate::http::error::ApiError;
+use crate::http::errors::{BuyerError, RequestError};
 use crate::http::state::Buyers;
 use crate::order_answers::OrderAnswer;
 use crate::publish::PublishOutcome;
@@ -35,7 +35,7 @@ pub enum Taken {
 }
 
 /// What a placed order answers: taken on, or refused.
-pub type Placed = Result<Taken, ApiError>;
+pub type Placed = Result<Taken, BuyerError>;
 
 /// The answer of the order table ([`OrderAnswer`]) a placed order's result
 /// is: the one place every error path of the route maps into. An error the
@@ -47,33 +47,29 @@ pub fn answer_of(result: &Placed) -> OrderAnswer {
         Err(error) => error,
     };
     match error {
-        ApiError::AlreadyPurchased(_) => OrderAnswer::AlreadyPurchased,
-        ApiError::LimitReached { .. } | ApiError::ReleaseLimitReached { .. } => OrderAnswer::LimitReached,
-        ApiError::SoldOut | ApiError::FewerLeft(_) => OrderAnswer::SoldOut,
-        ApiError::SaleNotFound => OrderAnswer::SaleNotFound,
-        ApiError::SaleNotActive | ApiError::NotOpenYet(_) => OrderAnswer::SaleNotActive,
-        ApiError::AdmissionRequired(_) => OrderAnswer::AdmissionRequired,
-        ApiError::Unauthorized(_) => OrderAnswer::Unauthorized,
-        ApiError::Forbidden(_) => OrderAnswer::Forbidden,
-        ApiError::RateLimited(_) => OrderAnswer::RateLimited,
-        ApiError::InvalidRequest(_) => OrderAnswer::InvalidRequest,
-        ApiError::PayloadTooLarge(_) => OrderAnswer::PayloadTooLarge,
-        ApiError::UnsupportedMediaType(_) => OrderAnswer::UnsupportedMediaType,
-        ApiError::RequestTimeout(_) => OrderAnswer::RequestTimeout,
-        ApiError::MethodNotAllowed => OrderAnswer::MethodNotAllowed,
-        ApiError::TryAgain(_) => OrderAnswer::TryAgain,
-        ApiError::Internal(_)
-        | ApiError::ChallengeFailed(_)
-        | ApiError::EntriesClosed
-        | ApiError::EntriesFull
-        | ApiError::OrderNotFound
-        | ApiError::OrderPending
-        | ApiError::PaymentConflict
-        | ApiError::AlreadyPaid
-        | ApiError::OrderFailed(_)
-        | ApiError::NotFound
-        | ApiError::SaleBusy(_)
-        | ApiError::Unanswered { .. } => OrderAnswer::Internal,
+        BuyerError::Request(error) => match error {
+            RequestError::Unauthorized(_) => OrderAnswer::Unauthorized,
+            RequestError::Forbidden(_) => OrderAnswer::Forbidden,
+            RequestError::RateLimited(_) => OrderAnswer::RateLimited,
+            RequestError::InvalidRequest(_) => OrderAnswer::InvalidRequest,
+            RequestError::PayloadTooLarge(_) => OrderAnswer::PayloadTooLarge,
+            RequestError::UnsupportedMediaType(_) => OrderAnswer::UnsupportedMediaType,
+            RequestError::RequestTimeout(_) => OrderAnswer::RequestTimeout,
+            RequestError::MethodNotAllowed => OrderAnswer::MethodNotAllowed,
+            RequestError::TryAgain(_) => OrderAnswer::TryAgain,
+            RequestError::Internal(_) | RequestError::NotFound => OrderAnswer::Internal,
+        },
+        BuyerError::AlreadyPurchased(_) => OrderAnswer::AlreadyPurchased,
+        BuyerError::LimitReached { .. } | BuyerError::ReleaseLimitReached { .. } => OrderAnswer::LimitReached,
+        BuyerError::SoldOut | BuyerError::FewerLeft(_) => OrderAnswer::SoldOut,
+        BuyerError::SaleNotFound => OrderAnswer::SaleNotFound,
+        BuyerError::SaleNotActive | BuyerError::NotOpenYet(_) => OrderAnswer::SaleNotActive,
+        BuyerError::AdmissionRequired(_) => OrderAnswer::AdmissionRequired,
+        BuyerError::ChallengeFailed(_)
+        | BuyerError::EntriesClosed
+        | BuyerError::EntriesFull
+        | BuyerError::OrderNotFound
+        | BuyerError::Payment(_) => OrderAnswer::Internal,
     }
 }
 
@@ -96,8 +92,8 @@ impl IntoResponse for Taken {
 }
 
 /// 503: nothing was kept, for `why`.
-pub(super) fn nothing_kept(why: &str) -> ApiError {
-    ApiError::TryAgain(anyhow::anyhow!("{why}: nothing was kept"))
+pub(super) fn nothing_kept(why: &str) -> BuyerError {
+    BuyerError::try_again(anyhow::anyhow!("{why}: nothing was kept"))
 }
 
 /// What a deduction accepted: the order, its round, when, and the user's
@@ -110,32 +106,32 @@ pub(super) struct Won {
 }
 
 /// The order a deduction accepted, or the answer its refusal gets.
-pub(super) fn accepted(state: &Buyers, sale: SaleKey, deduction: Deduction) -> Result<Won, ApiError> {
+pub(super) fn accepted(state: &Buyers, sale: SaleKey, deduction: Deduction) -> Result<Won, BuyerError> {
     match deduction {
         Deduction::Accepted { order_id, round, accepted_at, slot, .. } => {
             Ok(Won { order_id, round, accepted_at, slot })
         }
-        Deduction::SaleNotFound => Err(ApiError::SaleNotFound),
-        Deduction::NotActive => Err(ApiError::SaleNotActive),
+        Deduction::SaleNotFound => Err(BuyerError::SaleNotFound),
+        Deduction::NotActive => Err(BuyerError::SaleNotActive),
         // Its id only to a buyer who proved who they are: otherwise anyone
         // naming a user id would learn that user's order.
         Deduction::AlreadyPurchased { order_id } => {
-            Err(ApiError::AlreadyPurchased(order_id.filter(|_| auth::identified(&state.users))))
+            Err(BuyerError::AlreadyPurchased(order_id.filter(|_| auth::identified(&state.users))))
         }
         // None left: the edge answers the sale's next requests itself. Some
         // left, fewer than asked: a smaller order may still be taken.
         Deduction::SoldOut { available: 0 } => {
             state.sold_out.mark(sale);
-            Err(ApiError::SoldOut)
+            Err(BuyerError::SoldOut)
         }
-        Deduction::SoldOut { available } => Err(ApiError::FewerLeft(available)),
-        Deduction::LimitReached { held, limit } => Err(ApiError::LimitReached { held, limit }),
+        Deduction::SoldOut { available } => Err(BuyerError::FewerLeft(available)),
+        Deduction::LimitReached { held, limit } => Err(BuyerError::LimitReached { held, limit }),
         Deduction::OverMaxPerOrder { max } => {
-            Err(ApiError::InvalidRequest(format!("quantity is above this sale's maxPerOrder ({max})")))
+            Err(BuyerError::invalid(format!("quantity is above this sale's maxPerOrder ({max})")))
         }
         Deduction::Voided => Err(nothing_kept("the deduction was voided")),
         Deduction::Warming => Err(nothing_kept("a warm-up is replacing the sale's round")),
-        Deduction::AdmissionRequired => Err(ApiError::AdmissionRequired(
+        Deduction::AdmissionRequired => Err(BuyerError::AdmissionRequired(
             "the sale admits through its waiting room: join it (POST /api/seckill/queue) and order with the admission token (Seckill-Admission)".into(),
         )),
         Deduction::OtherBucket => Err(nothing_kept(
@@ -169,7 +165,7 @@ pub(super) async fn published(
             match roll_back(state, record, deadline).await {
                 RolledBack::Undone => {
                     state.sold_out.clear(record.sale());
-                    Err(ApiError::TryAgain(anyhow::anyhow!("publish failed, deduction rolled back: {why}")))
+                    Err(BuyerError::try_again(anyhow::anyhow!("publish failed, deduction rolled back: {why}")))
                 }
                 // Not undone: the order stands (past its publish deadline the
                 // sweeper publishes it again; or it was written meanwhile).
@@ -193,9 +189,9 @@ pub(super) fn not_decided(error: crate::home::Undecided) -> Placed {
     match &error {
         crate::home::Undecided::Batcher(inner) => match inner.as_ref() {
             crate::batch::NotDecided::Unconfirmed(order_id) => Ok(Taken::Unconfirmed(order_id.clone())),
-            _ => Err(ApiError::TryAgain(error.into())),
+            _ => Err(BuyerError::try_again(error)),
         },
-        _ => Err(ApiError::TryAgain(error.into())),
+        _ => Err(BuyerError::try_again(error)),
     }
 }
 
@@ -250,22 +246,26 @@ mod tests {
                 return Ok(Taken::Queued(seckill_shared::domain::OrderId::parse("1-2-3-ab").unwrap()))
             }
             OrderAnswer::Unconfirmed => return Ok(Taken::Unconfirmed(None)),
-            OrderAnswer::AlreadyPurchased => ApiError::AlreadyPurchased(None),
-            OrderAnswer::LimitReached => ApiError::LimitReached { held: 1, limit: 2 },
-            OrderAnswer::SoldOut => ApiError::SoldOut,
-            OrderAnswer::SaleNotFound => ApiError::SaleNotFound,
-            OrderAnswer::SaleNotActive => ApiError::SaleNotActive,
-            OrderAnswer::AdmissionRequired => ApiError::AdmissionRequired("x".into()),
-            OrderAnswer::Unauthorized => ApiError::Unauthorized("x".into()),
-            OrderAnswer::Forbidden => ApiError::Forbidden("x".into()),
-            OrderAnswer::RateLimited => ApiError::RateLimited(std::time::Duration::from_secs(1)),
-            OrderAnswer::InvalidRequest => ApiError::InvalidRequest("x".into()),
-            OrderAnswer::PayloadTooLarge => ApiError::PayloadTooLarge(1),
-            OrderAnswer::UnsupportedMediaType => ApiError::UnsupportedMediaType("x".into()),
-            OrderAnswer::RequestTimeout => ApiError::RequestTimeout(std::time::Duration::from_secs(1)),
-            OrderAnswer::MethodNotAllowed => ApiError::MethodNotAllowed,
-            OrderAnswer::TryAgain => ApiError::TryAgain(why()),
-            OrderAnswer::Internal => ApiError::Internal(why()),
+            OrderAnswer::AlreadyPurchased => BuyerError::AlreadyPurchased(None),
+            OrderAnswer::LimitReached => BuyerError::LimitReached { held: 1, limit: 2 },
+            OrderAnswer::SoldOut => BuyerError::SoldOut,
+            OrderAnswer::SaleNotFound => BuyerError::SaleNotFound,
+            OrderAnswer::SaleNotActive => BuyerError::SaleNotActive,
+            OrderAnswer::AdmissionRequired => BuyerError::AdmissionRequired("x".into()),
+            OrderAnswer::Unauthorized => BuyerError::Request(RequestError::Unauthorized("x".into())),
+            OrderAnswer::Forbidden => BuyerError::Request(RequestError::Forbidden("x".into())),
+            OrderAnswer::RateLimited => {
+                BuyerError::Request(RequestError::RateLimited(std::time::Duration::from_secs(1)))
+            }
+            OrderAnswer::InvalidRequest => BuyerError::Request(RequestError::InvalidRequest("x".into())),
+            OrderAnswer::PayloadTooLarge => BuyerError::Request(RequestError::PayloadTooLarge(1)),
+            OrderAnswer::UnsupportedMediaType => BuyerError::Request(RequestError::UnsupportedMediaType("x".into())),
+            OrderAnswer::RequestTimeout => {
+                BuyerError::Request(RequestError::RequestTimeout(std::time::Duration::from_secs(1)))
+            }
+            OrderAnswer::MethodNotAllowed => BuyerError::Request(RequestError::MethodNotAllowed),
+            OrderAnswer::TryAgain => BuyerError::try_again(why()),
+            OrderAnswer::Internal => BuyerError::Request(RequestError::Internal(why())),
         })
     }
 
@@ -280,7 +280,7 @@ mod tests {
             let response = match sample(answer) {
                 Ok(taken) => taken.into_response(),
                 Err(error) => {
-                    assert_eq!(error.code().as_str(), row.code, "{answer:?}");
+                    assert_eq!(error.refused().body().code.as_str(), row.code, "{answer:?}");
                     error.into_response()
                 }
             };

@@ -6,7 +6,7 @@
 
 use super::order_outcome::{self as outcome, Placed, Taken};
 use super::order_request::OrderRequest;
-use crate::http::error::ApiError;
+use crate::http::errors::BuyerError;
 use crate::http::state::Buyers;
 use crate::publish::PublishOutcome;
 use seckill_shared::domain::{ActivityId, OrderRecord};
@@ -28,7 +28,11 @@ pub(super) struct ReleaseTake {
 /// Takes the order's units in its release, when its activity is one
 /// (`nonce`: the order-to-be's): refused past the release's limit
 /// (`LIMIT_REACHED` naming the release), nothing kept.
-pub(super) async fn take(state: &Buyers, request: &OrderRequest, nonce: &str) -> Result<Option<ReleaseTake>, ApiError> {
+pub(super) async fn take(
+    state: &Buyers,
+    request: &OrderRequest,
+    nonce: &str,
+) -> Result<Option<ReleaseTake>, BuyerError> {
     if !state.releases.is_release(request.activity) {
         return Ok(None);
     }
@@ -39,13 +43,13 @@ pub(super) async fn take(state: &Buyers, request: &OrderRequest, nonce: &str) ->
         Ok(Take::NoRelease) => Ok(None),
         Ok(Take::Taken { .. }) => Ok(Some(taken)),
         Ok(Take::LimitReached { held, limit }) => {
-            Err(ApiError::ReleaseLimitReached { held, limit, release: request.activity.get() })
+            Err(BuyerError::ReleaseLimitReached { held, limit, release: request.activity.get() })
         }
         Err(error) => {
             // It may have landed, its answer lost: given back (else the
             // sweep gives it back, no order being made with it).
             give(state, &taken).await;
-            Err(ApiError::TryAgain(anyhow::anyhow!("taking the units in the release: {error}")))
+            Err(BuyerError::try_again(anyhow::anyhow!("taking the units in the release: {error}")))
         }
     }
 }

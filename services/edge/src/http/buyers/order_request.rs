@@ -4,7 +4,7 @@
 //! order is the deduction's to check); every refusal names the field.
 
 use crate::http::bodies::OrderRequestBody;
-use crate::http::error::ApiError;
+use crate::http::errors::RequestError;
 use crate::http::extract::FromJsonBody;
 use seckill_shared::domain::{integer, ActivityId, SkuId, UserId, MAX_QUANTITY};
 use serde_json::{Map, Value};
@@ -22,7 +22,7 @@ pub(crate) struct OrderRequest {
 const ORDER_FIELDS: [&str; 4] = ["activityId", "skuId", "userId", "quantity"];
 
 impl FromJsonBody for OrderRequest {
-    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+    fn from_json(bytes: &[u8]) -> Result<Self, RequestError> {
         parse_order_request(bytes)
     }
 }
@@ -30,7 +30,7 @@ impl FromJsonBody for OrderRequest {
 /// Strict parse: a JSON object with exactly the three ids, each a positive
 /// integer within i64, and perhaps a quantity. Every refusal names the
 /// field.
-fn parse_order_request(bytes: &[u8]) -> Result<OrderRequest, ApiError> {
+fn parse_order_request(bytes: &[u8]) -> Result<OrderRequest, RequestError> {
     // A derived struct would also take `[1,2,3]`: only objects qualify.
     let is_object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     match is_object.then(|| serde_json::from_slice::<OrderRequestBody>(bytes)) {
@@ -48,48 +48,48 @@ fn parse_order_request(bytes: &[u8]) -> Result<OrderRequest, ApiError> {
         // The derived parse refuses a key given twice; a JSON tree would
         // silently keep the last one.
         Some(Err(error)) if error.to_string().starts_with("duplicate field") => {
-            return Err(ApiError::InvalidRequest(format!("request body: {error}")));
+            return Err(RequestError::InvalidRequest(format!("request body: {error}")));
         }
         _ => {}
     }
     // Anything else is refused; this slower path finds the words for why.
     let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::InvalidRequest(format!("request body is not valid JSON: {e}")))?;
+        .map_err(|e| RequestError::InvalidRequest(format!("request body is not valid JSON: {e}")))?;
     let Value::Object(object) = value else {
-        return Err(ApiError::InvalidRequest("request body must be a JSON object".into()));
+        return Err(RequestError::InvalidRequest("request body must be a JSON object".into()));
     };
     if let Some(unknown) = object.keys().find(|k| !ORDER_FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::InvalidRequest(format!("unknown field '{unknown}'")));
+        return Err(RequestError::InvalidRequest(format!("unknown field '{unknown}'")));
     }
     Ok(OrderRequest {
-        activity: ActivityId::new(positive_field(&object, "activityId")?).map_err(ApiError::invalid)?,
-        sku: SkuId::new(positive_field(&object, "skuId")?).map_err(ApiError::invalid)?,
-        user: UserId::new(positive_field(&object, "userId")?).map_err(ApiError::invalid)?,
+        activity: ActivityId::new(positive_field(&object, "activityId")?).map_err(RequestError::invalid)?,
+        sku: SkuId::new(positive_field(&object, "skuId")?).map_err(RequestError::invalid)?,
+        user: UserId::new(positive_field(&object, "userId")?).map_err(RequestError::invalid)?,
         quantity: quantity_field(&object)?,
     })
 }
 
 /// `quantity`: 1 when absent, else 1 to [`MAX_QUANTITY`].
-fn quantity_field(object: &Map<String, Value>) -> Result<u32, ApiError> {
+fn quantity_field(object: &Map<String, Value>) -> Result<u32, RequestError> {
     if !object.contains_key("quantity") {
         return Ok(1);
     }
     match positive_field(object, "quantity")? {
         n if n <= i64::from(MAX_QUANTITY) => Ok(n as u32),
-        n => Err(ApiError::InvalidRequest(format!("quantity must be between 1 and {MAX_QUANTITY}, got {n}"))),
+        n => Err(RequestError::InvalidRequest(format!("quantity must be between 1 and {MAX_QUANTITY}, got {n}"))),
     }
 }
 
-fn positive_field(object: &Map<String, Value>, name: &str) -> Result<i64, ApiError> {
+fn positive_field(object: &Map<String, Value>, name: &str) -> Result<i64, RequestError> {
     match object.get(name) {
-        None | Some(Value::Null) => Err(ApiError::InvalidRequest(format!("missing field '{name}'"))),
+        None | Some(Value::Null) => Err(RequestError::InvalidRequest(format!("missing field '{name}'"))),
         // 1.0 is the integer 1, as JSON Schema (and so the document) has it.
         Some(Value::Number(n)) => match n.as_i64().or_else(|| n.as_f64().and_then(integer::integral)) {
             Some(v) if v > 0 => Ok(v),
-            _ => Err(ApiError::InvalidRequest(format!("{name} must be a positive integer within i64, got {n}"))),
+            _ => Err(RequestError::InvalidRequest(format!("{name} must be a positive integer within i64, got {n}"))),
         },
         Some(other) => {
-            Err(ApiError::InvalidRequest(format!("{name} must be a positive integer, got {}", json_type(other))))
+            Err(RequestError::InvalidRequest(format!("{name} must be a positive integer, got {}", json_type(other))))
         }
     }
 }

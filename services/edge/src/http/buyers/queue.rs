@@ -9,7 +9,7 @@ use crate::admission::token::Token;
 use crate::client_addr::ClientAddr;
 use crate::http::auth;
 use crate::http::bodies::ErrorBody;
-use crate::http::error::ApiError;
+use crate::http::errors::{BuyerError, RequestError};
 use crate::http::extract::JsonBody;
 use crate::http::state::Buyers;
 use crate::http::state::Edge;
@@ -66,7 +66,7 @@ fn ticket_body(state: &Buyers, sale: SaleKey, view: TicketView) -> TicketBody {
 }
 
 /// A join or a read's answer as the contract says it.
-fn answer(state: &Buyers, sale: SaleKey, answer: TicketAnswer) -> Result<Json<TicketBody>, ApiError> {
+fn answer(state: &Buyers, sale: SaleKey, answer: TicketAnswer) -> Result<Json<TicketBody>, BuyerError> {
     let closed = |status| TicketBody {
         ticket: String::new(),
         status,
@@ -79,17 +79,17 @@ fn answer(state: &Buyers, sale: SaleKey, answer: TicketAnswer) -> Result<Json<Ti
     };
     match answer {
         TicketAnswer::Ticket(view) => Ok(Json(ticket_body(state, sale, view))),
-        TicketAnswer::NotOpen { opens_ms } => Err(ApiError::NotOpenYet(time(opens_ms))),
-        TicketAnswer::NoRoom => Err(ApiError::SaleNotFound),
-        TicketAnswer::Unknown => Err(ApiError::NotFound),
-        TicketAnswer::Replayed => Err(ApiError::ChallengeFailed("the challenge was used before".into())),
+        TicketAnswer::NotOpen { opens_ms } => Err(BuyerError::NotOpenYet(time(opens_ms))),
+        TicketAnswer::NoRoom => Err(BuyerError::SaleNotFound),
+        TicketAnswer::Unknown => Err(RequestError::NotFound.into()),
+        TicketAnswer::Replayed => Err(BuyerError::ChallengeFailed("the challenge was used before".into())),
         TicketAnswer::Closed => Ok(Json(closed(TicketStatus::Closed))),
         TicketAnswer::SoldOut => Ok(Json(closed(TicketStatus::SoldOut))),
     }
 }
 
-fn redis(error: impl Into<anyhow::Error>) -> ApiError {
-    ApiError::TryAgain(error.into())
+fn redis(error: impl Into<anyhow::Error>) -> BuyerError {
+    BuyerError::try_again(error)
 }
 
 /// Joins a sale's waiting room: the ticket, and where it stands.
@@ -118,9 +118,9 @@ pub(crate) async fn join(
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<JoinBody>,
-) -> Result<Json<TicketBody>, ApiError> {
+) -> Result<Json<TicketBody>, BuyerError> {
     let (sale, user) = joining::joiner(&state, client, &headers, &body)?;
-    let room = state.stock.room(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
+    let room = state.stock.room(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
     let solved = joining::proof_of(&state, (sale, user, room.challenge_bits), &body)?;
     let proof = solved.as_ref().map(|c| (c.nonce.as_str(), c.expires_ms));
     let joined = state.stock.join_room(sale, user, proof).await.map_err(redis)?;
@@ -149,7 +149,7 @@ pub(crate) async fn poll(
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     Path(ticket): Path<String>,
-) -> Result<Json<TicketBody>, ApiError> {
+) -> Result<Json<TicketBody>, BuyerError> {
     let (sale, caller) = joining::reader(&state, client, &headers, &ticket)?;
     let read = state.stock.read_ticket(&ticket).await.map_err(redis)?;
     if let TicketAnswer::Ticket(view) = &read {
@@ -182,13 +182,13 @@ pub(crate) async fn challenge(
     Extension(client): Extension<ClientAddr>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<ChallengeBody>, ApiError> {
+) -> Result<Json<ChallengeBody>, BuyerError> {
     let (sale, user) = super::order::sale_and_user(&query)?;
     auth::require_user(&state.users, &headers, user)?;
-    state.limits.check_client(client.0).map_err(ApiError::RateLimited)?;
-    let room = state.stock.room(sale).await.map_err(redis)?.ok_or(ApiError::SaleNotFound)?;
+    state.limits.check_client(client.0).map_err(RequestError::RateLimited)?;
+    let room = state.stock.room(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
     if room.challenge_bits == 0 {
-        return Err(ApiError::SaleNotFound);
+        return Err(BuyerError::SaleNotFound);
     }
     let ttl_ms = state.settings.admission.challenge_ttl_secs as i64 * 1000;
     let issued = Challenge::new(sale, user, room.challenge_bits, seckill_shared::now_ms(), ttl_ms);

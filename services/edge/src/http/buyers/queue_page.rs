@@ -3,7 +3,7 @@
 //! and its status. No build step: the page, script and style are embedded
 //! in the binary, as the dashboard's are.
 
-use crate::http::error::ApiError;
+use crate::http::errors::BuyerError;
 use crate::http::pages::{asset, html};
 use crate::http::state::Edge;
 use axum::extract::Path;
@@ -25,9 +25,9 @@ pub fn router() -> Router<Edge> {
         .route("/queue/app.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
 }
 
-async fn page(Path((activity, sku)): Path<(String, String)>) -> Result<Response, ApiError> {
-    let parse = |raw: &str| raw.parse::<i64>().map_err(|_| ApiError::invalid(format!("not an id: {raw:.20}")));
-    let sale = SaleKey::from_raw(parse(&activity)?, parse(&sku)?).map_err(ApiError::invalid)?;
+async fn page(Path((activity, sku)): Path<(String, String)>) -> Result<Response, BuyerError> {
+    let parse = |raw: &str| raw.parse::<i64>().map_err(|_| BuyerError::invalid(format!("not an id: {raw:.20}")));
+    let sale = SaleKey::from_raw(parse(&activity)?, parse(&sku)?).map_err(BuyerError::invalid)?;
     let body = PAGE.replace("{{activity}}", &sale.activity.to_string()).replace("{{sku}}", &sale.sku.to_string());
     Ok(html(StatusCode::OK, body))
 }

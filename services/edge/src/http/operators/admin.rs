@@ -3,7 +3,7 @@
 
 use crate::http::auth;
 use crate::http::bodies::{ErrorBody, WarmupBody};
-use crate::http::error::ApiError;
+use crate::http::errors::{OperatorError, RequestError};
 use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
 use crate::http::state::Edge;
 use crate::http::state::Operators;
@@ -25,7 +25,7 @@ pub fn router() -> Router<Edge> {
 }
 
 impl FromJsonBody for WarmupBody {
-    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+    fn from_json(bytes: &[u8]) -> Result<Self, RequestError> {
         from_serde(bytes)
     }
 }
@@ -44,9 +44,9 @@ pub struct WarmedUpBody {
     pub draw: Option<crate::http::buyers::draw_bodies::DrawBody>,
 }
 
-fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, ApiError> {
-    let activity: ActivityId = activity.parse().map_err(ApiError::invalid)?;
-    let sku: SkuId = sku.parse().map_err(ApiError::invalid)?;
+fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, OperatorError> {
+    let activity: ActivityId = activity.parse().map_err(OperatorError::invalid)?;
+    let sku: SkuId = sku.parse().map_err(OperatorError::invalid)?;
     Ok(SaleKey::new(activity, sku))
 }
 
@@ -75,7 +75,7 @@ pub(crate) async fn warm_up(
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
     JsonBody(body): JsonBody<WarmupBody>,
-) -> Result<([(HeaderName, HeaderValue); 1], Json<WarmedUpBody>), ApiError> {
+) -> Result<([(HeaderName, HeaderValue); 1], Json<WarmedUpBody>), OperatorError> {
     auth::require_admin(&state.settings, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
     let asked_id = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -93,7 +93,7 @@ pub(crate) async fn warm_up(
         draw: body.draw,
         limits: Limits::asked(body.per_user_limit, body.max_per_order),
     };
-    let header_value = HeaderValue::from_str(&id).map_err(ApiError::invalid)?;
+    let header_value = HeaderValue::from_str(&id).map_err(OperatorError::invalid)?;
     // A task of its own: a client that hangs up does not cut the warm-up
     // in half (it runs to its end; repeating the id answers it).
     let job = tokio::spawn({
@@ -111,7 +111,7 @@ pub(crate) async fn warm_up(
             .await
         }
     });
-    let row = job.await.map_err(|e| ApiError::Internal(e.into()))?.map_err(warmup_refusal)?;
+    let row = job.await.map_err(|e| RequestError::Internal(e.into()))?.map_err(warmup_refusal)?;
     // Units may have come back: this edge stops trusting its flag at once
     // (other edges within their flag's time to live).
     state.sold_out.clear(sale);
@@ -119,7 +119,7 @@ pub(crate) async fn warm_up(
     tracing::info!(sale = %sale, warmup = %id, stock = row.total_stock, round = row.round, "sale warmed up");
     let draw = match state.stock.draw_state(sale).await {
         Ok(draw) => draw.map(|d| crate::http::buyers::draw::draw_body(sale, d)),
-        Err(error) => return Err(ApiError::TryAgain(error.into())),
+        Err(error) => return Err(OperatorError::try_again(error)),
     };
     Ok(([(HeaderName::from_static("seckill-warmup-id"), header_value)], Json(WarmedUpBody { sale: row, draw })))
 }
@@ -148,7 +148,7 @@ pub(crate) async fn close(
     State(state): State<Operators>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
-) -> Result<Json<SaleRow>, ApiError> {
+) -> Result<Json<SaleRow>, OperatorError> {
     auth::require_admin(&state.settings, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
     let deadline = state.settings.servers.database.call_deadline();
@@ -160,16 +160,16 @@ pub(crate) async fn close(
 }
 
 /// What a warm-up's or a close's failure answers.
-fn warmup_refusal(error: WarmupError) -> ApiError {
+fn warmup_refusal(error: WarmupError) -> OperatorError {
     match error {
-        WarmupError::Invalid(why) => ApiError::InvalidRequest(why),
-        WarmupError::NotFound(_) => ApiError::SaleNotFound,
+        WarmupError::Invalid(why) => OperatorError::invalid(why),
+        WarmupError::NotFound(_) => OperatorError::SaleNotFound,
         WarmupError::Busy(_) | WarmupError::InFlight(_) | WarmupError::IdReused(_) => {
-            ApiError::SaleBusy(error.to_string())
+            OperatorError::SaleBusy(error.to_string())
         }
-        WarmupError::Redis(_) => ApiError::Unanswered { what: "Redis", cause: error.into() },
-        WarmupError::Db(_) => ApiError::Unanswered { what: "PostgreSQL", cause: error.into() },
-        WarmupError::NotReplicated(_) => ApiError::Unanswered { what: "the Redis replicas", cause: error.into() },
+        WarmupError::Redis(_) => OperatorError::Unanswered { what: "Redis", cause: error.into() },
+        WarmupError::Db(_) => OperatorError::Unanswered { what: "PostgreSQL", cause: error.into() },
+        WarmupError::NotReplicated(_) => OperatorError::Unanswered { what: "the Redis replicas", cause: error.into() },
     }
 }
 
@@ -193,14 +193,14 @@ pub(crate) async fn report(
     State(state): State<Operators>,
     headers: HeaderMap,
     Path((activity, sku)): Path<(String, String)>,
-) -> Result<Json<Report>, ApiError> {
+) -> Result<Json<Report>, OperatorError> {
     auth::require_admin(&state.settings, &headers)?;
     let sale = sale_from_path(&activity, &sku)?;
     let report = books::reconcile(&state.stock, &state.console_db, Some(&state.settings.servers.kafka), sale, false)
         .await
         .map_err(|error| match error {
-            ReconcileError::SaleNotFound(_) => ApiError::SaleNotFound,
-            ReconcileError::Source { .. } => ApiError::TryAgain(error.into()),
+            ReconcileError::SaleNotFound(_) => OperatorError::SaleNotFound,
+            ReconcileError::Source { .. } => OperatorError::try_again(error),
         })?;
     Ok(Json(report))
 }

@@ -8,7 +8,7 @@
 //! the proxy is the client.
 
 use crate::client_addr::ClientAddr;
-use crate::http::error::ApiError;
+use crate::http::errors::RequestError;
 use crate::limit::KeyedLimiter;
 use crate::settings::AdminAuthSettings;
 use axum::extract::{Request, State};
@@ -83,7 +83,7 @@ pub async fn guard(State(throttle): State<Arc<AdminThrottle>>, request: Request,
     let client = request.extensions().get::<ClientAddr>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |client| client.0);
     if let Some(wait) = throttle.blocked_for(client) {
         metrics::counter!("seckill_edge_admin_auth_throttled_total").increment(1);
-        return ApiError::RateLimited(wait).into_response();
+        return RequestError::RateLimited(wait).into_response();
     }
     let path = request.uri().path().to_owned();
     let response = next.run(request).await;

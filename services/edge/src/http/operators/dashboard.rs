@@ -8,7 +8,7 @@
 
 use crate::dashboard::Figures;
 use crate::http::auth;
-use crate::http::error::ApiError;
+use crate::http::errors::{OperatorError, RequestError};
 use crate::http::pages::{asset, html};
 use crate::http::state::Edge;
 use crate::http::state::Operators;
@@ -88,9 +88,9 @@ fn operator_of(name: &str) -> String {
 }
 
 /// Exchanges the admin token for a session cookie, then back to the page.
-async fn login(State(state): State<Operators>, Form(form): Form<LoginForm>) -> Result<Response, ApiError> {
+async fn login(State(state): State<Operators>, Form(form): Form<LoginForm>) -> Result<Response, OperatorError> {
     // Guessing tokens costs what any request costs.
-    state.limits.check_global().map_err(ApiError::RateLimited)?;
+    state.limits.check_global().map_err(RequestError::RateLimited)?;
     if let Err(refused) = auth::check_admin_token(&state.settings, &form.token) {
         return Ok(login_page(StatusCode::UNAUTHORIZED, &format!("<p class=\"error\">{refused}</p>"), &form.next));
     }
@@ -107,20 +107,20 @@ async fn logout(State(state): State<Operators>, headers: HeaderMap) -> Response 
 }
 
 /// The latest figures as JSON.
-async fn snapshot(State(state): State<Operators>, headers: HeaderMap) -> Result<Json<Arc<Figures>>, ApiError> {
+async fn snapshot(State(state): State<Operators>, headers: HeaderMap) -> Result<Json<Arc<Figures>>, OperatorError> {
     auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
     let figures = state
         .dashboard
         .current()
         .await
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the collector sent nothing")))?;
+        .ok_or_else(|| RequestError::Internal(anyhow::anyhow!("the collector sent nothing")))?;
     Ok(Json(figures))
 }
 
 /// The figures as Server-Sent Events (`figures`), one set a second, for as
 /// long as the credentials hold: the stream ends at sign-out, when the
 /// session expires, or when the admin token changes.
-async fn events(State(state): State<Operators>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn events(State(state): State<Operators>, headers: HeaderMap) -> Result<Response, OperatorError> {
     auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
     let receiver = state.dashboard.watch();
     let stream = futures::stream::unfold((receiver, state, headers), |(mut receiver, state, headers)| async move {

@@ -5,7 +5,7 @@
 //! this user may read, removed when it ends; it goes on if the caller
 //! leaves, and a run named by a submission sent before starts nothing.
 
-use crate::http::error::ApiError;
+use crate::http::errors::{OperatorError, RequestError};
 use crate::http::state::Operators;
 use seckill_shared::config::{DbSettings, Servers};
 use seckill_shared::dlq::runs::{self, RunSpec};
@@ -56,13 +56,13 @@ struct ToolSettings {
 
 /// Runs the tool to its end; the run's id, as the audit trail names it by
 /// its submission.
-pub async fn run(state: &Operators, asked: Asked) -> Result<i64, ApiError> {
+pub async fn run(state: &Operators, asked: Asked) -> Result<i64, OperatorError> {
     let servers = Servers {
         database: DbSettings { max_connections: 1, ..state.settings.servers.database.clone() },
         ..state.settings.servers.clone()
     };
     let settings = ToolSettings { dlq: state.settings.dlq.clone(), servers };
-    let file = settings_file(&settings).map_err(ApiError::Internal)?;
+    let file = settings_file(&settings).map_err(RequestError::Internal)?;
     let binary = ctl_binary(&state.settings.console.ctl_binary);
     let mut command = tokio::process::Command::new(&binary);
     command.args(asked.args()).env("SECKILL_CONFIG", &file).stdin(Stdio::null()).stdout(Stdio::null());
@@ -83,26 +83,26 @@ pub async fn run(state: &Operators, asked: Asked) -> Result<i64, ApiError> {
         let _ = std::fs::remove_file(&file);
         output
     });
-    let Ok(output) = ended.await.map_err(|e| ApiError::Internal(e.into()))? else {
+    let Ok(output) = ended.await.map_err(|e| RequestError::Internal(e.into()))? else {
         return Err(ended_at_deadline(state, &asked, deadline).await);
     };
-    let output = output.map_err(|e| ApiError::Internal(anyhow::anyhow!("running {}: {e}", binary.display())))?;
+    let output = output.map_err(|e| RequestError::Internal(anyhow::anyhow!("running {}: {e}", binary.display())))?;
     let said = String::from_utf8_lossy(&output.stderr);
     let said = said.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("").trim_start_matches("seckillctl: ");
     match output.status.code() {
         Some(0) => {}
         // The run could not do what it was asked: the operator reads why.
-        Some(1) => return Err(ApiError::InvalidRequest(said.to_owned())),
-        _ => return Err(ApiError::TryAgain(anyhow::anyhow!("the dead-letter run ended: {said}"))),
+        Some(1) => return Err(OperatorError::invalid(said)),
+        _ => return Err(OperatorError::try_again(anyhow::anyhow!("the dead-letter run ended: {said}"))),
     }
     seckill_shared::dlq::runs::by_submission(&state.console_db, &asked.submission).await?.ok_or_else(|| {
-        ApiError::Internal(anyhow::anyhow!("the run of submission {} is not recorded", asked.submission))
+        OperatorError::from(anyhow::anyhow!("the run of submission {} is not recorded", asked.submission))
     })
 }
 
 /// The answer to a run ended at its deadline (its process killed), once
 /// the audit trail records it so.
-async fn ended_at_deadline(state: &Operators, asked: &Asked, deadline: Duration) -> ApiError {
+async fn ended_at_deadline(state: &Operators, asked: &Asked, deadline: Duration) -> OperatorError {
     let why = format!("ended by the console at its deadline ({} s, console.run_deadline_secs)", deadline.as_secs());
     let spec = RunSpec {
         kind: asked.kind,
@@ -120,7 +120,7 @@ async fn ended_at_deadline(state: &Operators, asked: &Asked, deadline: Duration)
         Err(_) => anyhow::anyhow!("a run {why}, not recorded: PostgreSQL did not answer"),
     };
     tracing::warn!(submission = %asked.submission, "{cause:#}");
-    ApiError::Unanswered { what: "the dead-letter run, ended at its deadline,", cause }
+    OperatorError::Unanswered { what: "the dead-letter run, ended at its deadline,", cause }
 }
 
 /// `configured` when it is a path; else the binary of that name beside

@@ -13,7 +13,7 @@
 use super::dashboard::login_page;
 use super::dead_letter_run;
 use crate::http::auth;
-use crate::http::error::ApiError;
+use crate::http::errors::{OperatorError, RequestError};
 use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
 use crate::http::pages::{asset, html};
 use crate::http::state::Edge;
@@ -51,13 +51,13 @@ async fn page(State(state): State<Operators>, headers: HeaderMap) -> Response {
     }
 }
 
-impl From<RunError> for ApiError {
+impl From<RunError> for OperatorError {
     fn from(error: RunError) -> Self {
         match error {
-            RunError::Unreadable(error) => ApiError::TryAgain(error),
+            RunError::Unreadable(error) => OperatorError::try_again(error),
             // A run that could not do what it was asked (a topic that
             // does not exist): the operator reads why.
-            RunError::Failed(error) => ApiError::InvalidRequest(format!("{error:#}")),
+            RunError::Failed(error) => OperatorError::invalid(format_args!("{error:#}")),
         }
     }
 }
@@ -75,15 +75,19 @@ async fn stats(
     State(state): State<Operators>,
     headers: HeaderMap,
     Query(query): Query<StatsQuery>,
-) -> Result<Json<dlq::stats::Report>, ApiError> {
+) -> Result<Json<dlq::stats::Report>, OperatorError> {
     auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
-    let sale =
-        query.sale.filter(|s| !s.is_empty()).map(|s| dlq::parse_sale(&s)).transpose().map_err(ApiError::invalid)?;
+    let sale = query
+        .sale
+        .filter(|s| !s.is_empty())
+        .map(|s| dlq::parse_sale(&s))
+        .transpose()
+        .map_err(OperatorError::invalid)?;
     let kafka = &state.settings.servers.kafka;
     let topic = seckill_shared::kafka::Topics::new(kafka).dlq;
     let report = dlq::stats::report(kafka, &state.console_db, &topic, Scope { since: query.since, sale })
         .await
-        .map_err(ApiError::TryAgain)?;
+        .map_err(OperatorError::try_again)?;
     Ok(Json(report))
 }
 
@@ -99,14 +103,14 @@ struct RecordsQuery {
 }
 
 impl RecordsQuery {
-    fn filter(&self) -> Result<Filter, ApiError> {
+    fn filter(&self) -> Result<Filter, OperatorError> {
         let given =
             |field: &Option<String>| field.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
         let since = given(&self.since)
             .map(|t| chrono::DateTime::parse_from_rfc3339(&t).map(|t| t.to_utc()))
             .transpose()
-            .map_err(|e| ApiError::invalid(format!("since: RFC 3339 ({e})")))?;
-        let sale = given(&self.sale).map(|s| dlq::parse_sale(&s)).transpose().map_err(ApiError::invalid)?;
+            .map_err(|e| OperatorError::invalid(format!("since: RFC 3339 ({e})")))?;
+        let sale = given(&self.sale).map(|s| dlq::parse_sale(&s)).transpose().map_err(OperatorError::invalid)?;
         Ok(Filter { reason: given(&self.reason), order: given(&self.order), since, sale, position: None })
     }
 }
@@ -116,7 +120,7 @@ async fn records(
     State(state): State<Operators>,
     headers: HeaderMap,
     Query(query): Query<RecordsQuery>,
-) -> Result<Json<Vec<Entry>>, ApiError> {
+) -> Result<Json<Vec<Entry>>, OperatorError> {
     auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
     let limit = query.limit.unwrap_or(200).clamp(1, MOST_LISTED);
     Ok(Json(dlq::list(&state.settings.servers, query.filter()?, limit).await?))
@@ -156,7 +160,7 @@ struct RunRequest {
 }
 
 impl FromJsonBody for RunRequest {
-    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+    fn from_json(bytes: &[u8]) -> Result<Self, RequestError> {
         from_serde(bytes)
     }
 }
@@ -171,14 +175,14 @@ struct RunBody {
 }
 
 /// Who acts: the session's name, else (with the admin token) the body's.
-fn operator(state: &Operators, headers: &HeaderMap, asked: Option<&str>) -> Result<String, ApiError> {
+fn operator(state: &Operators, headers: &HeaderMap, asked: Option<&str>) -> Result<String, OperatorError> {
     if let Some(signed_in) = state.sessions.operator(headers) {
         return Ok(signed_in);
     }
     auth::require_admin(&state.settings, headers)?;
     asked
         .and_then(super::session::operator_name)
-        .ok_or_else(|| ApiError::invalid("operator: who runs it (a script with the admin token names itself)"))
+        .ok_or_else(|| OperatorError::invalid("operator: who runs it (a script with the admin token names itself)"))
 }
 
 /// Starts a run (`seckillctl`, a process of its own: [`dead_letter_run`])
@@ -187,16 +191,18 @@ async fn start_run(
     State(state): State<Operators>,
     headers: HeaderMap,
     JsonBody(request): JsonBody<RunRequest>,
-) -> Result<Json<RunBody>, ApiError> {
+) -> Result<Json<RunBody>, OperatorError> {
     let operator = operator(&state, &headers, request.operator.as_deref())?;
     if request.submission.trim().is_empty() || request.submission.len() > 128 {
-        return Err(ApiError::invalid("submission: the form's one-time key, 1 to 128 characters"));
+        return Err(OperatorError::invalid("submission: the form's one-time key, 1 to 128 characters"));
     }
     if !request.dry_run && request.note.trim().is_empty() {
-        return Err(ApiError::invalid("note: say why (kept in the audit trail)"));
+        return Err(OperatorError::invalid("note: say why (kept in the audit trail)"));
     }
     if request.kind == Kind::Redrive && request.to.is_some() {
-        return Err(ApiError::invalid("to: a redrive places orders on the orders topic; only a replay takes a topic"));
+        return Err(OperatorError::invalid(
+            "to: a redrive places orders on the orders topic; only a replay takes a topic",
+        ));
     }
     let asked = dead_letter_run::Asked {
         kind: match request.kind {
@@ -216,14 +222,14 @@ async fn start_run(
     Ok(Json(run_body(&state, run_id).await?))
 }
 
-async fn run_body(state: &Operators, run_id: i64) -> Result<RunBody, ApiError> {
-    let run = dlq::runs::latest(&state.console_db, 1, Some(run_id)).await?.pop().ok_or(ApiError::NotFound)?;
+async fn run_body(state: &Operators, run_id: i64) -> Result<RunBody, OperatorError> {
+    let run = dlq::runs::latest(&state.console_db, 1, Some(run_id)).await?.pop().ok_or(RequestError::NotFound)?;
     let records = dlq::runs::records(&state.console_db, run_id).await?;
     Ok(RunBody { run, records })
 }
 
 /// The latest runs, newest first: the audit trail.
-async fn latest_runs(State(state): State<Operators>, headers: HeaderMap) -> Result<Json<Vec<RunRow>>, ApiError> {
+async fn latest_runs(State(state): State<Operators>, headers: HeaderMap) -> Result<Json<Vec<RunRow>>, OperatorError> {
     auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
     Ok(Json(dlq::runs::latest(&state.console_db, 50, None).await?))
 }
@@ -233,7 +239,7 @@ async fn one_run(
     State(state): State<Operators>,
     headers: HeaderMap,
     Path(run_id): Path<i64>,
-) -> Result<Json<RunBody>, ApiError> {
+) -> Result<Json<RunBody>, OperatorError> {
     auth::require_admin_or_session(&state.settings, &state.sessions, &headers)?;
     Ok(Json(run_body(&state, run_id).await?))
 }

@@ -13,13 +13,13 @@ mod dead_letters;
 pub(crate) mod releases;
 pub mod session;
 
-use crate::http::error::ApiError;
+use crate::http::errors::RequestError;
 use crate::http::state::{Edge, Operators};
 use axum::{middleware, Router};
 
 /// The operators' routes.
 pub fn router(state: &Operators) -> Router<Edge> {
-    let method_not_allowed = || async { ApiError::MethodNotAllowed };
+    let method_not_allowed = || async { RequestError::MethodNotAllowed };
     admin::router()
         .method_not_allowed_fallback(method_not_allowed)
         .merge(dashboard::router().method_not_allowed_fallback(method_not_allowed))

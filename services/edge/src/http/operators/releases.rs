@@ -3,7 +3,7 @@
 
 use crate::http::auth;
 use crate::http::bodies::ErrorBody;
-use crate::http::error::ApiError;
+use crate::http::errors::{OperatorError, RequestError};
 use crate::http::extract::{from_serde, FromJsonBody, JsonBody};
 use crate::http::state::Operators;
 use axum::extract::{Path, State};
@@ -29,7 +29,7 @@ pub struct ReleaseBody {
 }
 
 impl FromJsonBody for ReleaseBody {
-    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+    fn from_json(bytes: &[u8]) -> Result<Self, RequestError> {
         from_serde(bytes)
     }
 }
@@ -59,17 +59,17 @@ pub(crate) async fn declare(
     headers: HeaderMap,
     Path(activity): Path<String>,
     JsonBody(body): JsonBody<ReleaseBody>,
-) -> Result<Json<ReleaseBody>, ApiError> {
+) -> Result<Json<ReleaseBody>, OperatorError> {
     auth::require_admin(&state.settings, &headers)?;
-    let activity: ActivityId = activity.parse().map_err(ApiError::invalid)?;
+    let activity: ActivityId = activity.parse().map_err(OperatorError::invalid)?;
     if !(1..=MOST_PER_CUSTOMER).contains(&body.per_customer_limit) {
-        return Err(ApiError::invalid(format!("perCustomerLimit must be 1 to {MOST_PER_CUSTOMER}")));
+        return Err(OperatorError::invalid(format!("perCustomerLimit must be 1 to {MOST_PER_CUSTOMER}")));
     }
     state
         .stock
         .declare_release(activity, body.per_customer_limit)
         .await
-        .map_err(|error| ApiError::Unanswered { what: "Redis", cause: error.into() })?;
+        .map_err(|error| OperatorError::Unanswered { what: "Redis", cause: error.into() })?;
     state.releases.declared(activity);
     tracing::info!(%activity, limit = body.per_customer_limit, "release declared");
     Ok(Json(body))
@@ -97,12 +97,12 @@ pub(crate) async fn report(
     State(state): State<Operators>,
     headers: HeaderMap,
     Path(activity): Path<String>,
-) -> Result<Json<ReleaseReport>, ApiError> {
+) -> Result<Json<ReleaseReport>, OperatorError> {
     auth::require_admin(&state.settings, &headers)?;
-    let activity: ActivityId = activity.parse().map_err(ApiError::invalid)?;
+    let activity: ActivityId = activity.parse().map_err(OperatorError::invalid)?;
     match books::reconcile_release(&state.stock, &state.console_db, activity).await {
         Ok(report) => Ok(Json(report)),
-        Err(ReleaseBooksError::NotARelease(_)) => Err(ApiError::NotFound),
-        Err(error) => Err(ApiError::TryAgain(error.into())),
+        Err(ReleaseBooksError::NotARelease(_)) => Err(RequestError::NotFound.into()),
+        Err(error) => Err(OperatorError::try_again(error)),
     }
 }

@@ -3,11 +3,11 @@
 
 pub(crate) mod payments;
 
-use crate::http::error::ApiError;
+use crate::http::errors::RequestError;
 use crate::http::state::Edge;
 use axum::Router;
 
 /// The provider's routes.
 pub fn router() -> Router<Edge> {
-    payments::router().method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+    payments::router().method_not_allowed_fallback(|| async { RequestError::MethodNotAllowed })
 }

@@ -7,8 +7,7 @@
 //! provider comes back; a refund due is answered 200 — it is recorded.
 
 use crate::http::bodies::{ErrorBody, PaymentNotificationBody, PaymentOutcomeCode, PaymentRecordedBody};
-use crate::http::buyers::checkout::refusal;
-use crate::http::error::ApiError;
+use crate::http::errors::{ProviderError, RequestError};
 use crate::http::extract::{FromJsonBody, JsonBody};
 use crate::http::state::Edge;
 use crate::http::state::Provider;
@@ -30,7 +29,7 @@ pub fn router() -> Router<Edge> {
 pub(crate) struct RawBody(Vec<u8>);
 
 impl FromJsonBody for RawBody {
-    fn from_json(bytes: &[u8]) -> Result<Self, ApiError> {
+    fn from_json(bytes: &[u8]) -> Result<Self, RequestError> {
         Ok(Self(bytes.to_vec()))
     }
 }
@@ -56,7 +55,7 @@ pub(crate) async fn notify(
     State(state): State<Provider>,
     headers: HeaderMap,
     JsonBody(RawBody(raw)): JsonBody<RawBody>,
-) -> Result<Json<PaymentRecordedBody>, ApiError> {
+) -> Result<Json<PaymentRecordedBody>, ProviderError> {
     let settings = &state.settings;
     let checked = match settings.payment_webhook_secret.as_ref().map(seckill_shared::config::Secret::expose) {
         None => Err(signature::Refused::NotConfigured),
@@ -71,15 +70,15 @@ pub(crate) async fn notify(
     if let Err(why) = checked {
         tracing::warn!(reason = %why, "payment notification refused");
         metrics::counter!("seckill_payment_notifications_refused_total").increment(1);
-        return Err(ApiError::Unauthorized("bad or missing Seckill-Signature".into()));
+        return Err(RequestError::Unauthorized("bad or missing Seckill-Signature".into()).into());
     }
     let notification: serde_json::Value =
-        serde_json::from_slice(&raw).map_err(|e| ApiError::InvalidRequest(format!("request body: {e}")))?;
+        serde_json::from_slice(&raw).map_err(|e| RequestError::InvalidRequest(format!("request body: {e}")))?;
     let body = PaymentNotificationBody::deserialize(&notification)
-        .map_err(|e| ApiError::InvalidRequest(format!("request body: {e}")))?;
+        .map_err(|e| RequestError::InvalidRequest(format!("request body: {e}")))?;
     for (value, name) in [(&body.payment_id, "paymentId"), (&body.order_id, "orderId")] {
         if value.is_empty() || value.len() > 128 || !value.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(ApiError::invalid(format!("{name} must be 1 to 128 visible ASCII characters")));
+            return Err(RequestError::invalid(format!("{name} must be 1 to 128 visible ASCII characters")).into());
         }
     }
     let answer = |outcome, refund_reason| {
@@ -94,8 +93,7 @@ pub(crate) async fn notify(
         return Ok(answer(PaymentOutcomeCode::Ignored, None));
     }
     let payment = Payment { payment_id: &body.payment_id, order_id: &body.order_id, notification: &notification };
-    let outcome =
-        within(state.db_deadline(), ledger::record(&state.stock, &state.db, &payment)).await.map_err(refusal)?;
+    let outcome = within(state.db_deadline(), ledger::record(&state.stock, &state.db, &payment)).await?;
     Ok(match outcome {
         Outcome::Applied => answer(PaymentOutcomeCode::Applied, None),
         Outcome::RefundDue(reason) => answer(PaymentOutcomeCode::RefundDue, Some(reason)),
