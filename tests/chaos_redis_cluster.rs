@@ -115,7 +115,7 @@ async fn short_a_deduction_the_slots_replica_did_not_confirm_is_not_promised_and
     assert_eq!(frozen, vec![(202, "UNCONFIRMED".to_owned()); 5], "unconfirmed deductions are not promised");
     wait_slot_replicated(sale_slot(&env, sale)).await;
     seckill_e2e::eventually("the voids to land", Duration::from_secs(60), || async {
-        match env.stock.snapshot(sale).await {
+        match env.stock.books().snapshot(sale).await {
             Ok(s) if (s.remaining, s.buyers, s.reservations) == (10, 0, 0) => Ok(()),
             other => Err(format!("{other:?}")),
         }
@@ -137,7 +137,7 @@ async fn short_a_deduction_the_slots_replica_did_not_confirm_is_not_promised_and
         }
     })
     .await;
-    assert_eq!(env.stock.snapshot(sale).await.expect("a snapshot").remaining, 9, "one unit sold, once");
+    assert_eq!(env.stock.books().snapshot(sale).await.expect("a snapshot").remaining, 9, "one unit sold, once");
     edge.stop().await;
 }
 
@@ -164,7 +164,7 @@ async fn short_a_deduction_the_promoted_replica_never_had_is_not_confirmed() {
         quantity: 1,
     };
     let call = DeductCall::new(vec![request], Duration::from_secs(60));
-    let confirmed_before = env.stock.confirmed(sale, &call).await;
+    let confirmed_before = env.stock.orders().confirmed(sale, &call).await;
     assert!(!confirmed_before.unwrap(), "a call that never ran is not confirmed");
 
     // The replica is cut off a moment before the deduction, the primary
@@ -174,7 +174,7 @@ async fn short_a_deduction_the_promoted_replica_never_had_is_not_confirmed() {
     // Not heard (a call may fail while the client refreshes its view of a
     // changing cluster): asked again, the same call, as the edge does.
     let decided = seckill_e2e::eventually("the deduction decided", Duration::from_secs(30), || async {
-        env.stock.deduct_batch(sale, &call).await.map_err(|e| e.to_string())
+        env.stock.orders().deduct_batch(sale, &call).await.map_err(|e| e.to_string())
     })
     .await;
     assert!(matches!(decided[0], Deduction::Accepted { .. }), "{decided:?}");
@@ -203,11 +203,11 @@ async fn short_a_deduction_the_promoted_replica_never_had_is_not_confirmed() {
     )
     .await;
     let confirmed = seckill_e2e::eventually("the confirmation answered", Duration::from_secs(30), || async {
-        env.stock.confirmed(sale, &call).await.map_err(|e| e.to_string())
+        env.stock.orders().confirmed(sale, &call).await.map_err(|e| e.to_string())
     })
     .await;
     assert!(!confirmed, "the promoted replica never had the call: not confirmed");
-    let snapshot = env.stock.snapshot(sale).await.expect("a snapshot");
+    let snapshot = env.stock.books().snapshot(sale).await.expect("a snapshot");
     assert_eq!((snapshot.remaining, snapshot.buyers), (10, 0), "the deduction is gone with the old primary");
 }
 
@@ -236,22 +236,23 @@ async fn short_a_lend_the_lenders_replica_never_had_is_not_built_on() {
     };
     let window = seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS;
     env.warmup_round(sale, 10, window, 2, true).await.expect("warming up in 2 buckets");
-    let list = env.stock.directory(sale).await.expect("the buckets");
+    let list = env.stock.bucket_moves().directory(sale).await.expect("the buckets");
     let slot = bucket_slot(&env, sale, lender);
     wait_slot_replicated(bucket_slot(&env, sale, borrower)).await;
     let (primary, replica) = cut_off_replica(slot).await;
-    let borrowed = env.stock.borrow(sale, &list.buckets, borrower, list.round).await.expect("a borrowing");
+    let borrowed =
+        env.stock.bucket_moves().borrow(sale, &list.buckets, borrower, list.round).await.expect("a borrowing");
     assert_eq!(borrowed, Borrowed::InTransit, "a lend the replica does not have is not received");
     kill_and_promote(slot, primary, replica).await;
     seckill_e2e::redis_cluster::bring_back();
     wait_slot_replicated(slot).await;
     let snapshot = seckill_e2e::eventually("a snapshot after the failover", Duration::from_secs(30), || async {
-        env.stock.snapshot(sale).await.map_err(|e| e.to_string())
+        env.stock.books().snapshot(sale).await.map_err(|e| e.to_string())
     })
     .await;
     assert_eq!(snapshot.remaining, 10, "units on sale (in transit counted): the stock, no more: {snapshot:?}");
     // Whatever is still logged is finished without making a unit.
     let now = env.stock.now_ms().await.expect("redis time");
-    env.stock.complete_transfers(sale, now + 1).await.expect("finishing what is logged");
-    assert_eq!(env.stock.snapshot(sale).await.unwrap().remaining, 10);
+    env.stock.bucket_moves().complete_transfers(sale, now + 1).await.expect("finishing what is logged");
+    assert_eq!(env.stock.books().snapshot(sale).await.unwrap().remaining, 10);
 }

@@ -47,7 +47,7 @@ async fn borrow_micros(
     let started = Instant::now();
     for i in 0..BORROWINGS {
         let home = pair[i as usize % 2];
-        let borrowed = stock.borrow(sale, &pair, home, 1).await?;
+        let borrowed = stock.bucket_moves().borrow(sale, &pair, home, 1).await?;
         anyhow::ensure!(matches!(borrowed, Borrowed::Units(_)), "borrowing found no units: {borrowed:?}");
     }
     Ok(Some(started.elapsed().as_secs_f64() * 1e6 / f64::from(BORROWINGS)))
@@ -98,7 +98,7 @@ impl Load {
                 })
                 .collect();
             let call = DeductCall::new(requests, Duration::from_secs(60)).in_bucket(bucket);
-            let answers = self.stock.deduct_batch(self.sale, &call).await.expect("a deduction");
+            let answers = self.stock.orders().deduct_batch(self.sale, &call).await.expect("a deduction");
             let accepted = answers.iter().filter(|a| matches!(a, Deduction::Accepted { .. })).count();
             self.orders.fetch_add(accepted as u64, Ordering::Relaxed);
             self.calls.fetch_add(1, Ordering::Relaxed);
@@ -124,7 +124,7 @@ async fn main() -> anyhow::Result<()> {
     let settings = RedisSettings { url, key_prefix: format!("hot{}:", std::process::id()), ..RedisSettings::default() };
     let stock = Stock::connect(&settings).await?;
     let sale = SaleKey::from_raw(1, 1)?;
-    let buckets = stock.place_buckets(sale, buckets_wanted).await?;
+    let buckets = stock.bucket_moves().place_buckets(sale, buckets_wanted).await?;
     let units = (1 << 40) * buckets.len() as i64;
     let round = Round {
         stock: units,
@@ -136,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
         admission: false,
         limits: Default::default(),
     };
-    anyhow::ensure!(stock.warmup(sale, &buckets, round).await?, "warm-up refused");
+    anyhow::ensure!(stock.warm_ups().warmup(sale, &buckets, round).await?, "warm-up refused");
 
     let next_user = Arc::new(AtomicI64::new(1));
     let (orders, calls) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -183,7 +183,7 @@ async fn main() -> anyhow::Result<()> {
     );
     // What the run wrote goes (hundreds of thousands of orders per run).
     for bucket in &buckets {
-        stock.delete_bucket(sale, *bucket).await?;
+        stock.warm_ups().delete_bucket(sale, *bucket).await?;
     }
     Ok(())
 }

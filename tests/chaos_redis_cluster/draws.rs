@@ -94,7 +94,11 @@ async fn short_a_draw_lost_in_a_failover_is_made_again_the_same() {
     let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 3, 60)).unwrap();
     warm(&env, sale, 3, draw, true).await.expect("warmed up");
     for user in 1..=12 {
-        env.stock.enter_draw(sale, UserId::new(user).unwrap(), None).await.expect("an entry the replica confirmed");
+        env.stock
+            .draws()
+            .enter_draw(sale, UserId::new(user).unwrap(), None)
+            .await
+            .expect("an entry the replica confirmed");
     }
     let mut settings = env.edge_settings();
     settings.servers.redis.replica_ack_timeout_ms = 200;
@@ -114,10 +118,10 @@ async fn short_a_draw_lost_in_a_failover_is_made_again_the_same() {
         }
     })
     .await;
-    let state = hasty.draw_state(sale).await.unwrap().unwrap();
+    let state = hasty.draws().draw_state(sale).await.unwrap().unwrap();
     assert!(state.drawn && made.winners == 3, "{state:?}");
     let users: Vec<UserId> = (1..=12).map(|u| UserId::new(u).unwrap()).collect();
-    let seed = match hasty.draw_secret(sale).await.unwrap() {
+    let seed = match hasty.draws().draw_secret(sale).await.unwrap() {
         Some(seckill_shared::stock::queue::DrawSecret::Committed(commitment)) => {
             seckill_shared::sales::draw_seed::find(&env.db, &commitment).await.unwrap().expect("the kept seed")
         }
@@ -136,7 +140,7 @@ async fn short_a_draw_lost_in_a_failover_is_made_again_the_same() {
     bring_back();
     wait_slot_replicated(slot).await;
     let after = seckill_e2e::eventually("the promoted replica's draw", Duration::from_secs(30), || async {
-        env.stock.draw_state(sale).await.map_err(|e| e.to_string())
+        env.stock.draws().draw_state(sale).await.map_err(|e| e.to_string())
     })
     .await
     .unwrap();

@@ -58,7 +58,7 @@ async fn short_a_release_holds_its_limit_through_a_failover_of_its_slot() {
     for size in &sizes {
         env.warmup_limited(*size, 200, 900, Limits { per_user_limit: 1, max_per_order: 1 }).await;
     }
-    env.stock.declare_release(sizes[0].activity, 2).await.unwrap();
+    env.stock.releases().declare_release(sizes[0].activity, 2).await.unwrap();
     let mut settings = env.edge_settings();
     (settings.rate_limit.per_user_per_second, settings.rate_limit.per_user_burst) = (1_000, 1_000);
     settings.servers.redis.replica_ack_timeout_ms = 200;

@@ -71,7 +71,7 @@ async fn order_and_hold(addr: std::net::SocketAddr, sale: SaleKey, user: i64, to
 /// its publish under way.
 async fn until_deducted(env: &TestEnv, sale: SaleKey) {
     eventually("the deduction to run", Duration::from_secs(30), || async {
-        match env.stock.snapshot(sale).await {
+        match env.stock.books().snapshot(sale).await {
             Ok(snapshot) if snapshot.reservations == 1 => Ok(()),
             other => Err(format!("{other:?}")),
         }
@@ -122,11 +122,15 @@ async fn a_buyer_who_hangs_up_mid_publish_has_the_order_and_the_room_goes_on() {
         }
     })
     .await;
-    assert_eq!(env.stock.room(sale).await.unwrap().unwrap().used, 0, "the order not settled yet: Kafka is held");
+    assert_eq!(
+        env.stock.waiting_room().room(sale).await.unwrap().unwrap().used,
+        0,
+        "the order not settled yet: Kafka is held"
+    );
     kafka.resume();
 
     room_goes_on(&client, &next, Duration::from_secs(120)).await;
-    let room = env.stock.room(sale).await.unwrap().unwrap();
+    let room = env.stock.waiting_room().room(sale).await.unwrap().unwrap();
     assert_eq!((room.used, room.expired), (1, 0), "spent by its order: {room:?}");
     let path = format!("/api/seckill/result?activityId={}&skuId={}&userId=1", sale.activity, sale.sku);
     assert_eq!(client.get(&path).await.status, 200, "the buyer has the order");
@@ -216,9 +220,9 @@ async fn an_edge_killed_mid_order_leaves_the_room_admitting() {
     kafka.resume();
 
     room_goes_on(&client, &next, Duration::from_secs(90)).await;
-    let room = env.stock.room(sale).await.unwrap().unwrap();
+    let room = env.stock.waiting_room().room(sale).await.unwrap().unwrap();
     assert_eq!((room.used, room.expired), (1, 0), "settled as used: the buyer holds an order: {room:?}");
-    let held = env.stock.user_order(sale, UserId::new(1).unwrap()).await.unwrap();
+    let held = env.stock.orders().user_order(sale, UserId::new(1).unwrap()).await.unwrap();
     assert!(held.is_some(), "the buyer has the order");
     survivor.stop().await;
 }

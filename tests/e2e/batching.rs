@@ -20,7 +20,7 @@ async fn one_script_call_decides_a_batch_as_single_calls_would() {
         (two, "00000000000000b1"),
         (three, "00000000000000c1"),
     ]);
-    let answers = env.stock.deduct_batch(sale, &call).await.unwrap();
+    let answers = env.stock.orders().deduct_batch(sale, &call).await.unwrap();
     let Deduction::Accepted { order_id: first, stock_left: Some(1), .. } = &answers[0] else { panic!("{answers:?}") };
     assert_eq!(
         answers[1],
@@ -35,22 +35,23 @@ async fn one_script_call_decides_a_batch_as_single_calls_would() {
         "ids minted in order, once each"
     );
     assert_eq!(answers[3], Deduction::SoldOut { available: 0 });
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.queued, snapshot.buyers, snapshot.reservations), (0, 2, 2, 2));
     let unknown = env.sale();
     let none = env
         .stock
+        .orders()
         .deduct_batch(unknown, &call_of(&[(one, "00000000000000d1"), (two, "00000000000000d2")]))
         .await
         .unwrap();
     assert_eq!(none, [Deduction::SaleNotFound, Deduction::SaleNotFound]);
 
     // Asked again, the same call answers what it decided, deducting nothing.
-    let again = env.stock.deduct_batch(sale, &call).await.unwrap();
+    let again = env.stock.orders().deduct_batch(sale, &call).await.unwrap();
     let Deduction::Accepted { order_id: heard, .. } = &again[0] else { panic!("{again:?}") };
     assert_eq!(heard, first, "the accepted order, the same");
     assert_eq!(again[1..], answers[1..]);
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.queued, snapshot.buyers), (0, 2, 2), "nothing deducted twice");
 }
 
@@ -82,14 +83,22 @@ async fn a_voided_call_keeps_nothing_whenever_it_runs() {
     env.warmup(sale, 3).await;
     let (one, two) = (UserId::new(1).unwrap(), UserId::new(2).unwrap());
     let ran = call_of(&[(one, "00000000000000e1"), (two, "00000000000000e2")]);
-    assert!(matches!(env.stock.deduct_batch(sale, &ran).await.unwrap()[0], Deduction::Accepted { .. }));
-    assert_eq!(env.stock.void(sale, &ran).await.unwrap(), [Voided::Undone, Voided::Undone], "both units back");
-    assert_eq!(env.stock.void(sale, &ran).await.unwrap(), [Voided::Nothing, Voided::Nothing], "nothing back twice");
-    assert_eq!(env.stock.deduct_batch(sale, &ran).await.unwrap(), [Deduction::Voided, Deduction::Voided]);
+    assert!(matches!(env.stock.orders().deduct_batch(sale, &ran).await.unwrap()[0], Deduction::Accepted { .. }));
+    assert_eq!(env.stock.orders().void(sale, &ran).await.unwrap(), [Voided::Undone, Voided::Undone], "both units back");
+    assert_eq!(
+        env.stock.orders().void(sale, &ran).await.unwrap(),
+        [Voided::Nothing, Voided::Nothing],
+        "nothing back twice"
+    );
+    assert_eq!(env.stock.orders().deduct_batch(sale, &ran).await.unwrap(), [Deduction::Voided, Deduction::Voided]);
     let early = call_of(&[(one, "00000000000000f1")]);
-    assert_eq!(env.stock.void(sale, &early).await.unwrap(), [Voided::Nothing]);
-    assert_eq!(env.stock.deduct_batch(sale, &early).await.unwrap(), [Deduction::Voided], "a voided call never deducts");
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    assert_eq!(env.stock.orders().void(sale, &early).await.unwrap(), [Voided::Nothing]);
+    assert_eq!(
+        env.stock.orders().deduct_batch(sale, &early).await.unwrap(),
+        [Deduction::Voided],
+        "a voided call never deducts"
+    );
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations, snapshot.queued), (3, 0, 0, 0));
 }
 
@@ -154,12 +163,13 @@ async fn a_call_asked_again_never_adopts_another_calls_order() {
     let five = UserId::new(5).unwrap();
     let first = call_of(&[(five, "00000000000000a5")]);
     let Deduction::Accepted { order_id: given_back, .. } =
-        env.stock.deduct_batch(sale, &first).await.unwrap().remove(0)
+        env.stock.orders().deduct_batch(sale, &first).await.unwrap().remove(0)
     else {
         panic!("the first call accepts")
     };
     assert!(env
         .stock
+        .orders()
         .rollback(
             &given_back,
             five,
@@ -170,14 +180,15 @@ async fn a_call_asked_again_never_adopts_another_calls_order() {
         .await
         .unwrap());
     let second = call_of(&[(five, "00000000000000b5")]);
-    let Deduction::Accepted { order_id: bought, .. } = env.stock.deduct_batch(sale, &second).await.unwrap().remove(0)
+    let Deduction::Accepted { order_id: bought, .. } =
+        env.stock.orders().deduct_batch(sale, &second).await.unwrap().remove(0)
     else {
         panic!("the user buys again")
     };
     assert_ne!(bought, given_back);
-    let again = env.stock.deduct_batch(sale, &first).await.unwrap();
+    let again = env.stock.orders().deduct_batch(sale, &first).await.unwrap();
     assert_eq!(again, [Deduction::Voided], "call A keeps nothing now; the order held is call B's");
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.buyers), (2, 1), "one unit sold, to call B");
 }
 
@@ -195,18 +206,19 @@ async fn past_its_publish_deadline_an_order_is_the_sweepers_and_stands() {
     let mut late = call_of(&[(one, "00000000000000c1")]);
     late.publish_deadline = Duration::from_millis(200);
     let Deduction::Accepted { order_id, accepted_at, round, .. } =
-        env.stock.deduct_batch(sale, &late).await.unwrap().remove(0)
+        env.stock.orders().deduct_batch(sale, &late).await.unwrap().remove(0)
     else {
         panic!("accepted")
     };
     let mut early = call_of(&[(two, "00000000000000c2")]);
     early.publish_deadline = Duration::from_millis(200);
-    let Deduction::Accepted { order_id: early_id, .. } = env.stock.deduct_batch(sale, &early).await.unwrap().remove(0)
+    let Deduction::Accepted { order_id: early_id, .. } =
+        env.stock.orders().deduct_batch(sale, &early).await.unwrap().remove(0)
     else {
         panic!("accepted")
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let voided = env.stock.void(sale, &late).await.unwrap();
+    let voided = env.stock.orders().void(sale, &late).await.unwrap();
     assert_eq!(
         voided,
         [Voided::Stands { order_id: order_id.clone(), round, accepted_at, slot: 0 }],
@@ -214,6 +226,7 @@ async fn past_its_publish_deadline_an_order_is_the_sweepers_and_stands() {
     );
     let rolled = env
         .stock
+        .orders()
         .rollback(
             &early_id,
             two,
@@ -224,7 +237,7 @@ async fn past_its_publish_deadline_an_order_is_the_sweepers_and_stands() {
         .await
         .unwrap();
     assert!(!rolled, "a rollback past the deadline gives nothing back");
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.queued, snapshot.buyers), (3, 2, 2), "both stand: {snapshot:?}");
-    assert!(matches!(env.stock.deduct_batch(sale, &late).await.unwrap()[0], Deduction::Accepted { .. }));
+    assert!(matches!(env.stock.orders().deduct_batch(sale, &late).await.unwrap()[0], Deduction::Accepted { .. }));
 }

@@ -31,7 +31,7 @@ async fn a_shop_page_on_an_allowed_origin_may_place_orders() {
     let client = Client::new(edge.url());
     let sale = env.sale();
     env.warmup(sale, 5).await;
-    let before = env.stock.snapshot(sale).await.unwrap();
+    let before = env.stock.books().snapshot(sale).await.unwrap();
 
     // Preflights: answered before any handler, counted against nothing.
     for _ in 0..5 {
@@ -48,7 +48,7 @@ async fn a_shop_page_on_an_allowed_origin_may_place_orders() {
         assert!(header(&reply, "access-control-allow-credentials").is_none(), "no credentials");
         assert!(header(&reply, "vary").is_some_and(|v| v.to_ascii_lowercase().contains("origin")));
     }
-    assert_eq!(env.stock.snapshot(sale).await.unwrap(), before, "preflights changed nothing");
+    assert_eq!(env.stock.books().snapshot(sale).await.unwrap(), before, "preflights changed nothing");
 
     // The real request: allowed (the preflights did not use the user's limit
     // of 1), with the origin echoed.

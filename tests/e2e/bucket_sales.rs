@@ -35,7 +35,7 @@ async fn order(stock: &seckill_shared::stock::Stock, sale: SaleKey, buckets: &[B
     loop {
         let call = call_for(user, home);
         let answer = loop {
-            match stock.deduct_batch(sale, &call).await {
+            match stock.orders().deduct_batch(sale, &call).await {
                 Ok(mut answers) => break answers.pop().expect("an answer"),
                 Err(error) if error.unheard() && unheard < 20 => unheard += 1,
                 Err(error) => panic!("user {user}: a deduction: {error}"),
@@ -44,7 +44,7 @@ async fn order(stock: &seckill_shared::stock::Stock, sale: SaleKey, buckets: &[B
         if !matches!(answer, Deduction::SoldOut { .. }) {
             return answer;
         }
-        match stock.borrow(sale, buckets, home, 1).await {
+        match stock.bucket_moves().borrow(sale, buckets, home, 1).await {
             Ok(Borrowed::Units(_)) => {}
             Ok(Borrowed::InTransit) => {
                 waited += 1;
@@ -65,10 +65,10 @@ async fn order(stock: &seckill_shared::stock::Stock, sale: SaleKey, buckets: &[B
 async fn complete_transfers(stock: &seckill_shared::stock::Stock, sale: SaleKey, buckets: &[Bucket]) -> usize {
     let mut completed = 0;
     for bucket in buckets {
-        for logged in stock.transfers_lent(sale, *bucket).await.expect("the log") {
-            let received = stock.receive(sale, &logged.transfer, logged.units).await.expect("receiving");
+        for logged in stock.bucket_moves().transfers_lent(sale, *bucket).await.expect("the log") {
+            let received = stock.bucket_moves().receive(sale, &logged.transfer, logged.units).await.expect("receiving");
             completed += usize::from(received == Received::Now);
-            stock.forget_transfer(sale, &logged.transfer).await.expect("forgetting");
+            stock.bucket_moves().forget_transfer(sale, &logged.transfer).await.expect("forgetting");
         }
     }
     completed
@@ -94,11 +94,11 @@ async fn available(env: &TestEnv, sale: SaleKey, bucket: Bucket) -> i64 {
 async fn a_sale_over_three_buckets_sells_exactly_its_stock_once_per_user() {
     let env = std::sync::Arc::new(TestEnv::new().await);
     let sale = env.sale();
-    let buckets = env.stock.place_buckets(sale, 3).await.expect("placing");
+    let buckets = env.stock.bucket_moves().place_buckets(sale, 3).await.expect("placing");
     // Uneven on purpose: the first bucket holds most units and is no
     // buyer's home, so every unit of it is sold by lending.
     let shares: Vec<(Bucket, i64)> = buckets.iter().copied().zip([80, 10, 10]).collect();
-    assert!(env.stock.warmup_shares(sale, &shares, round(0, 1)).await.unwrap());
+    assert!(env.stock.warm_ups().warmup_shares(sale, &shares, round(0, 1)).await.unwrap());
     let crowd: Vec<i64> = (1..).filter(|user| user % 3 != 0).take(400).collect();
     let tasks: Vec<_> = crowd
         .iter()
@@ -179,7 +179,7 @@ async fn units_coming_back_return_to_the_bucket_of_their_order() {
     use seckill_shared::stock::{Cancelled, Compensation, CompensationMode};
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let buckets = env.stock.place_buckets(sale, 3).await.expect("placing");
+    let buckets = env.stock.bucket_moves().place_buckets(sale, 3).await.expect("placing");
     warm(&env, sale, &buckets, 5, 1).await;
     let bucket = buckets[2];
     let mut orders = Vec::new();
@@ -187,19 +187,20 @@ async fn units_coming_back_return_to_the_bucket_of_their_order() {
     for user in [2, 5, 8, 11] {
         let call = call_for(user, bucket);
         let Some(Deduction::Accepted { order_id, accepted_at, .. }) =
-            env.stock.deduct_batch(sale, &call).await.unwrap().pop()
+            env.stock.orders().deduct_batch(sale, &call).await.unwrap().pop()
         else {
             panic!("user {user} not accepted");
         };
         assert_eq!(Bucket::of_order(&order_id), bucket, "{order_id}");
         orders.push((order_id, UserId::new(user).unwrap(), accepted_at, Holding::ONE));
     }
-    let (snapshot, _) = env.stock.snapshot_bucket(sale, bucket).await.unwrap();
+    let (snapshot, _) = env.stock.books().snapshot_bucket(sale, bucket).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations), (1, 4, 4));
 
     let (rolled_back, compensated, cancelled, created) = (&orders[0], &orders[1], &orders[2], &orders[3]);
     assert!(env
         .stock
+        .orders()
         .rollback(
             &rolled_back.0,
             rolled_back.1,
@@ -211,22 +212,23 @@ async fn units_coming_back_return_to_the_bucket_of_their_order() {
         .unwrap());
     let compensation = env
         .stock
+        .orders()
         .compensate(&compensated.0, compensated.1, Holding::ONE, FailReason::DbRejected, CompensationMode::Restore)
         .await
         .unwrap();
     assert_eq!(compensation, Compensation::Done);
-    env.stock.follow_created(&[cancelled.clone(), created.clone()]).await.unwrap();
+    env.stock.orders().follow_created(&[cancelled.clone(), created.clone()]).await.unwrap();
     let given_back =
         Cancelled { order_id: cancelled.0.clone(), user: cancelled.1, reason: "EXPIRED", held: Holding::ONE };
-    assert_eq!(env.stock.cancel(sale, &[given_back]).await.unwrap(), 1);
-    env.stock.unreserve(std::slice::from_ref(&created.0)).await.unwrap();
+    assert_eq!(env.stock.orders().cancel(sale, &[given_back]).await.unwrap(), 1);
+    env.stock.orders().unreserve(std::slice::from_ref(&created.0)).await.unwrap();
 
-    let (snapshot, _) = env.stock.snapshot_bucket(sale, bucket).await.unwrap();
+    let (snapshot, _) = env.stock.books().snapshot_bucket(sale, bucket).await.unwrap();
     assert_eq!(snapshot.remaining, 4, "three units back in their bucket: {snapshot:?}");
     assert_eq!((snapshot.buyers, snapshot.reservations, snapshot.created), (1, 0, 1), "{snapshot:?}");
     assert_eq!((snapshot.failed, snapshot.compensated, snapshot.cancelled, snapshot.returned), (2, 1, 1, 1));
     for other in &buckets[..2] {
-        let (snapshot, _) = env.stock.snapshot_bucket(sale, *other).await.unwrap();
+        let (snapshot, _) = env.stock.books().snapshot_bucket(sale, *other).await.unwrap();
         assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.queued, snapshot.failed), (5, 0, 0, 0), "{other:?}");
     }
 }

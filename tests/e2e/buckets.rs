@@ -24,11 +24,11 @@ pub(crate) fn round(stock: i64, round: i64) -> Round {
 /// Warms `buckets` with `stock` units each.
 pub(crate) async fn warm(env: &TestEnv, sale: SaleKey, buckets: &[Bucket], stock: i64, number: i64) {
     let shares: Vec<(Bucket, i64)> = buckets.iter().map(|b| (*b, stock)).collect();
-    assert!(env.stock.warmup_shares(sale, &shares, round(0, number)).await.expect("warming the buckets"));
+    assert!(env.stock.warm_ups().warmup_shares(sale, &shares, round(0, number)).await.expect("warming the buckets"));
 }
 
 pub(crate) async fn remaining(env: &TestEnv, sale: SaleKey, bucket: Bucket) -> i64 {
-    env.stock.snapshot_bucket(sale, bucket).await.expect("a snapshot").0.remaining
+    env.stock.books().snapshot_bucket(sale, bucket).await.expect("a snapshot").0.remaining
 }
 
 /// A bucket's `lent` and `borrowed` counters.
@@ -65,52 +65,60 @@ where
 async fn a_transfer_moves_half_the_lenders_units_once_and_only_within_its_round() {
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let buckets = env.stock.place_buckets(sale, 2).await.expect("placing");
+    let buckets = env.stock.bucket_moves().place_buckets(sale, 2).await.expect("placing");
     let (a, b) = (buckets[0], buckets[1]);
-    assert!(env.stock.warmup_shares(sale, &[(a, 5), (b, 0)], round(0, 1)).await.unwrap());
+    assert!(env.stock.warm_ups().warmup_shares(sale, &[(a, 5), (b, 0)], round(0, 1)).await.unwrap());
 
     let transfer = Transfer::new(a, b, 1);
-    assert_eq!(env.stock.lend(sale, &transfer).await.unwrap(), Lent::Units(3), "half of 5, rounded up");
-    assert_eq!(env.stock.lend(sale, &transfer).await.unwrap(), Lent::Units(3), "asked again: what it lent then");
+    assert_eq!(env.stock.bucket_moves().lend(sale, &transfer).await.unwrap(), Lent::Units(3), "half of 5, rounded up");
+    assert_eq!(
+        env.stock.bucket_moves().lend(sale, &transfer).await.unwrap(),
+        Lent::Units(3),
+        "asked again: what it lent then"
+    );
     assert_eq!(remaining(&env, sale, a).await, 2, "lent once");
     assert_eq!(remaining(&env, sale, b).await, 0, "not received yet");
-    let logged = env.stock.transfers_lent(sale, a).await.unwrap();
+    let logged = env.stock.bucket_moves().transfers_lent(sale, a).await.unwrap();
     assert_eq!(logged.len(), 1, "{logged:?}");
     assert_eq!((&logged[0].transfer, logged[0].units), (&transfer, 3));
 
-    assert_eq!(env.stock.receive(sale, &transfer, 3).await.unwrap(), Received::Now);
-    assert_eq!(env.stock.receive(sale, &transfer, 3).await.unwrap(), Received::Before);
+    assert_eq!(env.stock.bucket_moves().receive(sale, &transfer, 3).await.unwrap(), Received::Now);
+    assert_eq!(env.stock.bucket_moves().receive(sale, &transfer, 3).await.unwrap(), Received::Before);
     assert_eq!(remaining(&env, sale, b).await, 3, "received once");
-    env.stock.forget_transfer(sale, &transfer).await.unwrap();
-    assert!(env.stock.transfers_lent(sale, a).await.unwrap().is_empty());
+    env.stock.bucket_moves().forget_transfer(sale, &transfer).await.unwrap();
+    assert!(env.stock.bucket_moves().transfers_lent(sale, a).await.unwrap().is_empty());
     assert_eq!((moved(&env, sale, a).await, moved(&env, sale, b).await), ((3, 0), (0, 3)));
 
     // 2 → 1 → 1 → nothing.
     for (units, left) in [(1, 1), (1, 0)] {
         let again = Transfer::new(a, b, 1);
-        assert_eq!(env.stock.lend(sale, &again).await.unwrap(), Lent::Units(units));
-        assert_eq!(env.stock.receive(sale, &again, units).await.unwrap(), Received::Now);
+        assert_eq!(env.stock.bucket_moves().lend(sale, &again).await.unwrap(), Lent::Units(units));
+        assert_eq!(env.stock.bucket_moves().receive(sale, &again, units).await.unwrap(), Received::Now);
         assert_eq!(remaining(&env, sale, a).await, left);
         if left == 0 {
             let empty = Transfer::new(a, b, 1);
-            assert_eq!(env.stock.lend(sale, &empty).await.unwrap(), Lent::InTransit, "logged, not yet forgotten");
+            assert_eq!(
+                env.stock.bucket_moves().lend(sale, &empty).await.unwrap(),
+                Lent::InTransit,
+                "logged, not yet forgotten"
+            );
         }
-        env.stock.forget_transfer(sale, &again).await.unwrap();
+        env.stock.bucket_moves().forget_transfer(sale, &again).await.unwrap();
     }
-    assert_eq!(env.stock.lend(sale, &Transfer::new(a, b, 1)).await.unwrap(), Lent::Nothing);
+    assert_eq!(env.stock.bucket_moves().lend(sale, &Transfer::new(a, b, 1)).await.unwrap(), Lent::Nothing);
     assert_eq!(remaining(&env, sale, b).await, 5, "every unit moved, none made");
 
     // Another round: refused on either side, nothing moved.
-    assert_eq!(env.stock.lend(sale, &Transfer::new(b, a, 2)).await.unwrap(), Lent::OtherRound);
-    assert_eq!(env.stock.receive(sale, &Transfer::new(b, a, 2), 4).await.unwrap(), Received::OtherRound);
+    assert_eq!(env.stock.bucket_moves().lend(sale, &Transfer::new(b, a, 2)).await.unwrap(), Lent::OtherRound);
+    assert_eq!(env.stock.bucket_moves().receive(sale, &Transfer::new(b, a, 2), 4).await.unwrap(), Received::OtherRound);
     assert_eq!((remaining(&env, sale, a).await, remaining(&env, sale, b).await), (0, 5));
 
     // Lent in round 1, the receiver warmed for round 2 meanwhile: the units
     // went with round 1.
     let stale = Transfer::new(b, a, 1);
-    assert_eq!(env.stock.lend(sale, &stale).await.unwrap(), Lent::Units(3));
-    assert!(env.stock.warmup_shares(sale, &[(a, 7)], round(0, 2)).await.unwrap());
-    assert_eq!(env.stock.receive(sale, &stale, 3).await.unwrap(), Received::OtherRound);
+    assert_eq!(env.stock.bucket_moves().lend(sale, &stale).await.unwrap(), Lent::Units(3));
+    assert!(env.stock.warm_ups().warmup_shares(sale, &[(a, 7)], round(0, 2)).await.unwrap());
+    assert_eq!(env.stock.bucket_moves().receive(sale, &stale, 3).await.unwrap(), Received::OtherRound);
     assert_eq!(remaining(&env, sale, a).await, 7, "round 2 holds what it was warmed with");
 }
 
@@ -123,22 +131,26 @@ async fn a_transfer_moves_half_the_lenders_units_once_and_only_within_its_round(
 async fn units_a_receiver_of_another_round_refuses_go_back_to_the_lender() {
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let buckets = env.stock.place_buckets(sale, 2).await.expect("placing");
+    let buckets = env.stock.bucket_moves().place_buckets(sale, 2).await.expect("placing");
     let (a, b) = (buckets[0], buckets[1]);
-    assert!(env.stock.warmup_shares(sale, &[(a, 0), (b, 5)], round(0, 1)).await.unwrap());
+    assert!(env.stock.warm_ups().warmup_shares(sale, &[(a, 0), (b, 5)], round(0, 1)).await.unwrap());
     let transfer = Transfer::new(b, a, 1);
-    assert_eq!(env.stock.lend(sale, &transfer).await.unwrap(), Lent::Units(3));
+    assert_eq!(env.stock.bucket_moves().lend(sale, &transfer).await.unwrap(), Lent::Units(3));
     let meta = format!("{}:meta", env.stock.keys().bucket_base(sale, a));
     let mut conn = env.stock.connection();
     let _: () = redis::AsyncCommands::hset(&mut conn, &meta, "round", 2).await.unwrap();
     // As the sweeper finds it: logged, and older than its cut-off.
     let now = env.stock.now_ms().await.unwrap();
-    env.stock.complete_transfers(sale, now + 1).await.unwrap();
+    env.stock.bucket_moves().complete_transfers(sale, now + 1).await.unwrap();
     assert_eq!((remaining(&env, sale, a).await, remaining(&env, sale, b).await), (0, 5), "back with their round");
-    assert!(env.stock.transfers_lent(sale, b).await.unwrap().is_empty(), "no longer logged");
+    assert!(env.stock.bucket_moves().transfers_lent(sale, b).await.unwrap().is_empty(), "no longer logged");
     assert_eq!(moved(&env, sale, b).await, (0, 0), "the lender's books: nothing lent");
-    assert_eq!(env.stock.unlend(sale, &transfer).await.unwrap(), 0, "given back once");
-    assert_eq!(env.stock.finish_transfer(sale, &transfer, 3).await.unwrap(), Finished::Pending, "nothing logged");
+    assert_eq!(env.stock.bucket_moves().unlend(sale, &transfer).await.unwrap(), 0, "given back once");
+    assert_eq!(
+        env.stock.bucket_moves().finish_transfer(sale, &transfer, 3).await.unwrap(),
+        Finished::Pending,
+        "nothing logged"
+    );
 }
 
 /// Many transfers at once between three buckets, each asked again, some
@@ -149,7 +161,7 @@ async fn units_a_receiver_of_another_round_refuses_go_back_to_the_lender() {
 async fn units_moved_between_buckets_at_once_are_neither_made_nor_lost() {
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let buckets = env.stock.place_buckets(sale, 3).await.expect("placing");
+    let buckets = env.stock.bucket_moves().place_buckets(sale, 3).await.expect("placing");
     warm(&env, sale, &buckets, 40, 1).await;
 
     let tasks = (0..90u32).map(|i| {
@@ -161,15 +173,15 @@ async fn units_moved_between_buckets_at_once_are_neither_made_nor_lost() {
             }
             let transfer = Transfer::new(from, to, 1);
             // (Nothing lent is not logged: asked again, it may lend.)
-            let Lent::Units(units) = heard(|| stock.lend(sale, &transfer)).await.0 else { return };
-            assert_eq!(heard(|| stock.lend(sale, &transfer)).await.0, Lent::Units(units), "asked again");
+            let Lent::Units(units) = heard(|| stock.bucket_moves().lend(sale, &transfer)).await.0 else { return };
+            assert_eq!(heard(|| stock.bucket_moves().lend(sale, &transfer)).await.0, Lent::Units(units), "asked again");
             if i % 4 == 0 {
                 return; // died here: the transfer stays logged, not received
             }
-            let (received, repeated) = heard(|| stock.receive(sale, &transfer, units)).await;
+            let (received, repeated) = heard(|| stock.bucket_moves().receive(sale, &transfer, units)).await;
             assert!(received == Received::Now || (repeated && received == Received::Before), "{received:?}");
-            assert_eq!(heard(|| stock.receive(sale, &transfer, units)).await.0, Received::Before);
-            heard(|| stock.forget_transfer(sale, &transfer)).await;
+            assert_eq!(heard(|| stock.bucket_moves().receive(sale, &transfer, units)).await.0, Received::Before);
+            heard(|| stock.bucket_moves().forget_transfer(sale, &transfer)).await;
         })
     });
     for task in tasks.collect::<Vec<_>>() {
@@ -179,11 +191,11 @@ async fn units_moved_between_buckets_at_once_are_neither_made_nor_lost() {
     // What finds a logged transfer completes it.
     let mut in_flight = 0;
     for bucket in &buckets {
-        for logged in env.stock.transfers_lent(sale, *bucket).await.unwrap() {
+        for logged in env.stock.bucket_moves().transfers_lent(sale, *bucket).await.unwrap() {
             in_flight += logged.units;
-            let received = env.stock.receive(sale, &logged.transfer, logged.units).await.unwrap();
+            let received = env.stock.bucket_moves().receive(sale, &logged.transfer, logged.units).await.unwrap();
             assert_eq!(received, Received::Now, "{logged:?}: left half-done, so not received yet");
-            env.stock.forget_transfer(sale, &logged.transfer).await.unwrap();
+            env.stock.bucket_moves().forget_transfer(sale, &logged.transfer).await.unwrap();
         }
     }
     let mut total = 0;
@@ -209,7 +221,7 @@ async fn units_moved_between_buckets_at_once_are_neither_made_nor_lost() {
 async fn a_sales_buckets_are_spread_over_the_primaries() {
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let placed = env.stock.place_buckets(sale, 4).await.expect("placing");
+    let placed = env.stock.bucket_moves().place_buckets(sale, 4).await.expect("placing");
     assert_eq!(placed.len(), 4);
     assert_eq!(placed[0], Bucket::FIRST, "bucket 0 is the sale's own keys");
     let slots: std::collections::HashSet<_> = placed

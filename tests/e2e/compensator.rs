@@ -44,11 +44,14 @@ async fn a_dead_letter_restores_exactly_one_unit_however_often_it_comes() {
     assert_eq!(order_status(&env, &failed.order_id).await.as_deref(), Some("FAILED"));
     assert_eq!(order_status(&env, &created.order_id).await.as_deref(), Some("CREATED"), "a CREATED order stays");
     assert_eq!(env.redis_stock(sale).await, 4, "one unit back, not three, and none for the CREATED order");
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!(snapshot.compensated, 1);
-    let state = env.stock.order_state(&failed.order_id).await.unwrap().unwrap();
+    let state = env.stock.orders().order_state(&failed.order_id).await.unwrap().unwrap();
     assert_eq!((state.status.as_str(), state.reason.as_deref()), ("FAILED", Some("DB_REJECTED")));
-    assert!(env.stock.user_order(sale, UserId::new(1).unwrap()).await.unwrap().is_none(), "the user may buy again");
+    assert!(
+        env.stock.orders().user_order(sale, UserId::new(1).unwrap()).await.unwrap().is_none(),
+        "the user may buy again"
+    );
     // The FAILED status the compensator wrote has an event the order
     // service's relay sends a moment later: the books balance once it has.
     eventually("the books consistent, every event relayed", Duration::from_secs(30), || async {
@@ -91,7 +94,7 @@ pub(crate) async fn settled_through_a_kill(env: &TestEnv, sale: SaleKey, records
     .await;
     // The kill lands on work in hand: an order FAILED whose units are not back.
     let (failed, compensated) =
-        (env.count_orders(sale, "FAILED").await, env.stock.snapshot(sale).await.expect("the sale").compensated);
+        (env.count_orders(sale, "FAILED").await, env.stock.books().snapshot(sale).await.expect("the sale").compensated);
     assert!(failed >= 1 && compensated < failed, "mid-record: {failed} FAILED, {compensated} compensated");
     assert!(failed < records.len() as i64, "records left to settle after the kill: {failed} of {}", records.len());
     child.kill9().await;
@@ -113,7 +116,7 @@ async fn killed_mid_record_the_compensator_restores_nothing_twice() {
     let child = settled_through_a_kill(&env, sale, &records).await;
     assert_eq!(env.count_orders(sale, "FAILED").await, 300);
     assert_eq!(env.redis_stock(sale).await, 300, "every unit back exactly once");
-    assert_eq!(env.stock.snapshot(sale).await.unwrap().compensated, 300);
+    assert_eq!(env.stock.books().snapshot(sale).await.unwrap().compensated, 300);
     assert!(child.terminate().await);
 }
 
@@ -135,7 +138,7 @@ async fn no_db_stock_writes_the_unit_off_instead_of_restoring_it() {
     env.wait_drained(Group::Compensator).await;
     assert_eq!(order_status(&env, &record.order_id).await.as_deref(), Some("FAILED"));
     assert_eq!(env.redis_stock(sale).await, 0, "Redis brought down to what the database has, never up");
-    assert_eq!(env.stock.snapshot(sale).await.unwrap().written_off, 1);
+    assert_eq!(env.stock.books().snapshot(sale).await.unwrap().written_off, 1);
     compensator.stop().await;
 }
 
@@ -248,7 +251,7 @@ async fn the_sweeper_waits_for_the_edges_publish_deadline() {
         let env = &env;
         async move {
             let nonce = format!("{:016x}", rand::random::<u64>());
-            match env.stock.deduct(sale, UserId::new(user).unwrap(), 1, &nonce, deadline).await.unwrap() {
+            match env.stock.orders().deduct(sale, UserId::new(user).unwrap(), 1, &nonce, deadline).await.unwrap() {
                 Deduction::Accepted { order_id, accepted_at, .. } => (order_id, accepted_at),
                 other => panic!("{other:?}"),
             }
@@ -288,7 +291,7 @@ async fn the_sweeper_waits_for_the_edges_publish_deadline() {
     assert_eq!(ids.len(), 1);
     assert_eq!(ids[0]["orderId"], lost.as_str(), "the lost order's record, published again");
     assert_eq!(env.order_row(&patient).await, None, "the patient edge's order is not swept");
-    let state = env.stock.order_state(&patient).await.unwrap().expect("known");
+    let state = env.stock.orders().order_state(&patient).await.unwrap().expect("known");
     assert_eq!(state.status.as_str(), "QUEUED");
     assert!(guard.release().await);
 }

@@ -9,7 +9,7 @@ use seckill_shared::stock::SaleSnapshot;
 use std::time::Duration;
 
 pub(crate) async fn state(env: &TestEnv, sale: SaleKey) -> (SaleSnapshot, i64) {
-    let snapshot = env.stock.snapshot(sale).await.expect("redis snapshot");
+    let snapshot = env.stock.books().snapshot(sale).await.expect("redis snapshot");
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE activity_id = $1")
         .bind(sale.activity.get())
         .fetch_one(&env.db)
@@ -83,7 +83,7 @@ async fn sale_states_answer_per_the_contract() {
         "SALE_NOT_FOUND",
         "unknown sale",
     );
-    assert!(!env.stock.snapshot(unknown).await.unwrap().exists);
+    assert!(!env.stock.books().snapshot(unknown).await.unwrap().exists);
 
     let console = Client::new(edge.console_url());
     // Not started yet, and already over: 403.
@@ -136,7 +136,7 @@ async fn sale_states_answer_per_the_contract() {
         assert_error(&reply, 400, "INVALID_REQUEST", body);
         assert!(reply.json["message"].as_str().is_some_and(|m| m.contains(field)), "{body}: {}", reply.text);
     }
-    assert!(!env.stock.snapshot(bad).await.unwrap().exists);
+    assert!(!env.stock.books().snapshot(bad).await.unwrap().exists);
     let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM warmups WHERE activity_id = $1 AND sku_id = $2")
         .bind(bad.activity.get())
         .bind(bad.sku.get())
@@ -253,7 +253,7 @@ async fn definite_publish_failures_roll_back_and_the_sale_recovers() {
         let reply = client.order(a, k, user).await;
         assert_error(&reply, 503, "TRY_AGAIN", "publish to a missing topic");
     }
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!(
         (snapshot.remaining, snapshot.buyers, snapshot.reservations, snapshot.queued),
         (3, 0, 0, 0),
@@ -354,7 +354,7 @@ async fn hostile_input_is_refused_and_changes_nothing() {
     let client = Client::new(edge.url());
     let sale = env.sale();
     env.warmup(sale, 5).await;
-    let before = env.stock.snapshot(sale).await.unwrap();
+    let before = env.stock.books().snapshot(sale).await.unwrap();
     let (a, s) = (sale.activity.get(), sale.sku.get());
     let body = format!(r#"{{"activityId":{a},"skuId":{s},"userId":7}}"#);
     let send = |content_type: Option<&'static str>, body: String| {
@@ -374,10 +374,10 @@ async fn hostile_input_is_refused_and_changes_nothing() {
     let ok_with_charset =
         send(Some("application/json; charset=utf-8"), format!(r#"{{"activityId":{a},"skuId":{s},"userId":8}}"#)).await;
     assert_eq!(ok_with_charset.status, 202, "a charset parameter is fine: {}", ok_with_charset.text);
-    let after_ok = env.stock.snapshot(sale).await.unwrap();
+    let after_ok = env.stock.books().snapshot(sale).await.unwrap();
     let duplicate = format!(r#"{{"activityId":{a},"skuId":{s},"userId":1,"userId":2}}"#);
     assert_error(&send(Some("application/json"), duplicate).await, 400, "INVALID_REQUEST", "a duplicate key");
-    assert_eq!(env.stock.snapshot(sale).await.unwrap(), after_ok, "refusals changed nothing");
+    assert_eq!(env.stock.books().snapshot(sale).await.unwrap(), after_ok, "refusals changed nothing");
     assert_eq!(after_ok.remaining, before.remaining - 1);
 
     // An oversized or non-printable request id is replaced, never carried.

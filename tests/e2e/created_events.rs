@@ -176,7 +176,7 @@ async fn a_redriven_order_published_again_by_the_sweeper_keeps_its_link() {
     env.warmup(sale, 5).await;
     let nonce = format!("{:016x}", rand::random::<u64>());
     let user = seckill_shared::domain::UserId::new(7).unwrap();
-    let (order, accepted) = match env.stock.deduct(sale, user, 1, &nonce, Duration::ZERO).await.unwrap() {
+    let (order, accepted) = match env.stock.orders().deduct(sale, user, 1, &nonce, Duration::ZERO).await.unwrap() {
         Deduction::Accepted { order_id, accepted_at, .. } => (order_id, accepted_at),
         other => panic!("{other:?}"),
     };

@@ -61,7 +61,7 @@ async fn an_entry_no_replica_confirmed_is_not_answered_200() {
     let plain = env.spawn_edge(env.edge_settings()).await;
     let again = enter(&Client::new(plain.url()), sale, 7).await;
     assert_eq!((again.status.as_u16(), again.json["status"].as_str()), (200, Some("ENTERED")), "{}", again.text);
-    assert_eq!(env.stock.draw_state(sale).await.unwrap().unwrap().entries, 1, "one entry, the same");
+    assert_eq!(env.stock.draws().draw_state(sale).await.unwrap().unwrap().entries, 1, "one entry, the same");
     plain.stop().await;
 }
 
@@ -86,7 +86,7 @@ async fn a_full_draw_refuses_the_next_entry_and_keeps_nothing() {
     assert_eq!((full.status.as_u16(), full.code()), (409, "ENTRIES_FULL"), "{}", full.text);
     let again = enter(&client, sale, 2).await;
     assert_eq!((again.status.as_u16(), again.json["status"].as_str()), (200, Some("ENTERED")), "{}", again.text);
-    let state = env.stock.draw_state(sale).await.unwrap().unwrap();
+    let state = env.stock.draws().draw_state(sale).await.unwrap().unwrap();
     assert_eq!(state.entries, 3, "nothing kept of the refused entry");
     edge.stop().await;
 }
@@ -133,7 +133,7 @@ async fn nobody_reading_redis_before_the_draw_finds_its_seed() {
         let entered = enter(&client, sale, user).await;
         assert_eq!(entered.status, 200, "{}", entered.text);
     }
-    let commitment = env.stock.draw_state(sale).await.unwrap().expect("a draw").seed_commitment;
+    let commitment = env.stock.draws().draw_state(sale).await.unwrap().expect("a draw").seed_commitment;
     let seed: String = sqlx::query_scalar("SELECT seed FROM draw_seeds WHERE commitment = $1")
         .bind(&commitment)
         .fetch_one(&env.db)
@@ -215,7 +215,7 @@ async fn a_unit_given_back_while_a_draw_tells_its_end_promotes_nobody() {
     request.payment_window_seconds = 2;
     env.run_warmup(&request).await.expect("warmed up");
     for user in 1..=2_500 {
-        env.stock.enter_draw(sale, UserId::new(user).unwrap(), None).await.expect("an entry");
+        env.stock.draws().enter_draw(sale, UserId::new(user).unwrap(), None).await.expect("an entry");
     }
     seckill_e2e::eventually("the draw made", Duration::from_secs(30), || async {
         match seckill_edge::draw::make::make(&env.stock, (&env.db, seckill_e2e::CALL_DEADLINE), sale, 1).await {
@@ -251,6 +251,6 @@ async fn pass(
     orders: i64,
 ) -> seckill_shared::stock::queue::DrawState {
     let reads = seckill_shared::stock::queue::PassReads { used: 0, orders };
-    env.stock.admit_after(sale, reads, 0, Duration::ZERO).await.expect("a pass");
-    env.stock.draw_state(sale).await.expect("the draw").expect("a draw")
+    env.stock.waiting_room().admit_after(sale, reads, 0, Duration::ZERO).await.expect("a pass");
+    env.stock.draws().draw_state(sale).await.expect("the draw").expect("a draw")
 }

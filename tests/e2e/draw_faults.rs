@@ -153,18 +153,18 @@ async fn a_right_spent_while_a_pass_reads_the_units_promotes_nobody() {
     })
     .await;
 
-    let stale = env.stock.pass_reads(sale).await.expect("the reads");
+    let stale = env.stock.waiting_room().pass_reads(sale).await.expect("the reads");
     assert_eq!((stale.used, stale.orders), (0, 2), "read before the order");
     let placed = crate::waiting_room::order_with(&client, sale, winner.0, Some(&winner.1)).await;
     assert_eq!(placed.status, 202, "{}", placed.text);
     eventually("the right spent", Duration::from_secs(10), || async {
-        let state = env.stock.draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
+        let state = env.stock.draws().draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
         (state.claimed == 1).then_some(()).ok_or(format!("{} spent", state.claimed))
     })
     .await;
-    let pass = env.stock.admit_after(sale, stale, 100, Duration::from_secs(10)).await.expect("a pass");
+    let pass = env.stock.waiting_room().admit_after(sale, stale, 100, Duration::from_secs(10)).await.expect("a pass");
     assert_eq!(pass.now, 0, "a pass on the units read before the order promoted someone");
-    let state = env.stock.draw_state(sale).await.unwrap().unwrap();
+    let state = env.stock.draws().draw_state(sale).await.unwrap().unwrap();
     assert_eq!((state.promoted, state.waitlisted), (0, 2), "{state:?}");
     edge.stop().await;
 }
@@ -194,9 +194,9 @@ async fn a_late_entry_changes_nothing(env: &TestEnv, client: &Client, sale: Sale
     assert_eq!((late.status.as_u16(), late.code()), (409, "ENTRIES_CLOSED"), "{}", late.text);
     let after = read_draw(client, sale).await.json;
     assert_eq!(after["entries"], 6, "the late entry wrote nothing: {after}");
-    let state = env.stock.draw_state(sale).await.unwrap().unwrap();
+    let state = env.stock.draws().draw_state(sale).await.unwrap().unwrap();
     assert_eq!(state.events, 6, "six outcomes, none for the late entry");
-    assert!(env.stock.draw_entries(sale).await.unwrap().iter().all(|(_, user)| user.get() != 99));
+    assert!(env.stock.draws().draw_entries(sale).await.unwrap().iter().all(|(_, user)| user.get() != 99));
     let again = enter(client, sale, 1).await;
     let status = again.json["status"].as_str();
     assert!(matches!(status, Some("WON" | "WAITLISTED")), "an entrant reads their entry: {}", again.text);
@@ -215,7 +215,7 @@ async fn a_warm_up_waits_for_the_draws_outcomes_to_be_published() {
     warm(&env, sale, 3, draw.clone(), true).await.expect("warmed up");
     for user in 1..=5 {
         let user = seckill_shared::domain::UserId::new(user).unwrap();
-        env.stock.enter_draw(sale, user, None).await.unwrap();
+        env.stock.draws().enter_draw(sale, user, None).await.unwrap();
     }
     tokio::time::sleep((draw_at - chrono::Utc::now()).to_std().unwrap_or_default()).await;
     let made = eventually("the draw made", Duration::from_secs(10), || async {
@@ -226,22 +226,22 @@ async fn a_warm_up_waits_for_the_draws_outcomes_to_be_published() {
     })
     .await;
     assert_eq!((made.entries, made.winners), (5, 3));
-    assert_eq!(env.stock.draw_state(sale).await.unwrap().unwrap().events_unpublished, 5);
+    assert_eq!(env.stock.draws().draw_state(sale).await.unwrap().unwrap().events_unpublished, 5);
     // The publisher's cursor carries its lease's fence: a holder of an
     // older term (frozen past it) cannot move it once a later one did.
-    assert!(env.stock.outcomes_published(sale, "0-1", 0, 5).await.unwrap());
-    assert!(!env.stock.outcomes_published(sale, "9999999999999-0", 5, 4).await.unwrap(), "an older term's");
-    let after = env.stock.draw_state(sale).await.unwrap().unwrap();
+    assert!(env.stock.draws().outcomes_published(sale, "0-1", 0, 5).await.unwrap());
+    assert!(!env.stock.draws().outcomes_published(sale, "9999999999999-0", 5, 4).await.unwrap(), "an older term's");
+    let after = env.stock.draws().draw_state(sale).await.unwrap().unwrap();
     assert_eq!((after.published_through.as_str(), after.events_unpublished), ("0-1", 5));
 
     let later: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 60, 60)).unwrap();
     let again = warm(&env, sale, 3, later.clone(), false).await;
     assert!(matches!(again, Err(seckill_shared::sales::WarmupError::InFlight(_))), "{again:?}");
-    assert!(env.stock.draw_state(sale).await.unwrap().unwrap().drawn, "the drawn round is left as it was");
+    assert!(env.stock.draws().draw_state(sale).await.unwrap().unwrap().drawn, "the drawn round is left as it was");
     let past = warm(&env, sale, 3, draw, true).await;
     assert!(matches!(past, Err(seckill_shared::sales::WarmupError::Invalid(_))), "drawAt past: {past:?}");
     warm(&env, sale, 3, later, true).await.expect("a forced warm-up replaces the round");
-    let fresh = env.stock.draw_state(sale).await.unwrap().unwrap();
+    let fresh = env.stock.draws().draw_state(sale).await.unwrap().unwrap();
     assert_eq!((fresh.drawn, fresh.entries, fresh.events), (false, 0, 0));
 }
 
@@ -258,9 +258,9 @@ async fn a_maker_of_an_older_term_makes_no_draw() {
     let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 2, 60)).unwrap();
     warm(&env, sale, 2, draw, true).await.expect("warmed up");
     for user in 1..=3 {
-        env.stock.enter_draw(sale, seckill_shared::domain::UserId::new(user).unwrap(), None).await.unwrap();
+        env.stock.draws().enter_draw(sale, seckill_shared::domain::UserId::new(user).unwrap(), None).await.unwrap();
     }
-    assert!(env.stock.outcomes_published(sale, "0-0", 0, 7).await.unwrap(), "the later term acted first");
+    assert!(env.stock.draws().outcomes_published(sale, "0-0", 0, 7).await.unwrap(), "the later term acted first");
     eventually("the older term's maker refused once the draw is due", Duration::from_secs(10), || async {
         match make(&env.stock, (&env.db, seckill_e2e::CALL_DEADLINE), sale, 6).await {
             Err(error) if error.is::<LaterTerm>() => Ok(()),
@@ -268,7 +268,7 @@ async fn a_maker_of_an_older_term_makes_no_draw() {
         }
     })
     .await;
-    assert!(!env.stock.draw_state(sale).await.unwrap().unwrap().drawn, "nothing made by the older term");
+    assert!(!env.stock.draws().draw_state(sale).await.unwrap().unwrap().drawn, "nothing made by the older term");
     let made = make(&env.stock, (&env.db, seckill_e2e::CALL_DEADLINE), sale, 7)
         .await
         .unwrap()

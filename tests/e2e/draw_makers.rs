@@ -60,7 +60,7 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
     // make, once it takes the lease over. (It stops only once its freeze
     // answered "frozen".)
     eventually("the first edge stopped with the draw half made", Duration::from_secs(60), || async {
-        let state = env.stock.draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
+        let state = env.stock.draws().draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
         match (first.stopped(), state.drawn) {
             (true, false) => Ok(()),
             seen => Err(format!("(stopped, drawn): {seen:?}")),
@@ -80,7 +80,7 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
     let won = outcome_of.values().filter(|o| o.contains("WON")).count();
     assert_eq!(won, 30, "as many winners as units");
     let state = eventually("every outcome published", Duration::from_secs(30), || async {
-        let state = env.stock.draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
+        let state = env.stock.draws().draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
         if state.events_unpublished == 0 {
             Ok(state)
         } else {
@@ -107,11 +107,12 @@ async fn an_edge_killed_between_two_slices_of_a_draw_leaves_one_draw() {
     let request: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 8, 60)).unwrap();
     warm(&env, sale, 30, request, true).await.expect("warmed up");
     for user in 1..=4_500 {
-        let entered = env.stock.enter_draw(sale, seckill_shared::domain::UserId::new(user).unwrap(), None).await;
+        let entered =
+            env.stock.draws().enter_draw(sale, seckill_shared::domain::UserId::new(user).unwrap(), None).await;
         assert!(entered.is_ok(), "{entered:?}");
     }
     let half = eventually("the first edge stopped after one slice", Duration::from_secs(60), || async {
-        let state = env.stock.draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
+        let state = env.stock.draws().draw_state(sale).await.map_err(|e| e.to_string())?.unwrap();
         match (first.stopped(), state.drawn, state.events) {
             (true, false, 2_000) => Ok(state),
             seen => Err(format!("(stopped, drawn, outcomes recorded): {seen:?}")),

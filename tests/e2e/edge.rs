@@ -85,7 +85,7 @@ async fn warmup_sets_stock_and_requires_the_admin_token() {
     let wrong =
         client.send(hyper::Method::PUT, &path, Some(br#"{"stock":100}"#), &[("authorization", "Bearer nope")]).await;
     assert_eq!(wrong.status.as_u16(), 401);
-    assert!(!env.stock.snapshot(sale).await.unwrap().exists, "a refused warm-up creates nothing");
+    assert!(!env.stock.books().snapshot(sale).await.unwrap().exists, "a refused warm-up creates nothing");
 
     for _ in 0..2 {
         let ok = client.send(hyper::Method::PUT, &path, Some(br#"{"stock":100}"#), &[("authorization", &auth)]).await;
@@ -101,7 +101,7 @@ async fn warmup_sets_stock_and_requires_the_admin_token() {
 
     // An order still in flight: a re-warm is refused unless forced.
     let user = seckill_shared::domain::UserId::new(5).unwrap();
-    env.stock.deduct(sale, user, 1, "abcd0001abcd0001", Duration::from_secs(60)).await.unwrap();
+    env.stock.orders().deduct(sale, user, 1, "abcd0001abcd0001", Duration::from_secs(60)).await.unwrap();
     let busy = client.send(hyper::Method::PUT, &path, Some(br#"{"stock":50}"#), &[("authorization", &auth)]).await;
     assert_eq!((busy.status.as_u16(), busy.code()), (409, "SALE_BUSY"), "{}", busy.text);
     assert_eq!(env.redis_stock(sale).await, 99, "a refused warm-up changes nothing");
@@ -217,7 +217,7 @@ async fn the_lock_deduction_never_oversells_when_its_lease_runs_out() {
         .collect()
         .await;
     let accepted = replies.iter().filter(|r| r.status == 202).count();
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert!(accepted <= 100, "oversold: {accepted} accepted for 100 units");
     assert!(snapshot.remaining >= 0, "redis stock went negative: {}", snapshot.remaining);
     assert_eq!(snapshot.remaining + accepted as i64, 100, "every unit either left or was sold, once");
@@ -248,6 +248,7 @@ async fn the_snapshot_counts_orders_by_status() {
     .await;
     order.stop().await;
     env.stock
+        .orders()
         .rollback(
             &records[2].order_id,
             records[2].user_id,
@@ -258,7 +259,7 @@ async fn the_snapshot_counts_orders_by_status() {
         .await
         .unwrap();
     eventually("statuses settled in redis", Duration::from_secs(30), || async {
-        let snapshot = env.stock.snapshot(sale).await.map_err(|e| e.to_string())?;
+        let snapshot = env.stock.books().snapshot(sale).await.map_err(|e| e.to_string())?;
         let counts = (snapshot.queued, snapshot.created, snapshot.failed, snapshot.remaining);
         if counts == (1, 2, 1, 7) {
             Ok(())
@@ -284,9 +285,9 @@ async fn a_fatal_producer_error_deducts_nothing_and_the_producer_is_rebuilt() {
     assert_eq!(client.order(a, s, 1).await.status, 202);
 
     publisher.inject_fatal_error();
-    let before = env.stock.snapshot(sale).await.unwrap();
+    let before = env.stock.books().snapshot(sale).await.unwrap();
     assert_error(&client.order(a, s, 2).await, 503, "TRY_AGAIN", "an order while the producer is retired");
-    assert_eq!(env.stock.snapshot(sale).await.unwrap(), before, "nothing was deducted");
+    assert_eq!(env.stock.books().snapshot(sale).await.unwrap(), before, "nothing was deducted");
     // Replaced off the request path: a moment later a new one takes orders.
     eventually("a new producer took over", Duration::from_secs(30), || async {
         let again = client.order(a, s, 2).await;

@@ -76,7 +76,7 @@ async fn the_sweeper_publishes_again_after_its_producer_failed_fatally() {
     env.warmup(sale, 5).await;
     let nonce = format!("{:016x}", rand::random::<u64>());
     let (lost, accepted) =
-        match env.stock.deduct(sale, UserId::new(1).unwrap(), 1, &nonce, Duration::ZERO).await.unwrap() {
+        match env.stock.orders().deduct(sale, UserId::new(1).unwrap(), 1, &nonce, Duration::ZERO).await.unwrap() {
             Deduction::Accepted { order_id, accepted_at, .. } => (order_id, accepted_at),
             other => panic!("{other:?}"),
         };
@@ -152,7 +152,7 @@ async fn a_draws_outcomes_are_published_once_after_the_draw_producer_failed_fata
     let draw: seckill_shared::sales::Draw = serde_json::from_str(&seckill_e2e::draw::draw_json(-1, 2, 60)).unwrap();
     seckill_e2e::draw::warm(&env, sale, 3, draw, true).await.expect("warmed up");
     for user in 1..=5 {
-        env.stock.enter_draw(sale, UserId::new(user).unwrap(), None).await.unwrap();
+        env.stock.draws().enter_draw(sale, UserId::new(user).unwrap(), None).await.unwrap();
     }
     let draws =
         seckill_edge::draw::Draws::new(std::sync::Arc::new(env.edge_settings()), env.stock.clone(), env.db.clone());
@@ -163,7 +163,7 @@ async fn a_draws_outcomes_are_published_once_after_the_draw_producer_failed_fata
     // this holder of the (unfenced) first term.
     eventually("the draw made and its outcomes published", Duration::from_secs(30), || async {
         draws.look(sale, 1).await.map_err(|error| format!("{error:#}"))?;
-        let state = env.stock.draw_state(sale).await.map_err(|e| e.to_string())?.ok_or("no draw")?;
+        let state = env.stock.draws().draw_state(sale).await.map_err(|e| e.to_string())?.ok_or("no draw")?;
         if state.drawn && state.events_unpublished == 0 {
             Ok(())
         } else {

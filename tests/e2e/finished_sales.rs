@@ -67,6 +67,7 @@ async fn every_key_of_a_sale_with_an_end_expires() {
     // is restored (compensated) and another's written off.
     let cancelled = env.deduct(sale, 100).await;
     env.stock
+        .orders()
         .cancel(
             sale,
             &[Cancelled {
@@ -81,6 +82,7 @@ async fn every_key_of_a_sale_with_an_end_expires() {
     for (user, mode) in [(101, CompensationMode::Restore), (102, CompensationMode::WriteOff { db_remaining: 0 })] {
         let failed = env.deduct(sale, user).await;
         env.stock
+            .orders()
             .compensate(&failed.order_id, failed.user_id, Holding::ONE, FailReason::DbRejected, mode)
             .await
             .unwrap();
@@ -186,12 +188,13 @@ async fn a_thousand_finished_sales_leave_nothing_behind() {
     for (i, sale) in sales.iter().enumerate() {
         warm(&env, &stock, *sale, 3, Some(ends), 1).await;
         let user = UserId::new(1 + i as i64).unwrap();
-        let deduction = stock.deduct(*sale, user, 1, &format!("{:016x}", i), Duration::from_secs(1)).await.unwrap();
+        let deduction =
+            stock.orders().deduct(*sale, user, 1, &format!("{:016x}", i), Duration::from_secs(1)).await.unwrap();
         let seckill_shared::stock::Deduction::Accepted { order_id, .. } = deduction else { panic!("{deduction:?}") };
         orders.push((*sale, order_id, user));
     }
     let loaded = used_memory().await;
-    let registered = stock.sales().await.unwrap().len();
+    let registered = stock.books().sales().await.unwrap().len();
 
     // Left: only the warm-up locks' fencing counters, which expire an hour
     // after the last warm-up (lua/lock.lua).
@@ -207,12 +210,12 @@ async fn a_thousand_finished_sales_leave_nothing_behind() {
         }
     })
     .await;
-    assert!(stock.sales().await.unwrap().is_empty(), "the registry forgets expired sales");
+    assert!(stock.books().sales().await.unwrap().is_empty(), "the registry forgets expired sales");
     // A late cancel (the deadline worker after the keys expired) recreates
     // nothing.
     for (sale, order_id, user) in orders.iter().take(10) {
         let expired = Cancelled { order_id: order_id.clone(), user: *user, reason: "EXPIRED", held: Holding::ONE };
-        let given_back = stock.cancel(*sale, &[expired]).await.unwrap();
+        let given_back = stock.orders().cancel(*sale, &[expired]).await.unwrap();
         assert_eq!(given_back, 0);
         let keys = keys_of(&env, *sale).await;
         assert!(

@@ -17,7 +17,7 @@ use seckill_e2e::TestEnv;
 /// Everything a request could change: the sale in Redis, every key of this
 /// test's prefix, every order, sale and event row.
 async fn state(env: &TestEnv, sale: seckill_shared::domain::SaleKey) -> (String, usize, i64, i64, i64) {
-    let snapshot = env.stock.snapshot(sale).await.expect("redis");
+    let snapshot = env.stock.books().snapshot(sale).await.expect("redis");
     let mut conn = env.stock.connection();
     let keys: Vec<String> =
         redis::cmd("KEYS").arg(format!("{}*", env.redis.key_prefix)).query_async(&mut conn).await.expect("keys");

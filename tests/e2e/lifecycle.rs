@@ -81,9 +81,10 @@ async fn a_cancelled_unit_goes_back_once_and_sells_to_another_buyer() {
     assert_eq!((env.redis_stock(sale).await, db_remaining(&env, sale).await), (1, 1));
     // Its record delivered again: the order service's follow-up leaves the
     // cancelled order as it is.
-    let accepted = env.stock.order_state(&replay[0].order_id).await.unwrap().unwrap().accepted_at;
-    env.stock.follow_created(&[(replay[0].order_id.clone(), replay[0].user, accepted, Holding::ONE)]).await.unwrap();
-    let state = env.stock.order_state(&replay[0].order_id).await.unwrap().unwrap();
+    let orders = env.stock.orders();
+    let accepted = orders.order_state(&replay[0].order_id).await.unwrap().unwrap().accepted_at;
+    orders.follow_created(&[(replay[0].order_id.clone(), replay[0].user, accepted, Holding::ONE)]).await.unwrap();
+    let state = orders.order_state(&replay[0].order_id).await.unwrap().unwrap();
     assert_eq!((state.status.as_str(), env.redis_stock(sale).await), ("CANCELLED", 1));
 
     // The payment that comes after: recorded, owed back.
@@ -143,6 +144,7 @@ async fn a_rolled_back_order_answers_order_failed() {
     let record = env.deduct(sale, 7).await;
     let rolled_back = env
         .stock
+        .orders()
         .rollback(
             &record.order_id,
             record.user_id,

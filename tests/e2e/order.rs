@@ -42,15 +42,19 @@ async fn ten_thousand_records_become_ten_thousand_orders_once() {
     env.wait_drained(Group::Order).await;
     assert_eq!(total_rows(&env, sale).await, 10_000, "one row per order id");
     assert_eq!(remaining(&env, sale).await, 10_000);
-    let status = env.stock.order_state(&accepted.order_id).await.unwrap().expect("status in redis");
+    let status = env.stock.orders().order_state(&accepted.order_id).await.unwrap().expect("status in redis");
     assert_eq!(status.status.as_str(), "CREATED");
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!(
         (snapshot.queued, snapshot.created, snapshot.reservations),
         (0, 1, 0),
         "Redis counts the order it accepted"
     );
-    assert_eq!(env.stock.order_state(&records[0].order_id).await.unwrap(), None, "and adds none it never accepted");
+    assert_eq!(
+        env.stock.orders().order_state(&records[0].order_id).await.unwrap(),
+        None,
+        "and adds none it never accepted"
+    );
     order.stop().await;
 }
 
@@ -323,7 +327,7 @@ async fn a_late_record_of_a_failed_order_gives_its_unit_back() {
     env.produce_records(std::slice::from_ref(&record)).await; // and once more
     let order = env.spawn_order(env.order_settings()).await;
     eventually("the unit back and the order FAILED in Redis", Duration::from_secs(60), || async {
-        let state = env.stock.order_state(&record.order_id).await.map_err(|e| e.to_string())?;
+        let state = env.stock.orders().order_state(&record.order_id).await.map_err(|e| e.to_string())?;
         let stock = env.redis_stock(sale).await;
         match state {
             Some(state) if state.status.as_str() == "FAILED" && stock == 3 => Ok(()),
@@ -340,7 +344,7 @@ async fn a_late_record_of_a_failed_order_gives_its_unit_back() {
     })
     .await;
     assert_eq!(env.redis_stock(sale).await, 3, "restored once, not twice");
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!((snapshot.reservations, snapshot.queued, snapshot.compensated), (0, 0, 1));
     order.stop().await;
 }

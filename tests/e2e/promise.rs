@@ -108,7 +108,7 @@ async fn a_deduction_that_ran_later_is_voided_and_its_buyers_were_not_promised()
     assert_eq!(unconfirmed, 5, "nothing heard within the resolve time, the void neither: UNCONFIRMED");
     proxy.resume();
     eventually("every unit back, no buyer, no reservation", Duration::from_secs(30), || async {
-        let snapshot = env.stock.snapshot(sale).await.map_err(|e| e.to_string())?;
+        let snapshot = env.stock.books().snapshot(sale).await.map_err(|e| e.to_string())?;
         let whole = (snapshot.remaining, snapshot.buyers, snapshot.reservations, snapshot.queued) == (20, 0, 0, 0);
         if whole {
             Ok(())
@@ -150,7 +150,7 @@ async fn a_503_comes_only_once_the_void_has_landed() {
     });
     // The deduction ran: the edge is cut off from here on.
     eventually("the deduction to run", Duration::from_secs(30), || async {
-        match env.stock.snapshot(sale).await {
+        match env.stock.books().snapshot(sale).await {
             Ok(snapshot) if snapshot.reservations == 1 => Ok(()),
             other => Err(format!("{other:?}")),
         }
@@ -224,7 +224,7 @@ async fn a_full_queue_refuses_at_once_and_keeps_nothing() {
     let (accepted, refused) = (count(&replies, 202), count(&replies, 503));
     assert_eq!(accepted + refused, 40, "202 or 503, nothing else");
     assert!(refused > 0 && accepted > 0, "some waited in the queue, some found it full: {accepted} / {refused}");
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!(
         (snapshot.remaining, snapshot.buyers),
         (100 - accepted as i64, accepted as i64),
@@ -254,7 +254,7 @@ async fn a_deduction_no_replica_confirmed_is_undone() {
         let order = client.get(&format!("/api/seckill/order/{}", reply.json["orderId"].as_str().unwrap())).await;
         assert_eq!((order.json["status"].as_str(), order.json["reason"].as_str()), (Some("FAILED"), Some("VOIDED")));
     }
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!(
         (snapshot.remaining, snapshot.buyers, snapshot.reservations, snapshot.queued),
         (10, 0, 0, 0),

@@ -36,7 +36,7 @@ async fn a_rollback_that_did_not_undo_the_order_answers_the_order() {
         async move { client.order(sale.activity.get(), sale.sku.get(), 7).await }
     });
     eventually("the deduction to run", Duration::from_secs(30), || async {
-        match env.stock.snapshot(sale).await {
+        match env.stock.books().snapshot(sale).await {
             Ok(snapshot) if snapshot.reservations == 1 => Ok(()),
             other => Err(format!("{other:?}")),
         }
@@ -48,7 +48,7 @@ async fn a_rollback_that_did_not_undo_the_order_answers_the_order() {
     let rollback = seckill_e2e::script_sha("rollback");
     eventually("the rollback held past the publish deadline", Duration::from_secs(30), || async {
         let now = env.stock.now_ms().await.map_err(|e| e.to_string())?;
-        let stale = env.stock.stale_reservations(sale, now, 10).await.map_err(|e| e.to_string())?;
+        let stale = env.stock.orders().stale_reservations(sale, now, 10).await.map_err(|e| e.to_string())?;
         match (proxy.held(&rollback), stale.len()) {
             (1.., 1) => Ok(()),
             seen => Err(format!("(rollbacks held, reservations past their deadline): {seen:?}")),
@@ -112,7 +112,7 @@ async fn a_kafka_outage_is_answered_at_once_and_never_sold_out() {
     assert_eq!(count(&replies, 410), 0, "never sold out: nothing was sold");
     assert_eq!(count(&replies, 202), 0);
     assert_eq!(count(&replies, 503), 300);
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.buyers, snapshot.reservations), (20, 0, 0), "no unit held");
 
     broker_back_at(port).await;

@@ -206,7 +206,7 @@ async fn a_dead_lettered_order_gives_its_units_back_once_and_frees_its_place() {
     env.wait_drained(Group::Compensator).await;
     assert_eq!(env.redis_stock(sale).await, 6, "all three back, once");
     // Settled again by hand: nothing more.
-    let again = env.stock.compensate(
+    let again = env.stock.orders().compensate(
         &failed.order_id,
         failed.user_id,
         failed.held(),

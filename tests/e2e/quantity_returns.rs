@@ -38,8 +38,8 @@ async fn killed_mid_settle_the_compensator_gives_each_order_its_units_back_once(
     let child = crate::compensator::settled_through_a_kill(&env, sale, &records).await;
     assert_eq!((env.count_orders(sale, "FAILED").await, units(&env, sale, "FAILED").await), (100, 200));
     assert_eq!(env.redis_stock(sale).await, 200, "every order's two units back exactly once");
-    assert_eq!(env.stock.snapshot(sale).await.unwrap().compensated, 100);
-    assert_eq!(env.stock.snapshot(sale).await.unwrap().queued_units, 0);
+    assert_eq!(env.stock.books().snapshot(sale).await.unwrap().compensated, 100);
+    assert_eq!(env.stock.books().snapshot(sale).await.unwrap().queued_units, 0);
     assert!(env.try_deduct_units(sale, 1, 2).await.is_ok(), "the buyer's place is free again");
     assert!(child.terminate().await);
 }

@@ -32,13 +32,13 @@ async fn scripts_keep_to_one_slot_and_the_cluster_refuses_one_that_does_not() {
     let error = refused.expect_err("a script across two slots");
     assert_eq!(error.kind(), redis::ErrorKind::Server(redis::ServerErrorKind::CrossSlot), "{error}");
     for sale in [one, two] {
-        let snapshot = env.stock.snapshot(sale).await.expect("a snapshot");
+        let snapshot = env.stock.books().snapshot(sale).await.expect("a snapshot");
         assert_eq!((snapshot.remaining, snapshot.buyers), (5, 0), "the refused call changed nothing");
     }
     // The round, then the request's entry: accepted (code 1).
     let ran: String = call(&format!("{a}:stock")).invoke_async(&mut conn).await.expect("one slot");
     assert!(ran.split(',').nth(1).is_some_and(|entry| entry.starts_with("1:")), "accepted: {ran}");
-    assert_eq!(env.stock.snapshot(one).await.expect("a snapshot").remaining, 4);
+    assert_eq!(env.stock.books().snapshot(one).await.expect("a snapshot").remaining, 4);
 
     assert!(env.redis.url.starts_with("redis+cluster://"), "{}", env.redis.url);
     let edge = env.spawn_edge(env.edge_settings()).await;
@@ -46,7 +46,7 @@ async fn scripts_keep_to_one_slot_and_the_cluster_refuses_one_that_does_not() {
     let reply = Client::new(edge.url()).order(two.activity.get(), two.sku.get(), 8).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     env.wait_orders(two, "CREATED", 1).await;
-    assert_eq!(env.stock.snapshot(two).await.expect("a snapshot").remaining, 4);
+    assert_eq!(env.stock.books().snapshot(two).await.expect("a snapshot").remaining, 4);
     order.stop().await;
     edge.stop().await;
 }

@@ -75,7 +75,7 @@ async fn until_held(client: &Client, size: SaleKey, limit: u32) {
 /// release: `what` gave it back.
 async fn given_back(env: &TestEnv, activity: ActivityId, customer: i64, what: &str) {
     eventually(what, Duration::from_secs(60), || async {
-        match env.stock.release_held(activity).await.unwrap().get(&customer) {
+        match env.stock.releases().release_held(activity).await.unwrap().get(&customer) {
             None => Ok(()),
             held => Err(format!("{held:?} still taken")),
         }
@@ -125,7 +125,7 @@ async fn fifty_orders_across_fourteen_sizes_and_two_edges_buy_one_pair() {
         }
     })
     .await;
-    let books = env.stock.release_held(activity).await.unwrap();
+    let books = env.stock.releases().release_held(activity).await.unwrap();
     assert_eq!((books.get(&7), books.get(&8)), (Some(&1), Some(&1)));
     let report = seckill_shared::books::reconcile_release(&env.stock, &env.db, activity).await.unwrap();
     assert!(report.consistent && report.most_held == 1, "{report:?}");
@@ -233,11 +233,11 @@ async fn a_cancelled_or_expired_pair_gives_the_release_back_and_the_customer_buy
     given_back(&env, activity, 10, "the expired pair's release unit back").await;
     let cancelled = post(&client, &order_id, "cancel", 9, None).await;
     assert_eq!(cancelled.status, 200, "{}", cancelled.text);
-    assert_eq!(env.stock.release_held(activity).await.unwrap().get(&9), None, "the release's unit is back");
+    assert_eq!(env.stock.releases().release_held(activity).await.unwrap().get(&9), None, "the release's unit is back");
     // Given back once: the size's unit and the release's.
     let again = order(&client, sizes[1], 9, 1).await;
     assert_eq!(again.status, 202, "{}", again.text);
-    assert_eq!(env.stock.release_held(activity).await.unwrap().get(&9), Some(&1));
+    assert_eq!(env.stock.releases().release_held(activity).await.unwrap().get(&9), Some(&1));
     let _ = settled(&env, sizes[1]).await;
 }
 
@@ -246,20 +246,21 @@ async fn a_take_whose_order_never_came_is_given_back_by_the_sweep() {
     let env = TestEnv::new().await;
     let sizes = release_sizes(&env, 2, 5, one_each()).await;
     let activity = sizes[0].activity;
-    env.stock.declare_release(activity, 1).await.unwrap();
+    env.stock.releases().declare_release(activity, 1).await.unwrap();
     // The edge died between its take and its deduction: a take, no order.
     let take = TakeId::new(sizes[0].sku, "00000000000000aa");
     let user = seckill_shared::domain::UserId::new(11).unwrap();
-    let taken = env.stock.release_take(activity, &take, user, 1, Duration::from_millis(500)).await.unwrap();
+    let taken = env.stock.releases().release_take(activity, &take, user, 1, Duration::from_millis(500)).await.unwrap();
     assert!(matches!(taken, seckill_shared::stock::Take::Taken { held: 1, limit: 1 }), "{taken:?}");
-    let refused = env.stock.release_take(activity, &TakeId::new(sizes[1].sku, "bb"), user, 1, Duration::ZERO).await;
+    let refused =
+        env.stock.releases().release_take(activity, &TakeId::new(sizes[1].sku, "bb"), user, 1, Duration::ZERO).await;
     assert!(matches!(refused, Ok(seckill_shared::stock::Take::LimitReached { .. })), "counts against them meanwhile");
     let _compensator = env.spawn_compensator(env.compensator_settings()).await;
     given_back(&env, activity, 11, "the sweep gave the take back").await;
     // Once: the customer may buy now, and the take is not given twice.
     let edge = env.spawn_edge(env.edge_settings()).await;
     assert_eq!(order(&Client::new(edge.url()), sizes[1], 11, 1).await.status, 202);
-    assert_eq!(env.stock.release_held(activity).await.unwrap().get(&11), Some(&1));
+    assert_eq!(env.stock.releases().release_held(activity).await.unwrap().get(&11), Some(&1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,7 +284,7 @@ async fn a_dead_lettered_order_gives_the_release_back_and_a_redrive_takes_it_aga
     assert_eq!(order(&client, sizes[0], 1001, 1).await.status, 202);
     env.wait_orders(sizes[0], "FAILED", 1).await;
     eventually("the release's unit back with the size's", Duration::from_secs(60), || async {
-        let held = env.stock.release_held(activity).await.unwrap();
+        let held = env.stock.releases().release_held(activity).await.unwrap();
         match (held.get(&1001), env.redis_stock(sizes[0]).await) {
             (None, 5) => Ok(()),
             other => Err(format!("{other:?}")),
@@ -298,7 +299,7 @@ async fn a_dead_lettered_order_gives_the_release_back_and_a_redrive_takes_it_aga
         assert_eq!(redrive.code, 0, "run {run}: {redrive:?}");
     }
     env.wait_orders(sizes[0], "CREATED", 1).await;
-    assert_eq!(env.stock.release_held(activity).await.unwrap().get(&1001), Some(&1));
+    assert_eq!(env.stock.releases().release_held(activity).await.unwrap().get(&1001), Some(&1));
     assert_error(&order(&client, sizes[1], 1001, 1).await, 409, "LIMIT_REACHED", "the redriven pair counts");
     let report = seckill_shared::books::reconcile_release(&env.stock, &env.db, activity).await.unwrap();
     assert!(report.consistent && report.most_held == 1 && report.takes_pending == 0, "{report:?}");
@@ -309,7 +310,7 @@ async fn an_edge_dead_before_its_keep_leaves_an_order_the_sweeper_keeps_or_fails
     let env = TestEnv::new().await;
     let sizes = release_sizes(&env, 2, 5, one_each()).await;
     let activity = sizes[0].activity;
-    env.stock.declare_release(activity, 1).await.unwrap();
+    env.stock.releases().declare_release(activity, 1).await.unwrap();
     let deadline = Duration::from_secs(1);
     // Customer 21: taken and deducted, neither kept nor published. Customer
     // 22: the same, but the take was given back before the sweeper came (as
@@ -318,12 +319,12 @@ async fn an_edge_dead_before_its_keep_leaves_an_order_the_sweeper_keeps_or_fails
     for (user, nonce) in [(21, "00000000000000c1"), (22, "00000000000000c2")] {
         let take = TakeId::new(sizes[0].sku, nonce);
         let customer = seckill_shared::domain::UserId::new(user).unwrap();
-        env.stock.release_take(activity, &take, customer, 1, Duration::from_secs(600)).await.unwrap();
-        let deduction = env.stock.deduct(sizes[0], customer, 1, nonce, deadline).await.unwrap();
+        env.stock.releases().release_take(activity, &take, customer, 1, Duration::from_secs(600)).await.unwrap();
+        let deduction = env.stock.orders().deduct(sizes[0], customer, 1, nonce, deadline).await.unwrap();
         let seckill_shared::stock::Deduction::Accepted { order_id, .. } = deduction else { panic!("{deduction:?}") };
         orders.push(order_id);
     }
-    env.stock.release_give(activity, &[TakeId::new(sizes[0].sku, "00000000000000c2")], false).await.unwrap();
+    env.stock.releases().release_give(activity, &[TakeId::new(sizes[0].sku, "00000000000000c2")], false).await.unwrap();
     let _order = env.spawn_order(env.order_settings()).await;
     let _compensator = env.spawn_compensator(env.compensator_settings()).await;
     env.wait_orders(sizes[0], "CREATED", 1).await;
@@ -333,7 +334,7 @@ async fn an_edge_dead_before_its_keep_leaves_an_order_the_sweeper_keeps_or_fails
     };
     assert_eq!(status(&orders[0]).fetch_one(&env.db).await.unwrap(), "CREATED", "its take kept, published");
     assert_eq!(status(&orders[1]).fetch_one(&env.db).await.unwrap(), "FAILED", "its take gone: never published");
-    let held = env.stock.release_held(activity).await.unwrap();
+    let held = env.stock.releases().release_held(activity).await.unwrap();
     assert_eq!((held.get(&21), held.get(&22)), (Some(&1), None));
     let report = seckill_shared::books::reconcile_release(&env.stock, &env.db, activity).await.unwrap();
     assert!(report.consistent && report.takes_pending == 0, "{report:?}");
@@ -367,19 +368,19 @@ async fn a_kept_take_whose_order_was_rolled_back_is_given_back_by_the_sweep() {
     let env = TestEnv::new().await;
     let sizes = release_sizes(&env, 1, 5, one_each()).await;
     let activity = sizes[0].activity;
-    env.stock.declare_release(activity, 1).await.unwrap();
+    env.stock.releases().declare_release(activity, 1).await.unwrap();
     // An edge took, deducted and kept; its publish failed and its rollback
     // landed, but it never heard so (202 UNCONFIRMED) and gave nothing back.
     let (nonce, customer) = ("00000000000000d1", seckill_shared::domain::UserId::new(61).unwrap());
     let take = TakeId::new(sizes[0].sku, nonce);
-    env.stock.release_take(activity, &take, customer, 1, Duration::from_secs(600)).await.unwrap();
-    let deduction = env.stock.deduct(sizes[0], customer, 1, nonce, Duration::from_secs(30)).await.unwrap();
+    env.stock.releases().release_take(activity, &take, customer, 1, Duration::from_secs(600)).await.unwrap();
+    let deduction = env.stock.orders().deduct(sizes[0], customer, 1, nonce, Duration::from_secs(30)).await.unwrap();
     let seckill_shared::stock::Deduction::Accepted { order_id, .. } = deduction else { panic!("{deduction:?}") };
-    assert!(env.stock.release_keep(&take, &order_id).await.unwrap());
+    assert!(env.stock.releases().release_keep(&take, &order_id).await.unwrap());
     let held = seckill_shared::domain::Holding::ONE;
     let failed = seckill_shared::domain::FailReason::PublishFailed;
-    assert!(env.stock.rollback(&order_id, customer, held, failed, Duration::from_secs(30)).await.unwrap());
-    assert_eq!(env.stock.release_held(activity).await.unwrap().get(&61), Some(&1), "counted against them");
+    assert!(env.stock.orders().rollback(&order_id, customer, held, failed, Duration::from_secs(30)).await.unwrap());
+    assert_eq!(env.stock.releases().release_held(activity).await.unwrap().get(&61), Some(&1), "counted against them");
     let _compensator = env.spawn_compensator(env.compensator_settings()).await;
     given_back(&env, activity, 61, "the kept take given back").await;
 }

@@ -62,13 +62,13 @@ async fn a_sale_in_three_buckets_sells_exactly_its_stock_once_per_user_through_t
     let console = Client::new(edge.console_url());
     let too_many = console.send(Method::PUT, &path, Some(br#"{"stock":100,"buckets":65}"#), &headers).await;
     assert_error(&too_many, 400, "INVALID_REQUEST", "65 buckets");
-    assert!(!env.stock.snapshot(sale).await.unwrap().exists, "a refused warm-up creates nothing");
+    assert!(!env.stock.books().snapshot(sale).await.unwrap().exists, "a refused warm-up creates nothing");
     let warmed = console.send(Method::PUT, &path, Some(br#"{"stock":100,"buckets":3}"#), &headers).await;
     assert_eq!(warmed.status.as_u16(), 200, "{}", warmed.text);
 
-    let list = env.stock.directory(sale).await.unwrap();
+    let list = env.stock.bucket_moves().directory(sale).await.unwrap();
     assert_eq!((list.buckets.len(), list.buckets[0]), (3, Bucket::FIRST), "{list:?}");
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     let totals: Vec<i64> = snapshot.buckets.iter().map(|b| b.total).collect();
     assert_eq!((snapshot.total, totals), (100, vec![34, 33, 33]), "{snapshot:?}");
 
@@ -82,7 +82,7 @@ async fn a_sale_in_three_buckets_sells_exactly_its_stock_once_per_user_through_t
         quantity: 1,
     };
     let astray = DeductCall::new(vec![request], Duration::from_secs(5)).in_bucket(list.buckets[1]);
-    assert_eq!(env.stock.deduct_batch(sale, &astray).await.unwrap(), [Deduction::OtherBucket]);
+    assert_eq!(env.stock.orders().deduct_batch(sale, &astray).await.unwrap(), [Deduction::OtherBucket]);
 
     let buyers: Vec<i64> = (1..).filter(|user| user % 3 != 0).take(100).collect();
     let replies: Vec<(i64, Reply)> = stream::iter(buyers.iter().chain(&buyers).copied())
@@ -106,7 +106,7 @@ async fn a_sale_in_three_buckets_sells_exactly_its_stock_once_per_user_through_t
     assert_error(&order(&client, sale, 999_999).await, 410, "SOLD_OUT", "the 101st buyer");
 
     env.wait_orders(sale, "CREATED", 100).await;
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.in_transit, snapshot.buyers), (0, 0, 100), "{snapshot:?}");
     let first = &snapshot.buckets[0];
     assert_eq!((first.buyers, first.lent, first.borrowed), (0, 34, 0), "the first bucket lent all it had");
@@ -140,7 +140,7 @@ async fn a_sale_in_buckets_is_re_warmed_with_the_in_flight_check_and_swept_per_b
     let sale = env.sale();
     let window = seckill_shared::sales::DEFAULT_PAYMENT_WINDOW_SECONDS;
     let first = env.warmup_round(sale, 30, window, 3, true).await.expect("warming up");
-    let list = env.stock.directory(sale).await.unwrap();
+    let list = env.stock.bucket_moves().directory(sale).await.unwrap();
     assert_eq!(list.buckets.len(), 3);
     // Users 1, 2, 3 live in the three buckets; their orders are in flight.
     let held: Vec<_> = futures::future::join_all((1..=3).map(|user| env.deduct(sale, user))).await;
@@ -150,7 +150,7 @@ async fn a_sale_in_buckets_is_re_warmed_with_the_in_flight_check_and_swept_per_b
 
     let refused = env.warmup_round(sale, 50, window, 3, false).await;
     assert!(matches!(refused, Err(WarmupError::InFlight(_))), "{refused:?}");
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!(
         (snapshot.round, snapshot.total, snapshot.remaining, snapshot.queued),
         (i64::from(first.round), 30, 27, 3)
@@ -159,8 +159,8 @@ async fn a_sale_in_buckets_is_re_warmed_with_the_in_flight_check_and_swept_per_b
 
     // A borrower that died between lending and receiving.
     let lent = seckill_shared::stock::Transfer::new(list.buckets[2], list.buckets[1], i64::from(first.round));
-    assert!(matches!(env.stock.lend(sale, &lent).await.unwrap(), seckill_shared::stock::Lent::Units(5)));
-    assert_eq!(env.stock.snapshot(sale).await.unwrap().in_transit, 5, "on its way, still the sale's");
+    assert!(matches!(env.stock.bucket_moves().lend(sale, &lent).await.unwrap(), seckill_shared::stock::Lent::Units(5)));
+    assert_eq!(env.stock.books().snapshot(sale).await.unwrap().in_transit, 5, "on its way, still the sale's");
 
     // The sweeper: every reservation of every bucket honoured, the
     // transfer completed.
@@ -168,7 +168,7 @@ async fn a_sale_in_buckets_is_re_warmed_with_the_in_flight_check_and_swept_per_b
     let compensator = env.spawn_compensator(env.compensator_settings()).await;
     env.wait_orders(sale, "CREATED", 4).await;
     eventually("the transfer completed", Duration::from_secs(60), || async {
-        let snapshot = env.stock.snapshot(sale).await.map_err(|e| e.to_string())?;
+        let snapshot = env.stock.books().snapshot(sale).await.map_err(|e| e.to_string())?;
         if snapshot.in_transit == 0 && snapshot.reservations == 0 {
             Ok(())
         } else {
@@ -176,19 +176,19 @@ async fn a_sale_in_buckets_is_re_warmed_with_the_in_flight_check_and_swept_per_b
         }
     })
     .await;
-    assert!(env.stock.transfers_lent(sale, list.buckets[2]).await.unwrap().is_empty());
+    assert!(env.stock.bucket_moves().transfers_lent(sale, list.buckets[2]).await.unwrap().is_empty());
     consistent(&env, sale).await;
     compensator.stop().await;
     order_service.stop().await;
 
     // Now the round has nothing in flight: warmed again, in two buckets.
     let second = env.warmup_round(sale, 50, window, 2, false).await.expect("re-warming");
-    let now = env.stock.directory(sale).await.unwrap();
+    let now = env.stock.bucket_moves().directory(sale).await.unwrap();
     assert_eq!((now.round, now.buckets.clone()), (i64::from(second.round), list.buckets[..2].to_vec()));
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     let each: Vec<(i64, i64, i64)> = snapshot.buckets.iter().map(|b| (b.total, b.remaining, b.buyers)).collect();
     assert_eq!(each, [(25, 25, 0), (25, 25, 0)], "{snapshot:?}");
-    let (dropped, _) = env.stock.snapshot_bucket(sale, list.buckets[2]).await.unwrap();
+    let (dropped, _) = env.stock.books().snapshot_bucket(sale, list.buckets[2]).await.unwrap();
     assert!(!dropped.exists, "the bucket the round lists no more is gone");
     env.deduct(sale, 1).await; // user 1 buys again in the new round
 }
@@ -210,7 +210,7 @@ async fn a_crowd_at_one_home_hears_its_unit_or_sold_out_never_try_again() {
     let buyers = (0..400).map(|n| 1 + 3 * n);
     let counts = client.order_each(sale.activity.get(), sale.sku.get(), buyers, 128).await;
     assert_eq!(counts, BTreeMap::from([(202, 60), (410, 340)]), "every unit sold, every other buyer told SOLD_OUT");
-    let snapshot = env.stock.snapshot(sale).await.unwrap();
+    let snapshot = env.stock.books().snapshot(sale).await.unwrap();
     assert_eq!((snapshot.remaining, snapshot.in_transit, snapshot.buyers), (0, 0, 60), "{snapshot:?}");
     edge.stop().await;
 }

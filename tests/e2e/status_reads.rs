@@ -48,6 +48,7 @@ async fn redis_answers_a_status_read_while_postgres_is_down() {
     env.warmup(sale, 2).await;
     let record = env.deduct(sale, 5).await;
     env.stock
+        .orders()
         .follow_created(&[(record.order_id.clone(), record.user_id, record.accepted_at, record.held())])
         .await
         .unwrap();

@@ -109,7 +109,7 @@ async fn the_pre_queue_is_shuffled_at_the_start_whoever_came_first() {
     tokio::time::sleep((starts - chrono::Utc::now()).to_std().unwrap_or_default()).await;
     let late = join(&client, sale, 5_000, None).await;
     let order = eventually("all 2000 admitted", Duration::from_secs(60), || async {
-        let log = env.stock.admissions(sale).await.map_err(|e| e.to_string())?;
+        let log = env.stock.waiting_room().admissions(sale).await.map_err(|e| e.to_string())?;
         if log.len() >= 2_000 {
             Ok(log)
         } else {
@@ -172,7 +172,7 @@ async fn admission_keeps_to_its_rate_and_its_active_buyers() {
     }
     // Nobody orders: five are in, and stay five.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let room = env.stock.room(sale).await.unwrap().unwrap();
+    let room = env.stock.waiting_room().room(sale).await.unwrap().unwrap();
     assert_eq!((room.active, room.admitted), (5, 5), "{room:?}");
     // Every admitted buyer orders at once, the rest keep polling.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -191,7 +191,8 @@ async fn admission_keeps_to_its_rate_and_its_active_buyers() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let log: Vec<f64> = env.stock.admissions(sale).await.unwrap().into_iter().map(|(_, at)| at).collect();
+    let log: Vec<f64> =
+        env.stock.waiting_room().admissions(sale).await.unwrap().into_iter().map(|(_, at)| at).collect();
     let (tolerance, interval) = (100.0, 60_100.0 / 599.0);
     for (i, start) in log.iter().enumerate() {
         for (j, end) in log.iter().enumerate().skip(i) {
@@ -200,7 +201,7 @@ async fn admission_keeps_to_its_rate_and_its_active_buyers() {
         }
     }
     assert!((10..100).contains(&log.len()), "the rate, not the line, bound the run: {} admitted", log.len());
-    let lives = env.stock.tickets(sale).await.unwrap();
+    let lives = env.stock.waiting_room().tickets(sale).await.unwrap();
     for at in &log {
         let at = *at as i64;
         let inside = lives.iter().filter(|(_, _, _, a, e)| *a > 0 && *a <= at && (*e == 0 || *e > at)).count();
@@ -232,7 +233,7 @@ async fn every_waiting_ticket_reads_sold_out_once_the_last_unit_is_taken() {
         .collect()
         .await;
     let admitted_ones: Vec<(i64, String)> = eventually("100 admitted", Duration::from_secs(30), || async {
-        let lives = env.stock.tickets(sale).await.map_err(|e| e.to_string())?;
+        let lives = env.stock.waiting_room().tickets(sale).await.map_err(|e| e.to_string())?;
         let admitted = lives.into_iter().filter(|l| l.2 == Some(TicketState::Admitted));
         let inside: Vec<(i64, String)> = admitted.map(|(ticket, user, ..)| (user, ticket)).collect();
         if inside.len() == 100 {
@@ -251,7 +252,7 @@ async fn every_waiting_ticket_reads_sold_out_once_the_last_unit_is_taken() {
     }
     let last_unit_ms = seckill_shared::now_ms();
     let room = eventually("the room marked sold out", Duration::from_secs(10), || async {
-        match env.stock.room(sale).await {
+        match env.stock.waiting_room().room(sale).await {
             Ok(Some(room)) if room.sold_out => Ok(room),
             other => Err(format!("{other:?}")),
         }
@@ -285,7 +286,7 @@ async fn every_waiting_ticket_reads_sold_out_once_the_last_unit_is_taken() {
         client.send(Method::POST, &format!("/api/seckill/order/{order_id}/cancel"), Some(body.as_bytes()), &[]).await;
     assert_eq!(cancelled.status, 200, "{}", cancelled.text);
     eventually("one more admitted", Duration::from_secs(30), || async {
-        let room = env.stock.room(sale).await.map_err(|e| e.to_string())?.unwrap();
+        let room = env.stock.waiting_room().room(sale).await.map_err(|e| e.to_string())?.unwrap();
         if room.admitted == 101 && !room.sold_out {
             Ok(())
         } else {

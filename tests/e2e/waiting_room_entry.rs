@@ -40,7 +40,7 @@ async fn refused_without_an_admission(mode: DeductionMode) {
     warm_with_room(&edge, sale, 10, r#"{"activeBuyers":10}"#, "").await;
     let ticket = join(&client, sale, 1, None).await.json["ticket"].as_str().unwrap().to_owned();
     let token = admitted(&client, &ticket).await;
-    let before = env.stock.snapshot(sale).await.unwrap();
+    let before = env.stock.books().snapshot(sale).await.unwrap();
     let signer = Signer::new(Some(SIGNING_KEY));
     let (user, round) = (UserId::new(1).unwrap(), before.round);
     let expired = Token { sale, round, user, ticket: ticket.clone(), expires_ms: seckill_shared::now_ms() - 1 };
@@ -58,14 +58,14 @@ async fn refused_without_an_admission(mode: DeductionMode) {
         let reply = order_with(&client, sale, *user, token.as_deref()).await;
         assert_error(&reply, 403, "ADMISSION_REQUIRED", case);
     }
-    assert_eq!(env.stock.snapshot(sale).await.unwrap(), before, "the refusals changed nothing");
+    assert_eq!(env.stock.books().snapshot(sale).await.unwrap(), before, "the refusals changed nothing");
     let placed = order_with(&client, sale, 1, Some(&token)).await;
     assert_eq!(placed.status, 202, "{}", placed.text);
-    let after = env.stock.snapshot(sale).await.unwrap();
+    let after = env.stock.books().snapshot(sale).await.unwrap();
     let again = order_with(&client, sale, 1, Some(&token)).await;
     assert_error(&again, 403, "ADMISSION_REQUIRED", "a second order with one token");
-    assert_eq!(env.stock.snapshot(sale).await.unwrap(), after, "the second order changed nothing");
-    let room = env.stock.room(sale).await.unwrap().unwrap();
+    assert_eq!(env.stock.books().snapshot(sale).await.unwrap(), after, "the second order changed nothing");
+    let room = env.stock.waiting_room().room(sale).await.unwrap().unwrap();
     assert_eq!((room.used, room.active), (1, 0), "{room:?}");
     edge.stop().await;
 }
@@ -120,7 +120,7 @@ async fn the_proof_of_work_refuses_missing_wrong_expired_and_replayed() {
     assert_error(&join(&client, sale, 1, None).await, 403, "CHALLENGE_FAILED", "no proof");
     assert_error(&join(&client, sale, 1, Some((&challenge, &wrong))).await, 403, "CHALLENGE_FAILED", "wrong");
     assert_error(&join(&client, sale, 1, Some((&stale, &stale_solution))).await, 403, "CHALLENGE_FAILED", "expired");
-    assert_eq!(env.stock.room(sale).await.unwrap().unwrap().joined, 0, "no ticket taken");
+    assert_eq!(env.stock.waiting_room().room(sale).await.unwrap().unwrap().joined, 0, "no ticket taken");
     let joined = join(&client, sale, 1, Some((&challenge, &solution))).await;
     assert_eq!((joined.status.as_u16(), joined.json["status"].as_str().is_some()), (200, true), "{}", joined.text);
     let replayed = join(&client, sale, 1, Some((&challenge, &solution))).await;
@@ -165,7 +165,7 @@ async fn the_queue_page_joins_buys_and_says_sold_out_and_closed_in_a_real_browse
     };
     let bought = browse(&["1:You bought it", "2:Sold out"]).await;
     assert!(bought.contains("CREATED"), "{bought}");
-    let room = env.stock.room(sale).await.unwrap().expect("the room");
+    let room = env.stock.waiting_room().room(sale).await.unwrap().expect("the room");
     assert!(bought.contains(&format!("seed commitment (SHA-256): {}", room.seed_commitment)), "{bought}");
     let path = format!("/admin/sales/{}/{}/close", sale.activity, sale.sku);
     let auth = format!("Bearer {ADMIN_TOKEN}");

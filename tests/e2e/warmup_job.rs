@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 async fn buckets(env: &TestEnv, sale: SaleKey) -> Vec<(i64, i64, bool)> {
     let mut conn = env.stock.connection();
     let mut seen = Vec::new();
-    for bucket in env.stock.directory(sale).await.expect("the buckets").buckets {
+    for bucket in env.stock.bucket_moves().directory(sale).await.expect("the buckets").buckets {
         let meta = format!("{}:meta", env.stock.keys().bucket_base(sale, bucket));
         let (round, total, warming): (Option<i64>, Option<i64>, Option<i64>) =
             redis::AsyncCommands::hmget(&mut conn, &meta, &["round", "total", "warming"])
@@ -220,7 +220,7 @@ async fn a_warm_up_already_accepted_is_finished_whatever_the_clock_says() {
     })
     .await;
     assert_eq!((made.entries, made.winners), (0, 0));
-    assert!(env.stock.draw_state(sale).await.unwrap().unwrap().drawn);
+    assert!(env.stock.draws().draw_state(sale).await.unwrap().unwrap().drawn);
 
     let short = env.sale();
     let ends = chrono::Utc::now() + chrono::Duration::seconds(2);

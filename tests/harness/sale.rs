@@ -94,7 +94,11 @@ impl TestEnv {
         // Right after a Redis failover the first call on the old connection
         // fails while the connection finds the new primary.
         let deduction = eventually("a deduction", Duration::from_secs(30), || async {
-            self.stock.deduct(sale, user, quantity, &nonce, Duration::from_secs(5)).await.map_err(|e| e.to_string())
+            self.stock
+                .orders()
+                .deduct(sale, user, quantity, &nonce, Duration::from_secs(5))
+                .await
+                .map_err(|e| e.to_string())
         })
         .await;
         match deduction {
@@ -147,7 +151,7 @@ impl TestEnv {
 
     /// Redis stock of the sale.
     pub async fn redis_stock(&self, sale: SaleKey) -> i64 {
-        self.stock.snapshot(sale).await.expect("reading redis").remaining
+        self.stock.books().snapshot(sale).await.expect("reading redis").remaining
     }
 
     /// An order's row: its status and reason, if it has one.

@@ -39,17 +39,17 @@ pub struct ReleaseSweep {
 /// its kept takes from where `cursors` says.
 pub async fn sweep_releases(stock: &Stock, batch: usize, cursors: &Cursors) -> anyhow::Result<ReleaseSweep> {
     let mut done = ReleaseSweep::default();
-    for activity in stock.releases().await? {
+    for activity in stock.releases().declared().await? {
         done.ended += kept_page(stock, activity, batch, cursors).await?;
-        for (take, value) in stock.stale_takes(activity, batch as isize).await? {
-            match stock.order_of_take(activity, &take, value.user).await? {
+        for (take, value) in stock.releases().stale_takes(activity, batch as isize).await? {
+            match stock.releases().order_of_take(activity, &take, value.user).await? {
                 Some(order_id) => {
-                    if stock.release_keep(&take, &order_id).await? {
+                    if stock.releases().release_keep(&take, &order_id).await? {
                         done.kept += 1;
                     }
                 }
                 None => {
-                    if stock.release_give(activity, std::slice::from_ref(&take), true).await? > 0 {
+                    if stock.releases().release_give(activity, std::slice::from_ref(&take), true).await? > 0 {
                         tracing::warn!(%activity, take = take.as_str(), "a release's take whose order never came is given back");
                         done.given_back += 1;
                     }
@@ -65,7 +65,7 @@ pub async fn sweep_releases(stock: &Stock, batch: usize, cursors: &Cursors) -> a
 /// CANCELLED given back. How many were.
 async fn kept_page(stock: &Stock, activity: ActivityId, batch: usize, cursors: &Cursors) -> anyhow::Result<usize> {
     let cursor = cursors.0.lock().get(&activity).copied().unwrap_or(0);
-    let (next, kept) = stock.kept_takes_page(activity, cursor, batch).await?;
+    let (next, kept) = stock.releases().kept_takes_page(activity, cursor, batch).await?;
     cursors.0.lock().insert(activity, next);
     let ended: Vec<_> = kept
         .into_iter()
@@ -76,6 +76,6 @@ async fn kept_page(stock: &Stock, activity: ActivityId, batch: usize, cursors: &
         return Ok(0);
     }
     tracing::warn!(%activity, takes = ended.len(), "kept takes whose orders ended are given back");
-    stock.release_give(activity, &ended, false).await?;
+    stock.releases().release_give(activity, &ended, false).await?;
     Ok(ended.len())
 }

@@ -137,7 +137,7 @@ impl Sweeper {
             created: report.created as u64,
             holder: term.holder().to_owned(),
         };
-        if let Err(error) = self.deps.stock.record_sweep(&mark).await {
+        if let Err(error) = self.deps.stock.books().record_sweep(&mark).await {
             tracing::debug!(%error, "sweep not recorded");
         }
     }
@@ -196,7 +196,7 @@ impl Sweeper {
         })
         .await?;
         let mut report = SweepReport::default();
-        for sale in self.deps.stock.sales().await? {
+        for sale in self.deps.stock.books().sales().await? {
             // Each sale on its own: one whose Redis (or record) fails is
             // logged, counted and tried again next sweep; the others go on.
             if let Err(error) = self.sweep_sale(sale, cutoff, &mut report).await {
@@ -215,12 +215,13 @@ impl Sweeper {
         // Units a borrower left between two buckets (it died between
         // lending and receiving, or found a step not yet on the replicas)
         // arrive.
-        let arrived = self.deps.stock.complete_transfers(sale, cutoff).await?;
+        let arrived = self.deps.stock.bucket_moves().complete_transfers(sale, cutoff).await?;
         if arrived > 0 {
             tracing::warn!(sale = %sale, arrived, "units left on their way between buckets arrived");
             metrics::counter!("seckill_sweeper_transfers_completed_total").increment(arrived as u64);
         }
-        let stale = self.deps.stock.stale_reservations(sale, cutoff, self.settings.sweeper.batch as isize).await?;
+        let stale =
+            self.deps.stock.orders().stale_reservations(sale, cutoff, self.settings.sweeper.batch as isize).await?;
         for order_id in stale {
             self.settle_reservation(sale, &order_id, report).await?;
         }
@@ -238,23 +239,24 @@ impl Sweeper {
         report: &mut SweepReport,
     ) -> anyhow::Result<()> {
         let stock = &self.deps.stock;
-        let Some(state) = stock.order_state(order_id).await? else {
+        let orders = stock.orders();
+        let Some(state) = orders.order_state(order_id).await? else {
             // Redis lost the order itself: nobody can say whose it was.
             tracing::error!(order_id = %order_id, "a reservation without its order: nothing to publish");
             report.unknown += 1;
-            return Ok(stock.unreserve(std::slice::from_ref(order_id)).await?);
+            return Ok(orders.unreserve(std::slice::from_ref(order_id)).await?);
         };
         if state.status != OrderStatus::Queued {
             // Settled meanwhile (written, rolled back, voided).
-            return Ok(stock.unreserve(std::slice::from_ref(order_id)).await?);
+            return Ok(orders.unreserve(std::slice::from_ref(order_id)).await?);
         }
         let user = UserId::new(state.user_id)?;
-        let trace = stock.reservation_trace(order_id).await?;
+        let trace = orders.reservation_trace(order_id).await?;
         let (round, held) = match &trace {
             Some(trace) => (trace.round, trace.held),
             // Reserved without its trace (the lock deduction: one unit): the
             // sale's round, which a warm-up replacing it would have cleared.
-            None => (stock.snapshot(sale).await?.round, Holding::ONE),
+            None => (stock.books().snapshot(sale).await?.round, Holding::ONE),
         };
         let record = OrderRecord::new(order_id.clone(), sale, user, state.accepted_at)
             .in_round(round)
@@ -272,16 +274,17 @@ impl Sweeper {
                 Followed::Created => report.created += 1,
                 Followed::Failed(_) => report.failed += 1,
             }
-            return Ok(stock.unreserve(std::slice::from_ref(order_id)).await?);
+            return Ok(orders.unreserve(std::slice::from_ref(order_id)).await?);
         }
         // An order of a release is published only with its take kept; a
         // take the releases' sweep gave back (no order was found made with
         // it then) leaves the order to fail: its buyer was told no 202.
         let take = TakeId::of_order(order_id);
-        if stock.release_limit(sale.activity).await?.is_some() && !stock.release_keep(&take, order_id).await? {
+        let releases = stock.releases();
+        if releases.release_limit(sale.activity).await?.is_some() && !releases.release_keep(&take, order_id).await? {
             crate::settle::settle(&self.deps, &record, FailReason::PublishLost, Default::default()).await?;
             report.failed += 1;
-            return Ok(stock.unreserve(std::slice::from_ref(order_id)).await?);
+            return Ok(orders.unreserve(std::slice::from_ref(order_id)).await?);
         }
         // A redriven order's record names the order it replaces; Redis
         // does not keep that, the redrive's link does (written before its
@@ -303,7 +306,7 @@ impl Sweeper {
             .await
             .map_err(|error| anyhow::anyhow!("publishing order {order_id} again: {error}"))?;
         // Not swept again before this record's own deadline has passed.
-        stock.reserve_until(order_id, self.deps.stock.now_ms().await? + timeout.as_millis() as i64 + 2_000).await?;
+        orders.reserve_until(order_id, stock.now_ms().await? + timeout.as_millis() as i64 + 2_000).await?;
         tracing::info!(order_id = %order_id, "a lost publish is published again");
         report.republished += 1;
         Ok(())

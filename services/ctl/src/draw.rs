@@ -67,7 +67,7 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
     let (stock, _) = connect(settings).await?;
     match command {
         Command::Stats { sale, json } => {
-            let draw = stock.draw_state(sale).await.map_err(Failure::unreadable)?;
+            let draw = stock.draws().draw_state(sale).await.map_err(Failure::unreadable)?;
             let draw = draw.ok_or_else(|| Failure::failed(anyhow::anyhow!("sale {sale} has no draw")))?;
             if json {
                 println!("{}", serde_json::to_string(&draw).map_err(Failure::failed)?);
@@ -97,14 +97,14 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Export { sale, out } => {
-            let draw = stock.draw_state(sale).await.map_err(Failure::unreadable)?;
+            let draw = stock.draws().draw_state(sale).await.map_err(Failure::unreadable)?;
             let draw = draw.ok_or_else(|| Failure::failed(anyhow::anyhow!("sale {sale} has no draw")))?;
             if !draw.drawn {
                 return Err(Failure::failed(anyhow::anyhow!(
                     "the draw of {sale} is not made yet: its entry list is final only at the draw"
                 )));
             }
-            let entries = stock.draw_entries(sale).await.map_err(Failure::unreadable)?;
+            let entries = stock.draws().draw_entries(sale).await.map_err(Failure::unreadable)?;
             let users: Vec<_> = entries.into_iter().map(|(_, user)| user).collect();
             let list = draw_proof::entry_list(&users);
             if out.as_os_str() == "-" {

@@ -24,7 +24,7 @@ pub enum Command {
 pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
     let Command::Stats { sale, json } = command;
     let (stock, _) = connect(settings).await?;
-    let room = stock.room(sale).await.map_err(Failure::unreadable)?;
+    let room = stock.waiting_room().room(sale).await.map_err(Failure::unreadable)?;
     let Some(room) = room.map(|r| r.shown_at(seckill_shared::now_ms())) else {
         return Err(Failure::failed(anyhow::anyhow!("sale {sale} has no waiting room")));
     };

@@ -22,7 +22,7 @@ pub struct Args {
 pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
     let activity = ActivityId::new(args.activity).map_err(Failure::failed)?;
     let (stock, _db) = connect(settings).await?;
-    stock.declare_release(activity, args.per_customer_limit).await.map_err(Failure::unreadable)?;
+    stock.releases().declare_release(activity, args.per_customer_limit).await.map_err(Failure::unreadable)?;
     println!("release {activity}: at most {} units per customer across its sizes", args.per_customer_limit);
     Ok(())
 }

@@ -69,7 +69,7 @@ async fn main() -> anyhow::Result<()> {
     let entered = stream::iter(1..=entries)
         .map(|user| {
             let stock = stock.clone();
-            async move { stock.enter_draw(sale, UserId::new(user).expect("positive"), None).await }
+            async move { stock.draws().enter_draw(sale, UserId::new(user).expect("positive"), None).await }
         })
         .buffer_unordered(256)
         .filter(|answer| std::future::ready(answer.is_ok()))
@@ -84,8 +84,8 @@ async fn main() -> anyhow::Result<()> {
 
     seckill_shared::sales::close(&stock, &db, DEADLINE, &locks, &LockSettings::warmup(), sale).await?;
     let (took, mut passes) = (Instant::now(), 0);
-    while !stock.room(sale).await?.is_some_and(|room| room.finalized) {
-        stock.admit_pass(sale, 100, Duration::from_secs(10)).await?;
+    while !stock.waiting_room().room(sale).await?.is_some_and(|room| room.finalized) {
+        stock.waiting_room().admit_pass(sale, 100, Duration::from_secs(10)).await?;
         passes += 1;
     }
     println!("the end-of-sale passes: {passes}, in {:.1} s", took.elapsed().as_secs_f64());

@@ -84,6 +84,7 @@ async fn order(State(reference): State<Reference>, Json(request): Json<OrderRequ
         Some(_) => seed_deduct(&reference, sale, user).await,
         None => reference
             .stock
+            .orders()
             .deduct(sale, user, 1, "ref00000", std::time::Duration::from_secs(10))
             .await
             .map_err(|e| e.to_string()),

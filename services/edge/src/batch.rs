@@ -173,7 +173,7 @@ impl Batcher {
     async fn decide(&self, sale: SaleKey, call: &DeductCall) -> Vec<Answer> {
         // Not heard (a timeout, a dropped connection: it may have run):
         // asked again, the same call, until the resolve time is spent.
-        let heard = (|| self.stock.deduct_batch(sale, call))
+        let heard = (|| self.stock.orders().deduct_batch(sale, call))
             .retry(self.asking())
             .when(|error: &RedisCallError| !error.never_ran())
             .notify(|error, _| {
@@ -184,7 +184,7 @@ impl Batcher {
         match heard {
             Ok(decided) => {
                 let accepted = decided.iter().any(|d| matches!(d, Deduction::Accepted { .. }));
-                if accepted && !self.stock.confirmed(sale, call).await.unwrap_or(false) {
+                if accepted && !self.stock.orders().confirmed(sale, call).await.unwrap_or(false) {
                     metrics::counter!("seckill_edge_deduct_not_replicated_total").increment(1);
                     return self.void(sale, call, NotDecided::NotReplicated, Some(&decided)).await;
                 }
@@ -270,8 +270,8 @@ impl Batcher {
 /// Voids `call` once and has the replicas confirm it: its answers, or why
 /// it is not confirmed yet.
 async fn void_confirmed(stock: &Stock, sale: SaleKey, call: &DeductCall) -> anyhow::Result<Vec<Voided>> {
-    let voided = stock.void(sale, call).await?;
-    if !stock.confirmed(sale, call).await? {
+    let voided = stock.orders().void(sale, call).await?;
+    if !stock.orders().confirmed(sale, call).await? {
         anyhow::bail!("the void is not confirmed by the replicas yet");
     }
     Ok(voided)

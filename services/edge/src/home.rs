@@ -171,7 +171,7 @@ impl Homes {
                 }
             }
         }
-        let list = match self.stock.directory(sale).await {
+        let list = match self.stock.bucket_moves().directory(sale).await {
             Ok(list) => Arc::new(list),
             Err(error) => return kept.map(|(_, list)| list).ok_or(error),
         };
@@ -206,7 +206,7 @@ impl Homes {
             }
         };
         metrics::counter!("seckill_edge_borrowings_total").increment(1);
-        let borrowed = self.stock.borrow(sale, &list.buckets, home, list.round).await;
+        let borrowed = self.stock.bucket_moves().borrow(sale, &list.buckets, home, list.round).await;
         if let Ok(Borrowed::Units(units)) = borrowed {
             metrics::counter!("seckill_edge_units_borrowed_total").increment(units as u64);
         }

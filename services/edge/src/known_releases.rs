@@ -44,7 +44,7 @@ impl Releases {
 
     /// Reads the set again; a read that fails keeps the set last read.
     pub async fn refresh(&self) {
-        match self.stock.releases().await {
+        match self.stock.releases().declared().await {
             Ok(releases) => *self.known.write() = Some(releases.into_iter().collect()),
             Err(error) => tracing::debug!(%error, "reading the releases failed; the set last read stands"),
         }

@@ -68,7 +68,7 @@ async fn lock_row(
 ) -> Result<Locked, PaymentError> {
     let Some(locked) = lock_order(tx, order_id.as_str()).await? else {
         // Not written yet, or never accepted: Redis knows which.
-        return match stock.order_state(order_id).await {
+        return match stock.orders().order_state(order_id).await {
             Ok(Some(state)) if state.user_id != user.get() => Err(PaymentError::NotOwner),
             // Rolled back by the edge (its buyer was told 503): never written.
             Ok(Some(state)) if state.status == OrderStatus::Failed => {
@@ -235,7 +235,7 @@ async fn recorded(tx: &mut PgConnection, payment_id: &str) -> sqlx::Result<Optio
 /// (the provider asks again), rolled back by the edge, or never accepted.
 async fn unwritten(stock: &Stock, order_id: &str) -> Result<Outcome, PaymentError> {
     let Ok(parsed) = OrderId::parse(order_id) else { return Ok(Outcome::RefundDue("ORDER_UNKNOWN".into())) };
-    match stock.order_state(&parsed).await {
+    match stock.orders().order_state(&parsed).await {
         Ok(Some(state)) if state.status == OrderStatus::Failed => Ok(Outcome::RefundDue("ORDER_FAILED".into())),
         Ok(Some(_)) => Err(PaymentError::Pending),
         Ok(None) => Ok(Outcome::RefundDue("ORDER_UNKNOWN".into())),

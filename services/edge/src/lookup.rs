@@ -47,7 +47,7 @@ pub enum LookupError {
 
 /// Looks an order up by id.
 pub async fn order(stock: &Stock, db: &PgPool, order_id: &OrderId) -> Result<OrderView, LookupError> {
-    let (in_redis, redis_error) = match stock.order_state_and_trace(order_id).await {
+    let (in_redis, redis_error) = match stock.orders().order_state_and_trace(order_id).await {
         Ok((Some(found), trace)) => {
             let view = OrderView {
                 order_id: order_id.to_string(),
@@ -98,7 +98,7 @@ pub async fn order(stock: &Stock, db: &PgPool, order_id: &OrderId) -> Result<Ord
 /// The user's order in the sale's current round: the one Redis names, else
 /// PostgreSQL's CREATED one, else its latest FAILED one.
 pub async fn user_order(stock: &Stock, db: &PgPool, sale: SaleKey, user: UserId) -> Result<OrderView, LookupError> {
-    match stock.user_order(sale, user).await {
+    match stock.orders().user_order(sale, user).await {
         Ok(Some(raw)) => {
             if let Ok(order_id) = OrderId::parse(&raw) {
                 return order(stock, db, &order_id).await;

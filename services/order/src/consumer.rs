@@ -303,7 +303,7 @@ impl Worker {
         }
         // Dead-lettered orders are the compensator's now: no longer reserved.
         let handed_over: Vec<OrderId> = outcome.rejected.iter().map(|(r, _, _)| r.order_id.clone()).collect();
-        self.deps.stock.unreserve(&handed_over).await?;
+        self.deps.stock.orders().unreserve(&handed_over).await?;
         seckill_shared::ops::halt::at("delivered");
         Ok(())
     }
@@ -326,8 +326,10 @@ impl Worker {
         }
         let followed: Vec<(OrderId, UserId, i64, Holding)> =
             created.iter().map(|r| (r.order_id.clone(), r.user_id, r.accepted_at, r.held())).collect();
-        let (followed, sent) =
-            tokio::join!(self.deps.stock.follow_created(&followed), self.created_events.send(&created, sources));
+        let (followed, sent) = tokio::join!(
+            self.deps.stock.orders().follow_created(&followed),
+            self.created_events.send(&created, sources)
+        );
         followed?;
         sent.map_err(ProcessError::Events)?;
         // PostgreSQL failed these first (the sweeper or the compensator won),

@@ -206,7 +206,7 @@ pub async fn reconcile(
     let pg = source::<sqlx::Error>("postgresql");
     let redis = source::<crate::stock::conn::RedisCallError>("redis");
     // Redis first, then PostgreSQL (reads::sale_and_counts: one snapshot).
-    let snapshot = stock.snapshot(sale).await.map_err(&redis)?;
+    let snapshot = stock.books().snapshot(sale).await.map_err(&redis)?;
     let (row, counts) = reads::sale_and_counts(pool, sale).await?;
     let round = row.round;
     let terms = reads::round_terms(pool, sale, round).await?;
@@ -217,8 +217,8 @@ pub async fn reconcile(
     let unfinished_warmup =
         crate::sales::warmup_rows::unfinished(pool, sale).await.map_err(&pg)?.map(UnfinishedWarmup::of);
     let held_back = crate::db::horizon::held_back(pool, crate::db::horizon::HELD_BACK_AFTER).await.map_err(&pg)?;
-    let waiting_room = stock.room(sale).await.map_err(&redis)?.map(|r| r.shown_at(crate::now_ms()));
-    let draw = stock.draw_state(sale).await.map_err(&redis)?;
+    let waiting_room = stock.waiting_room().room(sale).await.map_err(&redis)?.map(|r| r.shown_at(crate::now_ms()));
+    let draw = stock.draws().draw_state(sale).await.map_err(&redis)?;
     let mut report = Report {
         activity_id: sale.activity.get(),
         sku_id: sale.sku.get(),
@@ -291,12 +291,12 @@ pub const LIVE_SALES_SHOWN: usize = 50;
 /// dashboard and the compensator's audit both watch these.
 pub async fn reconcile_live(stock: &Stock, pool: &PgPool) -> Result<Vec<Report>, ReconcileError> {
     let redis = source::<crate::stock::conn::RedisCallError>("redis");
-    let mut sales = stock.sales().await.map_err(&redis)?;
+    let mut sales = stock.books().sales().await.map_err(&redis)?;
     sales.sort();
     let mut reports = Vec::new();
     for sale in sales {
         // Expired sales are skipped for one cheap read.
-        if !stock.snapshot(sale).await.map_err(&redis)?.exists {
+        if !stock.books().snapshot(sale).await.map_err(&redis)?.exists {
             continue;
         }
         match reconcile(stock, pool, None, sale, false).await {

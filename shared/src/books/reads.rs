@@ -291,6 +291,7 @@ async fn known_to_redis(
     while let Some(chunk) = chunks.try_next().await.map_err(|error| source::<sqlx::Error>("postgresql")(error.1))? {
         seen += chunk.len() as i64;
         known += stock
+            .books()
             .count_known_orders(sale, &chunk)
             .await
             .map_err(source::<crate::stock::conn::RedisCallError>("redis"))?;

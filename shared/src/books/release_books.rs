@@ -73,9 +73,10 @@ pub async fn reconcile_release(
     db: &PgPool,
     activity: ActivityId,
 ) -> Result<ReleaseReport, ReleaseBooksError> {
-    let limit = stock.release_limit(activity).await?.ok_or(ReleaseBooksError::NotARelease(activity.get()))?;
-    let takes_pending = stock.takes_pending(activity).await?;
-    let taken = stock.release_held(activity).await?;
+    let limit =
+        stock.releases().release_limit(activity).await?.ok_or(ReleaseBooksError::NotARelease(activity.get()))?;
+    let takes_pending = stock.releases().takes_pending(activity).await?;
+    let taken = stock.releases().release_held(activity).await?;
     let rows = sqlx::query!(
         r#"SELECT user_id, sum(quantity)::bigint AS "units!" FROM orders
             WHERE activity_id = $1 AND status IN ('CREATED', 'PAID')
@@ -114,7 +115,7 @@ pub async fn reconcile_release(
 /// The books of every declared release (the dashboard's).
 pub async fn reconcile_releases(stock: &Stock, db: &PgPool) -> Result<Vec<ReleaseReport>, ReleaseBooksError> {
     let mut reports = Vec::new();
-    for activity in stock.releases().await? {
+    for activity in stock.releases().declared().await? {
         match reconcile_release(stock, db, activity).await {
             Err(ReleaseBooksError::NotARelease(_)) => {}
             other => reports.push(other?),

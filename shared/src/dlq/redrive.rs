@@ -157,8 +157,9 @@ impl Redrive<'_> {
     /// A dry run's answer, from reads alone (the deduction decides for real).
     async fn would(&self, original: &OrderRecord) -> Result<Verdict, RunError> {
         let sale = original.sale();
-        let snapshot = self.tools.stock.snapshot(sale).await.map_err(RunError::unreadable)?;
-        let holder = self.tools.stock.user_order(sale, original.user_id).await.map_err(RunError::unreadable)?;
+        let snapshot = self.tools.stock.books().snapshot(sale).await.map_err(RunError::unreadable)?;
+        let holder =
+            self.tools.stock.orders().user_order(sale, original.user_id).await.map_err(RunError::unreadable)?;
         Ok(if !snapshot.exists {
             Verdict::refused("the sale is not in Redis (finished or never warmed)")
         } else if let Some(why) = round_over(original, snapshot.round) {
@@ -200,21 +201,21 @@ impl Redrive<'_> {
         let deadline = Duration::from_millis(self.tools.servers.kafka.message_timeout_ms) + Duration::from_secs(5);
         let sale = original.sale();
         // The buyer's home bucket keeps their order (a sale of one: bucket 0).
-        let list = self.tools.stock.directory(sale).await.map_err(RunError::unreadable)?;
+        let list = self.tools.stock.bucket_moves().directory(sale).await.map_err(RunError::unreadable)?;
         let home = list.home(original.user_id);
         let call = DeductCall { id: call_id, requests: vec![request], publish_deadline: deadline, bucket: home };
-        let mut answer = self.tools.stock.deduct_batch(sale, &call).await.map_err(RunError::unreadable)?.pop();
+        let mut answer = self.tools.stock.orders().deduct_batch(sale, &call).await.map_err(RunError::unreadable)?.pop();
         // Its bucket ran out: units from the others, and the same call again
         // (one that answered SOLD_OUT kept nothing).
         for _ in 0..3 {
             if !matches!(answer, Some(Deduction::SoldOut { .. })) || list.buckets.len() == 1 {
                 break;
             }
-            let borrowed = self.tools.stock.borrow(sale, &list.buckets, home, list.round).await;
+            let borrowed = self.tools.stock.bucket_moves().borrow(sale, &list.buckets, home, list.round).await;
             if borrowed.map_err(RunError::unreadable)? == Borrowed::Nothing {
                 break;
             }
-            answer = self.tools.stock.deduct_batch(sale, &call).await.map_err(RunError::unreadable)?.pop();
+            answer = self.tools.stock.orders().deduct_batch(sale, &call).await.map_err(RunError::unreadable)?.pop();
         }
         Ok((call, answer))
     }
@@ -250,15 +251,15 @@ impl Redrive<'_> {
         };
         // A unit taken in another round than the record's is given back.
         if let Some(why) = round_over(original, round) {
-            self.tools.stock.void(sale, &call).await.map_err(RunError::unreadable)?;
+            self.tools.stock.orders().void(sale, &call).await.map_err(RunError::unreadable)?;
             return Ok(Verdict::refused(why));
         }
-        if decided_now && !self.tools.stock.confirmed(sale, &call).await.map_err(RunError::unreadable)? {
-            self.tools.stock.void(sale, &call).await.map_err(RunError::unreadable)?;
+        if decided_now && !self.tools.stock.orders().confirmed(sale, &call).await.map_err(RunError::unreadable)? {
+            self.tools.stock.orders().void(sale, &call).await.map_err(RunError::unreadable)?;
             return Ok(Verdict::refused("the Redis replicas did not confirm the deduction; run again"));
         }
         if !self.keep_in_release(take, &order_id).await? {
-            self.tools.stock.void(sale, &call).await.map_err(RunError::unreadable)?;
+            self.tools.stock.orders().void(sale, &call).await.map_err(RunError::unreadable)?;
             return Ok(Verdict::refused("the release's take was given back by its sweep; run again"));
         }
         // The link first: the order's events read it when the order
@@ -299,7 +300,7 @@ impl Redrive<'_> {
             }
             Some(Deduction::AlreadyPurchased { order_id: Some(held) }) if held.ends_with(own) => held,
             Some(Deduction::LimitReached { held, limit }) => {
-                let latest = self.tools.stock.user_order(original.sale(), original.user_id).await;
+                let latest = self.tools.stock.orders().user_order(original.sale(), original.user_id).await;
                 match latest.map_err(RunError::unreadable)? {
                     Some(latest) if latest.ends_with(own) => latest,
                     _ => return refused(&format!("the buyer holds {held} of their {limit} units")),
@@ -326,9 +327,9 @@ impl Redrive<'_> {
         // outcome is kept, and asked for its confirmation then.
         let order_id = OrderId::parse(&held_own).map_err(RunError::failed)?;
         let stock = &self.tools.stock;
-        let state = stock.order_state(&order_id).await.map_err(RunError::unreadable)?;
-        let round = stock.snapshot(original.sale()).await.map_err(RunError::unreadable)?.round;
-        let slot = stock.held_slot(&order_id, original.user_id).await.map_err(RunError::unreadable)?;
+        let state = stock.orders().order_state(&order_id).await.map_err(RunError::unreadable)?;
+        let round = stock.books().snapshot(original.sale()).await.map_err(RunError::unreadable)?.round;
+        let slot = stock.orders().held_slot(&order_id, original.user_id).await.map_err(RunError::unreadable)?;
         let accepted_at = state.map_or_else(crate::now_ms, |s| s.accepted_at);
         Ok(Ok(Taken { order_id, round, accepted_at, slot: slot.unwrap_or(0), decided_now: false }))
     }

@@ -26,7 +26,7 @@ impl Redrive<'_> {
         let sale = original.sale();
         let take = TakeId::new(sale.sku, nonce);
         let stock = &self.tools.stock;
-        let taken = stock.release_take(sale.activity, &take, original.user_id, original.quantity, PENDING);
+        let taken = stock.releases().release_take(sale.activity, &take, original.user_id, original.quantity, PENDING);
         Ok(match taken.await.map_err(RunError::unreadable)? {
             Take::NoRelease => Ok(None),
             Take::Taken { .. } => Ok(Some(take)),
@@ -40,7 +40,7 @@ impl Redrive<'_> {
     /// when the sweep gave it back meanwhile (the order must not be).
     pub(super) async fn keep_in_release(&self, take: Option<&TakeId>, order_id: &OrderId) -> Result<bool, RunError> {
         match take {
-            Some(take) => self.tools.stock.release_keep(take, order_id).await.map_err(RunError::unreadable),
+            Some(take) => self.tools.stock.releases().release_keep(take, order_id).await.map_err(RunError::unreadable),
             None => Ok(true),
         }
     }
@@ -49,6 +49,7 @@ impl Redrive<'_> {
     pub(super) async fn give_in_release(&self, original: &OrderRecord, take: &TakeId) -> Result<(), RunError> {
         let stock = &self.tools.stock;
         stock
+            .releases()
             .release_give(original.sale().activity, std::slice::from_ref(take), false)
             .await
             .map_err(RunError::unreadable)?;

@@ -193,8 +193,8 @@ pub async fn return_units(stock: &Stock, db: &PgPool, orders: &[CancelledOrder])
         // The sale's units, then its release's (a sale in none: one read);
         // both once per order, so a round tried again gives nothing twice.
         let ids: Vec<OrderId> = cancelled.iter().map(|c| c.order_id.clone()).collect();
-        let returned = match stock.cancel(*sale, cancelled).await {
-            Ok(units) => stock.release_give_orders(&ids).await.map(|_| units),
+        let returned = match stock.orders().cancel(*sale, cancelled).await {
+            Ok(units) => stock.releases().release_give_orders(&ids).await.map(|_| units),
             Err(error) => Err(error),
         };
         match returned {

@@ -36,6 +36,7 @@ pub async fn follow(stock: &Stock, db: &PgPool, record: &OrderRecord, fate: Fate
     let reason = match fate {
         Fate::Created => {
             stock
+                .orders()
                 .follow_created(&[(record.order_id.clone(), record.user_id, record.accepted_at, record.held())])
                 .await?;
             return Ok(Followed::Created);
@@ -50,12 +51,13 @@ pub async fn follow(stock: &Stock, db: &PgPool, record: &OrderRecord, fate: Fate
     } else {
         CompensationMode::Restore
     };
-    let compensation = stock.compensate(&record.order_id, record.user_id, record.held(), reason, settlement).await?;
+    let compensation =
+        stock.orders().compensate(&record.order_id, record.user_id, record.held(), reason, settlement).await?;
     // The order's release (if its activity is one) gets its units back too,
     // once: its take goes with them. Asked again (an error above or here),
     // both are no-ops for what was done.
     if compensation != Compensation::Created {
-        stock.release_give_orders(std::slice::from_ref(&record.order_id)).await?;
+        stock.releases().release_give_orders(std::slice::from_ref(&record.order_id)).await?;
     }
     if compensation == Compensation::Done {
         metrics::counter!("seckill_units_settled_total", "reason" => reason.code()).increment(1);

@@ -36,11 +36,11 @@ pub async fn close(
         // A warm-up cut short is not resumed over a close.
         db::within(deadline, warmup_rows::closed(pool, sale)).await?;
         let window = i64::from(row.payment_window_seconds);
-        stock.close(sale, window).await?;
-        stock.close_room(sale, stock.sale_keys_expire_at(crate::now_ms(), window)).await?;
+        stock.warm_ups().close(sale, window).await?;
+        stock.waiting_room().close_room(sale, stock.sale_keys_expire_at(crate::now_ms(), window)).await?;
         // A 200 is never lost in a failover: the replicas have the end.
-        for bucket in stock.directory(sale).await?.buckets {
-            if !stock.round_confirmed(sale, bucket).await? {
+        for bucket in stock.bucket_moves().directory(sale).await?.buckets {
+            if !stock.warm_ups().round_confirmed(sale, bucket).await? {
                 return Err(WarmupError::NotReplicated(format!("close of {sale}")));
             }
         }

@@ -155,8 +155,8 @@ async fn commit_round(
     let sale = request.sale;
     // The previous round's draw outcomes not yet on their topic would go
     // with its keys: they are in flight too.
-    let unpublished = stock.draw_state(sale).await?.is_some_and(|d| d.events_unpublished > 0);
-    if (unpublished && !request.force) || !stock.freeze(sale, every, request.force).await? {
+    let unpublished = stock.draws().draw_state(sale).await?.is_some_and(|d| d.events_unpublished > 0);
+    if (unpublished && !request.force) || !stock.warm_ups().freeze(sale, every, request.force).await? {
         return Err(WarmupError::InFlight(sale));
     }
     let mut tx = db::within(deadline, pool.begin()).await?;
@@ -190,8 +190,8 @@ async fn run(
     let (buckets, retired) = match (&job.buckets, job.step) {
         (Some(buckets), Step::Started | Step::Committed) => (buckets.clone(), job.retired.clone()),
         _ => {
-            let buckets = stock.place_buckets(sale, request.buckets).await?;
-            let previous = stock.directory(sale).await?.buckets;
+            let buckets = stock.bucket_moves().place_buckets(sale, request.buckets).await?;
+            let previous = stock.bucket_moves().directory(sale).await?.buckets;
             let retired: Vec<Bucket> = previous.into_iter().filter(|b| !buckets.contains(b)).collect();
             db::within(deadline, warmup_rows::placed(pool, id, &buckets, &retired)).await?;
             (buckets, retired)
@@ -220,9 +220,9 @@ async fn run(
     // The room before the stock: no unit of a round with a room is sold
     // without an admission.
     open_room(stock, (pool, deadline), request, &round).await?;
-    stock.load_round(sale, &buckets, &retired, round, id).await?;
+    stock.warm_ups().load_round(sale, &buckets, &retired, round, id).await?;
     for bucket in &buckets {
-        if !stock.round_confirmed(sale, *bucket).await? {
+        if !stock.warm_ups().round_confirmed(sale, *bucket).await? {
             return Err(WarmupError::NotReplicated(id.to_owned()));
         }
     }
@@ -248,7 +248,7 @@ async fn open_room(
         (None, None) => None,
     };
     let Some((settings, starts_ms)) = room else {
-        return Ok(stock.room_off(sale).await?);
+        return Ok(stock.waiting_room().room_off(sale).await?);
     };
     let commitment = match settings.draw {
         true => Some(db::within(deadline, super::draw_seed::keep(pool, sale)).await?),
@@ -261,6 +261,6 @@ async fn open_room(
         expire_at_ms: round.expire_at_ms,
         payment_window_ms: request.payment_window_seconds * 1_000,
     };
-    stock.open_room(sale, room, &settings, commitment.as_deref()).await?;
+    stock.waiting_room().open_room(sale, room, &settings, commitment.as_deref()).await?;
     Ok(())
 }

@@ -7,7 +7,6 @@
 
 use super::keys::Bucket;
 use super::lend::{Finished, Lent, Transfer};
-use super::Stock;
 use crate::domain::SaleKey;
 use crate::stock::conn::RedisCallError;
 
@@ -23,7 +22,7 @@ pub enum Borrowed {
     Nothing,
 }
 
-impl Stock {
+impl crate::stock::BucketMoves<'_> {
     /// Moves units to `home` from the first of the sale's other `buckets`
     /// (in their order after `home`, wrapping) that has any: half its units,
     /// rounded up, so buckets that drained unevenly even out. Answers the
@@ -46,7 +45,7 @@ impl Stock {
     /// transfer changes both — else the pass is made again (three times at
     /// most; after that [`Borrowed::InTransit`]).
     pub async fn borrow(
-        &self,
+        self,
         sale: SaleKey,
         buckets: &[Bucket],
         home: Bucket,
@@ -70,7 +69,7 @@ impl Stock {
     }
 
     /// Every bucket's `lent` and `borrowed` counters, all at once.
-    async fn moves(&self, sale: SaleKey, buckets: &[Bucket]) -> Result<Vec<(i64, i64)>, RedisCallError> {
+    async fn moves(self, sale: SaleKey, buckets: &[Bucket]) -> Result<Vec<(i64, i64)>, RedisCallError> {
         futures::future::try_join_all(buckets.iter().map(|bucket| {
             let mut conn = self.conn.clone();
             let meta = self.keys.bucket(sale, *bucket).meta;
@@ -85,7 +84,7 @@ impl Stock {
 
     /// One pass over the other buckets, as [`Stock::borrow`] describes.
     async fn borrow_pass(
-        &self,
+        self,
         sale: SaleKey,
         buckets: &[Bucket],
         home: Bucket,

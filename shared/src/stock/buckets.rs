@@ -3,7 +3,6 @@
 //! are shared by as many cores as it has buckets.
 
 use super::keys::Bucket;
-use super::Stock;
 use crate::domain::SaleKey;
 use crate::stock::conn::RedisCallError;
 use redis::cluster_routing::Slot;
@@ -13,12 +12,12 @@ use std::collections::HashMap;
 /// primaries a number lands on each about one time in three.
 const CANDIDATES: u32 = 256;
 
-impl Stock {
+impl crate::stock::BucketMoves<'_> {
     /// The buckets of a sale of `count` buckets: bucket 0 and `count - 1`
     /// more. On a Redis Cluster each next bucket goes to a primary holding
     /// the fewest of the sale's buckets so far (all primaries get one before
     /// any gets two); on one server, buckets 1, 2, …
-    pub async fn place_buckets(&self, sale: SaleKey, count: u32) -> Result<Vec<Bucket>, RedisCallError> {
+    pub async fn place_buckets(self, sale: SaleKey, count: u32) -> Result<Vec<Bucket>, RedisCallError> {
         let Some(ranges) = self.conn.slot_primaries().await? else {
             return Ok((0..count.max(1)).map(Bucket).collect());
         };

@@ -1,6 +1,6 @@
 //! Giving cancelled orders' units back, at most once each (`lua/cancel.lua`).
 
-use super::{by_bucket, with_keys, Stock};
+use super::{by_bucket, with_keys};
 use crate::domain::{Holding, OrderId, SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
@@ -19,13 +19,13 @@ pub struct Cancelled {
     pub held: Holding,
 }
 
-impl Stock {
+impl crate::stock::Orders<'_> {
     /// Gives back the units of `orders` (all of `sale`, cancelled in
     /// PostgreSQL first) to the sale, clearing their buyers and places; an
     /// order whose units went back already gives nothing. Returns how many
     /// units went back now.
     #[tracing::instrument(name = "stock.cancel", skip_all, fields(%sale, orders = orders.len()))]
-    pub async fn cancel(&self, sale: SaleKey, orders: &[Cancelled]) -> Result<i64, RedisCallError> {
+    pub async fn cancel(self, sale: SaleKey, orders: &[Cancelled]) -> Result<i64, RedisCallError> {
         let mut returned = 0;
         // Each unit goes back to the bucket its order was deducted in.
         for ((of_sale, bucket), orders) in by_bucket(orders, |order| &order.order_id) {

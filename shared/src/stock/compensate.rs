@@ -2,7 +2,7 @@
 //! once per order id (`lua/compensate.lua`). Part of Redis following the
 //! fate PostgreSQL decided ([`crate::orders::fate::follow`]).
 
-use super::{with_keys, Stock};
+use super::with_keys;
 use crate::domain::{FailReason, Holding, OrderId, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
@@ -35,11 +35,11 @@ pub enum Compensation {
     RolledBack,
 }
 
-impl Stock {
+impl crate::stock::Orders<'_> {
     /// Compensates a FAILED order in Redis, at most once per order id.
     #[tracing::instrument(name = "stock.compensate", skip_all, fields(order_id = %order_id))]
     pub async fn compensate(
-        &self,
+        self,
         order_id: &OrderId,
         user: UserId,
         held: Holding,

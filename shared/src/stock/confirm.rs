@@ -6,7 +6,6 @@
 //! whatever the primary holds is confirmed.
 
 use super::values::OrderState;
-use super::Stock;
 use crate::domain::OrderId;
 use crate::stock::conn::RedisCallError;
 use redis::Script;
@@ -32,11 +31,11 @@ impl<T> Confirmation<T> {
     }
 }
 
-impl Stock {
+impl crate::stock::Orders<'_> {
     /// One field or member of `holder` (a key of the bucket whose meta is
     /// `meta`), confirmed by the replicas.
     async fn confirm(
-        &self,
+        self,
         holder: &str,
         meta: &str,
         kind: &str,
@@ -59,7 +58,7 @@ impl Stock {
 
     /// One field of a bucket's hash `holder`, confirmed by the replicas.
     pub(super) async fn confirm_field(
-        &self,
+        self,
         holder: &str,
         meta: &str,
         field: &str,
@@ -69,7 +68,7 @@ impl Stock {
 
     /// One member of a bucket's set `holder`, confirmed by the replicas.
     pub(super) async fn confirm_member(
-        &self,
+        self,
         holder: &str,
         meta: &str,
         member: &str,
@@ -78,7 +77,7 @@ impl Stock {
     }
 
     /// The order's state in Redis, and whether the replicas have it.
-    pub async fn order_confirmed(&self, order_id: &OrderId) -> Result<Confirmation<OrderState>, RedisCallError> {
+    pub async fn order_confirmed(self, order_id: &OrderId) -> Result<Confirmation<OrderState>, RedisCallError> {
         let k = self.keys.order(order_id);
         let value = match self.confirm(&k.orders, &k.meta, "field", order_id.as_str()).await? {
             Confirmation::Missing => return Ok(Confirmation::Missing),

@@ -9,7 +9,6 @@
 //! requests may be answered "nothing kept" truthfully.
 
 use super::keys::Bucket;
-use super::Stock;
 use crate::domain::{OrderId, SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
@@ -109,14 +108,14 @@ impl DeductCall {
     }
 }
 
-impl Stock {
+impl crate::stock::Orders<'_> {
     /// The flash-sale decision (`lua/deduct.lua`) of `quantity` units, in
     /// the user's home bucket. `publish_deadline` is how long the caller
     /// may take to learn whether the order's record is in the log: the
     /// reservation is not swept before it has passed. (No borrowing: the
     /// edge's path does.)
     pub async fn deduct(
-        &self,
+        self,
         sale: SaleKey,
         user: UserId,
         quantity: u32,
@@ -131,7 +130,7 @@ impl Stock {
             admitted: false,
             quantity,
         };
-        let home = self.directory(sale).await?.home(user);
+        let home = self.bucket_moves().directory(sale).await?.home(user);
         let call = DeductCall::new(vec![request], publish_deadline).in_bucket(home);
         let mut answers = self.deduct_batch(sale, &call).await?;
         answers.pop().ok_or(RedisCallError::Unexpected { script: "deduct.lua", answer: "no answer".into() })
@@ -142,7 +141,7 @@ impl Stock {
     /// the order given: one answer per request. Asked again with the same
     /// call, the same answers.
     #[tracing::instrument(name = "deduct_batch", level = "debug", skip_all, fields(%sale, call = %call.id, requests = call.requests.len()))]
-    pub async fn deduct_batch(&self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Deduction>, RedisCallError> {
+    pub async fn deduct_batch(self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Deduction>, RedisCallError> {
         let k = self.keys.bucket_kept(sale, call.bucket);
         let call_key = k.call(&call.id);
         let mut evalsha = redis::cmd("EVALSHA");
@@ -183,7 +182,7 @@ impl Stock {
     /// outcome where the primary has none — after a failover to a replica
     /// that never had the call — which is "not confirmed".
     #[tracing::instrument(name = "deduct.confirmed", level = "debug", skip_all, fields(call = %call.id))]
-    pub async fn confirmed(&self, sale: SaleKey, call: &DeductCall) -> Result<bool, RedisCallError> {
+    pub async fn confirmed(self, sale: SaleKey, call: &DeductCall) -> Result<bool, RedisCallError> {
         let (replicas, timeout) = self.replica_acks;
         if replicas == 0 {
             return Ok(true);

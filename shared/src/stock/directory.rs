@@ -6,7 +6,6 @@
 //! can never give a user a second order in a second bucket.
 
 use super::keys::Bucket;
-use super::Stock;
 use crate::domain::{SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::AsyncCommands;
@@ -56,10 +55,10 @@ pub fn home_index(user: UserId, count: usize) -> usize {
     (user.get().unsigned_abs() % count.max(1) as u64) as usize
 }
 
-impl Stock {
+impl crate::stock::BucketMoves<'_> {
     /// The buckets of the round Redis holds of `sale` (one, bucket 0, when
     /// it was warmed without buckets or is not in Redis).
-    pub async fn directory(&self, sale: SaleKey) -> Result<Directory, RedisCallError> {
+    pub async fn directory(self, sale: SaleKey) -> Result<Directory, RedisCallError> {
         let mut conn = self.conn.clone();
         let (round, list): (Option<i64>, Option<String>) =
             self.conn.bounded(conn.hmget(&self.keys.sale(sale).meta, &["round", "buckets"])).await?;

@@ -2,7 +2,7 @@
 //! (`lua/follow_created.lua`): their status, their reservation, the sale's
 //! status counters, and the unit of an order Redis had undone.
 
-use super::{by_bucket, Stock};
+use super::by_bucket;
 use crate::domain::{Holding, OrderId, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
@@ -19,13 +19,13 @@ static FOLLOW_CREATED: LazyLock<Script> =
 /// the connection), and other clients' calls run between them.
 pub const FOLLOW_SLICE: usize = 128;
 
-impl Stock {
+impl crate::stock::Orders<'_> {
     /// Marks orders CREATED and clears their reservations
     /// (`lua/follow_created.lua`): a script call per [`FOLLOW_SLICE`]
     /// orders of one bucket, the status counters kept by each. Called after
     /// PostgreSQL committed their rows.
     #[tracing::instrument(name = "follow_created", level = "debug", skip_all, fields(orders = orders.len()))]
-    pub async fn follow_created(&self, orders: &[(OrderId, UserId, i64, Holding)]) -> Result<(), RedisCallError> {
+    pub async fn follow_created(self, orders: &[(OrderId, UserId, i64, Holding)]) -> Result<(), RedisCallError> {
         let mut calls = Vec::new();
         for ((sale, bucket), orders) in by_bucket(orders, |order| &order.0) {
             let k = self.keys.bucket_kept(sale, bucket);

@@ -22,7 +22,7 @@
 
 use super::confirm::Confirmation;
 use super::keys::Bucket;
-use super::{with_keys, Stock};
+use super::with_keys;
 use crate::domain::SaleKey;
 use crate::stock::conn::RedisCallError;
 use redis::{AsyncCommands, Script};
@@ -103,11 +103,11 @@ pub struct LoggedTransfer {
     pub at_ms: i64,
 }
 
-impl Stock {
+impl crate::stock::BucketMoves<'_> {
     /// The first half of `transfer` (`lua/lend.lua`): half the lender's
     /// units, rounded up, leave it, logged under the transfer's id.
     #[tracing::instrument(name = "lend", skip_all, fields(%sale, transfer = %transfer.id))]
-    pub async fn lend(&self, sale: SaleKey, transfer: &Transfer) -> Result<Lent, RedisCallError> {
+    pub async fn lend(self, sale: SaleKey, transfer: &Transfer) -> Result<Lent, RedisCallError> {
         let k = self.keys.bucket(sale, transfer.from);
         let mut invocation = with_keys(&LEND, &[&k.meta, &k.stock, &k.lent]);
         invocation.arg(&transfer.id).arg(transfer.to.0).arg(transfer.round);
@@ -124,7 +124,7 @@ impl Stock {
     /// The second half (`lua/receive.lua`): the receiver adds the `units`
     /// lent, once per transfer.
     #[tracing::instrument(name = "receive", skip_all, fields(%sale, transfer = %transfer.id))]
-    pub async fn receive(&self, sale: SaleKey, transfer: &Transfer, units: i64) -> Result<Received, RedisCallError> {
+    pub async fn receive(self, sale: SaleKey, transfer: &Transfer, units: i64) -> Result<Received, RedisCallError> {
         let k = self.keys.bucket(sale, transfer.to);
         let mut invocation = with_keys(&RECEIVE, &[&k.meta, &k.stock, &k.received]);
         invocation.arg(&transfer.id).arg(units).arg(transfer.round);
@@ -139,7 +139,7 @@ impl Stock {
 
     /// A transfer the receiver refused (another round) back to its lender
     /// (`lua/unlend.lua`): the units given back.
-    pub async fn unlend(&self, sale: SaleKey, transfer: &Transfer) -> Result<i64, RedisCallError> {
+    pub async fn unlend(self, sale: SaleKey, transfer: &Transfer) -> Result<i64, RedisCallError> {
         let k = self.keys.bucket(sale, transfer.from);
         let mut invocation = with_keys(&UNLEND, &[&k.meta, &k.stock, &k.lent]);
         invocation.arg(&transfer.id);
@@ -151,7 +151,7 @@ impl Stock {
     /// on one the replicas have.
     #[tracing::instrument(name = "finish_transfer", skip_all, fields(%sale, transfer = %transfer.id))]
     pub async fn finish_transfer(
-        &self,
+        self,
         sale: SaleKey,
         transfer: &Transfer,
         units: i64,
@@ -173,7 +173,7 @@ impl Stock {
     /// Whether a step is confirmed, asking again (up to [`ASKS`] times)
     /// while the replicas have not confirmed it in time or the answer was
     /// not heard; `false` when it is missing or still not confirmed.
-    async fn on_replicas<F, Fut>(&self, confirm: F) -> Result<bool, RedisCallError>
+    async fn on_replicas<F, Fut>(self, confirm: F) -> Result<bool, RedisCallError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<Confirmation<()>, RedisCallError>>,
@@ -195,7 +195,7 @@ impl Stock {
     /// `call` again, up to [`ASKS`] times in all, while its answer is not
     /// heard (a timeout, a dropped connection): the transfer scripts and
     /// `HDEL` answer a repeat as the first.
-    pub(super) async fn asked_again<T, F, Fut>(&self, call: F) -> Result<T, RedisCallError>
+    pub(super) async fn asked_again<T, F, Fut>(self, call: F) -> Result<T, RedisCallError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, RedisCallError>>,
@@ -210,23 +210,23 @@ impl Stock {
     }
 
     /// Whether `transfer` is logged by its lender and the replicas have it.
-    pub async fn lend_confirmed(&self, sale: SaleKey, transfer: &Transfer) -> Result<Confirmation<()>, RedisCallError> {
+    pub async fn lend_confirmed(self, sale: SaleKey, transfer: &Transfer) -> Result<Confirmation<()>, RedisCallError> {
         let k = self.keys.bucket(sale, transfer.from);
-        Ok(self.confirm_field(&k.lent, &k.meta, &transfer.id).await?.map(|_| ()))
+        Ok(self.orders().confirm_field(&k.lent, &k.meta, &transfer.id).await?.map(|_| ()))
     }
 
     /// Whether the receiver of `transfer` took it in and the replicas have it.
     pub async fn receipt_confirmed(
-        &self,
+        self,
         sale: SaleKey,
         transfer: &Transfer,
     ) -> Result<Confirmation<()>, RedisCallError> {
         let k = self.keys.bucket(sale, transfer.to);
-        Ok(self.confirm_member(&k.received, &k.meta, &transfer.id).await?.map(|_| ()))
+        Ok(self.orders().confirm_member(&k.received, &k.meta, &transfer.id).await?.map(|_| ()))
     }
 
     /// Drops a transfer from its lender's log once the receiver has it.
-    pub async fn forget_transfer(&self, sale: SaleKey, transfer: &Transfer) -> Result<(), RedisCallError> {
+    pub async fn forget_transfer(self, sale: SaleKey, transfer: &Transfer) -> Result<(), RedisCallError> {
         let k = self.keys.bucket(sale, transfer.from);
         let mut conn = self.conn.clone();
         self.conn.bounded(conn.hdel::<_, _, ()>(&k.lent, &transfer.id)).await
@@ -234,7 +234,7 @@ impl Stock {
 
     /// The transfers a bucket logged and has not forgotten: each either
     /// received already or still to be.
-    pub async fn transfers_lent(&self, sale: SaleKey, from: Bucket) -> Result<Vec<LoggedTransfer>, RedisCallError> {
+    pub async fn transfers_lent(self, sale: SaleKey, from: Bucket) -> Result<Vec<LoggedTransfer>, RedisCallError> {
         let k = self.keys.bucket(sale, from);
         let mut conn = self.conn.clone();
         let log: Vec<(String, String)> = self.conn.bounded(conn.hgetall(&k.lent)).await?;
@@ -246,7 +246,7 @@ impl Stock {
     /// died or gave up between lending and receiving, or found a step not
     /// yet on the replicas, leaves one ([`Stock::finish_transfer`]).
     /// Answers how many units arrived now (or went back to their lender).
-    pub async fn complete_transfers(&self, sale: SaleKey, lent_before_ms: i64) -> Result<i64, RedisCallError> {
+    pub async fn complete_transfers(self, sale: SaleKey, lent_before_ms: i64) -> Result<i64, RedisCallError> {
         let mut arrived = 0;
         for bucket in self.directory(sale).await?.buckets {
             for logged in self.transfers_lent(sale, bucket).await? {

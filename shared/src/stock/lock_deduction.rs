@@ -5,7 +5,6 @@
 use super::deduct::Deduction;
 use super::keys::{SaleKeys, SaleLock};
 use super::values::OrderState;
-use super::Stock;
 use crate::config::LockSettings;
 use crate::domain::{OrderId, OrderStatus, SaleKey, UserId};
 use crate::ops::lock::LockClient;
@@ -13,7 +12,7 @@ use crate::stock::conn::RedisCallError;
 use redis::AsyncCommands;
 use std::time::Duration;
 
-impl Stock {
+impl crate::stock::Orders<'_> {
     /// The seed's deduction, for comparison: a per-sale lock around separate
     /// commands instead of one script. Same answers as [`Stock::deduct`];
     /// `None` when the lock was not had within its wait.
@@ -32,7 +31,7 @@ impl Stock {
     #[tracing::instrument(name = "deduct_with_lock", level = "debug", skip_all, fields(%sale))]
     #[allow(clippy::too_many_arguments)]
     pub async fn deduct_with_lock(
-        &self,
+        self,
         locks: &LockClient,
         settings: &LockSettings,
         sale: SaleKey,
@@ -56,7 +55,7 @@ impl Stock {
     }
 
     async fn deduct_holding_lock(
-        &self,
+        self,
         k: &SaleKeys,
         sale: SaleKey,
         user: UserId,

@@ -17,7 +17,6 @@
 //! its customer, never for them.
 
 use super::values::TakeValue;
-use super::Stock;
 use crate::domain::{ActivityId, OrderId, SaleKey, SkuId, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::{AsyncCommands, Script};
@@ -68,11 +67,11 @@ pub enum Take {
     LimitReached { held: i64, limit: i64 },
 }
 
-impl Stock {
+impl crate::stock::Releases<'_> {
     /// Declares `activity` a release of at most `limit` units per customer
     /// across its sizes (a new limit replaces the old; the units held
     /// stand), confirmed by the replicas.
-    pub async fn declare_release(&self, activity: ActivityId, limit: u32) -> Result<(), RedisCallError> {
+    pub async fn declare_release(self, activity: ActivityId, limit: u32) -> Result<(), RedisCallError> {
         let keys = self.keys.release(activity);
         let mut conn = self.conn.clone();
         self.conn.bounded(conn.sadd::<_, _, ()>(self.keys.releases(), activity.get())).await?;
@@ -87,13 +86,13 @@ impl Stock {
     }
 
     /// The release's limit, when `activity` is one.
-    pub async fn release_limit(&self, activity: ActivityId) -> Result<Option<i64>, RedisCallError> {
+    pub async fn release_limit(self, activity: ActivityId) -> Result<Option<i64>, RedisCallError> {
         let mut conn = self.conn.clone();
         self.conn.bounded(conn.hget(&self.keys.release(activity).meta, "limit")).await
     }
 
     /// Every declared release.
-    pub async fn releases(&self) -> Result<Vec<ActivityId>, RedisCallError> {
+    pub async fn declared(self) -> Result<Vec<ActivityId>, RedisCallError> {
         let mut conn = self.conn.clone();
         let ids: Vec<i64> = self.conn.bounded(conn.smembers(self.keys.releases())).await?;
         Ok(ids.into_iter().filter_map(|id| ActivityId::new(id).ok()).collect())
@@ -103,7 +102,7 @@ impl Stock {
     /// `take` (idempotent), confirmed by the replicas; a pending take is
     /// the sweep's after `pending_for`.
     pub async fn release_take(
-        &self,
+        self,
         activity: ActivityId,
         take: &TakeId,
         user: UserId,
@@ -127,7 +126,7 @@ impl Stock {
     /// Keeps `take` for `order_id`'s order, confirmed by the replicas:
     /// `false` when the take is gone (the sweep gave it back): the order
     /// must not be published.
-    pub async fn release_keep(&self, take: &TakeId, order_id: &OrderId) -> Result<bool, RedisCallError> {
+    pub async fn release_keep(self, take: &TakeId, order_id: &OrderId) -> Result<bool, RedisCallError> {
         let k = self.keys.release(order_id.sale().activity);
         let keys = [k.takes.as_str(), &k.pending];
         let answer: i64 =
@@ -144,7 +143,7 @@ impl Stock {
     /// not kept meanwhile), confirmed by the replicas; the units given back
     /// now.
     pub async fn release_give(
-        &self,
+        self,
         activity: ActivityId,
         takes: &[TakeId],
         only_pending: bool,
@@ -162,7 +161,7 @@ impl Stock {
 
     /// Gives back the takes of `orders` (their units went back to their
     /// sales), release by release; a sale in no release costs one read.
-    pub async fn release_give_orders(&self, orders: &[OrderId]) -> Result<i64, RedisCallError> {
+    pub async fn release_give_orders(self, orders: &[OrderId]) -> Result<i64, RedisCallError> {
         let mut by_release: BTreeMap<ActivityId, Vec<TakeId>> = BTreeMap::new();
         for order in orders {
             by_release.entry(order.sale().activity).or_default().push(TakeId::of_order(order));
@@ -179,7 +178,7 @@ impl Stock {
     /// Up to `most` pending takes of `activity`'s release whose time passed
     /// by Redis's clock, with their values.
     pub async fn stale_takes(
-        &self,
+        self,
         activity: ActivityId,
         most: isize,
     ) -> Result<Vec<(TakeId, TakeValue)>, RedisCallError> {
@@ -203,7 +202,7 @@ impl Stock {
     /// and each place a live order holds), the one whose id ends in the
     /// take's nonce.
     pub async fn order_of_take(
-        &self,
+        self,
         activity: ActivityId,
         take: &TakeId,
         user: UserId,
@@ -211,7 +210,7 @@ impl Stock {
         let Some(sale) = take.parts().and_then(|(sku, _)| SaleKey::from_raw(activity.get(), sku).ok()) else {
             return Ok(None);
         };
-        let k = self.keys.bucket(sale, self.directory(sale).await?.home(user));
+        let k = self.keys.bucket(sale, self.bucket_moves().directory(sale).await?.home(user));
         let mut conn = self.conn.clone();
         let limit: Option<u32> = self.conn.bounded(conn.hget(&k.meta, "limit")).await?;
         let places: Vec<String> = (0..limit.unwrap_or(1).max(1)).map(|slot| format!("{user}/{slot}")).collect();
@@ -230,7 +229,7 @@ impl Stock {
     /// takes kept for orders, each with its order's status in Redis (`None`
     /// when Redis no longer holds the order).
     pub async fn kept_takes_page(
-        &self,
+        self,
         activity: ActivityId,
         cursor: u64,
         count: usize,
@@ -242,7 +241,7 @@ impl Stock {
         let mut kept = Vec::new();
         for pair in flat.chunks_exact(2) {
             if let Some(order_id) = TakeValue::parse(&pair[1]).and_then(|take| take.order_id) {
-                let status = self.order_state(&order_id).await?.map(|state| state.status);
+                let status = self.orders().order_state(&order_id).await?.map(|state| state.status);
                 kept.push((TakeId(pair[0].clone()), order_id, status));
             }
         }
@@ -251,14 +250,14 @@ impl Stock {
 
     /// The units each customer holds in `activity`'s release, as its takes
     /// count them (pending ones included).
-    pub async fn release_held(&self, activity: ActivityId) -> Result<BTreeMap<i64, i64>, RedisCallError> {
+    pub async fn release_held(self, activity: ActivityId) -> Result<BTreeMap<i64, i64>, RedisCallError> {
         let mut conn = self.conn.clone();
         self.conn.bounded(conn.hgetall(&self.keys.release(activity).held)).await
     }
 
     /// How many of `activity`'s takes are pending (their order not yet
     /// known to be made): the pending set's size.
-    pub async fn takes_pending(&self, activity: ActivityId) -> Result<i64, RedisCallError> {
+    pub async fn takes_pending(self, activity: ActivityId) -> Result<i64, RedisCallError> {
         let mut conn = self.conn.clone();
         self.conn.bounded(conn.zcard(&self.keys.release(activity).pending)).await
     }
@@ -267,7 +266,7 @@ impl Stock {
     /// (each is idempotent: asked again, it is confirmed or made again the
     /// same).
     async fn release_step<T: redis::FromRedisValue>(
-        &self,
+        self,
         script: &Script,
         name: &'static str,
         keys: &[&str],

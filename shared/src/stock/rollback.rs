@@ -1,6 +1,6 @@
 //! Undoing a deduction whose publish definitely failed (`lua/rollback.lua`).
 
-use super::{with_keys, Stock};
+use super::with_keys;
 use crate::domain::{FailReason, Holding, OrderId, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 static ROLLBACK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/rollback.lua")));
 
-impl Stock {
+impl crate::stock::Orders<'_> {
     /// Puts the order's units back, frees the buyer and their place, and
     /// marks the order FAILED, if the
     /// order is still QUEUED and its `publish_deadline` (the one it was
@@ -17,7 +17,7 @@ impl Stock {
     /// sweeper's. Returns whether a unit went back.
     #[tracing::instrument(name = "rollback", skip_all, fields(order_id = %order_id))]
     pub async fn rollback(
-        &self,
+        self,
         order_id: &OrderId,
         user: UserId,
         held: Holding,

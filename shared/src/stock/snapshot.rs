@@ -2,7 +2,6 @@
 //! it: counters, and which of a list of orders Redis accepted or settled.
 
 use super::keys::Bucket;
-use super::Stock;
 use crate::domain::SaleKey;
 use crate::stock::conn::RedisCallError;
 use redis::AsyncCommands;
@@ -68,14 +67,14 @@ pub struct BucketState {
     pub borrowed: i64,
 }
 
-impl Stock {
+impl crate::stock::Books<'_> {
     /// Reads everything the reconciliation needs of one sale: one round trip
     /// of constant-time reads, whatever the number of orders (the status
     /// counts are counters the scripts keep, not a scan of the orders).
     /// A sale in buckets reads each (one round trip each, all at once) and
     /// sums them, listing each in `buckets`.
-    pub async fn snapshot(&self, sale: SaleKey) -> Result<SaleSnapshot, RedisCallError> {
-        let directory = self.directory(sale).await?;
+    pub async fn snapshot(self, sale: SaleKey) -> Result<SaleSnapshot, RedisCallError> {
+        let directory = self.bucket_moves().directory(sale).await?;
         if directory.buckets.len() == 1 {
             return self.snapshot_bucket(sale, directory.buckets[0]).await.map(|(whole, _)| whole);
         }
@@ -107,7 +106,7 @@ impl Stock {
 
     /// The same reads of one bucket of a sale, and the bucket's own line.
     pub async fn snapshot_bucket(
-        &self,
+        self,
         sale: SaleKey,
         bucket: Bucket,
     ) -> Result<(SaleSnapshot, BucketState), RedisCallError> {
@@ -173,7 +172,7 @@ impl Stock {
     /// the dashboard go through these). A sale whose keys expired (its end,
     /// payment window and margin passed, or it was closed) is forgotten
     /// here: removed from the registry.
-    pub async fn sales(&self) -> Result<Vec<SaleKey>, RedisCallError> {
+    pub async fn sales(self) -> Result<Vec<SaleKey>, RedisCallError> {
         let mut conn = self.conn.clone();
         let members: Vec<String> = self.conn.bounded(conn.smembers(self.keys.registry())).await?;
         let sales: Vec<(&String, SaleKey)> = members.iter().filter_map(|m| Some((m, sale_of_member(m)?))).collect();
@@ -204,7 +203,7 @@ impl Stock {
 
     /// How many of `ids` Redis has a status for (orders Redis accepted), each
     /// asked of the bucket its id names.
-    pub async fn count_known_orders(&self, sale: SaleKey, ids: &[String]) -> Result<i64, RedisCallError> {
+    pub async fn count_known_orders(self, sale: SaleKey, ids: &[String]) -> Result<i64, RedisCallError> {
         let mut count = 0;
         for (bucket, ids) in ids_by_bucket(ids) {
             let key = self.keys.bucket(sale, bucket).orders;
@@ -219,7 +218,7 @@ impl Stock {
 
     /// How many of `ids` were settled: their unit restored or written off
     /// (in the bucket each id names).
-    pub async fn count_settled(&self, sale: SaleKey, ids: &[String]) -> Result<i64, RedisCallError> {
+    pub async fn count_settled(self, sale: SaleKey, ids: &[String]) -> Result<i64, RedisCallError> {
         let mut count = 0;
         for (bucket, ids) in ids_by_bucket(ids) {
             let k = self.keys.bucket(sale, bucket);
@@ -235,7 +234,7 @@ impl Stock {
     /// Asks `per_id` questions of each id, a thousand ids per round trip, and
     /// counts the ids with at least one yes.
     async fn count_in_chunks(
-        &self,
+        self,
         ids: &[&str],
         per_id: usize,
         ask: impl Fn(&mut redis::Pipeline, &str),
@@ -281,16 +280,16 @@ pub struct SweepMark {
     pub holder: String,
 }
 
-impl Stock {
+impl crate::stock::Books<'_> {
     /// Records the sweeper's last sweep (kept a day).
-    pub async fn record_sweep(&self, mark: &SweepMark) -> Result<(), RedisCallError> {
+    pub async fn record_sweep(self, mark: &SweepMark) -> Result<(), RedisCallError> {
         let mut conn = self.conn.clone();
         let value = serde_json::to_string(mark).expect("a sweep mark serializes");
         self.conn.bounded(conn.set_ex::<_, _, ()>(self.keys.sweeper_last(), value, 24 * 3600)).await
     }
 
     /// The sweeper's last sweep, if one was recorded.
-    pub async fn last_sweep(&self) -> Result<Option<SweepMark>, RedisCallError> {
+    pub async fn last_sweep(self) -> Result<Option<SweepMark>, RedisCallError> {
         let mut conn = self.conn.clone();
         let value: Option<String> = self.conn.bounded(conn.get(self.keys.sweeper_last())).await?;
         Ok(value.and_then(|v| serde_json::from_str(&v).ok()))

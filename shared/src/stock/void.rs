@@ -3,7 +3,7 @@
 //! not confirm, so its buyers may be told the truth.
 
 use super::deduct::DeductCall;
-use super::{with_keys, Stock};
+use super::with_keys;
 use crate::domain::{OrderId, SaleKey};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
@@ -24,7 +24,7 @@ pub enum Voided {
     Stands { order_id: OrderId, round: i64, accepted_at: i64, slot: u32 },
 }
 
-impl Stock {
+impl crate::stock::Orders<'_> {
     /// Makes sure `call` can take nothing more back (`lua/void.lua`): if it
     /// ran, every order it accepted that is still QUEUED and before its
     /// publish deadline is undone (unit back, buyer free, FAILED `VOIDED`);
@@ -32,7 +32,7 @@ impl Stock {
     /// undone, nothing held, or the order that stands (past its deadline,
     /// the sweeper's; or written since).
     #[tracing::instrument(name = "void", skip_all, fields(%sale, call = %call.id))]
-    pub async fn void(&self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Voided>, RedisCallError> {
+    pub async fn void(self, sale: SaleKey, call: &DeductCall) -> Result<Vec<Voided>, RedisCallError> {
         let k = self.keys.bucket(sale, call.bucket);
         let call_key = k.call(&call.id);
         let mut invocation =

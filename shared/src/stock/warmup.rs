@@ -3,7 +3,7 @@
 
 use super::directory::Directory;
 use super::keys::Bucket;
-use super::{with_keys, Stock};
+use super::with_keys;
 use crate::domain::{Limits, SaleKey};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
@@ -47,7 +47,7 @@ struct Place<'a> {
     units: i64,
 }
 
-impl Stock {
+impl crate::stock::WarmUps<'_> {
     /// Loads a sale round into `buckets` (bucket 0 first; one for a sale
     /// without buckets), its stock shared among them, replacing the
     /// previous round — unless that one has orders in flight in any of its
@@ -55,7 +55,7 @@ impl Stock {
     /// `false`. Registers the sale for the sweeper. (Redis alone: the warm-up
     /// of a sale is [`crate::sales::warmup`], which commits the round in
     /// PostgreSQL between holding the buckets still and loading them.)
-    pub async fn warmup(&self, sale: SaleKey, buckets: &[Bucket], round: Round) -> Result<bool, RedisCallError> {
+    pub async fn warmup(self, sale: SaleKey, buckets: &[Bucket], round: Round) -> Result<bool, RedisCallError> {
         let of = buckets.len().max(1) as i64;
         let share = |i: usize| round.stock / of + i64::from((i as i64) < round.stock % of);
         let shares: Vec<(Bucket, i64)> = buckets.iter().enumerate().map(|(i, b)| (*b, share(i))).collect();
@@ -66,13 +66,13 @@ impl Stock {
     /// not read): buckets loaded unevenly, as a test of the moves between
     /// them needs.
     pub async fn warmup_shares(
-        &self,
+        self,
         sale: SaleKey,
         shares: &[(Bucket, i64)],
         round: Round,
     ) -> Result<bool, RedisCallError> {
         let buckets: Vec<Bucket> = shares.iter().map(|(b, _)| *b).collect();
-        let previous = self.directory(sale).await?.buckets;
+        let previous = self.bucket_moves().directory(sale).await?.buckets;
         let retired: Vec<Bucket> = previous.iter().copied().filter(|b| !buckets.contains(b)).collect();
         let every: Vec<Bucket> = buckets.iter().chain(&retired).copied().collect();
         if !self.freeze(sale, &every, round.force).await? {
@@ -92,7 +92,7 @@ impl Stock {
     /// selling): run again, this finishes what a run that stopped began.
     #[tracing::instrument(name = "load_round", skip_all, fields(%sale, warmup_id))]
     pub async fn load_round(
-        &self,
+        self,
         sale: SaleKey,
         buckets: &[Bucket],
         retired: &[Bucket],
@@ -106,7 +106,7 @@ impl Stock {
     }
 
     async fn load_shares(
-        &self,
+        self,
         sale: SaleKey,
         shares: &[(Bucket, i64)],
         retired: &[Bucket],
@@ -135,15 +135,15 @@ impl Stock {
 
     /// Whether the replicas have what was last written to one bucket's
     /// round (a load, a close: its meta), and everything before it.
-    pub async fn round_confirmed(&self, sale: SaleKey, bucket: Bucket) -> Result<bool, RedisCallError> {
+    pub async fn round_confirmed(self, sale: SaleKey, bucket: Bucket) -> Result<bool, RedisCallError> {
         let k = self.keys.bucket(sale, bucket);
-        Ok(self.confirm_field(&k.meta, &k.meta, "round").await?.confirmed())
+        Ok(self.orders().confirm_field(&k.meta, &k.meta, "round").await?.confirmed())
     }
 
     /// Holds `buckets` still for a warm-up (`lua/freeze.lua`); when one
     /// refuses (orders in flight), lets the others go again and answers
     /// `false`.
-    pub async fn freeze(&self, sale: SaleKey, buckets: &[Bucket], force: bool) -> Result<bool, RedisCallError> {
+    pub async fn freeze(self, sale: SaleKey, buckets: &[Bucket], force: bool) -> Result<bool, RedisCallError> {
         for (i, bucket) in buckets.iter().enumerate() {
             let k = self.keys.bucket(sale, *bucket);
             let mut invocation = with_keys(&FREEZE, &[&k.meta, &k.reserved]);
@@ -165,7 +165,7 @@ impl Stock {
     /// and loaded in one script (`lua/warmup.lua`); a bucket `warmup_id`
     /// loaded before is left as it is.
     async fn warmup_bucket(
-        &self,
+        self,
         sale: SaleKey,
         bucket: Bucket,
         round: Round,
@@ -194,7 +194,7 @@ impl Stock {
 
     /// Deletes every key of one bucket of a sale at once (what a benchmark
     /// wrote: left to expire, a few runs fill a bounded node).
-    pub async fn delete_bucket(&self, sale: SaleKey, bucket: Bucket) -> Result<(), RedisCallError> {
+    pub async fn delete_bucket(self, sale: SaleKey, bucket: Bucket) -> Result<(), RedisCallError> {
         let mut pipe = redis::pipe();
         pipe.del(&self.keys.bucket(sale, bucket).every_key()).ignore();
         self.conn.pipe::<()>(&pipe).await.map(drop)
@@ -205,11 +205,11 @@ impl Stock {
     /// sale expires once the payment window (`window_secs`) and the margin
     /// have passed. The end in force (ms, bucket 0's), or `None` when Redis
     /// holds no round of the sale.
-    pub async fn close(&self, sale: SaleKey, window_secs: i64) -> Result<Option<i64>, RedisCallError> {
+    pub async fn close(self, sale: SaleKey, window_secs: i64) -> Result<Option<i64>, RedisCallError> {
         let expire_at = self.sale_keys_expire_at(0, window_secs);
         let mut first = None;
         // Bucket 0, whose list the edges read, last.
-        for bucket in self.directory(sale).await?.buckets.iter().rev() {
+        for bucket in self.bucket_moves().directory(sale).await?.buckets.iter().rev() {
             let mut invocation = with_keys(&CLOSE, &self.keys.bucket(sale, *bucket).every_key());
             invocation.arg(expire_at);
             let ends: i64 = self.conn.invoke(&invocation).await?;

@@ -68,7 +68,7 @@ pub async fn draw_through_failovers(topology: Topology, name: &'static str, entr
 
     // Read again where a connection broke in the failover.
     let draw_ms = eventually("the draw's time", Duration::from_secs(30), || async {
-        match env.stock.draw_state(sale).await {
+        match env.stock.draws().draw_state(sale).await {
             Ok(Some(draw)) => Ok(draw.draw_ms),
             other => Err(format!("{other:?}")),
         }

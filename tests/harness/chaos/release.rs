@@ -56,7 +56,7 @@ pub async fn release_through_faults(
     for size in &sizes {
         env.warmup_limited(*size, customers, 900, Limits { per_user_limit: 1, max_per_order: 1 }).await;
     }
-    env.stock.declare_release(activity, LIMIT).await.expect("the release declared");
+    env.stock.releases().declare_release(activity, LIMIT).await.expect("the release declared");
     let burst = [
         (Kind::Edge, "SECKILL__RATE_LIMIT__PER_USER_BURST", "1000"),
         (Kind::Edge, "SECKILL__RATE_LIMIT__PER_USER_PER_SECOND", "1000"),

@@ -44,7 +44,7 @@ pub async fn run(scenario: Scenario) -> Outcome {
     );
     // Downstream sees every change of every order, as a consumer reads it.
     test.verify_events(sale).await;
-    let snapshot = test.stock.snapshot(sale).await.expect("a redis snapshot");
+    let snapshot = test.stock.books().snapshot(sale).await.expect("a redis snapshot");
     let outcome = Outcome {
         name: scenario.name,
         requests,
@@ -289,14 +289,14 @@ async fn promised(
     // After a Redis restart or failover the first command on an old
     // connection may fail while it reconnects.
     let known = crate::eventually("redis answering", Duration::from_secs(30), || async {
-        test.stock.count_known_orders(sale, &ids).await.map_err(|e| e.to_string())
+        test.stock.books().count_known_orders(sale, &ids).await.map_err(|e| e.to_string())
     })
     .await;
     let lost_by_redis = ids.len() as i64 - known;
     if !redis_may_lose {
         assert_eq!(lost_by_redis, 0, "{}: Redis lost accepted orders without a Redis fault", scenario.name);
         let failed: Vec<String> = rows.iter().filter(|(_, s, _)| s == "FAILED").map(|(id, _, _)| id.clone()).collect();
-        let settled = test.stock.count_settled(sale, &failed).await.expect("settled sets");
+        let settled = test.stock.books().count_settled(sale, &failed).await.expect("settled sets");
         assert_eq!(
             settled,
             failed.len() as i64,

@@ -25,7 +25,7 @@ pub async fn admit_every(
 ) -> Result<(), seckill_shared::stock::conn::RedisCallError> {
     let tolerance = tick.as_millis() as i64;
     seckill_shared::ops::shutdown::every("admission passes", tick, shutdown, || async {
-        for sale in stock.rooms().await? {
+        for sale in stock.waiting_room().rooms().await? {
             if let Err(error) = pass(&stock, sale, tolerance, grace).await {
                 // One room that fails stops no other.
                 tracing::warn!(%sale, %error, "an admission pass failed");
@@ -40,17 +40,17 @@ pub async fn admit_every(
 const FINAL_PASSES_A_TURN: usize = 20;
 
 async fn pass(stock: &Stock, sale: SaleKey, tolerance_ms: i64, grace: Duration) -> anyhow::Result<()> {
-    let Some(before) = stock.room(sale).await? else {
-        stock.room_off(sale).await?;
+    let Some(before) = stock.waiting_room().room(sale).await? else {
+        stock.waiting_room().room_off(sale).await?;
         return Ok(());
     };
     // A draw's room is passed once more after its close: that pass records
     // its end (queue_admit.lua).
     if !before.closed || (before.draw && !before.finalized) {
-        let admitted = stock.admit_pass(sale, tolerance_ms, grace).await?;
+        let admitted = stock.waiting_room().admit_pass(sale, tolerance_ms, grace).await?;
         metrics::counter!("seckill_queue_admitted_total", "sale" => sale.to_string()).increment(admitted.now as u64);
         for (ticket, user) in &admitted.stale {
-            let used = stock.settle_stale_claim(sale, ticket, *user, before.round).await?;
+            let used = stock.waiting_room().settle_stale_claim(sale, ticket, *user, before.round).await?;
             let outcome = if used { "used" } else { "expired" };
             tracing::warn!(%sale, %user, outcome, "an admission claimed by an order that never settled it, settled");
             metrics::counter!("seckill_queue_stale_claims_total", "sale" => sale.to_string(), "outcome" => outcome)
@@ -60,19 +60,21 @@ async fn pass(stock: &Stock, sale: SaleKey, tolerance_ms: i64, grace: Duration) 
     // A closed draw's end is told 1,000 entries a pass (each pass a short
     // script): up to 20 more passes now, back to back, so a million
     // entries hear it within a minute.
-    let mut room = stock.room(sale).await?;
+    let mut room = stock.waiting_room().room(sale).await?;
     for _ in 0..FINAL_PASSES_A_TURN {
         match &room {
-            Some(r) if r.closed && r.draw && !r.finalized => stock.admit_pass(sale, tolerance_ms, grace).await?,
+            Some(r) if r.closed && r.draw && !r.finalized => {
+                stock.waiting_room().admit_pass(sale, tolerance_ms, grace).await?
+            }
             _ => break,
         };
-        room = stock.room(sale).await?;
+        room = stock.waiting_room().room(sale).await?;
     }
     if let Some(room) = room {
         gauges(sale, &room);
     }
     if before.draw {
-        if let Some(draw) = stock.draw_state(sale).await? {
+        if let Some(draw) = stock.draws().draw_state(sale).await? {
             draw_gauges(sale, &draw);
         }
     }

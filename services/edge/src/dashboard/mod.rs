@@ -177,7 +177,7 @@ impl Dashboard {
                     .await,
                 "postgresql",
             ),
-            sweeper: Readout::of(self.stock.last_sweep().await, "redis"),
+            sweeper: Readout::of(self.stock.books().last_sweep().await, "redis"),
         }
     }
 }

@@ -40,7 +40,7 @@ pub type Seeds<'a> = (&'a sqlx::PgPool, Duration);
 /// or the sale closed first; a [`LaterTerm`] error: a later term acted on
 /// the draw, nothing written).
 pub async fn make(stock: &Stock, seeds: Seeds<'_>, sale: SaleKey, fence: i64) -> anyhow::Result<Option<Made>> {
-    if stock.freeze_draw(sale).await? != Some(true) {
+    if stock.draws().freeze_draw(sale).await? != Some(true) {
         return Ok(None);
     }
     // The crash tests stop an edge here: frozen, not drawn.
@@ -49,14 +49,14 @@ pub async fn make(stock: &Stock, seeds: Seeds<'_>, sale: SaleKey, fence: i64) ->
     // Twice at most: an entry can only have slipped in before the freeze,
     // so a second read of the frozen entries is whole.
     for _ in 0..2 {
-        let entries = stock.draw_entries(sale).await?;
+        let entries = stock.draws().draw_entries(sale).await?;
         let by_user: HashMap<UserId, String> = entries.iter().map(|(entry, user)| (*user, entry.clone())).collect();
         let users: Vec<UserId> = by_user.keys().copied().collect();
         let digest = draw_proof::sha256_hex(draw_proof::entry_list(&users).as_bytes());
         let ranked: Vec<String> =
             draw_proof::ranking(&seed, &digest, &users).into_iter().map(|(user, _)| by_user[&user].clone()).collect();
-        let winners = stock.orders_left(sale).await?;
-        match stock.apply_draw(sale, &ranked, (winners, &digest, &seed), fence).await? {
+        let winners = stock.waiting_room().orders_left(sale).await?;
+        match stock.draws().apply_draw(sale, &ranked, (winners, &digest, &seed), fence).await? {
             Some(Applied::Made) => {
                 return Ok(Some(Made { entries: ranked.len(), winners: winners.min(ranked.len() as i64), digest }))
             }
@@ -73,7 +73,7 @@ pub async fn make(stock: &Stock, seeds: Seeds<'_>, sale: SaleKey, fence: i64) ->
 /// commitment its room holds (checked against it), or, for a draw warmed
 /// before seeds left Redis, the room's own.
 async fn seed_of(stock: &Stock, (pool, deadline): Seeds<'_>, sale: SaleKey) -> anyhow::Result<String> {
-    match stock.draw_secret(sale).await? {
+    match stock.draws().draw_secret(sale).await? {
         Some(DrawSecret::Committed(commitment)) => db::within(deadline, draw_seed::find(pool, &commitment))
             .await?
             .ok_or_else(|| anyhow::anyhow!("no seed kept for the draw of {sale} (commitment {commitment})")),

@@ -80,7 +80,7 @@ impl Draws {
 
     /// One look at every draw, as the holder of the term `fence`.
     async fn turn(&self, fence: i64) -> Result<(), LaterTerm> {
-        let sales = match self.stock.rooms().await {
+        let sales = match self.stock.waiting_room().rooms().await {
             Ok(sales) => sales,
             Err(error) => {
                 tracing::warn!(%error, "the draws not read; looking again later");
@@ -104,7 +104,7 @@ impl Draws {
     /// if it is due, its outcomes not yet on the topic published. A
     /// [`LaterTerm`] error: another edge publishes now.
     pub async fn look(&self, sale: SaleKey, fence: i64) -> anyhow::Result<()> {
-        let Some(draw) = self.stock.draw_state(sale).await? else {
+        let Some(draw) = self.stock.draws().draw_state(sale).await? else {
             return Ok(());
         };
         if !draw.drawn && !draw.closed && seckill_shared::now_ms() >= draw.draw_ms {
@@ -118,7 +118,7 @@ impl Draws {
         // of a sale closed before its draw, at once.
         if draw.events_unpublished > 0 && (draw.drawn || draw.closed) {
             // Nobody is told of a draw a failover could still undo.
-            if !self.stock.draw_confirmed(sale).await? {
+            if !self.stock.draws().draw_confirmed(sale).await? {
                 anyhow::bail!("the draw is not on the replicas yet: its outcomes wait");
             }
             let producer = self.producer()?.get();
@@ -150,7 +150,7 @@ impl Draws {
         let deadline = Duration::from_millis(self.settings.servers.kafka.message_timeout_ms);
         let mut cursor = draw.published_through.clone();
         loop {
-            let rows = self.stock.draw_outcomes(sale, &cursor, BATCH).await?;
+            let rows = self.stock.draws().draw_outcomes(sale, &cursor, BATCH).await?;
             let Some(last) = rows.last() else {
                 return Ok(());
             };
@@ -175,7 +175,7 @@ impl Draws {
                     Err(_) => anyhow::bail!("an outcome's delivery was cancelled"),
                 }
             }
-            if !self.stock.outcomes_published(sale, &last.id, rows.len(), fence).await? {
+            if !self.stock.draws().outcomes_published(sale, &last.id, rows.len(), fence).await? {
                 return Err(LaterTerm.into());
             }
             for event in &events {

@@ -1,6 +1,6 @@
 //! One admission pass of a waiting room (`lua/queue_admit.lua`).
 
-use super::super::{with_keys, Stock};
+use super::super::with_keys;
 use crate::domain::{SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
@@ -36,7 +36,7 @@ pub struct PassReads {
     pub orders: i64,
 }
 
-impl Stock {
+impl crate::stock::WaitingRoom<'_> {
     /// One admission pass of `sale`'s room: by the orders the units still
     /// on sale can take (every bucket's units, read now, over the round's
     /// `maxPerOrder`, rounded up: an admitted buyer may take that many, and
@@ -46,7 +46,7 @@ impl Stock {
     /// once `grace` (the publish deadline) has passed since its token's
     /// expiry.
     pub async fn admit_pass(
-        &self,
+        self,
         sale: SaleKey,
         tolerance_ms: i64,
         grace: Duration,
@@ -61,7 +61,7 @@ impl Stock {
     /// the script counts every right spent since the first as taken
     /// (`queue_admit.lua`, `ARGV[5]`), so a pass never admits on units already
     /// sold.
-    pub async fn pass_reads(&self, sale: SaleKey) -> Result<PassReads, RedisCallError> {
+    pub async fn pass_reads(self, sale: SaleKey) -> Result<PassReads, RedisCallError> {
         let k = self.keys.queue(sale);
         let [meta, ..] = k.all();
         let mut pipe = redis::pipe();
@@ -73,7 +73,7 @@ impl Stock {
 
     /// The pass's script on `reads` made before.
     pub async fn admit_after(
-        &self,
+        self,
         sale: SaleKey,
         reads: PassReads,
         tolerance_ms: i64,
@@ -95,11 +95,11 @@ impl Stock {
     }
 }
 
-impl Stock {
+impl crate::stock::WaitingRoom<'_> {
     /// The orders the units still on sale can take (every bucket's units,
     /// read now, over the round's `maxPerOrder`, rounded up).
-    pub async fn orders_left(&self, sale: SaleKey) -> Result<i64, RedisCallError> {
-        let snapshot = self.snapshot(sale).await?;
+    pub async fn orders_left(self, sale: SaleKey) -> Result<i64, RedisCallError> {
+        let snapshot = self.books().snapshot(sale).await?;
         let units = if snapshot.exists { snapshot.remaining } else { 0 };
         Ok(orders_left(units, snapshot.max_per_order))
     }

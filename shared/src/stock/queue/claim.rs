@@ -3,7 +3,7 @@
 //! it): a claim, spend or release a failover lost would bring a ticket
 //! back to a state its order has left.
 
-use super::super::{with_keys, Stock};
+use super::super::with_keys;
 use crate::domain::{SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
 use redis::Script;
@@ -27,10 +27,10 @@ pub enum Claim {
     Foreign,
 }
 
-impl Stock {
+impl crate::stock::WaitingRoom<'_> {
     /// Claims `ticket` of `sale` (round `round`) for an order of `user`.
     pub async fn claim_ticket(
-        &self,
+        self,
         sale: SaleKey,
         ticket: &str,
         user: UserId,
@@ -52,13 +52,13 @@ impl Stock {
     /// past its token's expiry, that is expired, and its place goes on.
     /// Answers whether it was taken as used.
     pub async fn settle_stale_claim(
-        &self,
+        self,
         sale: SaleKey,
         ticket: &str,
         user: UserId,
         round: i64,
     ) -> Result<bool, RedisCallError> {
-        let used = self.user_order(sale, user).await?.is_some();
+        let used = self.orders().user_order(sale, user).await?.is_some();
         self.settle_ticket(sale, ticket, user, round, used).await?;
         Ok(used)
     }
@@ -69,7 +69,7 @@ impl Stock {
     /// script does nothing the second time, and the `WAIT` behind it
     /// covers the first write too); answers whether they did.
     pub async fn settle_ticket(
-        &self,
+        self,
         sale: SaleKey,
         ticket: &str,
         user: UserId,
@@ -87,7 +87,7 @@ impl Stock {
 
     /// One step, and whether the replicas asked for confirmed it.
     async fn ticket_step(
-        &self,
+        self,
         sale: SaleKey,
         step: &str,
         ticket: &str,

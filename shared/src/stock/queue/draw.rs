@@ -3,7 +3,7 @@
 //! The ranking itself is computed by the caller from the frozen entries
 //! ([`crate::sales::draw_proof`]) and written here as the line.
 
-use super::super::{with_keys, Stock};
+use super::super::with_keys;
 use super::{new_ticket, ticket_sale};
 use crate::domain::{SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
@@ -110,11 +110,11 @@ pub enum DrawSecret {
     InRedis(String),
 }
 
-impl Stock {
+impl crate::stock::Draws<'_> {
     /// `user` enters `sale`'s draw (their entry again if they hold one);
     /// `challenge`: the nonce and expiry (ms) of the proof of work solved.
     pub async fn enter_draw(
-        &self,
+        self,
         sale: SaleKey,
         user: UserId,
         challenge: Option<(&str, i64)>,
@@ -130,7 +130,7 @@ impl Stock {
     /// draw applied) is on a replica before it is answered, as a claim is —
     /// else [`RedisCallError::NotConfirmed`] (each step is idempotent:
     /// asked again, it is confirmed or made again the same).
-    async fn draw_step<T: redis::FromRedisValue>(&self, sale: SaleKey, args: &[String]) -> Result<T, RedisCallError> {
+    async fn draw_step<T: redis::FromRedisValue>(self, sale: SaleKey, args: &[String]) -> Result<T, RedisCallError> {
         let queue = self.keys.queue(sale);
         let keys = queue.all();
         let (replicas, timeout) = self.replica_acks;
@@ -154,14 +154,14 @@ impl Stock {
     /// (`redis.min_replica_acks`): its outcomes are published only then,
     /// so a draw lost in a failover is made again, the same, before anyone
     /// is told. A sale with no draw made has nothing to confirm.
-    pub async fn draw_confirmed(&self, sale: SaleKey) -> Result<bool, RedisCallError> {
+    pub async fn draw_confirmed(self, sale: SaleKey) -> Result<bool, RedisCallError> {
         let meta = self.keys.queue(sale).all()[0].clone();
-        let found = self.confirm_field(&meta, &meta, "drawn").await?;
+        let found = self.orders().confirm_field(&meta, &meta, "drawn").await?;
         Ok(!matches!(found, crate::stock::confirm::Confirmation::Unconfirmed(_)))
     }
 
     /// What `entry` reads now.
-    pub async fn read_entry(&self, entry: &str) -> Result<EntryAnswer, RedisCallError> {
+    pub async fn read_entry(self, entry: &str) -> Result<EntryAnswer, RedisCallError> {
         let Some(sale) = ticket_sale(entry) else {
             return Ok(EntryAnswer::Unknown);
         };
@@ -173,7 +173,7 @@ impl Stock {
     /// Freezes `sale`'s entries for its draw: `Some(true)` frozen (no entry
     /// is taken from now on), `Some(false)` too early, `None` no draw to
     /// make.
-    pub async fn freeze_draw(&self, sale: SaleKey) -> Result<Option<bool>, RedisCallError> {
+    pub async fn freeze_draw(self, sale: SaleKey) -> Result<Option<bool>, RedisCallError> {
         use crate::stock::protocol::queue_draw::*;
         Ok(match self.draw_step::<i64>(sale, &["freeze".to_owned()]).await? {
             DONE => Some(true),
@@ -186,7 +186,7 @@ impl Stock {
     /// commitment to a seed kept in PostgreSQL
     /// ([`crate::sales::draw_seed`]), or, for a draw warmed before seeds
     /// left Redis, the seed itself (`None`: no draw).
-    pub async fn draw_secret(&self, sale: SaleKey) -> Result<Option<DrawSecret>, RedisCallError> {
+    pub async fn draw_secret(self, sale: SaleKey) -> Result<Option<DrawSecret>, RedisCallError> {
         let meta = self.keys.queue(sale).all()[0].clone();
         let mut conn = self.conn.clone();
         let (commitment, seed): (Option<String>, Option<String>) =
@@ -201,7 +201,7 @@ impl Stock {
     /// Every entry of `sale`'s draw: (entry id, user).
     /// Read by HSCAN, a few thousand a call: a million entries never hold
     /// Redis for one long HGETALL (an entry seen twice is one entry).
-    pub async fn draw_entries(&self, sale: SaleKey) -> Result<Vec<(String, UserId)>, RedisCallError> {
+    pub async fn draw_entries(self, sale: SaleKey) -> Result<Vec<(String, UserId)>, RedisCallError> {
         let tickets = self.keys.queue(sale).all()[2].clone();
         let mut all: HashMap<String, String> = HashMap::new();
         let mut cursor = 0u64;
@@ -236,7 +236,7 @@ impl Stock {
     /// `Some(LaterTerm)`: a later term acted on the draw (nothing written);
     /// `None`: the line was not whole (rank again).
     pub async fn apply_draw(
-        &self,
+        self,
         sale: SaleKey,
         ranked: &[String],
         (winners, digest, seed): (i64, &str, &str),
@@ -286,7 +286,7 @@ impl Stock {
     }
 
     /// The rank the next slice of `sale`'s draw starts at (0: none made).
-    async fn applied_through(&self, sale: SaleKey) -> Result<i64, RedisCallError> {
+    async fn applied_through(self, sale: SaleKey) -> Result<i64, RedisCallError> {
         let meta = self.keys.queue(sale).all()[0].clone();
         let mut conn = self.conn.clone();
         let at: Option<i64> = self.conn.bounded(redis::AsyncCommands::hget(&mut conn, meta, "apply_at")).await?;
@@ -296,7 +296,7 @@ impl Stock {
     /// Up to `count` of `sale`'s outcomes recorded after `after` (a stream
     /// id; `0-0`: from the first).
     pub async fn draw_outcomes(
-        &self,
+        self,
         sale: SaleKey,
         after: &str,
         count: usize,
@@ -340,7 +340,7 @@ impl Stock {
     /// when a publisher of a later term moved the cursor (nothing written:
     /// this one's term is over).
     pub async fn outcomes_published(
-        &self,
+        self,
         sale: SaleKey,
         id: &str,
         count: usize,

@@ -2,7 +2,6 @@
 //! of a draw, the console's card and `seckillctl draw stats` show, and
 //! what the draws' maker and publisher look at.
 
-use super::super::Stock;
 use crate::domain::SaleKey;
 use crate::stock::conn::RedisCallError;
 use std::collections::HashMap;
@@ -44,10 +43,10 @@ pub struct DrawState {
     pub challenge_bits: u32,
 }
 
-impl Stock {
+impl crate::stock::Draws<'_> {
     /// `sale`'s draw (`None`: the sale has none). The seed is shown once
     /// drawn, never before.
-    pub async fn draw_state(&self, sale: SaleKey) -> Result<Option<DrawState>, RedisCallError> {
+    pub async fn draw_state(self, sale: SaleKey) -> Result<Option<DrawState>, RedisCallError> {
         let k = self.keys.queue(sale);
         let [meta, line, ..] = k.all();
         let mut pipe = redis::pipe();

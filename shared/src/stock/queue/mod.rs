@@ -26,7 +26,6 @@ pub use setup::{RoomRound, ABANDON_MS};
 pub use ticket::{TicketAnswer, TicketStatus, TicketView};
 
 use super::conn::RedisCallError;
-use super::Stock;
 use crate::domain::SaleKey;
 use std::collections::HashMap;
 
@@ -139,9 +138,9 @@ pub fn wait_seconds(place: u64, recent: i64, per_minute: i64) -> Option<u64> {
     (rate > 0).then(|| (place as f64 * 60.0 / rate as f64).ceil() as u64)
 }
 
-impl Stock {
+impl crate::stock::WaitingRoom<'_> {
     /// `sale`'s waiting room (`None`: the sale has none).
-    pub async fn room(&self, sale: SaleKey) -> Result<Option<RoomState>, RedisCallError> {
+    pub async fn room(self, sale: SaleKey) -> Result<Option<RoomState>, RedisCallError> {
         let k = self.keys.queue(sale);
         let [meta, line, _, _, active, _, log, _, _] = k.all();
         let mut pipe = redis::pipe();
@@ -184,7 +183,7 @@ impl Stock {
 
     /// Every admission of `sale`'s room so far, in order: (ticket, when in
     /// ms, to the microsecond's order).
-    pub async fn admissions(&self, sale: SaleKey) -> Result<Vec<(String, f64)>, RedisCallError> {
+    pub async fn admissions(self, sale: SaleKey) -> Result<Vec<(String, f64)>, RedisCallError> {
         let log = self.keys.queue(sale).all()[6].clone();
         let mut conn = self.conn.clone();
         let entries: Vec<(String, f64)> = self
@@ -202,11 +201,11 @@ impl Stock {
 /// the protocol does not name), admitted at, ended at (ms; 0: not yet)).
 pub type Ticket = (String, i64, Option<crate::stock::protocol::TicketState>, i64, i64);
 
-impl Stock {
+impl crate::stock::WaitingRoom<'_> {
     /// Every ticket of `sale`'s room as the room keeps it: (ticket, user,
     /// state, admitted at, ended at (ms; 0: not yet)) — for the checks that
     /// read an admission's whole life.
-    pub async fn tickets(&self, sale: SaleKey) -> Result<Vec<Ticket>, RedisCallError> {
+    pub async fn tickets(self, sale: SaleKey) -> Result<Vec<Ticket>, RedisCallError> {
         let tickets = self.keys.queue(sale).all()[2].clone();
         let mut conn = self.conn.clone();
         let all: HashMap<String, String> = self.conn.bounded(redis::AsyncCommands::hgetall(&mut conn, tickets)).await?;

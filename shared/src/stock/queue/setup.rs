@@ -2,7 +2,7 @@
 //! (`lua/queue_setup.lua`).
 
 use super::super::snapshot::sale_of_member;
-use super::super::{with_keys, Stock};
+use super::super::with_keys;
 use crate::domain::SaleKey;
 use crate::stock::conn::RedisCallError;
 use redis::AsyncCommands;
@@ -52,14 +52,14 @@ pub struct RoomRound {
     pub payment_window_ms: i64,
 }
 
-impl Stock {
+impl crate::stock::WaitingRoom<'_> {
     /// Opens `sale`'s waiting room for `round` with a fresh shuffle seed
     /// — a draw's room with `draw_commitment`, the commitment to a seed
     /// kept out of Redis until the draw ([`crate::sales::draw_seed`]) —
     /// (`false`: it is open for that round already, and left as it is),
     /// and registers it for the edges' admission passes.
     pub async fn open_room(
-        &self,
+        self,
         sale: SaleKey,
         round: RoomRound,
         room: &RoomSettings,
@@ -93,7 +93,7 @@ impl Stock {
     }
 
     /// Takes `sale`'s waiting room away (a round warmed without one).
-    pub async fn room_off(&self, sale: SaleKey) -> Result<(), RedisCallError> {
+    pub async fn room_off(self, sale: SaleKey) -> Result<(), RedisCallError> {
         let k = self.keys.queue(sale);
         let mut invocation = with_keys(&QUEUE_SETUP, &k.all());
         invocation.arg("off");
@@ -107,7 +107,7 @@ impl Stock {
     /// Closes `sale`'s waiting room (the sale closed): nobody is admitted
     /// any more, every ticket reads CLOSED, and its keys expire at
     /// `expire_at_ms`.
-    pub async fn close_room(&self, sale: SaleKey, expire_at_ms: i64) -> Result<(), RedisCallError> {
+    pub async fn close_room(self, sale: SaleKey, expire_at_ms: i64) -> Result<(), RedisCallError> {
         let k = self.keys.queue(sale);
         let mut invocation = with_keys(&QUEUE_SETUP, &k.all());
         invocation.arg("close").arg(expire_at_ms);
@@ -116,7 +116,7 @@ impl Stock {
     }
 
     /// The sales whose rooms were opened and not taken away.
-    pub async fn rooms(&self) -> Result<Vec<SaleKey>, RedisCallError> {
+    pub async fn rooms(self) -> Result<Vec<SaleKey>, RedisCallError> {
         let mut conn = self.conn.clone();
         let members: Vec<String> = self.conn.bounded(conn.smembers(self.keys.rooms())).await?;
         Ok(members.iter().filter_map(|m| sale_of_member(m)).collect())

@@ -1,6 +1,6 @@
 //! Joining a waiting room and reading a ticket (`lua/queue_ticket.lua`).
 
-use super::super::{with_keys, Stock};
+use super::super::with_keys;
 use super::ticket_sale;
 use crate::domain::{SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
@@ -68,12 +68,12 @@ pub enum TicketAnswer {
     SoldOut,
 }
 
-impl Stock {
+impl crate::stock::WaitingRoom<'_> {
     /// `user` joins `sale`'s room (the same ticket again if they hold one
     /// this round); `challenge`: the nonce and expiry (ms) of the
     /// proof-of-work challenge they solved, used once.
     pub async fn join_room(
-        &self,
+        self,
         sale: SaleKey,
         user: UserId,
         challenge: Option<(&str, i64)>,
@@ -86,7 +86,7 @@ impl Stock {
     }
 
     /// What `ticket` reads now (a waiting ticket read is one still wanted).
-    pub async fn read_ticket(&self, ticket: &str) -> Result<TicketAnswer, RedisCallError> {
+    pub async fn read_ticket(self, ticket: &str) -> Result<TicketAnswer, RedisCallError> {
         let Some(sale) = ticket_sale(ticket) else {
             return Ok(TicketAnswer::Unknown);
         };

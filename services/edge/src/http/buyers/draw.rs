@@ -101,10 +101,10 @@ pub(crate) async fn enter(
     JsonBody(body): JsonBody<JoinBody>,
 ) -> Result<Json<EntryBody>, BuyerError> {
     let (sale, user) = joining::joiner(&state, client, &headers, &body)?;
-    let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
+    let draw = state.stock.draws().draw_state(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
     let solved = joining::proof_of(&state, (sale, user, draw.challenge_bits), &body)?;
     let proof = solved.as_ref().map(|c| (c.nonce.as_str(), c.expires_ms));
-    let entered = state.stock.enter_draw(sale, user, proof).await.map_err(redis)?;
+    let entered = state.stock.draws().enter_draw(sale, user, proof).await.map_err(redis)?;
     answer(&state, sale, entered, &draw)
 }
 
@@ -130,8 +130,8 @@ pub(crate) async fn read(
     Path(entry): Path<String>,
 ) -> Result<Json<EntryBody>, BuyerError> {
     let (sale, caller) = joining::reader(&state, client, &headers, &entry)?;
-    let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(RequestError::NotFound)?;
-    let read = state.stock.read_entry(&entry).await.map_err(redis)?;
+    let draw = state.stock.draws().draw_state(sale).await.map_err(redis)?.ok_or(RequestError::NotFound)?;
+    let read = state.stock.draws().read_entry(&entry).await.map_err(redis)?;
     if let EntryAnswer::Entry(view) = &read {
         joining::owned_by(caller, view.user, "entry")?;
     }
@@ -161,7 +161,7 @@ pub(crate) async fn draw(
     state.status_reads.check_client(client.0).map_err(RequestError::RateLimited)?;
     let number = |text: &str| text.parse::<i64>().map_err(|_| BuyerError::invalid(format!("not an id: {text}")));
     let sale = SaleKey::from_raw(number(&activity)?, number(&sku)?).map_err(BuyerError::invalid)?;
-    let draw = state.stock.draw_state(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
+    let draw = state.stock.draws().draw_state(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
     Ok(Json(draw_body(sale, draw)))
 }
 

@@ -219,8 +219,11 @@ async fn deduct(
         DeductionMode::Lock => {
             let (locks, lock) = (&state.locks, &state.settings.lock);
             let quantity = request.quantity;
-            let deduction =
-                state.stock.deduct_with_lock(locks, lock, sale, user, quantity, admitted, &nonce, deadline).await;
+            let deduction = state
+                .stock
+                .orders()
+                .deduct_with_lock(locks, lock, sale, user, quantity, admitted, &nonce, deadline)
+                .await;
             match deduction {
                 Ok(Some(deduction)) => Ok(deduction),
                 Ok(None) => Err(Err(outcome::nothing_kept("the sale's lock was not had within its wait"))),

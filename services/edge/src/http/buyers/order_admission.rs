@@ -25,7 +25,7 @@ pub(super) async fn claim(
     let raw = raw.to_str().map_err(|_| refused("the admission token is not one this shop signed".into()))?;
     let token = Token::verify(&state.signer, raw, sale, user, seckill_shared::now_ms())
         .map_err(|why| refused(why.to_string()))?;
-    let claimed = match state.stock.claim_ticket(sale, &token.ticket, user, token.round).await {
+    let claimed = match state.stock.waiting_room().claim_ticket(sale, &token.ticket, user, token.round).await {
         Ok(claimed) => claimed,
         Err(error) => {
             // The claim may have landed with its answer lost: given back,
@@ -60,7 +60,7 @@ pub(super) async fn settle(state: &Buyers, token: &Token, result: &super::order_
 /// replicas.
 async fn settle_step(state: &Buyers, token: &Token, kept: bool) {
     let (sale, ticket, user, round) = (token.sale, token.ticket.as_str(), token.user, token.round);
-    match state.stock.settle_ticket(sale, ticket, user, round, kept).await {
+    match state.stock.waiting_room().settle_ticket(sale, ticket, user, round, kept).await {
         Ok(true) => {}
         // A ticket left claimed places no second order; an admission pass
         // settles it by what the sale says once its token's expiry and the

@@ -216,13 +216,13 @@ enum RolledBack {
 async fn roll_back(state: &Buyers, record: &OrderRecord, deadline: Duration) -> RolledBack {
     let (order_id, user, held) = (&record.order_id, record.user_id, record.held());
     // What the script answered does not matter: the order read below does.
-    let _ = (|| state.stock.rollback(order_id, user, held, FailReason::PublishFailed, deadline))
+    let _ = (|| state.stock.orders().rollback(order_id, user, held, FailReason::PublishFailed, deadline))
         .retry(retry::times(std::time::Duration::from_millis(100), 2))
         .notify(|error, _| tracing::warn!(order_id = %order_id, %error, "rollback failed; again"))
         .await;
     use seckill_shared::domain::OrderStatus;
     use seckill_shared::stock::Confirmation;
-    match state.stock.order_confirmed(order_id).await {
+    match state.stock.orders().order_confirmed(order_id).await {
         Ok(Confirmation::Confirmed(order)) if order.status == OrderStatus::Failed => RolledBack::Undone,
         Ok(Confirmation::Confirmed(_)) => RolledBack::Stands,
         Ok(Confirmation::Unconfirmed(order)) if order.status != OrderStatus::Failed => RolledBack::Stands,

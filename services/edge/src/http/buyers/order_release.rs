@@ -38,7 +38,8 @@ pub(super) async fn take(
     }
     let taken = ReleaseTake { activity: request.activity, take: TakeId::new(request.sku, nonce) };
     let pending_for = state.publisher.deadline() * 2 + PENDING_MARGIN;
-    let asked = state.stock.release_take(request.activity, &taken.take, request.user, request.quantity, pending_for);
+    let asked =
+        state.stock.releases().release_take(request.activity, &taken.take, request.user, request.quantity, pending_for);
     match asked.await {
         Ok(Take::NoRelease) => Ok(None),
         Ok(Take::Taken { .. }) => Ok(Some(taken)),
@@ -61,7 +62,7 @@ pub(super) async fn take(
 /// (never `QUEUED`: a standing order is the sweeper's, which keeps the take
 /// or rolls the order back).
 pub(super) async fn keep(state: &Buyers, taken: &ReleaseTake, record: &OrderRecord) -> Option<Placed> {
-    let why = match state.stock.release_keep(&taken.take, &record.order_id).await {
+    let why = match state.stock.releases().release_keep(&taken.take, &record.order_id).await {
         Ok(true) => return None,
         Ok(false) => "the release's take was given back before the order could keep it".to_owned(),
         Err(error) => format!("keeping the release's take: {error}"),
@@ -85,7 +86,9 @@ pub(super) async fn settle(state: &Buyers, taken: &ReleaseTake, result: &Placed)
 /// Gives `taken` back; a failure is left to the sweep (a pending take) or
 /// to its backstop (a kept one whose order ended).
 async fn give(state: &Buyers, taken: &ReleaseTake) {
-    if let Err(error) = state.stock.release_give(taken.activity, std::slice::from_ref(&taken.take), false).await {
+    if let Err(error) =
+        state.stock.releases().release_give(taken.activity, std::slice::from_ref(&taken.take), false).await
+    {
         tracing::warn!(take = taken.take.as_str(), %error, "giving a release's take back failed; the sweep will");
         metrics::counter!("seckill_edge_release_give_failed_total").increment(1);
     }

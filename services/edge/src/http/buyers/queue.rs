@@ -120,10 +120,10 @@ pub(crate) async fn join(
     JsonBody(body): JsonBody<JoinBody>,
 ) -> Result<Json<TicketBody>, BuyerError> {
     let (sale, user) = joining::joiner(&state, client, &headers, &body)?;
-    let room = state.stock.room(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
+    let room = state.stock.waiting_room().room(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
     let solved = joining::proof_of(&state, (sale, user, room.challenge_bits), &body)?;
     let proof = solved.as_ref().map(|c| (c.nonce.as_str(), c.expires_ms));
-    let joined = state.stock.join_room(sale, user, proof).await.map_err(redis)?;
+    let joined = state.stock.waiting_room().join_room(sale, user, proof).await.map_err(redis)?;
     let Json(mut body) = answer(&state, sale, joined)?;
     body.seed_commitment = Some(room.seed_commitment);
     Ok(Json(body))
@@ -151,7 +151,7 @@ pub(crate) async fn poll(
     Path(ticket): Path<String>,
 ) -> Result<Json<TicketBody>, BuyerError> {
     let (sale, caller) = joining::reader(&state, client, &headers, &ticket)?;
-    let read = state.stock.read_ticket(&ticket).await.map_err(redis)?;
+    let read = state.stock.waiting_room().read_ticket(&ticket).await.map_err(redis)?;
     if let TicketAnswer::Ticket(view) = &read {
         joining::owned_by(caller, view.user, "ticket")?;
     }
@@ -186,7 +186,7 @@ pub(crate) async fn challenge(
     let (sale, user) = super::order::sale_and_user(&query)?;
     auth::require_user(&state.users, &headers, user)?;
     state.limits.check_client(client.0).map_err(RequestError::RateLimited)?;
-    let room = state.stock.room(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
+    let room = state.stock.waiting_room().room(sale).await.map_err(redis)?.ok_or(BuyerError::SaleNotFound)?;
     if room.challenge_bits == 0 {
         return Err(BuyerError::SaleNotFound);
     }

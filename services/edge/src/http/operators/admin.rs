@@ -117,7 +117,7 @@ pub(crate) async fn warm_up(
     state.sold_out.clear(sale);
     state.homes.forget(sale);
     tracing::info!(sale = %sale, warmup = %id, stock = row.total_stock, round = row.round, "sale warmed up");
-    let draw = match state.stock.draw_state(sale).await {
+    let draw = match state.stock.draws().draw_state(sale).await {
         Ok(draw) => draw.map(|d| crate::http::buyers::draw::draw_body(sale, d)),
         Err(error) => return Err(OperatorError::try_again(error)),
     };

@@ -67,6 +67,7 @@ pub(crate) async fn declare(
     }
     state
         .stock
+        .releases()
         .declare_release(activity, body.per_customer_limit)
         .await
         .map_err(|error| OperatorError::Unanswered { what: "Redis", cause: error.into() })?;
