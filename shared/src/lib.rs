@@ -24,6 +24,7 @@ pub mod config;
 pub mod db;
 pub mod dlq;
 pub mod domain;
+pub mod draw;
 pub mod kafka;
 pub mod ops;
 pub mod orders;

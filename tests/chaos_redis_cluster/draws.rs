@@ -26,7 +26,7 @@ async fn short_an_entry_answered_200_is_drawn_whatever_failover_follows() {
     use seckill_e2e::redis_cluster::{cut_off_replica, kill_and_promote, sale_slot, wait_slot_replicated};
     let env = seckill_e2e::TestEnv::on(Topology::RedisCluster).await;
     let sale = env.sale();
-    let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 45, 60)).unwrap();
+    let draw: seckill_shared::draw::Draw = serde_json::from_str(&draw_json(-1, 45, 60)).unwrap();
     warm(&env, sale, 3, draw, true).await.expect("warmed up");
     let mut settings = env.edge_settings();
     settings.servers.redis.replica_ack_timeout_ms = 200;
@@ -91,7 +91,7 @@ async fn short_a_draw_lost_in_a_failover_is_made_again_the_same() {
     use seckill_shared::domain::UserId;
     let env = seckill_e2e::TestEnv::on(Topology::RedisCluster).await;
     let sale = env.sale();
-    let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 3, 60)).unwrap();
+    let draw: seckill_shared::draw::Draw = serde_json::from_str(&draw_json(-1, 3, 60)).unwrap();
     warm(&env, sale, 3, draw, true).await.expect("warmed up");
     for user in 1..=12 {
         env.stock
@@ -122,13 +122,13 @@ async fn short_a_draw_lost_in_a_failover_is_made_again_the_same() {
     assert!(state.drawn && made.winners == 3, "{state:?}");
     let users: Vec<UserId> = (1..=12).map(|u| UserId::new(u).unwrap()).collect();
     let seed = match hasty.draws().draw_secret(sale).await.unwrap() {
-        Some(seckill_shared::stock::queue::DrawSecret::Committed(commitment)) => {
-            seckill_shared::sales::draw_seed::find(&env.db, &commitment).await.unwrap().expect("the kept seed")
+        Some(seckill_shared::draw::DrawSecret::Committed(commitment)) => {
+            seckill_shared::draw::seed::find(&env.db, &commitment).await.unwrap().expect("the kept seed")
         }
         other => panic!("a committed seed: {other:?}"),
     };
     let lost_winners: std::collections::BTreeSet<i64> =
-        seckill_shared::sales::draw_proof::ranking(&seed, &made.digest, &users)
+        seckill_shared::draw::proof::ranking(&seed, &made.digest, &users)
             .iter()
             .take(3)
             .map(|(u, _)| u.get())

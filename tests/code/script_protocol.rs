@@ -241,7 +241,7 @@ fn matched_words(rust: &str) -> Vec<String> {
 fn the_rooms_reply_words_are_matched_both_ways() {
     for (script, reader) in [
         ("lua/queue_ticket.lua", "shared/src/stock/queue/ticket.rs"),
-        ("lua/queue_draw.lua", "shared/src/stock/queue/draw.rs"),
+        ("lua/queue_draw.lua", "shared/src/draw/entries.rs"),
     ] {
         let (answered, matched) = (reply_words(&read(script)), matched_words(&read(reader)));
         assert!(answered.len() >= 8, "{script}'s replies found: {answered:?}");

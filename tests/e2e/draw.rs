@@ -10,7 +10,7 @@ use seckill_e2e::draw::{draw_json, drawn, enter, outcomes, read_draw, warm_with_
 use seckill_e2e::http::{Client, Reply};
 use seckill_e2e::{eventually, Running, TestEnv, ADMIN_TOKEN};
 use seckill_shared::domain::{SaleKey, UserId};
-use seckill_shared::sales::draw_proof;
+use seckill_shared::draw::proof;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -56,7 +56,7 @@ async fn a_draw_sells_its_stock_to_its_winners_and_anyone_can_verify_it() {
     // a buyer computes it from the seed revealed, is checked below against
     // the verify command's.
     let users: Vec<UserId> = entry_of.keys().map(|u| UserId::new(*u).unwrap()).collect();
-    let ranked: Vec<i64> = draw_proof::ranking(seed, digest, &users).iter().map(|(u, _)| u.get()).collect();
+    let ranked: Vec<i64> = proof::ranking(seed, digest, &users).iter().map(|(u, _)| u.get()).collect();
     order_with_their_rights(&client, sale, &entry_of, &ranked[..90]).await;
     let refused = crate::waiting_room::order_with(&client, sale, ranked[100], None).await;
     assert_eq!((refused.status.as_u16(), refused.code()), (403, "ADMISSION_REQUIRED"), "{}", refused.text);
@@ -64,7 +64,7 @@ async fn a_draw_sells_its_stock_to_its_winners_and_anyone_can_verify_it() {
     let read = (place.json["status"].as_str(), place.json["place"].as_u64());
     assert_eq!(read, (Some("WAITLISTED"), Some(1)), "{}", place.text);
 
-    assert_eq!(draw_proof::sha256_hex(seed.as_bytes()), commitment, "the seed revealed is the one committed");
+    assert_eq!(proof::sha256_hex(seed.as_bytes()), commitment, "the seed revealed is the one committed");
     let ranking = verify_with_no_server(&env, sale, seed, &commitment, digest).await;
     assert_eq!(ranking, ranked, "the verify command ranks as the draw did");
     the_notifier_reads_the_ranking(&env, sale, &ranking).await;

@@ -49,7 +49,7 @@ async fn a_winners_token_is_shown_only_to_a_caller_identified_as_its_user() {
 async fn an_entry_no_replica_confirmed_is_not_answered_200() {
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 60, 60)).unwrap();
+    let draw: seckill_shared::draw::Draw = serde_json::from_str(&draw_json(-1, 60, 60)).unwrap();
     warm(&env, sale, 2, draw, true).await.expect("warmed up");
     let mut settings = env.edge_settings();
     settings.servers.redis.min_replica_acks = Some(1);
@@ -210,7 +210,7 @@ async fn a_unit_given_back_while_a_draw_tells_its_end_promotes_nobody() {
     use seckill_shared::domain::UserId;
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 2, 10)).unwrap();
+    let draw: seckill_shared::draw::Draw = serde_json::from_str(&draw_json(-1, 2, 10)).unwrap();
     let mut request = seckill_e2e::draw::draw_request(sale, 1, draw, true);
     request.payment_window_seconds = 2;
     env.run_warmup(&request).await.expect("warmed up");
@@ -245,11 +245,7 @@ async fn a_unit_given_back_while_a_draw_tells_its_end_promotes_nobody() {
 
 /// One admission pass of `sale`'s room with `orders` named as the orders
 /// the units left can take: the draw's state after it.
-async fn pass(
-    env: &TestEnv,
-    sale: seckill_shared::domain::SaleKey,
-    orders: i64,
-) -> seckill_shared::stock::queue::DrawState {
+async fn pass(env: &TestEnv, sale: seckill_shared::domain::SaleKey, orders: i64) -> seckill_shared::draw::DrawState {
     let reads = seckill_shared::stock::queue::PassReads { used: 0, orders };
     env.stock.waiting_room().admit_after(sale, reads, 0, Duration::ZERO).await.expect("a pass");
     env.stock.draws().draw_state(sale).await.expect("the draw").expect("a draw")

@@ -210,7 +210,7 @@ async fn a_late_entry_changes_nothing(env: &TestEnv, client: &Client, sale: Sale
 async fn a_warm_up_waits_for_the_draws_outcomes_to_be_published() {
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 4, 60)).unwrap();
+    let draw: seckill_shared::draw::Draw = serde_json::from_str(&draw_json(-1, 4, 60)).unwrap();
     let draw_at = draw.draw_at;
     warm(&env, sale, 3, draw.clone(), true).await.expect("warmed up");
     for user in 1..=5 {
@@ -234,7 +234,7 @@ async fn a_warm_up_waits_for_the_draws_outcomes_to_be_published() {
     let after = env.stock.draws().draw_state(sale).await.unwrap().unwrap();
     assert_eq!((after.published_through.as_str(), after.events_unpublished), ("0-1", 5));
 
-    let later: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 60, 60)).unwrap();
+    let later: seckill_shared::draw::Draw = serde_json::from_str(&draw_json(-1, 60, 60)).unwrap();
     let again = warm(&env, sale, 3, later.clone(), false).await;
     assert!(matches!(again, Err(seckill_shared::sales::WarmupError::InFlight(_))), "{again:?}");
     assert!(env.stock.draws().draw_state(sale).await.unwrap().unwrap().drawn, "the drawn round is left as it was");
@@ -255,7 +255,7 @@ async fn a_maker_of_an_older_term_makes_no_draw() {
     use seckill_edge::draw::make::{make, LaterTerm};
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let draw: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 2, 60)).unwrap();
+    let draw: seckill_shared::draw::Draw = serde_json::from_str(&draw_json(-1, 2, 60)).unwrap();
     warm(&env, sale, 2, draw, true).await.expect("warmed up");
     for user in 1..=3 {
         env.stock.draws().enter_draw(sale, seckill_shared::domain::UserId::new(user).unwrap(), None).await.unwrap();

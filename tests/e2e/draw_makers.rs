@@ -50,7 +50,7 @@ async fn an_edge_killed_at_the_draw_leaves_one_draw() {
     draws_lease_held(&env).await;
     let (_second, client) = edge_process(&env, "").await;
     let body = draw_json(-1, 12, 60);
-    let request: seckill_shared::sales::Draw = serde_json::from_str(&body).unwrap();
+    let request: seckill_shared::draw::Draw = serde_json::from_str(&body).unwrap();
     warm(&env, sale, 30, request, true).await.expect("warmed up");
     for user in 1..=200 {
         assert_eq!(enter(&first_client, sale, user).await.json["status"], "ENTERED");
@@ -104,7 +104,7 @@ async fn an_edge_killed_between_two_slices_of_a_draw_leaves_one_draw() {
     let (first, _) = edge_process(&env, "draw-sliced").await;
     draws_lease_held(&env).await;
     let (_second, client) = edge_process(&env, "").await;
-    let request: seckill_shared::sales::Draw = serde_json::from_str(&draw_json(-1, 8, 60)).unwrap();
+    let request: seckill_shared::draw::Draw = serde_json::from_str(&draw_json(-1, 8, 60)).unwrap();
     warm(&env, sale, 30, request, true).await.expect("warmed up");
     for user in 1..=4_500 {
         let entered =
@@ -132,11 +132,8 @@ async fn an_edge_killed_between_two_slices_of_a_draw_leaves_one_draw() {
     let users: Vec<seckill_shared::domain::UserId> =
         (1..=4_500).map(|u| seckill_shared::domain::UserId::new(u).unwrap()).collect();
     let (seed, digest) = (draw["seed"].as_str().unwrap(), draw["entriesDigest"].as_str().unwrap());
-    let first_30: BTreeSet<i64> = seckill_shared::sales::draw_proof::ranking(seed, digest, &users)
-        .iter()
-        .take(30)
-        .map(|(u, _)| u.get())
-        .collect();
+    let first_30: BTreeSet<i64> =
+        seckill_shared::draw::proof::ranking(seed, digest, &users).iter().take(30).map(|(u, _)| u.get()).collect();
     assert_eq!(won, first_30, "the winners are the ranking's first, whoever made which slice");
 }
 

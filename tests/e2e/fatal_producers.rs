@@ -149,7 +149,7 @@ async fn a_replay_goes_on_after_the_tools_producer_failed_fatally() {
 async fn a_draws_outcomes_are_published_once_after_the_draw_producer_failed_fatally() {
     let env = TestEnv::new().await;
     let sale = env.sale();
-    let draw: seckill_shared::sales::Draw = serde_json::from_str(&seckill_e2e::draw::draw_json(-1, 2, 60)).unwrap();
+    let draw: seckill_shared::draw::Draw = serde_json::from_str(&seckill_e2e::draw::draw_json(-1, 2, 60)).unwrap();
     seckill_e2e::draw::warm(&env, sale, 3, draw, true).await.expect("warmed up");
     for user in 1..=5 {
         env.stock.draws().enter_draw(sale, UserId::new(user).unwrap(), None).await.unwrap();

@@ -182,7 +182,8 @@ async fn a_warm_up_no_replica_confirmed_is_not_answered_200() {
 /// up, the sale answering 503 until warmed up anew.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_up_already_accepted_is_finished_whatever_the_clock_says() {
-    use seckill_shared::sales::{warmup, warmup_rows, Draw, WarmupError, WarmupRequest};
+    use seckill_shared::draw::Draw;
+    use seckill_shared::sales::{warmup, warmup_rows, WarmupError, WarmupRequest};
     let env = TestEnv::new().await;
     let locks = seckill_shared::ops::lock::LockClient::new(env.stock.connection(), Default::default());
     let lock = seckill_shared::config::LockSettings::warmup();

@@ -78,7 +78,7 @@ pub async fn warm(
     env: &TestEnv,
     sale: SaleKey,
     stock: i64,
-    draw: seckill_shared::sales::Draw,
+    draw: seckill_shared::draw::Draw,
     force: bool,
 ) -> Result<seckill_shared::db::SaleRow, seckill_shared::sales::WarmupError> {
     env.run_warmup(&draw_request(sale, stock, draw, force)).await
@@ -88,7 +88,7 @@ pub async fn warm(
 pub fn draw_request(
     sale: SaleKey,
     stock: i64,
-    draw: seckill_shared::sales::Draw,
+    draw: seckill_shared::draw::Draw,
     force: bool,
 ) -> seckill_shared::sales::WarmupRequest {
     seckill_shared::sales::WarmupRequest { draw: Some(draw), ..crate::sale::plain_warmup(sale, stock, force) }

@@ -4,13 +4,13 @@
 //!   waitlist, the events not yet published, the commitment and, once
 //!   drawn, the seed and the entry list's digest.
 //! - `export`: the entry list as drawn, byte for byte the list whose
-//!   SHA-256 was published (`seckill_shared::sales::draw_proof`).
+//!   SHA-256 was published (`seckill_shared::draw::proof`).
 //! - `verify`: with no server, checks a seed against its commitment and a
 //!   list against its digest, and prints the ranking they make.
 
 use crate::{connect, Failure, Settings};
 use seckill_shared::domain::SaleKey;
-use seckill_shared::sales::draw_proof;
+use seckill_shared::draw::proof;
 use std::path::PathBuf;
 
 /// `seckillctl draw ...`.
@@ -106,7 +106,7 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
             }
             let entries = stock.draws().draw_entries(sale).await.map_err(Failure::unreadable)?;
             let users: Vec<_> = entries.into_iter().map(|(_, user)| user).collect();
-            let list = draw_proof::entry_list(&users);
+            let list = proof::entry_list(&users);
             if out.as_os_str() == "-" {
                 print!("{list}");
             } else {
@@ -123,12 +123,12 @@ pub async fn run(settings: &Settings, command: Command) -> Result<(), Failure> {
 pub fn verify(args: VerifyArgs) -> Result<(), Failure> {
     let list = std::fs::read_to_string(&args.entries)
         .map_err(|e| Failure::unreadable(anyhow::anyhow!("reading {}: {e}", args.entries.display())))?;
-    let mut wrong = draw_proof::check(&args.seed, &list, &args.commitment, &args.digest);
-    let users = draw_proof::parse_entry_list(&list).unwrap_or_else(|why| {
+    let mut wrong = proof::check(&args.seed, &list, &args.commitment, &args.digest);
+    let users = proof::parse_entry_list(&list).unwrap_or_else(|why| {
         wrong.push(format!("the entry list is not as published: {why}"));
         Vec::new()
     });
-    let ranking = draw_proof::ranking(&args.seed, &args.digest, &users);
+    let ranking = proof::ranking(&args.seed, &args.digest, &users);
     if args.json {
         let ranked: Vec<serde_json::Value> = ranking
             .iter()

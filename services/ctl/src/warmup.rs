@@ -43,7 +43,7 @@ pub struct Args {
     /// A draw in front of the round (JSON: `{"entriesOpenAt":"…","drawAt":"…","claimSeconds":600}`),
     /// instead of a waiting room.
     #[arg(long, value_parser = parse_draw, conflicts_with = "admission")]
-    draw: Option<seckill_shared::sales::Draw>,
+    draw: Option<seckill_shared::draw::Draw>,
     /// Units one user may hold in the round, over all their orders (1 to
     /// 100).
     #[arg(long, default_value_t = 1)]
@@ -93,7 +93,7 @@ pub async fn run(settings: &Settings, args: Args) -> Result<(), Failure> {
     print(&row, args.json, &format!("sale {sale} warmed up"))
 }
 
-fn parse_draw(raw: &str) -> Result<seckill_shared::sales::Draw, String> {
+fn parse_draw(raw: &str) -> Result<seckill_shared::draw::Draw, String> {
     serde_json::from_str(raw).map_err(|e| format!("not a draw: {e}"))
 }
 

@@ -14,8 +14,9 @@
 use futures::stream::{self, StreamExt};
 use seckill_shared::config::{DbSettings, LockSettings, RedisSettings};
 use seckill_shared::domain::{SaleKey, UserId};
+use seckill_shared::draw::Draw;
 use seckill_shared::ops::lock::LockClient;
-use seckill_shared::sales::{Draw, WarmupRequest};
+use seckill_shared::sales::WarmupRequest;
 use seckill_shared::stock::Stock;
 use std::time::{Duration, Instant};
 

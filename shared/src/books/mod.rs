@@ -149,7 +149,7 @@ pub struct Report {
     /// The sale's draw, when it has one: entries, winners, rights used,
     /// promoted, lapsed, lost, and once drawn its seed and the entry
     /// list's digest.
-    pub draw: Option<crate::stock::queue::DrawState>,
+    pub draw: Option<crate::draw::DrawState>,
     /// Whether every check holds.
     pub consistent: bool,
     /// Each failed check, in words, naming the terms that disagree.

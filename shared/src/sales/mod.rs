@@ -9,18 +9,15 @@
 
 mod admission;
 mod close;
-pub mod draw_proof;
-pub mod draw_seed;
-mod draw_settings;
 mod warmup_job;
 pub mod warmup_rows;
 
 pub use admission::{Admission, Challenge};
 pub use close::close;
-pub use draw_settings::{Draw, MAX_CLAIM_SECONDS};
 pub use warmup_job::warmup;
 
 use crate::domain::{Limits, SaleKey};
+use crate::draw::Draw;
 use crate::stock::conn::RedisCallError;
 use chrono::{DateTime, Utc};
 

@@ -251,7 +251,7 @@ async fn open_room(
         return Ok(stock.waiting_room().room_off(sale).await?);
     };
     let commitment = match settings.draw {
-        true => Some(db::within(deadline, super::draw_seed::keep(pool, sale)).await?),
+        true => Some(db::within(deadline, crate::draw::seed::keep(pool, sale)).await?),
         false => None,
     };
     let room = RoomRound {

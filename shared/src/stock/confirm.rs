@@ -57,7 +57,7 @@ impl crate::stock::Orders<'_> {
     }
 
     /// One field of a bucket's hash `holder`, confirmed by the replicas.
-    pub(super) async fn confirm_field(
+    pub(crate) async fn confirm_field(
         self,
         holder: &str,
         meta: &str,

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | [`Orders`] | the sale's deduction and its returns: deduct (batched or under the lock), void, roll back, cancel, compensate, the CREATED mark, an order's status as the replicas hold it | `deduct.rs`, `lock_deduction.rs`, `void.rs`, `rollback.rs`, `cancel.rs`, `compensate.rs`, `follow_created.rs`, `order_state.rs`, `confirm.rs` |
 //! | [`WaitingRoom`] | the room: its set-up, tickets, admission passes, claims of a token | `queue/setup.rs`, `queue/ticket.rs`, `queue/admit.rs`, `queue/claim.rs`, `queue/mod.rs` |
-//! | [`Draws`] | a draw's entries, the draw, its outcomes | `queue/draw.rs`, `queue/draw_state.rs` |
+//! | [`Draws`] | a draw's entries, the draw, its outcomes | `../draw/entries.rs`, `../draw/state.rs` (the draw's folder) |
 //! | [`BucketMoves`] | the buckets' directory and the stock moved between them | `directory.rs`, `buckets.rs`, `borrow.rs`, `lend.rs` |
 //! | [`Books`] | the sale read whole, for the books and the sweeper | `snapshot.rs` |
 //! | [`WarmUps`] | a round written, replaced or closed | `warmup.rs` |

@@ -158,7 +158,7 @@ impl QueueKeys {
     }
 
     /// All of them, for the scripts that take all.
-    pub(super) fn all(&self) -> [&String; 9] {
+    pub(crate) fn all(&self) -> [&String; 9] {
         self.keys.each_ref()
     }
 

@@ -49,12 +49,12 @@ use std::collections::BTreeMap;
 /// Redis access for sales and orders.
 #[derive(Clone)]
 pub struct Stock {
-    conn: RedisConn,
-    keys: KeyLayout,
+    pub(crate) conn: RedisConn,
+    pub(crate) keys: KeyLayout,
     /// How long a deduction call's outcome is kept (ms).
     call_outcome_ms: u64,
     /// Replicas that must confirm a deduction, and how long they may take.
-    replica_acks: (u32, std::time::Duration),
+    pub(crate) replica_acks: (u32, std::time::Duration),
     /// How long a sale's keys outlive its end plus its payment window.
     sale_key_margin: std::time::Duration,
 }
@@ -126,7 +126,7 @@ fn by_bucket<T>(
 }
 
 /// `script` ready to run on `keys` (arguments follow).
-fn with_keys<'a>(script: &'a Script, keys: &[&String]) -> redis::ScriptInvocation<'a> {
+pub(crate) fn with_keys<'a>(script: &'a Script, keys: &[&String]) -> redis::ScriptInvocation<'a> {
     let mut invocation = script.prepare_invoke();
     for key in keys {
         invocation.key(key.as_str());

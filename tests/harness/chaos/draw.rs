@@ -218,7 +218,7 @@ async fn one_draw(
     let won: BTreeSet<i64> = outcome_of.iter().filter(|(_, k)| k.contains("WON")).map(|(u, _)| *u).collect();
     let users: Vec<UserId> = entry_of.keys().map(|u| UserId::new(*u).expect("a user")).collect();
     let (seed, digest) = (made["seed"].as_str().expect("the seed"), made["entriesDigest"].as_str().expect("digest"));
-    let first: BTreeSet<i64> = seckill_shared::sales::draw_proof::ranking(seed, digest, &users)
+    let first: BTreeSet<i64> = seckill_shared::draw::proof::ranking(seed, digest, &users)
         .iter()
         .take(won.len())
         .map(|(u, _)| u.get())

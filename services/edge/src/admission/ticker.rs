@@ -82,7 +82,7 @@ async fn pass(stock: &Stock, sale: SaleKey, tolerance_ms: i64, grace: Duration) 
 }
 
 /// A draw's figures, per sale.
-fn draw_gauges(sale: SaleKey, draw: &seckill_shared::stock::queue::DrawState) {
+fn draw_gauges(sale: SaleKey, draw: &seckill_shared::draw::DrawState) {
     let label = sale.to_string();
     for (name, value) in [
         ("seckill_draw_entries", draw.entries),

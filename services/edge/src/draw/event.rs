@@ -6,9 +6,9 @@
 use chrono::{DateTime, Utc};
 use rdkafka::message::OwnedHeaders;
 use seckill_shared::domain::SaleKey;
+use seckill_shared::draw::OutcomeRow;
 use seckill_shared::kafka::cloud_event::{self, Attributes};
 use seckill_shared::kafka::Trace;
-use seckill_shared::stock::queue::OutcomeRow;
 use serde::Serialize;
 
 /// `ce_dataschema`: the schema's `$id`.

@@ -1,5 +1,5 @@
 //! Making a draw, once: its entries frozen (Redis's clock past `drawAt`),
-//! ranked by the committed seed ([`seckill_shared::sales::draw_proof`]),
+//! ranked by the committed seed ([`seckill_shared::draw::proof`]),
 //! read from PostgreSQL, where it was kept out of Redis's sight until now
 //! (the script reveals it with the draw),
 //! the ranking written as the room's line and applied in one script that
@@ -11,8 +11,8 @@
 
 use seckill_shared::db;
 use seckill_shared::domain::{SaleKey, UserId};
-use seckill_shared::sales::{draw_proof, draw_seed};
-use seckill_shared::stock::queue::{Applied, DrawSecret};
+use seckill_shared::draw::{proof, seed};
+use seckill_shared::draw::{Applied, DrawSecret};
 use seckill_shared::stock::Stock;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -52,9 +52,9 @@ pub async fn make(stock: &Stock, seeds: Seeds<'_>, sale: SaleKey, fence: i64) ->
         let entries = stock.draws().draw_entries(sale).await?;
         let by_user: HashMap<UserId, String> = entries.iter().map(|(entry, user)| (*user, entry.clone())).collect();
         let users: Vec<UserId> = by_user.keys().copied().collect();
-        let digest = draw_proof::sha256_hex(draw_proof::entry_list(&users).as_bytes());
+        let digest = proof::sha256_hex(proof::entry_list(&users).as_bytes());
         let ranked: Vec<String> =
-            draw_proof::ranking(&seed, &digest, &users).into_iter().map(|(user, _)| by_user[&user].clone()).collect();
+            proof::ranking(&seed, &digest, &users).into_iter().map(|(user, _)| by_user[&user].clone()).collect();
         let winners = stock.waiting_room().orders_left(sale).await?;
         match stock.draws().apply_draw(sale, &ranked, (winners, &digest, &seed), fence).await? {
             Some(Applied::Made) => {
@@ -74,7 +74,7 @@ pub async fn make(stock: &Stock, seeds: Seeds<'_>, sale: SaleKey, fence: i64) ->
 /// before seeds left Redis, the room's own.
 async fn seed_of(stock: &Stock, (pool, deadline): Seeds<'_>, sale: SaleKey) -> anyhow::Result<String> {
     match stock.draws().draw_secret(sale).await? {
-        Some(DrawSecret::Committed(commitment)) => db::within(deadline, draw_seed::find(pool, &commitment))
+        Some(DrawSecret::Committed(commitment)) => db::within(deadline, seed::find(pool, &commitment))
             .await?
             .ok_or_else(|| anyhow::anyhow!("no seed kept for the draw of {sale} (commitment {commitment})")),
         Some(DrawSecret::InRedis(seed)) => Ok(seed),

@@ -9,6 +9,7 @@
 //! same `eventId` each time. The cursor carries the lease's fence: a holder
 //! frozen past its term cannot move it back once a later one moved it.
 
+pub mod answers;
 pub mod event;
 pub mod make;
 
@@ -17,11 +18,11 @@ use event::DrawEvent;
 use make::LaterTerm;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use seckill_shared::domain::SaleKey;
+use seckill_shared::draw::DrawState;
 use seckill_shared::kafka::renewing::Renewing;
 use seckill_shared::ops::leader::{self, Term, Turn};
 use seckill_shared::ops::lease::{Lease, LeaseTerm};
 use seckill_shared::ops::shutdown::Background;
-use seckill_shared::stock::queue::DrawState;
 use seckill_shared::stock::Stock;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

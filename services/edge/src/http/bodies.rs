@@ -279,7 +279,7 @@ pub struct WarmupBody {
     /// to order (docs/buyers-api.md "Draws"). Absent: none.
     #[serde(default)]
     #[schema(nullable = false)]
-    pub draw: Option<seckill_shared::sales::Draw>,
+    pub draw: Option<seckill_shared::draw::Draw>,
     /// Units one user may hold in the round, over all their live orders
     /// (1 when absent: one unit per user, as before; an order past it is
     /// 409 `LIMIT_REACHED`, or `ALREADY_PURCHASED` with a limit of one).

@@ -127,8 +127,8 @@ impl Modify for Addresses {
         Report, SaleSnapshot, PaymentNotificationBody, PaymentRecordedBody, PaymentOutcomeCode,
         super::buyers::joining::JoinBody, super::buyers::queue_bodies::TicketBody, super::buyers::queue_bodies::ChallengeBody,
         seckill_shared::sales::Admission, seckill_shared::sales::Challenge,
-        super::buyers::draw_bodies::EntryBody, super::buyers::draw_bodies::DrawBody,
-        seckill_shared::sales::Draw, seckill_shared::stock::queue::EntryStatus,
+        crate::draw::answers::EntryBody, crate::draw::answers::DrawBody,
+        seckill_shared::draw::Draw, seckill_shared::draw::EntryStatus,
         super::operators::releases::ReleaseBody, seckill_shared::books::ReleaseReport, seckill_shared::books::CustomerUnits
     )),
     modifiers(&Security, &OrderIdPaths, &Addresses),

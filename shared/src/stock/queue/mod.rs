@@ -12,15 +12,11 @@
 
 mod admit;
 mod claim;
-mod draw;
-mod draw_state;
 mod setup;
 mod ticket;
 
 pub use admit::{Admitted, PassReads, MOST_PER_PASS};
 pub use claim::Claim;
-pub use draw::{Applied, DrawSecret, EntryAnswer, EntryStatus, EntryView, OutcomeRow};
-pub use draw_state::DrawState;
 pub use setup::RoomSettings;
 pub use setup::{RoomRound, ABANDON_MS};
 pub use ticket::{TicketAnswer, TicketStatus, TicketView};
@@ -124,7 +120,7 @@ pub fn seed_commitment(seed: &str) -> String {
 
 /// The commitment a room's fields hold: a draw's own (its seed is not in
 /// Redis before the draw), else the one of the seed they hold.
-fn commitment_of(fields: &HashMap<String, String>) -> String {
+pub(crate) fn commitment_of(fields: &HashMap<String, String>) -> String {
     match fields.get("commitment").filter(|c| !c.is_empty()) {
         Some(commitment) => commitment.clone(),
         None => fields.get("seed").filter(|s| !s.is_empty()).map(|seed| seed_commitment(seed)).unwrap_or_default(),

@@ -29,7 +29,7 @@ pub struct RoomSettings {
     pub overbook: f64,
     /// Proof-of-work bits a join must show (0: none).
     pub challenge_bits: u32,
-    /// A draw's room (`crate::sales::Draw`): its joins are entries, nobody
+    /// A draw's room (`crate::draw::Draw`): its joins are entries, nobody
     /// is admitted before the draw, no entry is abandoned, and every
     /// outcome is an event.
     pub draw: bool,
@@ -55,7 +55,7 @@ pub struct RoomRound {
 impl crate::stock::WaitingRoom<'_> {
     /// Opens `sale`'s waiting room for `round` with a fresh shuffle seed
     /// — a draw's room with `draw_commitment`, the commitment to a seed
-    /// kept out of Redis until the draw ([`crate::sales::draw_seed`]) —
+    /// kept out of Redis until the draw ([`crate::draw::seed`]) —
     /// (`false`: it is open for that round already, and left as it is),
     /// and registers it for the edges' admission passes.
     pub async fn open_room(

@@ -2,10 +2,10 @@
 //! in Redis on the sale's waiting-room keys (`seckill_shared::stock::queue`);
 //! this edge signs a winner's admission token and checks the proof of work.
 
-use super::draw_bodies::{DrawBody, EntryBody};
 use super::joining::{self, JoinBody};
 use crate::admission::token::Token;
 use crate::client_addr::ClientAddr;
+use crate::draw::answers::{DrawBody, EntryBody};
 use crate::http::auth;
 use crate::http::bodies::ErrorBody;
 use crate::http::errors::{BuyerError, RequestError};
@@ -17,7 +17,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use seckill_shared::domain::SaleKey;
-use seckill_shared::stock::queue::{DrawState, EntryAnswer, EntryStatus, EntryView};
+use seckill_shared::draw::{DrawState, EntryAnswer, EntryStatus, EntryView};
 
 /// A draw's routes (buyer's API: CORS as the rest of it).
 pub fn router() -> Router<Edge> {

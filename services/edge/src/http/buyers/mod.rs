@@ -7,7 +7,6 @@
 pub(crate) mod checkout;
 mod cors;
 pub(crate) mod draw;
-pub(crate) mod draw_bodies;
 pub(crate) mod joining;
 pub(crate) mod order;
 mod order_admission;

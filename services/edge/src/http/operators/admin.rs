@@ -41,7 +41,7 @@ pub struct WarmedUpBody {
     pub sale: seckill_shared::db::SaleRow,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    pub draw: Option<crate::http::buyers::draw_bodies::DrawBody>,
+    pub draw: Option<crate::draw::answers::DrawBody>,
 }
 
 fn sale_from_path(activity: &str, sku: &str) -> Result<SaleKey, OperatorError> {

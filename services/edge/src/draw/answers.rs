@@ -2,7 +2,7 @@
 //! may read it.
 
 use chrono::{DateTime, Utc};
-use seckill_shared::stock::queue::EntryStatus;
+use seckill_shared::draw::EntryStatus;
 use serde::Serialize;
 use utoipa::ToSchema;
 

@@ -1,12 +1,12 @@
 //! A draw's entries, the draw and its outcomes' events in Redis
 //! (`lua/queue_draw.lua`, on the sale's waiting-room keys: its own slot).
 //! The ranking itself is computed by the caller from the frozen entries
-//! ([`crate::sales::draw_proof`]) and written here as the line.
+//! ([`crate::draw::proof`]) and written here as the line.
 
-use super::super::with_keys;
-use super::{new_ticket, ticket_sale};
 use crate::domain::{SaleKey, UserId};
 use crate::stock::conn::RedisCallError;
+use crate::stock::queue::{new_ticket, ticket_sale};
+use crate::stock::with_keys;
 use redis::Script;
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -19,7 +19,7 @@ pub const APPLY_SLICE: usize = 2_000;
 /// The entries one HSCAN of a draw's entries asks for.
 const ENTRIES_A_SCAN: usize = 5_000;
 
-static QUEUE_DRAW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../../lua/queue_draw.lua")));
+static QUEUE_DRAW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/queue_draw.lua")));
 
 /// Where an entry stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -157,7 +157,7 @@ impl crate::stock::Draws<'_> {
     pub async fn draw_confirmed(self, sale: SaleKey) -> Result<bool, RedisCallError> {
         let meta = self.keys.queue(sale).all()[0].clone();
         let found = self.orders().confirm_field(&meta, &meta, "drawn").await?;
-        Ok(!matches!(found, crate::stock::confirm::Confirmation::Unconfirmed(_)))
+        Ok(!matches!(found, crate::stock::Confirmation::Unconfirmed(_)))
     }
 
     /// What `entry` reads now.
@@ -184,7 +184,7 @@ impl crate::stock::Draws<'_> {
 
     /// What `sale`'s draw holds of its seed before the draw: the
     /// commitment to a seed kept in PostgreSQL
-    /// ([`crate::sales::draw_seed`]), or, for a draw warmed before seeds
+    /// ([`crate::draw::seed`]), or, for a draw warmed before seeds
     /// left Redis, the seed itself (`None`: no draw).
     pub async fn draw_secret(self, sale: SaleKey) -> Result<Option<DrawSecret>, RedisCallError> {
         let meta = self.keys.queue(sale).all()[0].clone();

@@ -1,12 +1,12 @@
 //! A sale sold by a draw as its warm-up configures it (`draw`): entries
 //! taken from `entriesOpenAt` to `drawAt`, then one draw ranks them all by
 //! a keyed hash of a seed committed before the first entry
-//! ([`crate::sales::draw_proof`]); winners have `claimSeconds` to order,
+//! ([`crate::draw::proof`]); winners have `claimSeconds` to order,
 //! and a right left unused passes down the list. The draw runs on the
 //! waiting room's keys and tokens (`seckill_shared::stock::queue`): a
 //! winner orders with an admission token as an admitted buyer does.
 
-use super::admission::Challenge;
+use crate::sales::Challenge;
 use crate::stock::queue::RoomSettings;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -60,7 +60,7 @@ impl crate::stock::Draws<'_> {
         let text = |name: &str| fields.get(name).cloned().unwrap_or_default();
         let drawn = int("drawn") == 1;
         let seed = text("seed");
-        let seed_commitment = super::commitment_of(&fields);
+        let seed_commitment = crate::stock::queue::commitment_of(&fields);
         Ok(Some(DrawState {
             round: int("round"),
             entries_open_ms: int("starts") - int("prequeue"),
