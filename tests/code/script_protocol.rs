@@ -291,13 +291,14 @@ fn writes(starts: &[&str]) -> Vec<(String, String, usize)> {
 /// parser of `values.rs` reads (a field added on one side only fails here).
 #[test]
 fn every_value_a_script_writes_has_the_fields_its_reader_parses() {
-    use seckill_shared::stock::{OrderState, ReservationTrace, TakeValue, TicketValue};
+    use seckill_shared::stock::{LoggedTransfer, OrderState, ReservationTrace, TakeValue, TicketValue};
     let statuses = ["'QUEUED|' ..", "'CREATED|' ..", "'FAILED|' ..", "'CANCELLED|' .."];
     for (what, starts, fields, at_least) in [
         ("an order's state", &statuses[..], OrderState::FIELDS, 5),
         ("a ticket", &[", user .. '|", ", (user or '') .. '|"][..], TicketValue::FIELDS, 9),
         ("a reservation's trace", &["round .. '|'"][..], ReservationTrace::FIELDS, 1),
         ("a release's take", &["user .. '|' .. quantity .. '|'"][..], TakeValue::FIELDS, 2),
+        ("a bucket move's log", &["ARGV[2] .. '|' .. units .. '|'"][..], LoggedTransfer::FIELDS, 1),
     ] {
         let found = writes(starts);
         assert!(found.len() >= at_least, "{what}: {} writes found: {found:#?}", found.len());

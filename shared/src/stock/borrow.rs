@@ -6,7 +6,8 @@
 //! slots, and one order per user holds exactly as with one bucket.
 
 use super::keys::Bucket;
-use super::lend::{Finished, Lent, Transfer};
+use super::lend::{Finished, Lent};
+use super::values::Transfer;
 use crate::domain::SaleKey;
 use crate::stock::conn::RedisCallError;
 

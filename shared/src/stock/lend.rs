@@ -22,6 +22,7 @@
 
 use super::confirm::Confirmation;
 use super::keys::Bucket;
+use super::values::{LoggedTransfer, Transfer};
 use super::with_keys;
 use crate::domain::SaleKey;
 use crate::stock::conn::RedisCallError;
@@ -35,24 +36,6 @@ static UNLEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../
 /// How many times a transfer's step is asked (or confirmed) before its
 /// caller gives up and leaves the transfer logged, to be finished later.
 const ASKS: u32 = 3;
-
-/// One move of units from one bucket of a sale to another, in one round.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transfer {
-    /// Unique per transfer (random).
-    pub id: String,
-    pub from: Bucket,
-    pub to: Bucket,
-    /// The round both buckets hold.
-    pub round: i64,
-}
-
-impl Transfer {
-    /// A transfer with a fresh id.
-    pub fn new(from: Bucket, to: Bucket, round: i64) -> Self {
-        Self { id: format!("{:016x}", rand::random::<u64>()), from, to, round }
-    }
-}
 
 /// What the lender did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,15 +75,6 @@ pub enum Finished {
     /// A step is not on the replicas yet (or was lost in a failover): the
     /// transfer stays logged, and whoever finds it logged finishes it.
     Pending,
-}
-
-/// A transfer the lender logged, as [`Stock::transfers_lent`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoggedTransfer {
-    pub transfer: Transfer,
-    pub units: i64,
-    /// When it was lent (Redis clock, ms).
-    pub at_ms: i64,
 }
 
 impl crate::stock::BucketMoves<'_> {
@@ -238,7 +212,7 @@ impl crate::stock::BucketMoves<'_> {
         let k = self.keys.bucket(sale, from);
         let mut conn = self.conn.clone();
         let log: Vec<(String, String)> = self.conn.bounded(conn.hgetall(&k.lent)).await?;
-        Ok(log.into_iter().filter_map(|(id, value)| parse_logged(from, id, &value)).collect())
+        Ok(log.into_iter().filter_map(|(id, value)| LoggedTransfer::parse(from, id, &value)).collect())
     }
 
     /// Finishes every transfer of the sale's buckets lent before
@@ -261,29 +235,5 @@ impl crate::stock::BucketMoves<'_> {
             }
         }
         Ok(arrived)
-    }
-}
-
-/// `to|units|round|at_ms`, as `lua/lend.lua` logs it.
-fn parse_logged(from: Bucket, id: String, value: &str) -> Option<LoggedTransfer> {
-    let mut fields = value.split('|').map(str::parse::<i64>);
-    let (to, units, round, at_ms) =
-        (fields.next()?.ok()?, fields.next()?.ok()?, fields.next()?.ok()?, fields.next()?.ok()?);
-    let to = Bucket(u32::try_from(to).ok()?);
-    Some(LoggedTransfer { transfer: Transfer { id, from, to, round }, units, at_ms })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_logged_transfer_reads_back_as_the_script_wrote_it() {
-        let logged = parse_logged(Bucket(2), "t1".into(), "0|5|3|1700000000000").expect("well formed");
-        assert_eq!(logged.transfer, Transfer { id: "t1".into(), from: Bucket(2), to: Bucket(0), round: 3 });
-        assert_eq!((logged.units, logged.at_ms), (5, 1_700_000_000_000));
-        for bad in ["", "0|5|3", "x|5|3|1", "-1|5|3|1"] {
-            assert_eq!(parse_logged(Bucket(1), "t".into(), bad), None, "{bad:?}");
-        }
     }
 }

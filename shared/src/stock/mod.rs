@@ -34,10 +34,10 @@ pub use deduct::{DeductCall, DeductRequest, Deduction, MAX_DEDUCT_BATCH};
 pub use directory::{home_index, Directory, MAX_BUCKETS};
 pub use handles::{Books, BucketMoves, Draws, Orders, Releases, WaitingRoom, WarmUps};
 pub use keys::{Bucket, KeyLayout, QueueKeys, ReleaseKeys, SaleKeys, SaleLock};
-pub use lend::{Finished, Lent, LoggedTransfer, Received, Transfer};
+pub use lend::{Finished, Lent, Received};
 pub use release::{Take, TakeId};
 pub use snapshot::{BucketState, SaleSnapshot, SweepMark};
-pub use values::{OrderState, ReservationTrace, TakeValue, TicketValue};
+pub use values::{LoggedTransfer, OrderState, ReservationTrace, TakeValue, TicketValue, Transfer};
 pub use void::Voided;
 
 use crate::config::RedisSettings;

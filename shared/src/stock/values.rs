@@ -2,10 +2,11 @@
 //! each with the one function that parses it (and, where the services
 //! write it too, the one that writes it), beside the protocol
 //! ([`super::protocol`]): an order's state, a reservation's trace, a
-//! waiting room's ticket, a release's take. (A logged move between buckets is read by
-//! `lend.rs`'s `parse_logged`, beside the log's other steps.)
+//! waiting room's ticket, a release's take, a move between buckets as its
+//! lender logs it.
 
 use crate::domain::{Holding, OrderId, OrderStatus, UserId};
+use crate::stock::keys::Bucket;
 use crate::stock::protocol::TicketState;
 
 /// What Redis knows of one order.
@@ -147,6 +148,47 @@ impl TakeValue {
     }
 }
 
+/// One move of units from one bucket of a sale to another, in one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transfer {
+    /// Unique per transfer (random).
+    pub id: String,
+    pub from: Bucket,
+    pub to: Bucket,
+    /// The round both buckets hold.
+    pub round: i64,
+}
+
+impl Transfer {
+    /// A transfer with a fresh id.
+    pub fn new(from: Bucket, to: Bucket, round: i64) -> Self {
+        Self { id: format!("{:016x}", rand::random::<u64>()), from, to, round }
+    }
+}
+
+/// A transfer the lender logged, as `BucketMoves::transfers_lent` reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedTransfer {
+    pub transfer: Transfer,
+    pub units: i64,
+    /// When it was lent (Redis clock, ms).
+    pub at_ms: i64,
+}
+
+impl LoggedTransfer {
+    /// The fields of the value `lua/lend.lua` logs: `to|units|round|at_ms`.
+    pub const FIELDS: usize = 4;
+
+    /// Parses the log's value of transfer `id` lent by `from`.
+    pub fn parse(from: Bucket, id: String, value: &str) -> Option<Self> {
+        let mut fields = value.split('|').map(str::parse::<i64>);
+        let (to, units, round, at_ms) =
+            (fields.next()?.ok()?, fields.next()?.ok()?, fields.next()?.ok()?, fields.next()?.ok()?);
+        let to = Bucket(u32::try_from(to).ok()?);
+        Some(Self { transfer: Transfer { id, from, to, round }, units, at_ms })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,5 +232,15 @@ mod tests {
         let kept = TakeValue::parse("5|1|K|7-9-12-00000000deadbeef|100").unwrap();
         assert_eq!(kept.order_id.unwrap().as_str(), "7-9-12-00000000deadbeef");
         assert!(TakeValue::parse("5|1|K|100").is_none());
+    }
+
+    #[test]
+    fn a_logged_transfer_reads_back_as_the_script_wrote_it() {
+        let logged = LoggedTransfer::parse(Bucket(2), "t1".into(), "0|5|3|1700000000000").expect("well formed");
+        assert_eq!(logged.transfer, Transfer { id: "t1".into(), from: Bucket(2), to: Bucket(0), round: 3 });
+        assert_eq!((logged.units, logged.at_ms), (5, 1_700_000_000_000));
+        for bad in ["", "0|5|3", "x|5|3|1", "-1|5|3|1"] {
+            assert_eq!(LoggedTransfer::parse(Bucket(1), "t".into(), bad), None, "{bad:?}");
+        }
     }
 }
