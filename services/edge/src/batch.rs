@@ -67,6 +67,10 @@ pub enum NotDecided {
     /// the deduction was heard). The void goes on in the background.
     #[error("redis did not confirm the deduction or its undoing in time")]
     Unconfirmed(Option<OrderId>),
+    /// Units were still on their way between the sale's buckets after
+    /// every try (the home bucket's borrowing, `home.rs`).
+    #[error("units were still on their way between the sale's buckets")]
+    StillMoving,
 }
 
 /// A deduction's answer.

@@ -18,7 +18,7 @@
 //! after that, had none either (the last units may have come home between
 //! a request's deduction and its borrowing).
 
-use crate::batch::{Answer, Batcher};
+use crate::batch::{Answer, Batcher, NotDecided};
 use parking_lot::{Mutex, RwLock};
 use seckill_shared::domain::SaleKey;
 use seckill_shared::stock::conn::RedisCallError;
@@ -44,17 +44,10 @@ const LIST_KEPT: Duration = Duration::from_secs(1);
 /// Lists kept before the stale ones are dropped.
 const MOST_LISTS: usize = 4_096;
 
-/// Why the home bucket did not decide a request (the batcher's own reasons
-/// are [`crate::batch::NotDecided`]): nothing is kept, or its batcher says
-/// it is not known (`UNCONFIRMED`).
-#[derive(Debug, thiserror::Error)]
-pub enum Undecided {
-    #[error(transparent)]
-    Batcher(#[from] Arc<crate::batch::NotDecided>),
-    #[error("redis: {0}")]
-    Redis(#[from] RedisCallError),
-    #[error("units were still on their way between the sale's buckets")]
-    StillMoving,
+/// A read of the sale's buckets Redis did not answer: the deduction did
+/// not run.
+fn not_run(error: RedisCallError) -> Arc<NotDecided> {
+    Arc::new(NotDecided::Refused(Arc::new(error)))
 }
 
 /// One borrowing at a time for a bucket, and what the last one found.
@@ -83,7 +76,7 @@ impl Homes {
         sale: SaleKey,
         request: DeductRequest,
         publish_deadline: Duration,
-    ) -> Result<Deduction, Undecided> {
+    ) -> Answer {
         // Bucket 0 not heard and no list kept: bucket 0 decides (the
         // deduction asks again as it does for any sale; a sale in buckets
         // answers OTHER_BUCKET for the users it does not serve).
@@ -102,15 +95,15 @@ impl Homes {
             match answer? {
                 // A list of another round: read it again, once.
                 Deduction::OtherBucket if !read_again => {
-                    (list, read_again) = (self.list(sale, true).await?, true);
+                    (list, read_again) = (self.list(sale, true).await.map_err(not_run)?, true);
                 }
                 Deduction::SaleNotFound if list.buckets.len() > 1 && !read_again => {
-                    (list, read_again) = (self.list(sale, true).await?, true);
+                    (list, read_again) = (self.list(sale, true).await.map_err(not_run)?, true);
                 }
                 // Fewer units at home than asked: more from the others
                 // (each move at least half of a lender's), then again.
                 Deduction::SoldOut { available } if list.buckets.len() > 1 => {
-                    match self.borrow(sale, &list, home).await? {
+                    match self.borrow(sale, &list, home).await.map_err(not_run)? {
                         Borrowed::Units(_) => {}
                         Borrowed::InTransit => {
                             stalls += 1;
@@ -127,7 +120,7 @@ impl Homes {
                             // deduction and its borrowing) moved the last units
                             // home meanwhile. Asked once more now that nothing
                             // is anywhere else, home holds every unit left.
-                            let now = self.list(sale, true).await?;
+                            let now = self.list(sale, true).await.map_err(not_run)?;
                             if now.round == list.round && nothing_to_lend {
                                 return Ok(Deduction::SoldOut { available });
                             }
@@ -140,7 +133,7 @@ impl Homes {
             }
         }
         metrics::counter!("seckill_edge_borrow_gave_up_total").increment(1);
-        Err(Undecided::StillMoving)
+        Err(Arc::new(NotDecided::StillMoving))
     }
 
     /// Forgets what this edge knows of `sale`'s buckets (it was warmed up

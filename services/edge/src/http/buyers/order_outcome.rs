@@ -4,6 +4,7 @@
 //! `UNCONFIRMED` where that is not known). An order taken on ([`Taken`]:
 //! both 202s) is not an error; every refusal is an [`BuyerError`].
 
+use crate::batch::NotDecided;
 use crate::error_codes::ErrorCode;
 use crate::http::auth;
 use crate::http::bodies::{ErrorBody, QueuedBody};
@@ -19,6 +20,7 @@ use backon::Retryable;
 use seckill_shared::domain::{FailReason, OrderId, OrderRecord, SaleKey};
 use seckill_shared::ops::retry;
 use seckill_shared::stock::Deduction;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// An order request the edge took on: both answered 202, neither an error.
@@ -76,7 +78,9 @@ pub fn answer_of(result: &Placed) -> OrderAnswer {
 impl IntoResponse for Taken {
     fn into_response(self) -> Response {
         match self {
-            Self::Queued(order_id) => (StatusCode::ACCEPTED, Json(QueuedBody::new(&order_id))).into_response(),
+            Self::Queued(order_id) => {
+                (status_of(OrderAnswer::Queued), Json(QueuedBody::new(&order_id))).into_response()
+            }
             Self::Unconfirmed(order_id) => {
                 let mut body = ErrorBody::new(
                     ErrorCode::Unconfirmed,
@@ -84,11 +88,15 @@ impl IntoResponse for Taken {
                         .into(),
                 );
                 body.order_id = order_id.map(|id| id.to_string());
-                let status = StatusCode::from_u16(ErrorCode::Unconfirmed.status()).expect("202");
-                (status, [(RETRY_AFTER, "1")], Json(body)).into_response()
+                (status_of(OrderAnswer::Unconfirmed), [(RETRY_AFTER, "1")], Json(body)).into_response()
             }
         }
     }
+}
+
+/// The status the order table writes for `answer`.
+fn status_of(answer: OrderAnswer) -> StatusCode {
+    StatusCode::from_u16(answer.row().status).expect("every row's status is a valid one")
 }
 
 /// 503: nothing was kept, for `why`.
@@ -162,58 +170,34 @@ pub(super) async fn published(
         }
         PublishOutcome::NotPersisted(why) => {
             tracing::warn!(order_id = %order_id, reason = %why, "publish failed; rolling back");
-            match roll_back(state, record, deadline).await {
-                RolledBack::Undone => {
-                    state.sold_out.clear(record.sale());
-                    Err(BuyerError::try_again(anyhow::anyhow!("publish failed, deduction rolled back: {why}")))
-                }
-                // Not undone: the order stands (past its publish deadline the
-                // sweeper publishes it again; or it was written meanwhile).
-                RolledBack::Stands => {
-                    tracing::warn!(order_id = %order_id, "not rolled back: the order stands, published again later");
-                    Ok(Taken::Queued(order_id.clone()))
-                }
-                RolledBack::Unknown => {
-                    tracing::error!(order_id = %order_id, "whether the rollback landed is not confirmed");
-                    metrics::counter!("seckill_edge_rollback_failed_total").increment(1);
-                    Ok(Taken::Unconfirmed(Some(order_id.clone())))
-                }
-            }
+            roll_back(state, record, deadline, &why).await
         }
     }
 }
 
 /// The answer the buyer gets when the batcher did not decide: 503 where
 /// nothing was kept, 202 `UNCONFIRMED` where that is not known.
-pub(super) fn not_decided(error: crate::home::Undecided) -> Placed {
-    match &error {
-        crate::home::Undecided::Batcher(inner) => match inner.as_ref() {
-            crate::batch::NotDecided::Unconfirmed(order_id) => Ok(Taken::Unconfirmed(order_id.clone())),
-            _ => Err(BuyerError::try_again(error)),
-        },
-        _ => Err(BuyerError::try_again(error)),
+pub(super) fn not_decided(error: Arc<NotDecided>) -> Placed {
+    match error.as_ref() {
+        NotDecided::Unconfirmed(order_id) => Ok(Taken::Unconfirmed(order_id.clone())),
+        NotDecided::QueueFull
+        | NotDecided::Refused(_)
+        | NotDecided::NotReplicated
+        | NotDecided::Voided
+        | NotDecided::StillMoving => Err(BuyerError::try_again(anyhow::anyhow!("{error}"))),
     }
 }
 
-/// What a rollback of a definitely unpublished deduction came to.
-enum RolledBack {
-    /// The unit is back and the order FAILED, on the replicas.
-    Undone,
-    /// The order stands: QUEUED past its publish deadline (the sweeper's),
-    /// or written since.
-    Stands,
-    /// Not known: Redis did not answer, or the undoing is not on the
-    /// replicas yet.
-    Unknown,
-}
-
-/// Rolls a definitely unpublished deduction back, trying a few times (the
-/// script is idempotent: it undoes only an order still QUEUED and before
-/// its publish deadline), then reads what the order is — as the replicas
-/// have it — and answers by that, not by what the script said: a rollback
-/// that did nothing (the order was written, or its deadline passed) leaves
-/// an order that stands.
-async fn roll_back(state: &Buyers, record: &OrderRecord, deadline: Duration) -> RolledBack {
+/// Rolls a definitely unpublished deduction back (`why`: its publish's
+/// failure), trying a few times (the script is idempotent: it undoes only
+/// an order still QUEUED and before its publish deadline), then reads what
+/// the order is — as the replicas have it — and answers by that, not by
+/// what the script said: the unit back and the order FAILED is 503; an
+/// order that stands (QUEUED past its publish deadline, which the sweeper
+/// publishes again, or written since) is a promise; not known (Redis did
+/// not answer, or the undoing is not on the replicas yet) is 202
+/// `UNCONFIRMED`.
+async fn roll_back(state: &Buyers, record: &OrderRecord, deadline: Duration, why: &str) -> Placed {
     let (order_id, user, held) = (&record.order_id, record.user_id, record.held());
     // What the script answered does not matter: the order read below does.
     let _ = (|| state.stock.orders().rollback(order_id, user, held, FailReason::PublishFailed, deadline))
@@ -222,14 +206,24 @@ async fn roll_back(state: &Buyers, record: &OrderRecord, deadline: Duration) -> 
         .await;
     use seckill_shared::domain::OrderStatus;
     use seckill_shared::stock::Confirmation;
+    let stands = || {
+        tracing::warn!(order_id = %order_id, "not rolled back: the order stands, published again later");
+        Ok(Taken::Queued(order_id.clone()))
+    };
     match state.stock.orders().order_confirmed(order_id).await {
-        Ok(Confirmation::Confirmed(order)) if order.status == OrderStatus::Failed => RolledBack::Undone,
-        Ok(Confirmation::Confirmed(_)) => RolledBack::Stands,
-        Ok(Confirmation::Unconfirmed(order)) if order.status != OrderStatus::Failed => RolledBack::Stands,
-        Ok(_) => RolledBack::Unknown,
-        Err(error) => {
-            tracing::warn!(order_id = %order_id, %error, "reading the order after its rollback failed");
-            RolledBack::Unknown
+        Ok(Confirmation::Confirmed(order)) if order.status == OrderStatus::Failed => {
+            state.sold_out.clear(record.sale());
+            Err(BuyerError::try_again(anyhow::anyhow!("publish failed, deduction rolled back: {why}")))
+        }
+        Ok(Confirmation::Confirmed(_)) => stands(),
+        Ok(Confirmation::Unconfirmed(order)) if order.status != OrderStatus::Failed => stands(),
+        unknown => {
+            if let Err(error) = unknown {
+                tracing::warn!(order_id = %order_id, %error, "reading the order after its rollback failed");
+            }
+            tracing::error!(order_id = %order_id, "whether the rollback landed is not confirmed");
+            metrics::counter!("seckill_edge_rollback_failed_total").increment(1);
+            Ok(Taken::Unconfirmed(Some(order_id.clone())))
         }
     }
 }
