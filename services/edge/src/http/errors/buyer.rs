@@ -80,16 +80,6 @@ impl IntoResponse for BuyerError {
 const SOLD_OUT_BODY: &str = r#"{"code":"SOLD_OUT","message":"sold out"}"#;
 
 impl BuyerError {
-    /// A 503 of the buyer's request: `cause` (logged) did not answer.
-    pub fn try_again(cause: impl Into<anyhow::Error>) -> Self {
-        Self::Request(RequestError::try_again(cause))
-    }
-
-    /// A 400 saying what is wrong with the input.
-    pub fn invalid(why: impl std::fmt::Display) -> Self {
-        Self::Request(RequestError::invalid(why))
-    }
-
     /// What it answers.
     pub fn refused(&self) -> Refused {
         let plain = |code| Refused::new(code, self);

@@ -33,16 +33,6 @@ pub enum OperatorError {
 audience_error!(OperatorError);
 
 impl OperatorError {
-    /// A 503 of the operator's request: `cause` (logged) did not answer.
-    pub fn try_again(cause: impl Into<anyhow::Error>) -> Self {
-        Self::Request(RequestError::try_again(cause))
-    }
-
-    /// A 400 saying what is wrong with the input.
-    pub fn invalid(why: impl std::fmt::Display) -> Self {
-        Self::Request(RequestError::invalid(why))
-    }
-
     /// What it answers.
     pub fn refused(&self) -> Refused {
         match self {

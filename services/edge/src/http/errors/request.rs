@@ -106,12 +106,27 @@ impl IntoResponse for RequestError {
 
 /// An audience's error holds the request's refusals: `?` takes a
 /// [`RequestError`] (its `From`), and an unexpected `anyhow::Error` as
-/// `INTERNAL` (this).
+/// `INTERNAL` (this); its 503 and its 400 are the request's.
 macro_rules! audience_error {
     ($name:ident) => {
         impl From<anyhow::Error> for $name {
             fn from(error: anyhow::Error) -> Self {
                 Self::Request($crate::http::errors::RequestError::Internal(error))
+            }
+        }
+
+        // Not every audience answers both (the provider's 503s are its
+        // ledger's).
+        #[allow(dead_code)]
+        impl $name {
+            /// A 503: `cause` (logged) did not answer; nothing was kept.
+            pub fn try_again(cause: impl Into<anyhow::Error>) -> Self {
+                Self::Request($crate::http::errors::RequestError::try_again(cause))
+            }
+
+            /// A 400 saying what is wrong with the input.
+            pub fn invalid(why: impl std::fmt::Display) -> Self {
+                Self::Request($crate::http::errors::RequestError::invalid(why))
             }
         }
     };

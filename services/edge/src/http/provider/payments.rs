@@ -78,7 +78,7 @@ pub(crate) async fn notify(
         .map_err(|e| RequestError::InvalidRequest(format!("request body: {e}")))?;
     for (value, name) in [(&body.payment_id, "paymentId"), (&body.order_id, "orderId")] {
         if value.is_empty() || value.len() > 128 || !value.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(RequestError::invalid(format!("{name} must be 1 to 128 visible ASCII characters")).into());
+            return Err(ProviderError::invalid(format!("{name} must be 1 to 128 visible ASCII characters")));
         }
     }
     let answer = |outcome, refund_reason| {
