@@ -31,7 +31,7 @@ fn cpu_seconds(pid: &str) -> f64 {
 }
 
 /// The cross-bucket path's own cost: the mean time (µs) of one borrowing
-/// (`Stock::borrow`: lend, receive, forget, on two primaries) when the
+/// (`BucketMoves::borrow`: lend, receive, forget, on two primaries) when the
 /// first other bucket has units, over 2,000 of them, one at a time, the
 /// first two buckets taking turns as borrower. `None` with one bucket.
 async fn borrow_micros(

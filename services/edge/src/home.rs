@@ -9,7 +9,7 @@
 //! holds (a list of another round), and the list is read again at once.
 //!
 //! When the home bucket answers SOLD_OUT and the sale has other buckets,
-//! units move to it from one that has some (`Stock::borrow`: half the
+//! units move to it from one that has some (`BucketMoves::borrow`: half the
 //! lender's units, so buckets that drained unevenly even out) and the
 //! request is decided there again. One borrowing per bucket at a time on
 //! this edge: requests that waited for it ask their bucket again rather

@@ -8,7 +8,7 @@
 //! (another round's stock was reset by its warm-up: nothing is added).
 //! Redis follows afterwards, once per order id (`lua/cancel.lua`), and the
 //! row is marked (`unit_returned_at`); an order of a release gives its
-//! release's units back too (`Stock::release_give_orders`) before the mark.
+//! release's units back too (`Releases::release_give_orders`) before the mark.
 //! A crash in between leaves the row CANCELLED and unmarked; the deadline
 //! worker finds it and finishes.
 
