@@ -1,7 +1,8 @@
-//! Two tables of ARCHITECTURE.md stay true: which part of the edge each
-//! audience's state holds (`services/edge/src/http/state.rs`), and which
+//! The tables of the wiring stay true: which part of the edge each
+//! audience's state holds (`services/edge/src/http/state.rs`), which
 //! singleton sits on which seat (every lease the code names, and only
-//! those).
+//! those) — both in ARCHITECTURE.md — and which files run each of the
+//! stock's handles (`shared/src/stock/handles.rs`).
 
 use crate::code_map::{code_only, read, section};
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,4 +69,51 @@ fn a_table_row_and_a_struct_are_read_as_written() {
     assert_eq!(rows, BTreeMap::from([("A".to_owned(), "x, y".to_owned())]));
     let code = "pub struct AParts {\n    pub x: u8,\n    /// doc\n    pub y: Arc<Y>,\n    z: u8,\n}\n";
     assert_eq!(fields(code, "AParts"), BTreeSet::from(["x".to_owned(), "y".to_owned()]));
+}
+
+/// The files that `impl` each of the stock's handles, by handle (file
+/// names only), read from the code under `shared/src/`.
+fn handle_impls() -> BTreeMap<String, BTreeSet<String>> {
+    let root = seckill_e2e::repo_root().join("shared/src");
+    let mut found: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut pending = vec![root];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().filter_map(Result::ok) {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for line in text.lines() {
+                if let Some(name) = line.strip_prefix("impl crate::stock::").and_then(|l| l.strip_suffix("<'_> {")) {
+                    let file = path.file_name().unwrap().to_string_lossy().into_owned();
+                    found.entry(name.to_owned()).or_default().insert(file);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_handles_table_names_the_files_of_each_handle() {
+    let code = read("shared/src/stock/handles.rs");
+    let table: BTreeMap<String, BTreeSet<String>> = code
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.strip_prefix("//! |")?.split('|').map(str::trim).collect();
+            let name = cells.first()?.strip_prefix("[`")?.strip_suffix("`]")?;
+            let files = cells.get(2)?.split('`').skip(1).step_by(2);
+            Some((name.to_owned(), files.map(|f| f.rsplit('/').next().unwrap().to_owned()).collect()))
+        })
+        .collect();
+    let declared: BTreeSet<String> = code_only(&code)
+        .lines()
+        .filter_map(|l| l.trim().split_once(" => ").map(|(name, _)| name.to_owned()))
+        .filter(|name| name.chars().all(char::is_alphanumeric))
+        .collect();
+    assert!(declared.len() >= 5, "the handles were found: {declared:?}");
+    assert_eq!(table.keys().cloned().collect::<BTreeSet<_>>(), declared, "the table names every handle");
+    assert_eq!(table, handle_impls(), "each handle's files as the table names them");
 }
