@@ -1,5 +1,5 @@
 //! The contract's error codes, each with the one HTTP status it is
-//! answered with: every error of every route (`http/error.rs`) and every
+//! answered with: every error of every route (`http/errors/`) and every
 //! answer of the order table (`order_answers.rs`) takes its status and code
 //! from here, written once.
 

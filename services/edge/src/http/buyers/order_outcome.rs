@@ -2,7 +2,7 @@
 //! the publish's three outcomes, a rollback judged by the order it leaves,
 //! and the batcher's refusals (503 where nothing was kept, 202
 //! `UNCONFIRMED` where that is not known). An order taken on ([`Taken`]:
-//! both 202s) is not an error; every refusal is an [`BuyerError`].
+//! both 202s) is not an error; every refusal is a [`BuyerError`].
 
 use crate::batch::NotDecided;
 use crate::error_codes::ErrorCode;
