@@ -35,9 +35,9 @@ impl crate::stock::BucketMoves<'_> {
     /// An answer not heard is asked again with the same transfer (both
     /// scripts answer a repeat without moving anything twice), and each step
     /// is on the replicas before the next is built on it
-    /// ([`BucketMoves::finish_transfer`]); a caller that gives up leaves the
+    /// ([`BucketMoves::finish_transfer`](crate::stock::BucketMoves::finish_transfer)); a caller that gives up leaves the
     /// transfer in the lender's log, complete or not, for
-    /// [`BucketMoves::transfers_lent`] to finish.
+    /// [`BucketMoves::transfers_lent`](crate::stock::BucketMoves::transfers_lent) to finish.
     ///
     /// A pass that found nothing may have missed units moving between two
     /// other buckets while it asked them (a unit hopping into a bucket
@@ -83,7 +83,7 @@ impl crate::stock::BucketMoves<'_> {
         .await
     }
 
-    /// One pass over the other buckets, as [`BucketMoves::borrow`] describes.
+    /// One pass over the other buckets, as [`BucketMoves::borrow`](crate::stock::BucketMoves::borrow) describes.
     async fn borrow_pass(
         self,
         sale: SaleKey,

@@ -20,7 +20,7 @@ pub enum CompensationMode {
     WriteOff { db_remaining: i64 },
 }
 
-/// The answer of [`Orders::compensate`].
+/// The answer of [`Orders::compensate`](crate::stock::Orders::compensate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compensation {
     /// Done now (unit restored or written off).

@@ -5,7 +5,7 @@
 //! answer (a timeout, a dropped connection: the script may have run) asks
 //! again with the same [`DeductCall`] and hears the outcome instead of a
 //! second deduction. A caller that cannot hear it at all voids the call
-//! ([`Orders::void`], `lua/void.lua`): afterwards it holds nothing, so its
+//! ([`Orders::void`](crate::stock::Orders::void), `lua/void.lua`): afterwards it holds nothing, so its
 //! requests may be answered "nothing kept" truthfully.
 
 use super::keys::Bucket;
@@ -137,7 +137,7 @@ impl crate::stock::Orders<'_> {
     }
 
     /// The decisions of several requests of one sale in one script call,
-    /// each exactly as [`Orders::deduct`] would have decided it alone, in
+    /// each exactly as [`Orders::deduct`](crate::stock::Orders::deduct) would have decided it alone, in
     /// the order given: one answer per request. Asked again with the same
     /// call, the same answers.
     #[tracing::instrument(name = "deduct_batch", level = "debug", skip_all, fields(%sale, call = %call.id, requests = call.requests.len()))]

@@ -5,13 +5,13 @@
 //! keeps the ids it took in. Either call asked again with the same id does
 //! nothing more, so a caller that did not hear an answer asks again, and
 //! whoever finds a logged transfer the receiver never took in (the caller
-//! died between the two) completes it: [`BucketMoves::transfers_lent`], then
-//! [`BucketMoves::finish_transfer`]. Units are never made or lost on the way:
+//! died between the two) completes it: [`BucketMoves::transfers_lent`](crate::stock::BucketMoves::transfers_lent), then
+//! [`BucketMoves::finish_transfer`](crate::stock::BucketMoves::finish_transfer). Units are never made or lost on the way:
 //! while a transfer is logged and not received, the lender's `lent` counter
 //! is ahead of the receivers' `borrowed` by exactly its units.
 //!
 //! Each step is on the replicas (`redis.min_replica_acks`) before the next
-//! is built on it ([`BucketMoves::finish_transfer`]): a receiver adds units only
+//! is built on it ([`BucketMoves::finish_transfer`](crate::stock::BucketMoves::finish_transfer)): a receiver adds units only
 //! once the lend is confirmed (a failover of the lender that lost the lend
 //! would otherwise leave the units in both buckets), and a lender forgets
 //! a move only once the receipt is confirmed (else a failover of the
@@ -218,7 +218,7 @@ impl crate::stock::BucketMoves<'_> {
     /// Finishes every transfer of the sale's buckets lent before
     /// `lent_before_ms` (Redis clock) and still logged: a borrower that
     /// died or gave up between lending and receiving, or found a step not
-    /// yet on the replicas, leaves one ([`BucketMoves::finish_transfer`]).
+    /// yet on the replicas, leaves one ([`BucketMoves::finish_transfer`](crate::stock::BucketMoves::finish_transfer)).
     /// Answers how many units arrived now (or went back to their lender).
     pub async fn complete_transfers(self, sale: SaleKey, lent_before_ms: i64) -> Result<i64, RedisCallError> {
         let mut arrived = 0;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 impl crate::stock::Orders<'_> {
     /// The seed's deduction, for comparison: a per-sale lock around separate
-    /// commands instead of one script. Same answers as [`Orders::deduct`];
+    /// commands instead of one script. Same answers as [`Orders::deduct`](crate::stock::Orders::deduct);
     /// `None` when the lock was not had within its wait.
     ///
     /// The lock alone cannot keep holders apart (a holder slower than its

@@ -1,5 +1,5 @@
 //! The sale's state in Redis: one file per Lua script that changes it (each
-//! wrapper shares its script's name: `lua/deduct.lua` ↔ [`Orders::deduct`]),
+//! wrapper shares its script's name: `lua/deduct.lua` ↔ [`Orders::deduct`](crate::stock::Orders::deduct)),
 //! the reads of order status and of the whole sale, and the key layout
 //! ([`keys`], the only code that knows it).
 

@@ -1,7 +1,7 @@
 //! Each order's status in Redis, and the reservations of orders not yet
 //! written: read for the buyer, cleared by the order service, swept by the
 //! reservation sweeper. (Marking orders CREATED is
-//! [`Orders::follow_created`].)
+//! [`Orders::follow_created`](crate::stock::Orders::follow_created).)
 
 use super::by_bucket;
 use crate::domain::{OrderId, SaleKey, UserId};

@@ -62,7 +62,7 @@ impl crate::stock::WarmUps<'_> {
         self.warmup_shares(sale, &shares, round).await
     }
 
-    /// [`WarmUps::warmup`] with each bucket's units given (`round.stock` is
+    /// [`WarmUps::warmup`](crate::stock::WarmUps::warmup) with each bucket's units given (`round.stock` is
     /// not read): buckets loaded unevenly, as a test of the moves between
     /// them needs.
     pub async fn warmup_shares(
@@ -84,7 +84,7 @@ impl crate::stock::WarmUps<'_> {
     }
 
     /// Loads a round into `buckets` (its stock shared among them) once
-    /// they are held still ([`WarmUps::freeze`]), for the warm-up `warmup_id`:
+    /// they are held still ([`WarmUps::freeze`](crate::stock::WarmUps::freeze)), for the warm-up `warmup_id`:
     /// `retired` (the previous round's buckets it lists no more) first, as
     /// serving no one, then the round's, bucket 0 (whose list the edges
     /// read) last, then the retired ones deleted; registers the sale. A

@@ -23,11 +23,11 @@ pub struct Admitted {
     /// Tickets still claimed past their token's expiry plus the grace the
     /// pass was given: their order was never settled (its edge died, or
     /// the settling call was lost). Each is the caller's to settle
-    /// ([`WaitingRoom::settle_stale_claim`]).
+    /// ([`WaitingRoom::settle_stale_claim`](crate::stock::WaitingRoom::settle_stale_claim)).
     pub stale: Vec<(String, UserId)>,
 }
 
-/// What a pass read before its script ran ([`WaitingRoom::pass_reads`]).
+/// What a pass read before its script ran ([`WaitingRoom::pass_reads`](crate::stock::WaitingRoom::pass_reads)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PassReads {
     /// The rights used by an order so far (the room's meta `used`).

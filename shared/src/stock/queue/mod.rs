@@ -5,8 +5,8 @@
 //!
 //! [`setup`] opens a round's room (at warm-up), closes it or takes it away;
 //! [`ticket`] joins and reads tickets; [`admit`] is one admission pass;
-//! [`claim`] uses an admission token for one order, once; [`draw`] takes a
-//! draw's entries and makes the draw on the same keys. [`RoomState`] is
+//! [`claim`] uses an admission token for one order, once; a draw's entries
+//! and the draw, on the same keys, are [`crate::draw`]'s. [`RoomState`] is
 //! the room as the edge's gate, the dashboard and `seckillctl queue stats`
 //! read it.
 
